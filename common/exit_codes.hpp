@@ -1,0 +1,22 @@
+// Exit codes of xlaunch (the contract's table) and the mapping from a rank's wait status.
+#pragma once
+
+#include <string>
+
+namespace xtrain::exit_code {
+
+inline constexpr int kSuccess = 0;
+inline constexpr int kInvalidSpec = 2;        // bad command line or job spec: nothing started
+inline constexpr int kTimeout = 124;          // job wall-clock limit passed, or a rank stopped heartbeating
+inline constexpr int kLaunchFailure = 125;    // run dir not writable, spawn or rendezvous failure
+inline constexpr int kNotExecutable = 126;    // worker command exists but cannot be executed
+inline constexpr int kNotFound = 127;         // worker command not found
+inline constexpr int kSignalBase = 128;       // 128+N: killed (or xlaunch stopped) by signal N
+
+// A process's outcome as a shell reports it: its exit status, or 128+N for death by signal N.
+inline int from_outcome(int exit_status, int signal) { return signal > 0 ? kSignalBase + signal : exit_status; }
+
+// The `status` word that summary.json and state.json use for each code.
+std::string describe(int code);
+
+}  // namespace xtrain::exit_code

@@ -1,0 +1,406 @@
+#include "common/job_spec.hpp"
+
+#include "common/worker_env.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace xtrain {
+namespace {
+
+using nlohmann::json;
+
+std::string show(const json& value) {
+  std::string s = value.dump();
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+std::string format_number(double x) {
+  std::ostringstream out;
+  out << x;
+  return out.str();
+}
+
+std::string join_path(const std::string& parent, const std::string& key) {
+  return parent.empty() ? key : parent + "." + key;
+}
+
+// Levenshtein distance, for "did you mean" on unknown keys.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// Each section's fields are listed once, in describe(); the Reader and the Writer walk that list.
+// Range arguments are inclusive bounds.
+class Reader {
+ public:
+  Reader(const json& object, std::string path) : object_(object), path_(std::move(path)) {
+    if (!object_.is_object()) throw SpecError(path_, "expected an object, got " + show(object_));
+  }
+
+  void integer(const char* key, int& out, long long min, long long max = INT_MAX) {
+    std::int64_t wide = out;
+    integer(key, wide, min, max);
+    out = static_cast<int>(wide);
+  }
+  void integer(const char* key, std::int64_t& out, long long min, long long max = LLONG_MAX) {
+    const json* v = take(key);
+    if (!v) return;
+    if (!v->is_number_integer() && !(v->is_number_float() && is_whole(v->get<double>()))) {
+      throw SpecError(field(key), "expected an integer" + bounds(min, max) + ", got " + show(*v));
+    }
+    const long long x = v->is_number_unsigned() ? static_cast<long long>(std::min<std::uint64_t>(
+                                                      v->get<std::uint64_t>(), LLONG_MAX))
+                        : v->is_number_integer() ? v->get<long long>()
+                                                 : static_cast<long long>(v->get<double>());
+    if (x < min || x > max) {
+      throw SpecError(field(key), "expected an integer" + bounds(min, max) + ", got " + show(*v));
+    }
+    out = x;
+  }
+  void number(const char* key, double& out, double min, double max = HUGE_VAL, bool min_open = false) {
+    const json* v = take(key);
+    if (!v) return;
+    const std::string expected = "expected a number " + std::string(min_open ? "> " : ">= ") +
+                                 format_number(min) +
+                                 (max == HUGE_VAL ? "" : " and <= " + format_number(max));
+    if (!v->is_number()) throw SpecError(field(key), expected + ", got " + show(*v));
+    const double x = v->get<double>();
+    if (!std::isfinite(x) || x < min || (min_open && x == min) || x > max) {
+      throw SpecError(field(key), expected + ", got " + show(*v));
+    }
+    out = x;
+  }
+  void string(const char* key, std::string& out, std::initializer_list<const char*> choices = {}) {
+    const json* v = take(key);
+    if (!v) return;
+    std::string expected = "expected a non-empty string";
+    if (choices.size() > 0) {
+      expected = "expected one of";
+      for (const char* c : choices) expected += std::string(c == *choices.begin() ? " \"" : ", \"") + c + "\"";
+    }
+    if (!v->is_string() || v->get<std::string>().empty()) {
+      throw SpecError(field(key), expected + ", got " + show(*v));
+    }
+    const std::string s = v->get<std::string>();
+    if (choices.size() > 0 &&
+        std::none_of(choices.begin(), choices.end(), [&](const char* c) { return s == c; })) {
+      throw SpecError(field(key), expected + ", got " + show(*v));
+    }
+    out = s;
+  }
+  void count_or_auto(const char* key, std::optional<int>& out) {
+    const json* v = take(key);
+    if (!v) return;
+    if (v->is_string() && v->get<std::string>() == "auto") {
+      out.reset();
+      return;
+    }
+    if (!v->is_number_integer() || v->get<long long>() < 1 || v->get<long long>() > 4096) {
+      throw SpecError(field(key), "expected \"auto\" or an integer >= 1, got " + show(*v));
+    }
+    out = v->get<int>();
+  }
+  void string_list(const char* key, std::vector<std::string>& out) {
+    const json* v = take(key);
+    if (!v) return;
+    if (!v->is_array() || v->empty()) {
+      throw SpecError(field(key), "expected a non-empty list of strings (argv), got " + show(*v));
+    }
+    std::vector<std::string> list;
+    for (size_t i = 0; i < v->size(); ++i) {
+      const json& item = (*v)[i];
+      if (!item.is_string() || item.get<std::string>().empty()) {
+        throw SpecError(field(key) + "[" + std::to_string(i) + "]",
+                        "expected a non-empty string, got " + show(item));
+      }
+      list.push_back(item.get<std::string>());
+    }
+    out = std::move(list);
+  }
+  void string_map(const char* key, std::map<std::string, std::string>& out) {
+    const json* v = take(key);
+    if (!v) return;
+    if (!v->is_object()) throw SpecError(field(key), "expected an object of strings, got " + show(*v));
+    for (const auto& [name, value] : v->items()) {
+      const std::string where = field(key) + "." + name;
+      if (name.empty() || name.find('=') != std::string::npos) {
+        throw SpecError(where, "expected an environment variable name without '='");
+      }
+      if (value.is_string()) out[name] = value.get<std::string>();
+      else if (value.is_number() || value.is_boolean()) out[name] = value.dump();
+      else throw SpecError(where, "expected a string, number or boolean, got " + show(value));
+    }
+  }
+  template <class Section>
+  void section(const char* key, Section& out) {
+    const json* v = take(key);
+    if (!v) return;
+    Reader nested(*v, field(key));
+    describe(nested, out);
+    nested.reject_unknown();
+  }
+
+  void reject_unknown() const {
+    for (const auto& [key, value] : object_.items()) {
+      if (seen_.count(key)) continue;
+      std::string hint;
+      size_t best = 3;
+      for (const auto& k : seen_all_) {
+        const size_t d = edit_distance(key, k);
+        if (d < best) best = d, hint = " (did you mean \"" + k + "\"?)";
+      }
+      std::string known;
+      for (const auto& k : seen_all_) known += (known.empty() ? "" : ", ") + k;
+      throw SpecError(field(key.c_str()), "unknown key" + hint + "; expected one of: " + known);
+    }
+  }
+
+ private:
+  const json* take(const char* key) {
+    seen_all_.push_back(key);
+    auto it = object_.find(key);
+    if (it == object_.end()) return nullptr;
+    seen_.insert(key);
+    return &*it;
+  }
+  std::string field(const char* key) const { return join_path(path_, key); }
+  static bool is_whole(double x) { return std::isfinite(x) && x == std::floor(x) && std::fabs(x) < 9e15; }
+  static std::string bounds(long long min, long long max) {
+    std::string s = " >= " + std::to_string(min);
+    if (max != INT_MAX && max != LLONG_MAX) s += " and <= " + std::to_string(max);
+    return s;
+  }
+
+  const json& object_;
+  std::string path_;
+  std::set<std::string> seen_;
+  std::vector<std::string> seen_all_;
+};
+
+class Writer {
+ public:
+  explicit Writer(json& out) : out_(out) { out_ = json::object(); }
+  template <class T> void integer(const char* key, const T& v, long long, long long = 0) { out_[key] = v; }
+  void number(const char* key, const double& v, double, double = 0, bool = false) { out_[key] = v; }
+  // Empty strings and lists mean "not set" (the reader rejects them), so they are left out.
+  void string(const char* key, const std::string& v, std::initializer_list<const char*> = {}) {
+    if (!v.empty()) out_[key] = v;
+  }
+  void count_or_auto(const char* key, const std::optional<int>& v) {
+    out_[key] = v ? json(*v) : json("auto");
+  }
+  void string_list(const char* key, const std::vector<std::string>& v) {
+    if (!v.empty()) out_[key] = v;
+  }
+  void string_map(const char* key, const std::map<std::string, std::string>& v) { out_[key] = v; }
+  template <class Section>
+  void section(const char* key, const Section& v) {
+    Writer nested(out_[key]);
+    describe(nested, const_cast<Section&>(v));
+  }
+
+ private:
+  json& out_;
+};
+
+template <class V> void describe(V& v, WorkerSpec& s) {
+  v.string_list("command", s.command);
+  v.string_map("env", s.env);
+}
+template <class V> void describe(V& v, LauncherSpec& s) {
+  v.integer("max_restarts", s.max_restarts, 0, 1000);
+  v.number("term_timeout_s", s.term_timeout_s, 0);
+  v.number("heartbeat_timeout_s", s.heartbeat_timeout_s, 0);
+  v.number("timeout_s", s.timeout_s, 0);
+  v.string("tee", s.tee, {"all", "rank0", "none"});
+  v.integer("master_port", s.master_port, 0, 65535);
+}
+template <class V> void describe(V& v, NodesSpec& s) {
+  v.integer("nnodes", s.nnodes, 1, 65536);
+  v.integer("node_rank", s.node_rank, 0, 65535);
+  v.string("rdzv_endpoint", s.rdzv_endpoint);
+  v.number("rdzv_timeout_s", s.rdzv_timeout_s, 0, HUGE_VAL, true);
+}
+template <class V> void describe(V& v, ModelSpec& s) {
+  v.integer("n_layer", s.n_layer, 1, 1024);
+  v.integer("n_head", s.n_head, 1, 1024);
+  v.integer("n_embd", s.n_embd, 1, 65536);
+  v.integer("seq_len", s.seq_len, 1, 1 << 20);
+  v.integer("vocab_size", s.vocab_size, 2, 1 << 24);
+  v.integer("init_seed", s.init_seed, 0);
+}
+template <class V> void describe(V& v, DataSpec& s) {
+  v.string("train", s.train);
+  v.string("val", s.val);
+  v.number("val_fraction", s.val_fraction, 0, 0.5, true);
+}
+template <class V> void describe(V& v, TrainSpec& s) {
+  v.integer("steps", s.steps, 1);
+  v.integer("batch_size", s.batch_size, 1);
+  v.integer("micro_batch_size", s.micro_batch_size, 1);
+  v.number("lr", s.lr, 0, HUGE_VAL, true);
+  v.number("min_lr", s.min_lr, 0);
+  v.integer("warmup_steps", s.warmup_steps, 0);
+  v.number("weight_decay", s.weight_decay, 0);
+  v.number("beta1", s.beta1, 0, 0.999999);
+  v.number("beta2", s.beta2, 0, 0.999999);
+  v.number("eps", s.eps, 0, HUGE_VAL, true);
+  v.number("grad_clip", s.grad_clip, 0);
+  v.integer("seed", s.seed, 0);
+  v.integer("eval_every", s.eval_every, 0);
+  v.integer("eval_batches", s.eval_batches, 1);
+  v.integer("log_every", s.log_every, 1);
+}
+template <class V> void describe(V& v, SampleSpec& s) {
+  v.integer("tokens", s.tokens, 0, 1 << 20);
+  v.number("temperature", s.temperature, 0, HUGE_VAL, true);
+  v.integer("top_k", s.top_k, 0);
+  v.string("prompt", s.prompt);
+}
+template <class V> void describe(V& v, CheckpointSpec& s) {
+  v.integer("every", s.every, 0);
+  v.integer("keep", s.keep, 1);
+  v.string("resume", s.resume);
+}
+template <class V> void describe(V& v, JobSpec& s) {
+  v.string("name", s.name);
+  v.string("run_dir", s.run_dir);
+  v.count_or_auto("nproc_per_node", s.nproc_per_node);
+  v.integer("cpu_ranks", s.cpu_ranks, 1, 4096);
+  v.string("device", s.device, {"auto", "cuda", "cpu"});
+  v.string("backend", s.backend, {"auto", "nccl", "gloo"});
+  v.section("worker", s.worker);
+  v.section("launcher", s.launcher);
+  v.section("nodes", s.nodes);
+  v.section("model", s.model);
+  v.section("data", s.data);
+  v.section("train", s.train);
+  v.section("sample", s.sample);
+  v.section("checkpoint", s.checkpoint);
+}
+
+}  // namespace
+
+JobSpec parse_job_spec(const json& doc, const std::string& default_name) {
+  JobSpec spec;
+  Reader reader(doc, "");
+  describe(reader, spec);
+  reader.reject_unknown();
+  if (spec.name.empty()) spec.name = default_name;
+  if (spec.name.find('/') != std::string::npos || spec.name == "." || spec.name == "..") {
+    throw SpecError("name", "expected a name without '/', got " + show(json(spec.name)));
+  }
+  if (spec.run_dir.empty()) spec.run_dir = "runs/" + spec.name;
+  if (spec.nodes.node_rank >= spec.nodes.nnodes) {
+    throw SpecError("nodes.node_rank", "expected an integer < nodes.nnodes (" +
+                                           std::to_string(spec.nodes.nnodes) + "), got " +
+                                           std::to_string(spec.nodes.node_rank));
+  }
+  if (spec.train.min_lr > spec.train.lr) {
+    throw SpecError("train.min_lr", "expected a number <= train.lr (" + format_number(spec.train.lr) +
+                                        "), got " + format_number(spec.train.min_lr));
+  }
+  for (const auto& [name, value] : spec.worker.env) {
+    if (is_contract_variable(name)) {
+      throw SpecError("worker.env." + name, "is set by xlaunch for each rank and cannot be overridden");
+    }
+  }
+  if (spec.device == "cpu" && spec.backend == "nccl") {
+    throw SpecError("backend", "\"nccl\" needs GPUs, but device is \"cpu\"; use \"gloo\" or \"auto\"");
+  }
+  return spec;
+}
+
+json read_job_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw SpecError("", path + ": cannot read the job spec (" + std::strerror(errno) + ")");
+  try {
+    return json::parse(in, nullptr, true, /*ignore_comments=*/true);
+  } catch (const json::parse_error& e) {
+    // nlohmann's message carries the line and column: "parse error at line 3, column 5: ..."
+    std::string what = e.what();
+    const auto at = what.find("parse error");
+    throw SpecError("", path + ": malformed JSON: " + (at == std::string::npos ? what : what.substr(at)));
+  }
+}
+
+void apply_override(json& doc, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw SpecError("--set", "expected KEY=VALUE with a dotted KEY, got \"" + assignment + "\"");
+  }
+  const std::string key = assignment.substr(0, eq);
+  const std::string text = assignment.substr(eq + 1);
+  json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) value = text;
+
+  json* node = &doc;
+  std::string walked;
+  size_t start = 0;
+  while (true) {
+    const auto dot = key.find('.', start);
+    const std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (part.empty()) throw SpecError("--set", "empty component in key \"" + key + "\"");
+    if (!node->is_object()) {
+      throw SpecError(walked, "--set " + assignment + ": cannot set a field inside a " +
+                                  std::string(node->type_name()));
+    }
+    walked = join_path(walked, part);
+    if (dot == std::string::npos) {
+      (*node)[part] = value;
+      return;
+    }
+    node = &(*node)[part];
+    if (node->is_null()) *node = json::object();
+    start = dot + 1;
+  }
+}
+
+json to_json(const JobSpec& spec) {
+  json out;
+  Writer writer(out);
+  describe(writer, const_cast<JobSpec&>(spec));
+  return out;
+}
+
+void validate_for_training(const JobSpec& spec, int world_size) {
+  const auto& m = spec.model;
+  const auto& t = spec.train;
+  if (m.n_embd % m.n_head != 0) {
+    throw SpecError("model.n_embd", "expected a multiple of model.n_head (" + std::to_string(m.n_head) +
+                                        "), got " + std::to_string(m.n_embd));
+  }
+  if (spec.data.train.empty()) {
+    throw SpecError("data.train", "expected a text file, an llm.c token shard or a glob of shards; it is missing");
+  }
+  const long long per_step = 1LL * world_size * t.micro_batch_size;
+  if (t.batch_size % per_step != 0) {
+    throw SpecError("train.batch_size",
+                    "expected a multiple of world size x train.micro_batch_size (" +
+                        std::to_string(world_size) + " x " + std::to_string(t.micro_batch_size) + " = " +
+                        std::to_string(per_step) + "), got " + std::to_string(t.batch_size));
+  }
+}
+
+}  // namespace xtrain

@@ -1,0 +1,84 @@
+// The environment contract between xlaunch and each rank (torchrun's names plus XTRAIN_*).
+// The launcher builds it with build_worker_env; a worker reads it back with read_worker_env.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "common/job_spec.hpp"
+
+namespace xtrain {
+
+namespace env {
+inline constexpr const char* kRank = "RANK";
+inline constexpr const char* kWorldSize = "WORLD_SIZE";
+inline constexpr const char* kLocalRank = "LOCAL_RANK";
+inline constexpr const char* kLocalWorldSize = "LOCAL_WORLD_SIZE";
+inline constexpr const char* kGroupRank = "GROUP_RANK";
+inline constexpr const char* kMasterAddr = "MASTER_ADDR";
+inline constexpr const char* kMasterPort = "MASTER_PORT";
+inline constexpr const char* kNcclId = "XTRAIN_NCCL_ID";
+inline constexpr const char* kRunId = "XTRAIN_RUN_ID";
+inline constexpr const char* kRunDir = "XTRAIN_RUN_DIR";
+inline constexpr const char* kJob = "XTRAIN_JOB";
+inline constexpr const char* kRestartCount = "XTRAIN_RESTART_COUNT";
+inline constexpr const char* kMaxRestarts = "XTRAIN_MAX_RESTARTS";
+inline constexpr const char* kResultFile = "XTRAIN_RESULT_FILE";
+inline constexpr const char* kHeartbeatFile = "XTRAIN_HEARTBEAT_FILE";
+inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
+}  // namespace env
+
+// Where one rank sits in the world.
+struct RankPlacement {
+  int rank = 0;
+  int local_rank = 0;
+  int world_size = 1;
+  int local_world_size = 1;
+  int node_rank = 0;
+};
+
+// What one restart attempt shares across its ranks.
+struct AttemptEnv {
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  std::string nccl_id_hex;     // empty unless the backend is NCCL
+  std::string run_id;          // unique per run and attempt: <name>-<time>-<pid>-a<attempt>
+  std::string run_dir;         // absolute
+  std::string job_path;        // absolute path of the resolved job.json
+  int restart_count = 0;
+  int max_restarts = 0;
+  bool heartbeat = false;      // whether XTRAIN_HEARTBEAT_FILE is set
+};
+
+// True for the variables xlaunch owns; worker.env may not set them.
+bool is_contract_variable(const std::string& name);
+
+// Full environment for one rank: `inherited` (the launcher's own), then the contract variables,
+// then the spec's worker.env. `cores` feeds the OMP_NUM_THREADS default.
+std::map<std::string, std::string> build_worker_env(const JobSpec& spec, const RankPlacement& where,
+                                                    const AttemptEnv& attempt,
+                                                    std::map<std::string, std::string> inherited,
+                                                    unsigned cores);
+
+// Files a rank writes in the run directory.
+std::string result_file_path(const std::string& run_dir, int rank);     // ranks/rank-R.json
+std::string heartbeat_file_path(const std::string& run_dir, int rank);  // ranks/rank-R.heartbeat
+
+// What a worker learns from its environment. With no RANK set it is a world of one.
+struct WorkerEnv {
+  RankPlacement where;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  std::string nccl_id_hex;
+  std::string run_id = "local";
+  std::string run_dir;
+  std::string job_path;
+  int restart_count = 0;
+  std::string result_file;
+  std::string heartbeat_file;
+};
+
+// Throws std::invalid_argument naming the variable when a value is malformed.
+WorkerEnv read_worker_env();
+
+}  // namespace xtrain

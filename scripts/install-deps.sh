@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs every Debian package xtrain needs to build, test and run the demo.
+# Idempotent and quiet when everything is already there. Usage: scripts/install-deps.sh [--test]
+#   --test   also install what the test suite needs (PyTorch for reference checks)
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libboost1.74-dev libboost-filesystem1.74-dev
+  libspdlog-dev libfmt-dev nlohmann-json3-dev catch2
+  libgloo-dev libopenblas-dev
+  fortunes-min fortunes
+  procps
+)
+if [[ "${1:-}" == "--test" ]]; then
+  packages+=(python3-torch python3-numpy)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+sudo=""
+[[ $(id -u) -eq 0 ]] || sudo="sudo"
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,163 @@
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/job_spec.hpp"
+
+using namespace xtrain;
+using nlohmann::json;
+
+namespace {
+
+// The message a spec produces, or "" when it parses.
+std::string error_of(const json& doc) {
+  try {
+    parse_job_spec(doc, "t");
+  } catch (const SpecError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("an empty spec gets every default", "[spec]") {
+  const JobSpec s = parse_job_spec(json::object(), "demo");
+  CHECK(s.name == "demo");
+  CHECK(s.run_dir == "runs/demo");
+  CHECK_FALSE(s.nproc_per_node.has_value());
+  CHECK(s.launcher.term_timeout_s == 10.0);
+  CHECK(s.launcher.tee == "all");
+  CHECK(s.model.vocab_size == 256);
+  CHECK(s.checkpoint.resume == "auto");
+  CHECK(s.worker.command.empty());
+}
+
+TEST_CASE("values are read into the typed struct", "[spec]") {
+  const JobSpec s = parse_job_spec(json::parse(R"({
+    "name": "x", "nproc_per_node": 4, "device": "cpu",
+    "worker": {"command": ["/bin/echo", "hi"], "env": {"A": "1", "B": 2, "C": true}},
+    "launcher": {"term_timeout_s": 2.5, "max_restarts": 3, "tee": "rank0"},
+    "model": {"n_layer": 2, "init_seed": 7}, "train": {"lr": 0.001, "steps": 5}
+  })"));
+  CHECK(s.run_dir == "runs/x");
+  CHECK(s.nproc_per_node == 4);
+  CHECK(s.worker.command == std::vector<std::string>{"/bin/echo", "hi"});
+  CHECK(s.worker.env.at("B") == "2");
+  CHECK(s.worker.env.at("C") == "true");
+  CHECK(s.launcher.term_timeout_s == 2.5);
+  CHECK(s.launcher.max_restarts == 3);
+  CHECK(s.model.n_layer == 2);
+  CHECK(s.model.init_seed == 7);
+  CHECK(s.train.lr == 0.001);
+}
+
+TEST_CASE("errors name the field by JSON path and say what was expected", "[spec]") {
+  CHECK(error_of(json::parse(R"({"launcher": {"term_timeout_s": "ten"}})")) ==
+        R"(launcher.term_timeout_s: expected a number >= 0, got "ten")");
+  CHECK(error_of(json::parse(R"({"launcher": {"term_timeout_s": -1}})")) ==
+        "launcher.term_timeout_s: expected a number >= 0, got -1");
+  CHECK(error_of(json::parse(R"({"nproc_per_node": 0})")) ==
+        R"(nproc_per_node: expected "auto" or an integer >= 1, got 0)");
+  CHECK(error_of(json::parse(R"({"nproc_per_node": "many"})")) ==
+        R"(nproc_per_node: expected "auto" or an integer >= 1, got "many")");
+  CHECK(error_of(json::parse(R"({"train": {"steps": 2.5}})")) ==
+        "train.steps: expected an integer >= 1, got 2.5");
+  CHECK(error_of(json::parse(R"({"launcher": {"max_restarts": -2}})")) ==
+        "launcher.max_restarts: expected an integer >= 0 and <= 1000, got -2");
+  CHECK(error_of(json::parse(R"({"device": "tpu"})")) ==
+        R"(device: expected one of "auto", "cuda", "cpu", got "tpu")");
+  CHECK(error_of(json::parse(R"({"worker": {"command": []}})")) ==
+        "worker.command: expected a non-empty list of strings (argv), got []");
+  CHECK(error_of(json::parse(R"({"worker": {"command": ["a", 3]}})")) ==
+        "worker.command[1]: expected a non-empty string, got 3");
+  CHECK(error_of(json::parse(R"({"worker": {"env": {"X": [1]}}})")) ==
+        "worker.env.X: expected a string, number or boolean, got [1]");
+  CHECK(error_of(json::parse(R"({"worker": {"env": {"RANK": "3"}}})")) ==
+        "worker.env.RANK: is set by xlaunch for each rank and cannot be overridden");
+  CHECK(error_of(json::parse(R"({"launcher": 5})")) == "launcher: expected an object, got 5");
+  CHECK(error_of(json::parse(R"([1, 2])")) == "expected an object, got [1,2]");
+  CHECK(error_of(json::parse(R"({"train": {"lr": 0.1, "min_lr": 0.2}})")) ==
+        "train.min_lr: expected a number <= train.lr (0.1), got 0.2");
+  CHECK(error_of(json::parse(R"({"nodes": {"nnodes": 2, "node_rank": 2}})")) ==
+        "nodes.node_rank: expected an integer < nodes.nnodes (2), got 2");
+  CHECK(error_of(json::parse(R"({"name": "a/b"})")) == R"(name: expected a name without '/', got "a/b")");
+  CHECK(error_of(json::parse(R"({"device": "cpu", "backend": "nccl"})")) ==
+        R"(backend: "nccl" needs GPUs, but device is "cpu"; use "gloo" or "auto")");
+}
+
+TEST_CASE("unknown keys are errors, with a suggestion when one is close", "[spec]") {
+  const std::string typo = error_of(json::parse(R"({"train": {"stpes": 10}})"));
+  CHECK_THAT(typo, Catch::StartsWith(R"(train.stpes: unknown key (did you mean "steps"?); expected one of: steps, )"));
+  const std::string far = error_of(json::parse(R"({"colour": "blue"})"));
+  CHECK_THAT(far, Catch::StartsWith("colour: unknown key; expected one of: name, run_dir,"));
+}
+
+TEST_CASE("--set overrides by dotted path, JSON or plain string", "[spec][override]") {
+  json doc = json::parse(R"({"launcher": {"term_timeout_s": 10}})");
+  apply_override(doc, "launcher.term_timeout_s=2");
+  apply_override(doc, "nproc_per_node=auto");
+  apply_override(doc, "worker.env.FOO=bar baz");
+  apply_override(doc, "worker.command=[\"/bin/true\"]");
+  apply_override(doc, "train.lr=1e-3");
+  const JobSpec s = parse_job_spec(doc);
+  CHECK(s.launcher.term_timeout_s == 2);
+  CHECK_FALSE(s.nproc_per_node.has_value());
+  CHECK(s.worker.env.at("FOO") == "bar baz");
+  CHECK(s.worker.command == std::vector<std::string>{"/bin/true"});
+  CHECK(s.train.lr == 1e-3);
+
+  CHECK_THROWS_WITH(apply_override(doc, "novalue"),
+                    R"(--set: expected KEY=VALUE with a dotted KEY, got "novalue")");
+  CHECK_THROWS_WITH(apply_override(doc, "a..b=1"), R"(--set: empty component in key "a..b")");
+  CHECK_THROWS_WITH(apply_override(doc, "train.lr.x=1"),
+                    "train.lr: --set train.lr.x=1: cannot set a field inside a number");
+  apply_override(doc, "launcher.tee=loud");  // type-checked by the parser, like any spec value
+  CHECK(error_of(doc) == R"(launcher.tee: expected one of "all", "rank0", "none", got "loud")");
+}
+
+TEST_CASE("to_json round-trips every field", "[spec]") {
+  JobSpec s = parse_job_spec(json::parse(R"({"nproc_per_node": 3, "worker": {"env": {"A": "b"}},
+                                             "train": {"lr": 0.01}, "checkpoint": {"keep": 5}})"),
+                             "rt");
+  const json out = to_json(s);
+  CHECK(out.at("nproc_per_node") == 3);
+  CHECK(out.at("train").at("lr") == 0.01);
+  const JobSpec back = parse_job_spec(out, "other");
+  CHECK(to_json(back) == out);
+  CHECK(back.name == "rt");
+  s.nproc_per_node.reset();
+  CHECK(to_json(s).at("nproc_per_node") == "auto");
+}
+
+TEST_CASE("training checks need the world size", "[spec]") {
+  JobSpec s = parse_job_spec(json::parse(R"({"data": {"train": "x.txt"},
+      "train": {"batch_size": 8, "micro_batch_size": 2}, "model": {"n_embd": 64, "n_head": 4}})"));
+  CHECK_NOTHROW(validate_for_training(s, 4));
+  CHECK_NOTHROW(validate_for_training(s, 2));
+  CHECK_THROWS_WITH(validate_for_training(s, 3),
+                    "train.batch_size: expected a multiple of world size x train.micro_batch_size "
+                    "(3 x 2 = 6), got 8");
+  s.model.n_head = 5;
+  CHECK_THROWS_WITH(validate_for_training(s, 1), "model.n_embd: expected a multiple of model.n_head (5), got 64");
+  s.model.n_head = 4;
+  s.data.train.clear();
+  CHECK_THROWS_AS(validate_for_training(s, 1), SpecError);
+}
+
+TEST_CASE("malformed JSON names the file, line and column", "[spec]") {
+  const std::string path = "/tmp/xtrain-spec-test-" + std::to_string(::getpid()) + ".json";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    std::fputs("{\n  \"name\": \"x\",\n  oops\n}\n", f);
+    std::fclose(f);
+  }
+  try {
+    read_job_json(path);
+    FAIL("malformed JSON was accepted");
+  } catch (const SpecError& e) {
+    CHECK_THAT(std::string(e.what()), Catch::StartsWith(path + ": malformed JSON: parse error at line 3, column 3"));
+  }
+  std::remove(path.c_str());
+  CHECK_THROWS_WITH(read_job_json("/nonexistent/job.json"),
+                    "/nonexistent/job.json: cannot read the job spec (No such file or directory)");
+}
