@@ -1,4 +1,7 @@
 #include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "common/job_spec.hpp"
@@ -160,4 +163,23 @@ TEST_CASE("malformed JSON names the file, line and column", "[spec]") {
   std::remove(path.c_str());
   CHECK_THROWS_WITH(read_job_json("/nonexistent/job.json"),
                     "/nonexistent/job.json: cannot read the job spec (No such file or directory)");
+}
+
+TEST_CASE("docs/job-spec.md documents every key", "[spec][docs]") {
+  std::ifstream in(std::string(XTRAIN_SOURCE_DIR) + "/docs/job-spec.md");
+  REQUIRE(in);
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  JobSpec s;  // defaults; fill the keys that are left out when empty
+  s.worker.command = {"w"};
+  s.nodes.rdzv_endpoint = "h:1";
+  s.data.train = s.data.val = "d";
+  const json flat = to_json(s).flatten();
+  for (const auto& item : flat.items()) {
+    std::string key = item.key().substr(1);  // "/launcher/tee" -> "launcher.tee"
+    std::replace(key.begin(), key.end(), '/', '.');
+    const auto index = key.find(".0");
+    if (index != std::string::npos) key = key.substr(0, index);  // list items
+    INFO(key);
+    CHECK(doc.find("`" + key + "`") != std::string::npos);
+  }
 }
