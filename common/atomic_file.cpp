@@ -24,7 +24,7 @@ void fsync_directory(const std::string& dir) {
   ::close(fd);
 }
 
-void write_file_atomic(const std::string& path, std::string_view contents) {
+void write_file_atomic(const std::string& path, std::string_view contents, bool durable) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("open", tmp, errno);
@@ -40,7 +40,7 @@ void write_file_atomic(const std::string& path, std::string_view contents) {
     }
     done += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+  if ((durable && ::fsync(fd) != 0) || ::close(fd) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
     fail("fsync", tmp, err);
@@ -50,6 +50,7 @@ void write_file_atomic(const std::string& path, std::string_view contents) {
     ::unlink(tmp.c_str());
     fail("rename", path, err);
   }
+  if (!durable) return;
   const auto parent = std::filesystem::path(path).parent_path();
   fsync_directory(parent.empty() ? "." : parent.string());
 }

@@ -76,7 +76,7 @@ struct TrainSpec {
   double grad_clip = 1.0;           // global gradient norm limit, 0 = off
   std::int64_t seed = 42;           // sampler seed
   int eval_every = 0;               // 0 = no validation
-  int eval_batches = 4;             // micro-batches per validation
+  int eval_batches = 4;             // batches of batch_size sequences per validation
   int log_every = 1;
 };
 
@@ -88,7 +88,7 @@ struct SampleSpec {
 };
 
 struct CheckpointSpec {
-  int every = 0;                    // steps between checkpoints, 0 = only none
+  int every = 0;                    // steps between checkpoints, 0 = only after the last step
   int keep = 2;                     // newest complete checkpoints kept
   std::string resume = "auto";      // auto | never | path of a checkpoint directory
 };

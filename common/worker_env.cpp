@@ -12,6 +12,7 @@ const char* const kContract[] = {
     env::kRank,       env::kWorldSize,    env::kLocalRank,    env::kLocalWorldSize, env::kGroupRank,
     env::kMasterAddr, env::kMasterPort,   env::kNcclId,       env::kRunId,          env::kRunDir,
     env::kJob,        env::kRestartCount, env::kMaxRestarts,  env::kResultFile,     env::kHeartbeatFile,
+    env::kStoreEndpoint, env::kJobToken,  env::kNodeAddr,
 };
 
 std::string getenv_or(const char* name, const std::string& fallback) {
@@ -66,6 +67,11 @@ std::map<std::string, std::string> build_worker_env(const JobSpec& spec, const R
   e[env::kMaxRestarts] = std::to_string(attempt.max_restarts);
   e[env::kResultFile] = result_file_path(attempt.run_dir, where.rank);
   if (attempt.heartbeat) e[env::kHeartbeatFile] = heartbeat_file_path(attempt.run_dir, where.rank);
+  if (!attempt.store_endpoint.empty()) {
+    e[env::kStoreEndpoint] = attempt.store_endpoint;
+    e[env::kJobToken] = attempt.job_token;
+    e[env::kNodeAddr] = attempt.node_addr;
+  }
   if (!e.count(env::kOmpNumThreads) && !spec.worker.env.count(env::kOmpNumThreads)) {
     const unsigned share = cores / static_cast<unsigned>(std::max(1, where.local_world_size));
     e[env::kOmpNumThreads] = std::to_string(std::max(1u, share));
@@ -95,6 +101,9 @@ WorkerEnv read_worker_env() {
   w.restart_count = getenv_int(env::kRestartCount, 0, 0);
   w.result_file = getenv_or(env::kResultFile, "");
   w.heartbeat_file = getenv_or(env::kHeartbeatFile, "");
+  w.store_endpoint = getenv_or(env::kStoreEndpoint, "");
+  w.job_token = getenv_or(env::kJobToken, "");
+  w.node_addr = getenv_or(env::kNodeAddr, "");
   return w;
 }
 

@@ -26,6 +26,11 @@ inline constexpr const char* kMaxRestarts = "XTRAIN_MAX_RESTARTS";
 inline constexpr const char* kResultFile = "XTRAIN_RESULT_FILE";
 inline constexpr const char* kHeartbeatFile = "XTRAIN_HEARTBEAT_FILE";
 inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
+// Jobs on several nodes only: node 0's rendezvous store ("host:port"), the job token that opens
+// it, and this node's address as the other nodes reach it (where a Gloo rank listens).
+inline constexpr const char* kStoreEndpoint = "XTRAIN_STORE_ENDPOINT";
+inline constexpr const char* kJobToken = "XTRAIN_JOB_TOKEN";
+inline constexpr const char* kNodeAddr = "XTRAIN_NODE_ADDR";
 }  // namespace env
 
 // Where one rank sits in the world.
@@ -48,6 +53,9 @@ struct AttemptEnv {
   int restart_count = 0;
   int max_restarts = 0;
   bool heartbeat = false;      // whether XTRAIN_HEARTBEAT_FILE is set
+  std::string store_endpoint;  // empty on one node; else node 0's rendezvous store
+  std::string job_token;       // with store_endpoint
+  std::string node_addr;       // with store_endpoint
 };
 
 // True for the variables xlaunch owns; worker.env may not set them.
@@ -76,6 +84,9 @@ struct WorkerEnv {
   int restart_count = 0;
   std::string result_file;
   std::string heartbeat_file;
+  std::string store_endpoint;  // empty: one node (Gloo meets through files in the run dir)
+  std::string job_token;
+  std::string node_addr;
 };
 
 // Throws std::invalid_argument naming the variable when a value is malformed.

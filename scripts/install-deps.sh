@@ -11,6 +11,7 @@ packages=(
   libgloo-dev libopenblas-dev
   fortunes-min fortunes
   procps
+  time
 )
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(python3-torch python3-numpy)

@@ -1,0 +1,107 @@
+// The CUDA backend: every Backend operation as kernels (cuda/kernels/*.cuh) and cuBLASLt
+// products (cuda/gemm.hpp) issued in order on one compute stream of one device.
+//
+// Memory: alloc_floats/alloc_ints are plain cudaMalloc calls; GPT and AdamW make a handful of
+// them once (parameters, gradients, moments, activations). The few operations that need
+// scratch beyond what the interface passes in (the deterministic column sums of layernorm and
+// bias gradients, the token sort of embedding backward) share one grow-only device buffer that
+// reaches its final size during the first step and is never reallocated after.
+//
+// Plain C++ (no CUDA kernels here) so the NCCL communicator can reach the stream.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "cuda/gemm.hpp"
+#include "worker/backend.hpp"
+
+namespace xtrain::cuda {
+
+// A device buffer that only grows: reserve(bytes) returns storage of at least that size, valid
+// until the next reserve. Growing waits for the stream (earlier work may still read the old
+// buffer), so it must only happen while warming up, never in steady state.
+class ScratchBuffer {
+ public:
+  explicit ScratchBuffer(cudaStream_t stream) : stream_(stream) {}
+  ~ScratchBuffer();
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+
+  void* reserve(size_t bytes);
+  size_t capacity() const { return bytes_; }
+
+ private:
+  cudaStream_t stream_;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  // Selects `device` for the calling thread and creates the stream, cuBLASLt handle and the
+  // fixed buffers. tf32 selects TF32 tensor cores for every product (else strict fp32).
+  CudaBackend(int device, bool tf32);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+  int device() const { return device_; }
+  bool tf32() const { return gemm_.tf32(); }
+  cudaStream_t stream() const { return stream_; }  // every operation runs on it, in order
+
+  float* alloc_floats(size_t n) override;
+  int32_t* alloc_ints(size_t n) override;
+  void free(void* p) override;
+  void upload(float* dst, const float* host_src, size_t n) override;
+  void upload(int32_t* dst, const int32_t* host_src, size_t n) override;
+  void download(float* host_dst, const float* src, size_t n) override;
+  void download(int32_t* host_dst, const int32_t* src, size_t n) override;
+  void fill_zero(float* p, size_t n) override;
+  void copy(float* dst, const float* src, size_t n) override;
+  void synchronize() override;
+
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
+                         int C) override;
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
+                          int C) override;
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                         const float* bias, int N, int C) override;
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, const float* mean, const float* rstd, int N, int C) override;
+  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                      int OC) override;
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                       const float* weight, int N, int C, int OC, float dout_scale) override;
+  size_t attention_saved_floats(int B, int T, int C, int NH) const override;
+  size_t attention_scratch_floats(int B, int T, int C, int NH) const override;
+  void attention_forward(float* out, float* saved, const float* qkv, float* scratch, int B, int T, int C,
+                         int NH) override;
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* saved,
+                          float* scratch, int B, int T, int C, int NH) override;
+  void gelu_forward(float* out, const float* inp, size_t n) override;
+  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override;
+  void residual_forward(float* out, const float* a, const float* b, size_t n) override;
+  void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, float dloss, int N, int V,
+                             int Vp) override;
+  void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
+                    const AdamWHyper& h) override;
+  double sum_squares(const float* x, size_t n) override;
+  void scale(float* x, float s, size_t n) override;
+
+ private:
+  void* alloc_zeroed(size_t bytes);
+
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  GemmEngine gemm_;
+  ScratchBuffer scratch_;
+  double* sum_partials_ = nullptr;  // (kSumSquaresBlocks + 1) the reduction's fixed partials
+};
+
+}  // namespace xtrain::cuda

@@ -1,0 +1,148 @@
+#include "cuda/gemm.hpp"
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "cuda/check.hpp"
+
+namespace xtrain::cuda {
+namespace {
+
+// 32 MiB: what NVIDIA recommends for cuBLASLt on Hopper; enough for any split-K it picks.
+constexpr size_t kWorkspaceBytes = 32u << 20;
+
+// The largest power of two (up to 256) that divides the address of every matrix of the batch.
+unsigned alignment_of(const void* p, long long stride_floats) {
+  std::uintptr_t bits = reinterpret_cast<std::uintptr_t>(p) | 256u;
+  if (stride_floats != 0) bits |= static_cast<std::uintptr_t>(stride_floats) * sizeof(float);
+  return static_cast<unsigned>(bits & (~bits + 1));
+}
+
+cublasLtMatrixLayout_t make_layout(int rows, int cols, int ld, int batch, long long stride) {
+  cublasLtMatrixLayout_t layout = nullptr;
+  XTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, CUDA_R_32F, static_cast<uint64_t>(rows),
+                                                 static_cast<uint64_t>(cols), ld));
+  if (batch > 1) {
+    XTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
+                                                         sizeof(batch)));
+    const int64_t s = stride;
+    XTRAIN_CUBLAS_CHECK(
+        cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &s, sizeof(s)));
+  }
+  return layout;
+}
+
+}  // namespace
+
+GemmEngine::GemmEngine(cudaStream_t stream, bool tf32) : stream_(stream), tf32_(tf32) {
+  XTRAIN_CUBLAS_CHECK(cublasLtCreate(&handle_));
+  XTRAIN_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
+  workspace_bytes_ = kWorkspaceBytes;
+}
+
+GemmEngine::~GemmEngine() {
+  for (auto& [key, plan] : plans_) {
+    cublasLtMatrixLayoutDestroy(plan.first);
+    cublasLtMatrixLayoutDestroy(plan.second);
+    cublasLtMatrixLayoutDestroy(plan.out);
+    cublasLtMatmulDescDestroy(plan.desc);
+  }
+  cudaFree(workspace_);
+  cublasLtDestroy(handle_);
+}
+
+// cuBLASLt is column-major. A row-major (R,C) matrix is the column-major (C,R) one with the same
+// stride, so row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the product is
+// issued with B first, A second, and m = N, n = M.
+const GemmEngine::Plan& GemmEngine::plan_for(const PlanKey& k) {
+  auto found = plans_.find(k);
+  if (found != plans_.end()) return found->second;
+
+  Plan plan;
+  const cublasComputeType_t compute = tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  XTRAIN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, compute, CUDA_R_32F));
+  const cublasOperation_t op_first = k.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_second = k.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+  XTRAIN_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
+  XTRAIN_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
+  if (k.bias) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    XTRAIN_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    const cudaDataType_t bias_type = CUDA_R_32F;
+    XTRAIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                       sizeof(bias_type)));
+  }
+  // Column-major shapes as stored (before the op): first is op(B)^T's source, second op(A)^T's.
+  plan.first = k.transB ? make_layout(k.K, k.N, k.ldb, k.batch, k.strideB)   // B stored (N,K) row-major
+                        : make_layout(k.N, k.K, k.ldb, k.batch, k.strideB);  // B stored (K,N) row-major
+  plan.second = k.transA ? make_layout(k.M, k.K, k.lda, k.batch, k.strideA)  // A stored (K,M) row-major
+                         : make_layout(k.K, k.M, k.lda, k.batch, k.strideA); // A stored (M,K) row-major
+  plan.out = make_layout(k.N, k.M, k.ldc, k.batch, k.strideC);
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  XTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  XTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                           &workspace_bytes_, sizeof(workspace_bytes_)));
+  const uint32_t align_first = k.alignB, align_second = k.alignA, align_out = k.alignC;
+  XTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                           &align_first, sizeof(align_first)));
+  XTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                           &align_second, sizeof(align_second)));
+  XTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                           &align_out, sizeof(align_out)));
+  XTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                           &align_out, sizeof(align_out)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found_count = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.first, plan.second, plan.out,
+                                                               plan.out, pref, 1, &result, &found_count);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (status != CUBLAS_STATUS_SUCCESS || found_count == 0) {
+    cublasLtMatrixLayoutDestroy(plan.first);
+    cublasLtMatrixLayoutDestroy(plan.second);
+    cublasLtMatrixLayoutDestroy(plan.out);
+    cublasLtMatmulDescDestroy(plan.desc);
+    throw std::runtime_error("cuBLASLt has no algorithm for the product (" + std::to_string(k.M) + "," +
+                             std::to_string(k.K) + ")x(" + std::to_string(k.K) + "," + std::to_string(k.N) +
+                             "), batch " + std::to_string(k.batch) + (k.bias ? " with bias" : "") + ": " +
+                             cublasLtGetStatusString(status));
+  }
+  plan.algo = result.algo;
+  return plans_.emplace(k, plan).first->second;
+}
+
+void GemmEngine::run(int M, int N, int K, float alpha, const GemmOperand& A, const GemmOperand& B, float beta,
+                     float* C, int ldc, long long strideC, int batch, const float* bias) {
+  if (bias != nullptr && batch != 1) throw std::invalid_argument("GemmEngine::run: a bias needs batch == 1");
+  PlanKey key{};
+  key.M = M;
+  key.N = N;
+  key.K = K;
+  key.lda = A.ld;
+  key.ldb = B.ld;
+  key.ldc = ldc;
+  key.transA = A.trans;
+  key.transB = B.trans;
+  key.bias = bias != nullptr;
+  key.batch = batch;
+  key.strideA = batch > 1 ? A.stride : 0;
+  key.strideB = batch > 1 ? B.stride : 0;
+  key.strideC = batch > 1 ? strideC : 0;
+  key.alignA = alignment_of(A.data, key.strideA);
+  key.alignB = alignment_of(B.data, key.strideB);
+  key.alignC = alignment_of(C, key.strideC);
+  key.alignBias = bias != nullptr ? alignment_of(bias, 0) : 0;
+  const Plan& plan = plan_for(key);
+  if (bias != nullptr) {
+    XTRAIN_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  }
+  XTRAIN_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, B.data, plan.first, A.data, plan.second, &beta, C,
+                                     plan.out, C, plan.out, &plan.algo, workspace_, workspace_bytes_, stream_));
+}
+
+}  // namespace xtrain::cuda

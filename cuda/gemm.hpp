@@ -1,0 +1,77 @@
+// Row-major matrix products on one stream through cuBLASLt, with the bias add fused into the
+// product (cuBLASLt's BIAS epilogue) so forward's out = inp @ W^T + b is one pass over `out`.
+//
+// TF32 tensor cores by default (CUBLAS_COMPUTE_32F_FAST_TF32: fp32 storage and accumulation,
+// operands rounded to 10 mantissa bits); strict fp32 (CUBLAS_COMPUTE_32F) for the tests that
+// compare against the CPU at fp32 tolerances.
+//
+// cuBLASLt is deterministic for a fixed algorithm, workspace and stream; every shape gets its
+// algorithm from the heuristic once and keeps it (the plan cache), so a shape always runs the
+// same kernel with the same split, run after run.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <map>
+#include <tuple>
+
+namespace xtrain::cuda {
+
+// One operand of a row-major product: `trans` means the stored matrix is the transpose of the
+// operand (e.g. a weight (OC,C) used as (C,OC)). `ld` is the stored row stride in floats;
+// `stride` the distance between consecutive matrices of a batch, in floats.
+struct GemmOperand {
+  const float* data = nullptr;
+  int ld = 0;
+  bool trans = false;
+  long long stride = 0;
+};
+
+class GemmEngine {
+ public:
+  GemmEngine(cudaStream_t stream, bool tf32);
+  ~GemmEngine();
+  GemmEngine(const GemmEngine&) = delete;
+  GemmEngine& operator=(const GemmEngine&) = delete;
+
+  bool tf32() const { return tf32_; }
+
+  // For each of `batch` matrices: C (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * C,
+  // then + bias[n] on every row when bias is given (batch must be 1 then).
+  void run(int M, int N, int K, float alpha, const GemmOperand& A, const GemmOperand& B, float beta, float* C,
+           int ldc, long long strideC = 0, int batch = 1, const float* bias = nullptr);
+
+ private:
+  // Everything that selects a cuBLASLt algorithm, including how far each pointer is aligned
+  // (the heuristic assumes 256-byte alignment unless told otherwise).
+  struct PlanKey {
+    int M, N, K, lda, ldb, ldc;
+    bool transA, transB, bias;
+    long long strideA, strideB, strideC;
+    int batch;
+    unsigned alignA, alignB, alignC, alignBias;
+    auto tie() const {
+      return std::tie(M, N, K, lda, ldb, ldc, transA, transB, bias, strideA, strideB, strideC, batch, alignA, alignB,
+                      alignC, alignBias);
+    }
+    bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
+  };
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+
+  const Plan& plan_for(const PlanKey& key);
+
+  cudaStream_t stream_;
+  bool tf32_;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;  // one device buffer for every product, allocated once
+  size_t workspace_bytes_ = 0;
+  std::map<PlanKey, Plan> plans_;
+};
+
+}  // namespace xtrain::cuda

@@ -1,0 +1,119 @@
+#include "launcher/attempt.hpp"
+
+#include <cerrno>
+#include <cstring>
+
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#ifdef XTRAIN_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+#include "common/exit_codes.hpp"
+#include "common/nccl_id.hpp"
+#include "launcher/launch_error.hpp"
+#include "launcher/run_dir.hpp"
+
+namespace xtrain::launcher {
+namespace {
+
+[[noreturn]] void launch_failure(const std::string& message) {
+  throw LaunchError(exit_code::kLaunchFailure, message);
+}
+
+#ifdef XTRAIN_HAVE_NCCL
+static_assert(sizeof(ncclUniqueId) == kNcclIdBytes, "NCCL's unique id size changed");
+
+struct NcclApi {
+  decltype(&ncclGetUniqueId) get_unique_id = nullptr;
+  decltype(&ncclGetErrorString) error_string = nullptr;
+};
+
+// Loaded once, on first use; the handle stays open for the life of the process.
+const NcclApi& nccl_api() {
+  static const NcclApi api = [] {
+    void* lib = dlopen(XTRAIN_NCCL_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) launch_failure(std::string("backend \"nccl\": cannot load libnccl: ") + dlerror());
+    NcclApi loaded;
+    loaded.get_unique_id = reinterpret_cast<decltype(&ncclGetUniqueId)>(dlsym(lib, "ncclGetUniqueId"));
+    loaded.error_string = reinterpret_cast<decltype(&ncclGetErrorString)>(dlsym(lib, "ncclGetErrorString"));
+    if (!loaded.get_unique_id || !loaded.error_string) {
+      launch_failure("backend \"nccl\": libnccl lacks ncclGetUniqueId/ncclGetErrorString");
+    }
+    return loaded;
+  }();
+  return api;
+}
+#endif
+
+}  // namespace
+
+int pick_free_port(const std::string& address) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  if (inet_pton(AF_INET, address.c_str(), &addr.sin_addr) != 1) {
+    launch_failure("MASTER_ADDR \"" + address + "\" is not an IPv4 address");
+  }
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) launch_failure(std::string("cannot pick a free port: socket: ") + std::strerror(errno));
+  socklen_t len = sizeof(addr);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok) launch_failure("cannot pick a free port on " + address + ": " + std::strerror(err));
+  return ntohs(addr.sin_port);
+}
+
+#ifdef XTRAIN_HAVE_NCCL
+void require_nccl() { nccl_api(); }
+
+std::string nccl_unique_id_hex() {
+  ncclUniqueId id;
+  const ncclResult_t result = nccl_api().get_unique_id(&id);
+  if (result != ncclSuccess) {
+    launch_failure(std::string("ncclGetUniqueId failed: ") + nccl_api().error_string(result));
+  }
+  NcclIdBytes bytes;
+  std::memcpy(bytes.data(), id.internal, bytes.size());
+  return encode_nccl_id(bytes);
+}
+#else
+constexpr const char* kNoNccl = "backend \"nccl\": this xlaunch was built without NCCL (CMake found no nccl.h/libnccl)";
+
+void require_nccl() { launch_failure(kNoNccl); }
+
+std::string nccl_unique_id_hex() { launch_failure(kNoNccl); }
+#endif
+
+AttemptEnv make_attempt_env(const Plan& plan, const std::string& run_id, int restart_count,
+                            const RoundResult* round) {
+  AttemptEnv attempt;
+  if (round) {
+    attempt.master_addr = round->master_addr;
+    attempt.master_port = plan.spec.launcher.master_port > 0 ? plan.spec.launcher.master_port : round->master_port;
+    attempt.nccl_id_hex = round->nccl_id_hex;
+    attempt.store_endpoint = round->store_endpoint;
+    attempt.job_token = round->job_token;
+    attempt.node_addr = round->node_addr;
+  } else {
+    attempt.master_addr = "127.0.0.1";
+    attempt.master_port = plan.spec.launcher.master_port > 0 ? plan.spec.launcher.master_port
+                                                             : pick_free_port(attempt.master_addr);
+    if (plan.backend == "nccl") attempt.nccl_id_hex = nccl_unique_id_hex();
+  }
+  attempt.run_id = run_id + "-a" + std::to_string(restart_count + 1);
+  attempt.run_dir = plan.run_dir;
+  attempt.job_path = run_files::job(plan.run_dir);
+  attempt.restart_count = restart_count;
+  attempt.max_restarts = plan.spec.launcher.max_restarts;
+  attempt.heartbeat = plan.spec.launcher.heartbeat_timeout_s > 0;
+  return attempt;
+}
+
+}  // namespace xtrain::launcher

@@ -1,0 +1,206 @@
+#include "launcher/plan.hpp"
+
+#include <filesystem>
+#include <sstream>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/exit_codes.hpp"
+#include "common/kv_protocol.hpp"
+#include "common/slurm.hpp"
+#include "launcher/attempt.hpp"
+#include "launcher/launch_error.hpp"
+#include "launcher/run_dir.hpp"
+
+namespace xtrain::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr const char* kWorkerName = "xtrain-worker";
+
+// Inside a SLURM step (`srun xlaunch job.json`) a spec without a `nodes` section takes it from
+// SLURM's variables: node count, this node's index, node 0's host and a port from the job id.
+JobSpec read_spec(const CliOptions& options, const HostInfo& host, bool& nodes_from_slurm) {
+  json doc = read_job_json(options.job_path);
+  for (const std::string& assignment : options.overrides) apply_override(doc, assignment);
+  JobSpec spec = parse_job_spec(doc, fs::path(options.job_path).stem().string());
+  nodes_from_slurm = false;
+  if (doc.is_object() && !doc.contains("nodes")) {
+    std::optional<SlurmStep> step;
+    try {
+      step = read_slurm_step(host.environment);
+    } catch (const SlurmError& e) {
+      throw SpecError("nodes", std::string("no nodes section, and SLURM's variables are unusable: ") + e.what());
+    }
+    if (step && step->nnodes > 1) {
+      spec.nodes = step->nodes(spec.nodes.rdzv_timeout_s);
+      nodes_from_slurm = true;
+    }
+  }
+  return spec;
+}
+
+// Several nodes need node 0's store endpoint, with a port, and a shared job token.
+void check_nodes(Plan& plan) {
+  const NodesSpec& nodes = plan.spec.nodes;
+  if (nodes.nnodes == 1) return;
+  if (nodes.rdzv_endpoint.empty()) {
+    throw SpecError("nodes.rdzv_endpoint", "a job on " + std::to_string(nodes.nnodes) +
+                                               " nodes needs node 0's store address, \"host:port\"");
+  }
+  kv::Endpoint endpoint;
+  try {
+    endpoint = kv::parse_endpoint(nodes.rdzv_endpoint);
+  } catch (const std::exception& e) {
+    throw SpecError("nodes.rdzv_endpoint", e.what());
+  }
+  if (endpoint.port == 0) throw SpecError("nodes.rdzv_endpoint", "expected a port other than 0 (every node must know it)");
+  const std::optional<std::string> token = resolve_job_token(plan.host.environment, ::getuid());
+  if (!token) {
+    throw SpecError("nodes.nnodes", "a job on " + std::to_string(nodes.nnodes) +
+                                        " nodes needs a job token shared by every node: set " + kJobTokenVariable +
+                                        " (the same secret on every node), or run under SLURM");
+  }
+  plan.job_token = *token;
+}
+
+// Fills device, backend and the rank list from the spec and the visible GPUs.
+void resolve_world(Plan& plan) {
+  const JobSpec& spec = plan.spec;
+  plan.visible_gpus = visible_gpus(plan.host.physical_gpus, plan.host.cuda_visible_devices);
+  plan.device = spec.device != "auto" ? spec.device : plan.visible_gpus > 0 ? "cuda" : "cpu";
+  if (plan.device == "cuda" && plan.visible_gpus == 0) {
+    throw SpecError("device", "\"cuda\" needs a visible GPU, found none" +
+                                  (plan.host.cuda_visible_devices
+                                       ? " (CUDA_VISIBLE_DEVICES=\"" + *plan.host.cuda_visible_devices + "\")"
+                                       : std::string()));
+  }
+  plan.backend = spec.backend != "auto" ? spec.backend : plan.device == "cuda" ? "nccl" : "gloo";
+  if (plan.backend == "nccl" && plan.device == "cpu") {
+    throw SpecError("backend", "\"nccl\" needs GPUs, but the job runs on CPU ranks (no GPU visible); "
+                               "use \"gloo\" or \"auto\"");
+  }
+  const int nproc = spec.nproc_per_node ? *spec.nproc_per_node
+                    : plan.device == "cuda" ? plan.visible_gpus
+                                            : spec.cpu_ranks;
+  if (plan.own_worker && plan.device == "cuda" && nproc > plan.visible_gpus) {
+    throw SpecError("nproc_per_node", "expected at most the " + std::to_string(plan.visible_gpus) +
+                                          " visible GPUs (one per rank), got " + std::to_string(nproc));
+  }
+  const int world = nproc * spec.nodes.nnodes;
+  for (int local = 0; local < nproc; ++local) {
+    plan.ranks.push_back({spec.nodes.node_rank * nproc + local, local, world, nproc, spec.nodes.node_rank});
+  }
+}
+
+bool is_own_worker(const JobSpec& spec) {
+  return spec.worker.command.empty() || fs::path(spec.worker.command.front()).filename() == kWorkerName;
+}
+
+void resolve_worker(Plan& plan) {
+  const auto& command = plan.spec.worker.command;
+  const auto path_env = plan.host.environment.count("PATH") ? plan.host.environment.at("PATH") : "";
+  if (command.empty()) {
+    plan.worker_argv = {resolve_command(plan.host.exe_dir + "/" + kWorkerName, path_env,
+                                        "worker.command (default, beside xlaunch)")};
+    return;
+  }
+  plan.worker_argv = command;
+  plan.worker_argv.front() = resolve_command(command.front(), path_env, "worker.command[0]");
+}
+
+}  // namespace
+
+std::string resolve_command(const std::string& command, const std::string& path_env, const std::string& what) {
+  std::vector<std::string> candidates;
+  if (command.find('/') != std::string::npos) {
+    candidates.push_back(fs::absolute(command).lexically_normal().string());
+  } else {
+    std::istringstream dirs(path_env);
+    for (std::string dir; std::getline(dirs, dir, ':');) {
+      candidates.push_back(fs::absolute(dir.empty() ? "." : dir).lexically_normal() / command);
+    }
+  }
+  std::string refused;  // the first candidate that exists but cannot run, and why
+  for (const std::string& candidate : candidates) {
+    struct stat st {};
+    if (::stat(candidate.c_str(), &st) != 0) continue;
+    if (S_ISREG(st.st_mode) && ::access(candidate.c_str(), X_OK) == 0) return candidate;
+    if (refused.empty()) {
+      refused = "\"" + candidate + "\" " + (S_ISDIR(st.st_mode) ? "is a directory" : "is not executable");
+    }
+  }
+  if (!refused.empty()) throw LaunchError(exit_code::kNotExecutable, what + ": " + refused);
+  throw LaunchError(exit_code::kNotFound,
+                    what + ": \"" + command + "\" not found" +
+                        (command.find('/') == std::string::npos ? " in PATH" : ""));
+}
+
+Plan make_plan(const CliOptions& options, const HostInfo& host) {
+  Plan plan;
+  plan.host = host;
+  plan.spec = read_spec(options, host, plan.nodes_from_slurm);
+  check_nodes(plan);
+  plan.run_dir = fs::absolute(plan.spec.run_dir).lexically_normal().string();
+  if (plan.run_dir.size() > 1 && plan.run_dir.back() == '/') plan.run_dir.pop_back();
+  check_run_dir_creatable(plan.run_dir);
+  plan.own_worker = is_own_worker(plan.spec);
+  resolve_world(plan);
+  if (plan.own_worker) validate_for_training(plan.spec, static_cast<int>(plan.ranks.size()));
+  resolve_worker(plan);  // spec errors (2) come first, then the command (126/127), then NCCL (125)
+  if (plan.backend == "nccl") require_nccl();
+  return plan;
+}
+
+std::map<std::string, std::string> rank_environment(const Plan& plan, const RankPlacement& where,
+                                                    const AttemptEnv& attempt) {
+  return build_worker_env(plan.spec, where, attempt, plan.host.environment, plan.host.cores);
+}
+
+json plan_to_json(const Plan& plan) {
+  AttemptEnv attempt;
+  attempt.master_port = plan.spec.launcher.master_port;
+  if (plan.backend == "nccl") attempt.nccl_id_hex = "<ncclGetUniqueId, fresh per attempt>";
+  attempt.run_id = "<" + plan.spec.name + "-TIME-PID-aN, assigned at launch>";
+  attempt.run_dir = plan.run_dir;
+  attempt.job_path = plan.run_dir + "/job.json";
+  attempt.max_restarts = plan.spec.launcher.max_restarts;
+  attempt.heartbeat = plan.spec.launcher.heartbeat_timeout_s > 0;
+  if (plan.spec.nodes.nnodes > 1) {
+    attempt.master_addr = "<node 0's host, from nodes.rdzv_endpoint>";
+    attempt.master_port = -1;
+    attempt.store_endpoint = plan.spec.nodes.rdzv_endpoint;
+    attempt.job_token = "<the job token, not shown>";
+    attempt.node_addr = "<this node's address, learned at the rendezvous>";
+  }
+
+  json ranks = json::array();
+  for (const RankPlacement& where : plan.ranks) {
+    json env = json::object();
+    for (const auto& [name, value] : rank_environment(plan, where, attempt)) {
+      const auto inherited = plan.host.environment.find(name);
+      if (inherited == plan.host.environment.end() || inherited->second != value) env[name] = value;
+    }
+    if (attempt.master_port == 0) env[env::kMasterPort] = "<a free port, picked per attempt>";
+    if (attempt.master_port < 0) env[env::kMasterPort] = "<a free port on node 0, picked per attempt>";
+    ranks.push_back({{"rank", where.rank}, {"local_rank", where.local_rank}, {"argv", plan.worker_argv},
+                     {"env", env}});
+  }
+  return {{"spec", to_json(plan.spec)},
+          {"run_dir", plan.run_dir},
+          {"world",
+           {{"world_size", plan.ranks.empty() ? 0 : plan.ranks.front().world_size},
+            {"nproc_per_node", plan.ranks.size()},
+            {"device", plan.device},
+            {"backend", plan.backend},
+            {"visible_gpus", plan.visible_gpus},
+            {"nnodes", plan.spec.nodes.nnodes},
+            {"node_rank", plan.spec.nodes.node_rank},
+            {"nodes_from_slurm", plan.nodes_from_slurm}}},
+          {"ranks", ranks}};
+}
+
+}  // namespace xtrain::launcher

@@ -1,0 +1,48 @@
+// The plan: a job spec resolved against this machine. Spec + --set overrides + the world (how
+// many ranks, which device and backend) + the worker command, checked before anything starts.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/job_spec.hpp"
+#include "common/worker_env.hpp"
+#include "launcher/cli.hpp"
+#include "launcher/host.hpp"
+
+namespace xtrain::launcher {
+
+struct Plan {
+  JobSpec spec;                          // after defaults and overrides
+  std::string run_dir;                   // absolute
+  std::string device;                    // resolved: "cuda" | "cpu"
+  std::string backend;                   // resolved: "nccl" | "gloo"
+  int visible_gpus = 0;
+  std::vector<std::string> worker_argv;  // argv[0] resolved to an absolute path
+  bool own_worker = false;               // xtrain-worker: its training sections were validated
+  std::vector<RankPlacement> ranks;      // this node's ranks, by local rank
+  HostInfo host;
+  std::string job_token;                 // several nodes: the rendezvous store's token
+  bool nodes_from_slurm = false;         // `nodes` came from SLURM's variables, not the spec
+};
+
+// Throws SpecError (exit 2) for an invalid spec or world, LaunchError for a worker command that
+// is missing (127) or not executable (126), or NCCL that cannot be loaded (125).
+Plan make_plan(const CliOptions& options, const HostInfo& host);
+
+// Resolves argv[0] the way execvp would. `what` names it in errors ("worker.command[0]").
+std::string resolve_command(const std::string& command, const std::string& path_env, const std::string& what);
+
+// One rank's full environment for one attempt: xlaunch's own, then the contract's variables,
+// then worker.env.
+std::map<std::string, std::string> rank_environment(const Plan& plan, const RankPlacement& where,
+                                                    const AttemptEnv& attempt);
+
+// --dry-run: the spec after defaults and overrides, the world, and for each rank its argv and
+// the variables xlaunch sets or changes (the rest of xlaunch's environment passes through).
+nlohmann::json plan_to_json(const Plan& plan);
+
+}  // namespace xtrain::launcher

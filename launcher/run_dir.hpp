@@ -1,0 +1,60 @@
+// The run directory (contract: "The run directory"): job.json, state.json, summary.json,
+// logs/rank-R.log, logs/xlaunch.log, ranks/. A live supervisor holds an flock on the directory
+// itself, so `status` and `stop` can tell a running supervisor from a dead one without trusting
+// a pid that may have been reused.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace xtrain::launcher {
+
+namespace run_files {
+inline std::string job(const std::string& dir) { return dir + "/job.json"; }
+inline std::string state(const std::string& dir) { return dir + "/state.json"; }
+inline std::string summary(const std::string& dir) { return dir + "/summary.json"; }
+inline std::string logs(const std::string& dir) { return dir + "/logs"; }
+inline std::string ranks(const std::string& dir) { return dir + "/ranks"; }
+inline std::string supervisor_log(const std::string& dir) { return dir + "/logs/xlaunch.log"; }
+inline std::string rank_log(const std::string& dir, int rank) {
+  return dir + "/logs/rank-" + std::to_string(rank) + ".log";
+}
+}  // namespace run_files
+
+// Throws SpecError on field run_dir when `dir` could not be created or written (a file in the
+// way, no write permission, a read-only file system). Creates nothing.
+void check_run_dir_creatable(const std::string& dir);
+
+class RunDir {
+ public:
+  // Creates the directory tree, takes the lock, clears the previous run's summary and rank
+  // files, writes job.json. Throws LaunchError (125) naming the path, or when another
+  // supervisor holds the directory.
+  RunDir(const std::string& dir, const nlohmann::json& job);
+  ~RunDir();
+  RunDir(const RunDir&) = delete;
+  RunDir& operator=(const RunDir&) = delete;
+
+  const std::string& path() const { return dir_; }
+  void write_state(const nlohmann::json& state) const;      // atomic; rewritten on every change
+  void write_summary(const nlohmann::json& summary) const;  // atomic and fsynced; once
+  void clear_rank_files(int world_size) const;              // result and heartbeat files
+  int open_rank_log(int rank) const;                        // O_APPEND; throws LaunchError
+
+ private:
+  std::string dir_;
+  int lock_fd_ = -1;
+};
+
+// Whether a supervisor holds `dir` (is running).
+bool supervisor_running(const std::string& dir);
+
+// Blocks until no supervisor holds `dir`.
+void wait_for_supervisor_exit(const std::string& dir);
+
+// Reads a JSON file; nullopt when it does not exist. Throws std::runtime_error when malformed.
+std::optional<nlohmann::json> read_json_file(const std::string& path);
+
+}  // namespace xtrain::launcher

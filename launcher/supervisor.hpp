@@ -1,0 +1,148 @@
+// The supervisor: one asio event loop that takes a job's ranks through its attempts.
+//
+//   Starting --> Running --> Stopping --> Finished
+//                   |            ^
+//                   v            | (a signal or the job timeout while restarting)
+//               Restarting --> Starting      (a rank failed or hung, restarts left)
+//
+// Events, none of them polled: a rank exits (Boost.Process), a rank's output ends (pipe EOF), a
+// heartbeat deadline passes (inotify + timers), a signal arrives (signal_set), the job timeout
+// or the SIGTERM grace period ends (timers). The first rank to fail while Running is the root
+// cause; everything after it is teardown. An attempt is over when every rank is reaped, every
+// rank's process group is killed, and every rank's output is drained.
+//
+// On several nodes (launcher/rendezvous.hpp) Starting begins with a rendezvous round on a helper
+// thread, which posts its result to the loop; while ranks run, a watcher thread blocks on this
+// node's stop key in node 0's store and posts what it reads: another node's root cause (the gang
+// stops here too, with that cause) or the store's loss (node 0 is gone). A decisive local event
+// publishes the stop for every node. At the end of each attempt the nodes exchange outcomes, so
+// that every xlaunch reports the same root cause and makes the same restart decision.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "launcher/console.hpp"
+#include "launcher/guard.hpp"
+#include "launcher/heartbeat.hpp"
+#include "launcher/launch_error.hpp"
+#include "launcher/log_stream.hpp"
+#include "launcher/plan.hpp"
+#include "launcher/rank_process.hpp"
+#include "launcher/rendezvous.hpp"
+#include "launcher/report.hpp"
+#include "launcher/run_dir.hpp"
+
+namespace xtrain::launcher {
+
+// SIGINT, SIGTERM, SIGUSR1, SIGUSR2: blocked from startup until the supervisor's handlers exist,
+// so that a signal that arrives early (an immediate `xlaunch stop`) waits instead of killing.
+void block_handled_signals(bool block);
+
+class Supervisor {
+ public:
+  // `console` null: detached, nothing goes to the terminal.
+  Supervisor(const Plan& plan, RunDir& run_dir, Console* console, Guard& guard);
+  ~Supervisor();
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+
+  int run();  // blocks until Finished; returns xlaunch's exit code
+
+ private:
+  enum class Phase { kStarting, kRunning, kStopping, kRestarting, kFinished };
+
+  struct Rank {
+    explicit Rank(const RankPlacement& where) { record.where = where; }
+    RankRecord record;
+    std::unique_ptr<RankProcess> process;  // null: not started this attempt
+    std::shared_ptr<LogStream> stream;
+    bool running() const { return process && !record.exit; }
+  };
+
+  // Attempt lifecycle.
+  void start_attempt();
+  void launch_ranks(const AttemptEnv& env);
+  void attempt_failed_to_start(const LaunchError& error);
+  bool spawn(Rank& rank, const AttemptEnv& env);
+  void stop_gang(Phase next, int signal, bool announce = true);
+  void kill_stragglers();
+  void check_attempt_over();
+  void end_attempt();
+  void finish();
+
+  // Events.
+  void on_exit(int index, ExitStatus status);
+  void on_hung(int index);
+  void on_signal(int signal);
+  bool signaled_with_ranks(int signal);
+  void on_job_timeout();
+  void rank_failed(RankFailure failure, Outcome outcome);
+
+  // Several nodes.
+  void begin_rendezvous();
+  void on_rendezvous(int attempt, std::optional<RoundResult> round, const std::string& error);
+  void on_remote_stop(int attempt, const nlohmann::json& record);
+  void on_store_lost(int attempt, const std::string& error);
+  void adopt_remote_stop(const nlohmann::json& record);
+  void close_round();
+  void join_helpers();
+  nlohmann::json root_cause_json() const;
+
+  void wait_for_signal();
+  void signal_groups(int signal);
+  void save_state();
+  void write_state_now();
+  nlohmann::json state_json() const;
+  nlohmann::json summary_json() const;
+  bool teed(int rank) const;
+  int running_count() const;
+  Rank& rank_at(int rank) { return ranks_.at(rank - ranks_.front().record.where.rank); }
+  static const char* phase_name(Phase phase);
+
+  boost::asio::io_context io_;  // first: destroyed last, after everything that holds handlers
+  const Plan& plan_;
+  RunDir& run_dir_;
+  Console* console_;
+  Guard& guard_;
+  std::vector<int> log_fds_;  // logs/rank-R.log, open for the whole run
+  std::vector<Rank> ranks_;
+  boost::asio::signal_set signals_;
+  boost::asio::steady_timer job_timer_;   // launcher.timeout_s
+  boost::asio::steady_timer kill_timer_;  // launcher.term_timeout_s after the stop signal
+  boost::asio::steady_timer drain_timer_; // output still open after every rank was reaped
+  std::unique_ptr<HeartbeatWatch> heartbeat_;
+
+  Phase phase_ = Phase::kStarting;
+  int attempt_ = 0;                 // 1-based
+  bool groups_released_ = false;    // this attempt's groups were killed and handed back
+  bool attempt_over_ = false;
+  int stop_signal_ = 0;             // the signal sent to begin this attempt's stop
+  int interrupts_ = 0;              // SIGINTs received; the second kills at once
+  std::optional<Outcome> outcome_;  // this attempt's, set by its first decisive event
+  std::optional<RankFailure> root_cause_;   // a rank of this node
+  std::optional<nlohmann::json> remote_cause_;  // or another node's root cause, as it reported it
+  std::string run_id_;
+  WallTime started_at_;
+  SteadyTime started_;
+  SteadyTime attempt_started_;
+  nlohmann::json attempt_history_ = nlohmann::json::array();
+  bool state_write_pending_ = false;
+  bool state_error_reported_ = false;
+
+  std::unique_ptr<NodeLink> link_;     // several nodes only
+  std::thread rendezvous_thread_;
+  std::thread watcher_thread_;
+  std::atomic<bool> cancel_rendezvous_{false};
+  bool round_met_ = false;             // this attempt's round succeeded: close_round() is due
+};
+
+}  // namespace xtrain::launcher

@@ -1,0 +1,213 @@
+// Times full training steps of GPT on the CUDA backend, exactly the per-step work of
+// xtrain-worker (zero grads, forward, backward with per-layer gradient buckets, all-reduce,
+// global norm, clipped AdamW) without data loading, and on several ranks (under xlaunch, with
+// worker.command set to this program) what the gradient all-reduce costs and how much of it
+// backward hides:
+//   step      the real step, buckets all-reduced on NCCL's stream while backward continues
+//   compute   the same step with no communication at all
+//   allreduce the same buckets all-reduced alone, nothing else running
+//   hidden    1 - (step - compute) / allreduce: the share of the all-reduce time that the
+//             overlap took off the step (1 = fully hidden, 0 = fully exposed)
+// Each is the median over --steps steps after --warmup. Rank 0 prints one JSON line (and writes
+// it to --out FILE when given); scripts/bench/gpu_bench.py and gpu_scaling.py read it.
+// Usage: xtrain-bench-gpu [--layers N] [--heads N] [--embd N] [--seq N] [--vocab N] [--batch N]
+//                         [--steps N] [--warmup N] [--fp32] [--out FILE]
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/worker_env.hpp"
+#include "cuda/cuda_api.hpp"
+#include "worker/adamw.hpp"
+#include "worker/backend.hpp"
+#include "worker/communicator.hpp"
+#include "worker/gpt.hpp"
+#include "worker/single_communicator.hpp"
+
+namespace {
+
+using namespace xtrain;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  int layers = 12, heads = 12, embd = 768, seq = 1024, vocab = 50257, batch = 8;
+  int steps = 10, warmup = 3;
+  bool tf32 = true;
+  std::string out;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  struct Flag {
+    const char* name;
+    int* value;
+  } flags[] = {{"--layers", &o.layers}, {"--heads", &o.heads}, {"--embd", &o.embd},   {"--seq", &o.seq},
+               {"--vocab", &o.vocab},   {"--batch", &o.batch}, {"--steps", &o.steps}, {"--warmup", &o.warmup}};
+  for (int i = 1; i < argc; ++i) {
+    bool known = false;
+    for (const Flag& f : flags) {
+      if (std::strcmp(argv[i], f.name) == 0 && i + 1 < argc) {
+        *f.value = std::atoi(argv[++i]);
+        known = true;
+      }
+    }
+    if (std::strcmp(argv[i], "--fp32") == 0) {
+      o.tf32 = false;
+      known = true;
+    } else if (std::strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
+      o.out = argv[++i];
+      known = true;
+    }
+    if (!known) {
+      std::fprintf(stderr, "xtrain-bench-gpu: unknown or incomplete argument '%s'\n", argv[i]);
+      std::exit(2);
+    }
+  }
+  if (o.steps < 1 || o.warmup < 0) {
+    std::fprintf(stderr, "xtrain-bench-gpu: --steps must be >= 1 and --warmup >= 0\n");
+    std::exit(2);
+  }
+  return o;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+size_t device_bytes_in_use() {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return 0;
+  return total_bytes - free_bytes;
+}
+
+// Milliseconds of each of `count` runs of `work` after `warmup` unmeasured ones; `work` ends
+// with a value handed to the host (or a synchronize), so host time covers the device work.
+std::vector<double> time_runs(int warmup, int count, const std::function<void()>& work) {
+  for (int i = 0; i < warmup; ++i) work();
+  std::vector<double> ms;
+  for (int i = 0; i < count; ++i) {
+    const auto t0 = Clock::now();
+    work();
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  return ms;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Options o = parse(argc, argv);
+    const WorkerEnv env = read_worker_env();
+    const int rank = env.where.rank, world = env.where.world_size;
+    const int gpus = cuda::visible_device_count();
+    if (gpus == 0) throw std::runtime_error("no GPU visible");
+    const int device = env.where.local_rank % gpus;
+    if (cudaSetDevice(device) != cudaSuccess) throw std::runtime_error("cannot select GPU " + std::to_string(device));
+    const size_t bytes_before = device_bytes_in_use();  // the context only
+    auto backend = cuda::make_backend(device, o.tf32);
+    std::unique_ptr<Communicator> comm;
+    if (world > 1) {
+      comm = cuda::make_nccl_communicator(env, *backend, 120.0);
+    } else {
+      comm = std::make_unique<SingleCommunicator>();
+    }
+
+    ModelSpec m;
+    m.n_layer = o.layers;
+    m.n_head = o.heads;
+    m.n_embd = o.embd;
+    m.seq_len = o.seq;
+    m.vocab_size = o.vocab;
+    GPT gpt(m, *backend, o.batch);
+    gpt.init_weights(1);
+    AdamW adamw(*backend, gpt.layout(), AdamWConfig{});
+    std::mt19937 rng(static_cast<unsigned>(1000 + rank));
+    const size_t bt = static_cast<size_t>(o.batch) * o.seq;
+    std::vector<int32_t> tokens(bt), targets(bt);
+    for (auto& t : tokens) t = static_cast<int32_t>(rng() % static_cast<unsigned>(o.vocab));
+    for (auto& t : targets) t = static_cast<int32_t>(rng() % static_cast<unsigned>(o.vocab));
+
+    float loss = 0.0f;
+    auto step = [&](bool communicate) {
+      gpt.zero_grads();
+      loss = gpt.forward(tokens.data(), targets.data(), o.batch);
+      if (communicate) {
+        gpt.backward(1.0f, [&](Span s) { comm->start_all_reduce_average({gpt.grads() + s.offset, s.count}); });
+        comm->finish_all_reduces();
+      } else {
+        gpt.backward(1.0f);
+      }
+      const double norm = grad_norm(*backend, gpt.grads(), gpt.layout().total());
+      adamw.step(gpt, 3e-4f, clip_scale(norm, 1.0));
+    };
+    auto allreduce_only = [&] {
+      for (int l = m.n_layer - 1; l >= 0; --l) {
+        const Span s = gpt.layout().layer_span(l);
+        comm->start_all_reduce_average({gpt.grads() + s.offset, s.count});
+      }
+      const Span e = gpt.layout().embedding_span();
+      comm->start_all_reduce_average({gpt.grads() + e.offset, e.count});
+      comm->finish_all_reduces();
+      backend->synchronize();
+    };
+
+    const double step_ms = median(time_runs(o.warmup, o.steps, [&] { step(true); }));
+    const size_t bytes_used = device_bytes_in_use() - bytes_before;
+    double compute_ms = step_ms, allreduce_ms = 0.0;
+    if (world > 1) {
+      compute_ms = median(time_runs(1, o.steps, [&] { step(false); }));
+      allreduce_ms = median(time_runs(1, o.steps, allreduce_only));
+      comm->barrier();
+    }
+    const double hidden =
+        world > 1 && allreduce_ms > 0 ? std::clamp(1.0 - (step_ms - compute_ms) / allreduce_ms, 0.0, 1.0) : -1.0;
+
+    const ModelDims& d = gpt.dims();
+    // Parameters without the padded vocabulary rows (what the model has, not what we allocate).
+    const double params = static_cast<double>(gpt.layout().total()) - static_cast<double>(d.Vp - d.V) * d.C;
+    const double tokens_per_step = static_cast<double>(bt) * world;
+    nlohmann::json r = {{"impl", "xtrain"},
+                        {"precision", o.tf32 ? "tf32" : "fp32"},
+                        {"gpu", cuda::describe_device(device)},
+                        {"world", world},
+                        {"layers", o.layers},
+                        {"heads", o.heads},
+                        {"embd", o.embd},
+                        {"seq", o.seq},
+                        {"vocab", o.vocab},
+                        {"batch_per_gpu", o.batch},
+                        {"params", params},
+                        {"steps", o.steps},
+                        {"ms_per_step", step_ms},
+                        {"tokens_per_s", tokens_per_step * 1000.0 / step_ms},
+                        {"memory_mib", static_cast<double>(bytes_used) / (1024.0 * 1024.0)},
+                        {"compute_ms", compute_ms},
+                        {"allreduce_ms", allreduce_ms},
+                        {"hidden_share", hidden},
+                        {"loss", loss}};
+    if (rank == 0) {
+      std::printf("%s\n", r.dump().c_str());
+      std::fflush(stdout);
+      if (!o.out.empty()) std::ofstream(o.out) << r.dump() << '\n';
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

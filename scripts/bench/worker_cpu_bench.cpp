@@ -1,0 +1,116 @@
+// Times full training steps of GPT on the CPU backend in one process: zero grads, forward,
+// backward, global gradient norm, clipped AdamW, exactly the per-step work of xtrain-worker at
+// world size 1 without data loading. Prints one JSON line with the median step time
+// (scripts/bench/worker_cpu.py reads it).
+// Usage: xtrain-bench-cpu [--layers N] [--heads N] [--embd N] [--seq N] [--vocab N] [--batch N]
+//                         [--steps N] [--warmup N] [--threads N]
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "worker/adamw.hpp"
+#include "worker/cpu_backend.hpp"
+#include "worker/gpt.hpp"
+#include "worker/lr_schedule.hpp"
+
+namespace {
+
+struct Options {
+  int layers = 4, heads = 4, embd = 128, seq = 64, vocab = 256, batch = 4;
+  int steps = 10, warmup = 2, threads = 2;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  struct Flag {
+    const char* name;
+    int* value;
+  } flags[] = {{"--layers", &o.layers}, {"--heads", &o.heads}, {"--embd", &o.embd},   {"--seq", &o.seq},
+               {"--vocab", &o.vocab},   {"--batch", &o.batch}, {"--steps", &o.steps}, {"--warmup", &o.warmup},
+               {"--threads", &o.threads}};
+  for (int i = 1; i < argc; ++i) {
+    bool known = false;
+    for (const Flag& f : flags) {
+      if (std::strcmp(argv[i], f.name) == 0 && i + 1 < argc) {
+        *f.value = std::atoi(argv[++i]);
+        known = true;
+      }
+    }
+    if (!known) {
+      std::fprintf(stderr, "xtrain-bench-cpu: unknown or incomplete argument '%s'\n", argv[i]);
+      std::exit(2);
+    }
+  }
+  if (o.steps < 1 || o.warmup < 0 || o.threads < 1 || o.batch < 1) {
+    std::fprintf(stderr, "xtrain-bench-cpu: --steps, --threads and --batch must be >= 1, --warmup >= 0\n");
+    std::exit(2);
+  }
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  using namespace xtrain;
+  const Options o = parse(argc, argv);
+  openblas_set_num_threads(o.threads);
+  ModelSpec m;
+  m.n_layer = o.layers;
+  m.n_head = o.heads;
+  m.n_embd = o.embd;
+  m.seq_len = o.seq;
+  m.vocab_size = o.vocab;
+  TrainSpec t;
+  t.steps = o.warmup + o.steps;
+
+  CpuBackend backend;
+  GPT gpt(m, backend, o.batch);
+  gpt.init_weights(0);
+  AdamW adamw(backend, gpt.layout(), AdamWConfig::from(t));
+  // One fixed random batch, as the PyTorch side uses.
+  std::mt19937 rng(1);
+  std::vector<int32_t> data(static_cast<size_t>(o.batch) * (o.seq + 1));
+  for (auto& x : data) x = static_cast<int32_t>(rng() % o.vocab);
+  std::vector<int32_t> tokens, targets;
+  for (int b = 0; b < o.batch; ++b) {
+    const auto row = data.begin() + static_cast<long>(b) * (o.seq + 1);
+    tokens.insert(tokens.end(), row, row + o.seq);
+    targets.insert(targets.end(), row + 1, row + o.seq + 1);
+  }
+
+  float loss = 0.0f;
+  auto step = [&](int s) {
+    gpt.zero_grads();
+    loss = gpt.forward(tokens.data(), targets.data(), o.batch);
+    gpt.backward(1.0f);
+    const double norm = grad_norm(backend, gpt.grads(), gpt.layout().total());
+    adamw.step(gpt, static_cast<float>(learning_rate(t, s)), clip_scale(norm, t.grad_clip));
+  };
+  for (int s = 0; s < o.warmup; ++s) step(s);
+  // The median step, robust to the odd step slowed by another process on a shared machine.
+  std::vector<double> ms;
+  for (int s = 0; s < o.steps; ++s) {
+    const auto start = std::chrono::steady_clock::now();
+    step(o.warmup + s);
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  const double median = ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
+  std::printf(
+      "{\"impl\": \"xtrain-cpu\", \"threads\": %d, \"steps\": %d, \"ms_per_step\": %.3f, \"tokens_per_s\": %.1f, "
+      "\"loss\": %.6f, \"params\": %zu}\n",
+      openblas_get_num_threads(), o.steps, median, static_cast<double>(o.batch) * o.seq * 1000.0 / median, loss,
+      gpt.layout().total());
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "xtrain-bench-cpu: %s\n", e.what());
+  return 1;
+}

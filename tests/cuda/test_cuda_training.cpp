@@ -1,0 +1,149 @@
+// Whole training steps of GPT on the CUDA backend against the CPU backend, and determinism
+// ([gpu]). The model is small but has every layer kind, a padded vocabulary (300 -> 384) and
+// several heads.
+//
+// Tolerances (relative, per quantity or per parameter tensor in the L2 norm):
+//   strict fp32: loss 1e-5; gradients 1e-4 (each op agrees to ~1e-6, backward chains about ten
+//                of them per layer); losses of the following AdamW steps 1e-4;
+//   tf32:        loss 2e-3, gradients 3e-2, later losses 5e-3 (each product rounds its operands
+//                to 10 mantissa bits, ~5e-4 relative per product).
+// Determinism: two runs from the same seed and batches give bitwise the same losses and
+// parameters, in both precisions.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "cuda/cuda_api.hpp"
+#include "tests/cuda/cuda_test_util.hpp"
+#include "worker/adamw.hpp"
+#include "worker/cpu_backend.hpp"
+#include "worker/gpt.hpp"
+
+using namespace xtrain;
+using namespace xtrain::test;
+
+namespace {
+
+ModelSpec small_model() {
+  ModelSpec m;
+  m.n_layer = 2;
+  m.n_head = 4;
+  m.n_embd = 128;
+  m.seq_len = 64;
+  m.vocab_size = 300;
+  return m;
+}
+
+constexpr int kBatch = 4;
+constexpr std::int64_t kInitSeed = 1234;
+
+struct Tolerances {
+  double loss, grads, later_losses;
+};
+Tolerances tolerances(const Precision& p) {
+  return p.tf32 ? Tolerances{2e-3, 3e-2, 5e-3} : Tolerances{1e-5, 1e-4, 1e-4};
+}
+
+// A model with its optimizer on one backend, stepping as the trainer does: forward, backward,
+// global norm, clip to 1.0, AdamW.
+struct Replica {
+  Replica(Backend& b, const ModelSpec& m) : gpt(m, b, kBatch), adamw(b, gpt.layout(), AdamWConfig{}) {
+    gpt.init_weights(kInitSeed);
+  }
+  float forward_backward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets) {
+    gpt.zero_grads();
+    const float loss = gpt.forward(tokens.data(), targets.data(), kBatch);
+    gpt.backward(1.0f);
+    return loss;
+  }
+  void update(float lr) {
+    const double norm = grad_norm(gpt.backend(), gpt.grads(), gpt.layout().total());
+    adamw.step(gpt, lr, clip_scale(norm, 1.0));
+  }
+  std::vector<float> download(const float* p) {
+    std::vector<float> v(gpt.layout().total());
+    gpt.backend().download(v.data(), p, v.size());
+    return v;
+  }
+  GPT gpt;
+  AdamW adamw;
+};
+
+struct Batch {
+  std::vector<int32_t> tokens, targets;
+};
+
+std::vector<Batch> random_batches(Random& rnd, int count, const ModelSpec& m) {
+  std::vector<Batch> out;
+  for (int i = 0; i < count; ++i) {
+    const size_t n = static_cast<size_t>(kBatch) * m.seq_len;
+    out.push_back({rnd.ints(n, m.vocab_size), rnd.ints(n, m.vocab_size)});
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE_METHOD(Seeded, "a cuda training step matches the CPU's: loss, every gradient, and the next steps",
+                 "[gpu][train]") {
+  INFO("seed " << seed);
+  const ModelSpec m = small_model();
+  const auto batches = random_batches(rnd, 4, m);
+  for (const Precision& p : {kStrictFp32, kTf32}) {
+    INFO(p.name);
+    const Tolerances tol = tolerances(p);
+    CpuBackend cpu;
+    auto gpu = cuda::make_backend(0, p.tf32);
+    Replica ref(cpu, m), dut(*gpu, m);
+    REQUIRE(dut.download(dut.gpt.params()) == ref.download(ref.gpt.params()));  // same init, host-generated
+
+    const float ref_loss = ref.forward_backward(batches[0].tokens, batches[0].targets);
+    const float dut_loss = dut.forward_backward(batches[0].tokens, batches[0].targets);
+    CHECK(std::abs(dut_loss - ref_loss) <= tol.loss * std::abs(ref_loss));
+    const auto ref_grads = ref.download(ref.gpt.grads()), dut_grads = dut.download(dut.gpt.grads());
+    for (const ParamTensor& t : ref.gpt.layout().tensors()) {
+      INFO(t.name);
+      const auto begin = static_cast<std::ptrdiff_t>(t.offset), end = static_cast<std::ptrdiff_t>(t.offset + t.count);
+      const std::vector<float> want(ref_grads.begin() + begin, ref_grads.begin() + end);
+      const std::vector<float> got(dut_grads.begin() + begin, dut_grads.begin() + end);
+      CHECK(rel_err(got, want) < tol.grads);
+    }
+
+    ref.update(1e-3f);
+    dut.update(1e-3f);
+    for (size_t i = 1; i < batches.size(); ++i) {
+      INFO("step " << i + 1);
+      const float r = ref.forward_backward(batches[i].tokens, batches[i].targets);
+      const float d = dut.forward_backward(batches[i].tokens, batches[i].targets);
+      CHECK(std::abs(d - r) <= tol.later_losses * std::abs(r));
+      ref.update(1e-3f);
+      dut.update(1e-3f);
+    }
+  }
+}
+
+TEST_CASE_METHOD(Seeded, "cuda training is deterministic: two runs give the same bits",
+                 "[gpu][train][determinism]") {
+  INFO("seed " << seed);
+  const ModelSpec m = small_model();
+  const auto batches = random_batches(rnd, 3, m);
+  for (const Precision& p : {kStrictFp32, kTf32}) {
+    INFO(p.name);
+    auto run = [&](std::vector<float>& losses) {
+      auto gpu = cuda::make_backend(0, p.tf32);
+      Replica r(*gpu, m);
+      for (const Batch& b : batches) {
+        losses.push_back(r.forward_backward(b.tokens, b.targets));
+        r.update(1e-3f);
+      }
+      return r.download(r.gpt.params());
+    };
+    std::vector<float> losses_a, losses_b;
+    const auto params_a = run(losses_a);
+    const auto params_b = run(losses_b);
+    CHECK(losses_a == losses_b);
+    CHECK(params_a == params_b);
+  }
+}

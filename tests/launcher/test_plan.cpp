@@ -1,0 +1,269 @@
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/exit_codes.hpp"
+#include "common/job_spec.hpp"
+#include "common/slurm.hpp"
+#include "launcher/attempt.hpp"
+#include "launcher/host.hpp"
+#include "launcher/launch_error.hpp"
+#include "launcher/plan.hpp"
+
+using namespace xtrain;
+using namespace xtrain::launcher;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A job spec file and a fake host, both in a fresh directory.
+struct Fixture {
+  fs::path dir;
+  HostInfo host;
+
+  Fixture() {
+    std::string pattern = (fs::temp_directory_path() / "xlaunch-plan-XXXXXX").string();
+    dir = ::mkdtemp(pattern.data());
+    host.cores = 8;
+    host.exe_dir = dir.string();
+    host.environment = {{"PATH", "/usr/bin:/bin"}, {"HOME", "/home/u"}};
+  }
+  ~Fixture() { fs::remove_all(dir); }
+
+  Plan plan(const std::string& spec_json, const std::vector<std::string>& overrides = {}) {
+    const std::string path = (dir / "job.json").string();
+    std::ofstream(path) << spec_json;
+    CliOptions options;
+    options.job_path = path;
+    options.overrides = overrides;
+    return make_plan(options, host);
+  }
+};
+
+const std::string kTrue = R"({"worker": {"command": ["true"]}})";
+
+}  // namespace
+
+TEST_CASE("launcher/plan: CUDA_VISIBLE_DEVICES follows CUDA's rules", "[plan]") {
+  CHECK(visible_gpus(4, std::nullopt) == 4);
+  CHECK(visible_gpus(4, "") == 0);
+  CHECK(visible_gpus(4, "-1") == 0);
+  CHECK(visible_gpus(4, "0,2") == 2);
+  CHECK(visible_gpus(4, " 3 , 1 ") == 2);
+  CHECK(visible_gpus(4, "0,7,1") == 1);     // stops at the first invalid index
+  CHECK(visible_gpus(4, "1,1,2") == 1);     // a repeated index is invalid
+  CHECK(visible_gpus(4, "0,-1,1") == 1);
+  CHECK(visible_gpus(4, "0,x") == 1);
+  CHECK(visible_gpus(0, "0") == 0);
+  CHECK(visible_gpus(2, "GPU-8a3f,MIG-1234") == 2);
+}
+
+TEST_CASE("launcher/plan: no GPU means cpu_ranks CPU ranks with gloo", "[plan]") {
+  Fixture f;
+  const Plan plan = f.plan(R"({"worker": {"command": ["true"]}, "cpu_ranks": 3})");
+  CHECK(plan.device == "cpu");
+  CHECK(plan.backend == "gloo");
+  REQUIRE(plan.ranks.size() == 3);
+  CHECK(plan.ranks[2].rank == 2);
+  CHECK(plan.ranks[2].local_rank == 2);
+  CHECK(plan.ranks[2].world_size == 3);
+  CHECK(plan.ranks[2].local_world_size == 3);
+  CHECK(plan.worker_argv == std::vector<std::string>{"/usr/bin/true"});
+  CHECK_FALSE(plan.own_worker);
+  CHECK(plan.run_dir == (fs::current_path() / "runs/job").string());
+  CHECK(plan.spec.name == "job");
+}
+
+TEST_CASE("launcher/plan: auto means one rank per visible GPU with NCCL", "[plan]") {
+  Fixture f;
+  f.host.physical_gpus = 4;
+  f.host.cuda_visible_devices = "1,3";
+#ifdef XTRAIN_HAVE_NCCL
+  const Plan plan = f.plan(kTrue);
+  CHECK(plan.visible_gpus == 2);
+  CHECK(plan.device == "cuda");
+  CHECK(plan.backend == "nccl");
+  CHECK(plan.ranks.size() == 2);
+#else
+  CHECK_THROWS_AS(f.plan(kTrue), LaunchError);
+#endif
+  const Plan gloo = f.plan(kTrue, {"backend=gloo", "nproc_per_node=3"});
+  CHECK(gloo.device == "cuda");
+  CHECK(gloo.backend == "gloo");
+  CHECK(gloo.ranks.size() == 3);
+  const Plan cpu = f.plan(kTrue, {"device=cpu"});
+  CHECK(cpu.device == "cpu");
+  CHECK(cpu.ranks.size() == 1);
+}
+
+TEST_CASE("launcher/plan: world errors name the field", "[plan]") {
+  Fixture f;
+  CHECK_THROWS_WITH(f.plan(kTrue, {"device=cuda"}), Contains("device: \"cuda\" needs a visible GPU, found none"));
+  f.host.cuda_visible_devices = "";
+  CHECK_THROWS_WITH(f.plan(kTrue, {"device=cuda"}), Contains("(CUDA_VISIBLE_DEVICES=\"\")"));
+  CHECK_THROWS_WITH(f.plan(kTrue, {"backend=nccl"}), Contains("backend: \"nccl\" needs GPUs"));
+  CHECK_THROWS_AS(f.plan(kTrue, {"nproc_per_node=0"}), SpecError);
+}
+
+TEST_CASE("launcher/plan: several nodes need an endpoint and a token, and place the ranks", "[plan]") {
+  Fixture f;
+  CHECK_THROWS_WITH(f.plan(kTrue, {"nodes.nnodes=2"}), Contains("nodes.rdzv_endpoint: a job on 2 nodes needs"));
+  CHECK_THROWS_WITH(f.plan(kTrue, {"nodes.nnodes=2", "nodes.rdzv_endpoint=10.0.0.1:0"}),
+                    Contains("nodes.rdzv_endpoint: expected a port other than 0"));
+  CHECK_THROWS_WITH(f.plan(kTrue, {"nodes.nnodes=2", "nodes.rdzv_endpoint=10.0.0.1:29400"}),
+                    Contains("nodes.nnodes: a job on 2 nodes needs a job token") && Contains("XTRAIN_JOB_TOKEN"));
+  f.host.environment["XTRAIN_JOB_TOKEN"] = "secret";
+  const Plan plan = f.plan(kTrue, {"nodes.nnodes=3", "nodes.node_rank=1", "nodes.rdzv_endpoint=10.0.0.1:29400",
+                                   "nproc_per_node=2"});
+  CHECK(plan.job_token == "secret");
+  REQUIRE(plan.ranks.size() == 2);
+  CHECK(plan.ranks[0].rank == 2);
+  CHECK(plan.ranks[1].rank == 3);
+  CHECK(plan.ranks[1].world_size == 6);
+  CHECK(plan.ranks[1].node_rank == 1);
+}
+
+TEST_CASE("launcher/plan: inside a SLURM step a spec without nodes takes them from SLURM", "[plan]") {
+  Fixture f;
+  f.host.environment.insert({{"SLURM_JOB_ID", "4242"}, {"SLURM_STEP_ID", "0"}, {"SLURM_STEP_NODELIST", "gpu[07-08]"},
+                             {"SLURM_STEP_NUM_NODES", "2"}, {"SLURM_NODEID", "1"}, {"SLURM_STEP_NUM_TASKS", "2"},
+                             {"SLURM_JOB_UID", "1000"}});
+  const Plan plan = f.plan(kTrue, {"nproc_per_node=2"});
+  CHECK(plan.nodes_from_slurm);
+  CHECK(plan.spec.nodes.nnodes == 2);
+  CHECK(plan.spec.nodes.node_rank == 1);
+  CHECK(plan.spec.nodes.rdzv_endpoint == "gpu07:24242");
+  CHECK(plan.job_token == slurm_job_token(4242, 1000));
+  CHECK(plan.ranks[0].rank == 2);
+  // An explicit nodes section wins over SLURM's variables.
+  const Plan own = f.plan(kTrue, {"nproc_per_node=2", "nodes.nnodes=1"});
+  CHECK_FALSE(own.nodes_from_slurm);
+  CHECK(own.spec.nodes.nnodes == 1);
+}
+
+TEST_CASE("launcher/plan: our own worker is checked against the world", "[plan]") {
+  Fixture f;
+  std::ofstream(f.dir / "xtrain-worker") << "#!/bin/sh\n";
+  fs::permissions(f.dir / "xtrain-worker", fs::perms::owner_all);
+  const std::string spec = R"({"nproc_per_node": 3, "data": {"train": "x.txt"}})";
+  CHECK_THROWS_WITH(f.plan(spec), Contains("train.batch_size: expected a multiple of world size"));
+  const Plan plan = f.plan(spec, {"train.batch_size=12"});
+  CHECK(plan.own_worker);
+  CHECK(plan.worker_argv == std::vector<std::string>{(f.dir / "xtrain-worker").string()});
+  CHECK_THROWS_WITH(f.plan(R"({"nproc_per_node": 1})"), Contains("data.train"));
+}
+
+TEST_CASE("launcher/plan: the worker command must exist (127) and be executable (126)", "[plan]") {
+  Fixture f;
+  auto code_of = [&](const std::string& spec) {
+    try {
+      f.plan(spec);
+    } catch (const LaunchError& e) {
+      return e.exit_code();
+    }
+    return 0;
+  };
+  std::ofstream(f.dir / "script.sh") << "#!/bin/sh\n";
+  fs::create_directory(f.dir / "adir");
+  const std::string script = (f.dir / "script.sh").string();
+  CHECK(code_of(R"({"worker": {"command": ["no-such-program-xyz"]}})") == exit_code::kNotFound);
+  CHECK(code_of(R"({"worker": {"command": ["/no/such/file"]}})") == exit_code::kNotFound);
+  CHECK(code_of(R"({"worker": {"command": [")" + script + R"("]}})") == exit_code::kNotExecutable);
+  CHECK(code_of(R"({"worker": {"command": [")" + (f.dir / "adir").string() + R"("]}})") == exit_code::kNotExecutable);
+  // the default worker, xtrain-worker beside xlaunch, is missing
+  CHECK(code_of(R"({"data": {"train": "x.txt"}})") == exit_code::kNotFound);
+  CHECK_THROWS_WITH(f.plan(R"({"worker": {"command": ["no-such-program-xyz"]}})"),
+                    Contains("worker.command[0]: \"no-such-program-xyz\" not found in PATH"));
+  CHECK_THROWS_WITH(f.plan(R"({"worker": {"command": [")" + script + R"("]}})"), Contains("is not executable"));
+  fs::permissions(script, fs::perms::owner_all);
+  CHECK(code_of(R"({"worker": {"command": [")" + script + R"("]}})") == 0);
+}
+
+TEST_CASE("launcher/plan: an unwritable run dir is a spec error and nothing is created", "[plan]") {
+  Fixture f;
+  std::ofstream(f.dir / "file") << "x";
+  CHECK_THROWS_WITH(f.plan(kTrue, {"run_dir=\"" + (f.dir / "file/run").string() + "\""}),
+                    Contains("run_dir: cannot create") && Contains("is not a directory"));
+  CHECK_THROWS_WITH(f.plan(kTrue, {"run_dir=\"" + (f.dir / "file").string() + "\""}),
+                    Contains("is not a directory"));
+  if (::geteuid() != 0) {  // root may write anywhere
+    fs::create_directory(f.dir / "locked");
+    fs::permissions(f.dir / "locked", fs::perms::owner_read | fs::perms::owner_exec);
+    CHECK_THROWS_WITH(f.plan(kTrue, {"run_dir=\"" + (f.dir / "locked/run").string() + "\""}),
+                      Contains("is not writable"));
+  }
+  const Plan ok = f.plan(kTrue, {"run_dir=\"" + (f.dir / "a/b/c").string() + "\""});
+  CHECK_FALSE(fs::exists(f.dir / "a"));
+}
+
+TEST_CASE("launcher/plan: each rank's environment is the contract's", "[plan][env]") {
+  Fixture f;
+  f.host.environment["CUDA_VISIBLE_DEVICES"] = "";
+  f.host.environment["RANK"] = "99";  // from an enclosing launcher: must not leak
+  const Plan plan = f.plan(R"({"worker": {"command": ["true"], "env": {"FOO": "bar"}},
+                               "nproc_per_node": 4, "launcher": {"heartbeat_timeout_s": 5, "max_restarts": 2}})");
+  AttemptEnv attempt = make_attempt_env(plan, "job-x", 1);
+  CHECK(attempt.master_port > 0);
+  CHECK(attempt.nccl_id_hex.empty());
+  CHECK(attempt.run_id == "job-x-a2");
+  const auto env = rank_environment(plan, plan.ranks[2], attempt);
+  const std::map<std::string, std::string> expected = {
+      {"PATH", "/usr/bin:/bin"},
+      {"HOME", "/home/u"},
+      {"CUDA_VISIBLE_DEVICES", ""},
+      {"FOO", "bar"},
+      {"RANK", "2"},
+      {"WORLD_SIZE", "4"},
+      {"LOCAL_RANK", "2"},
+      {"LOCAL_WORLD_SIZE", "4"},
+      {"GROUP_RANK", "0"},
+      {"MASTER_ADDR", "127.0.0.1"},
+      {"MASTER_PORT", std::to_string(attempt.master_port)},
+      {"XTRAIN_RUN_ID", "job-x-a2"},
+      {"XTRAIN_RUN_DIR", plan.run_dir},
+      {"XTRAIN_JOB", plan.run_dir + "/job.json"},
+      {"XTRAIN_RESTART_COUNT", "1"},
+      {"XTRAIN_MAX_RESTARTS", "2"},
+      {"XTRAIN_RESULT_FILE", plan.run_dir + "/ranks/rank-2.json"},
+      {"XTRAIN_HEARTBEAT_FILE", plan.run_dir + "/ranks/rank-2.heartbeat"},
+      {"OMP_NUM_THREADS", "2"},  // 8 cores / 4 local ranks
+  };
+  CHECK(env == expected);
+  const Plan fixed = f.plan(kTrue, {"launcher.master_port=29500"});
+  CHECK(make_attempt_env(fixed, "r", 0).master_port == 29500);
+}
+
+TEST_CASE("launcher/plan: --dry-run shows the spec and the world and what each rank gets", "[plan]") {
+  Fixture f;
+  f.host.environment["OMP_NUM_THREADS"] = "3";
+  const Plan plan = f.plan(kTrue, {"nproc_per_node=2", "worker.env.A=1"});
+  const nlohmann::json dry = plan_to_json(plan);
+  CHECK(dry["spec"]["nproc_per_node"] == 2);
+  CHECK(dry["spec"]["launcher"]["term_timeout_s"] == 10.0);
+  CHECK(dry["world"]["world_size"] == 2);
+  CHECK(dry["world"]["backend"] == "gloo");
+  REQUIRE(dry["ranks"].size() == 2);
+  const auto& env = dry["ranks"][1]["env"];
+  CHECK(dry["ranks"][1]["argv"] == nlohmann::json::array({"/usr/bin/true"}));
+  CHECK(env["RANK"] == "1");
+  CHECK(env["A"] == "1");
+  CHECK(env["MASTER_PORT"] == "<a free port, picked per attempt>");
+  CHECK_FALSE(env.contains("PATH"));             // passed through unchanged: not shown
+  CHECK_FALSE(env.contains("OMP_NUM_THREADS"));  // already set: kept
+  CHECK_FALSE(env.contains("XTRAIN_HEARTBEAT_FILE"));
+}
+
+#ifdef XTRAIN_HAVE_NCCL
+TEST_CASE("launcher/plan: ncclGetUniqueId works without a GPU and is fresh every time", "[plan][nccl]") {
+  const std::string a = nccl_unique_id_hex();
+  const std::string b = nccl_unique_id_hex();
+  CHECK(a.size() == 256);
+  CHECK(a.find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(a != b);
+}
+#endif

@@ -1,0 +1,116 @@
+// Integration: --dry-run, --check, --detach, status, logs, stop.
+#include <catch2/catch.hpp>
+
+#include <csignal>
+
+#include "harness.hpp"
+
+using namespace xtrain::test;
+using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
+
+TEST_CASE("launcher/dry-run: prints the resolved plan and starts nothing", "[integration][subcommands]") {
+  TempDir dir;
+  const auto r = run_job(dir, test_spec(dir, 2, {"--pid-dir", dir.path()}), {"--dry-run", "--set", "launcher.max_restarts=4"});
+  CHECK(r.run.exit_code == 0);
+  const auto plan = nlohmann::json::parse(r.run.out);
+  CHECK(plan["spec"]["launcher"]["max_restarts"] == 4);
+  CHECK(plan["world"]["world_size"] == 2);
+  REQUIRE(plan["ranks"].size() == 2);
+  CHECK(plan["ranks"][1]["argv"][0] == bin_path("xtrain-test-worker"));
+  CHECK(plan["ranks"][1]["env"]["RANK"] == "1");
+  CHECK(plan["ranks"][1]["env"]["XTRAIN_MAX_RESTARTS"] == "4");
+  CHECK_FALSE(exists(dir / "run"));
+  CHECK_FALSE(exists(dir / "rank-0.pid"));
+}
+
+TEST_CASE("launcher/check: 0 for a valid spec and 2 for an invalid one creating nothing", "[integration][subcommands]") {
+  TempDir dir;
+  const std::string spec = write_spec(dir, test_spec(dir, 2, {}));
+  auto r = run_xlaunch({"--check", spec});
+  REQUIRE(r);
+  CHECK(r->exit_code == 0);
+  CHECK_THAT(r->out, Contains("is valid: 2 rank(s) on cpu with gloo"));
+  r = run_xlaunch({"--check", spec, "--set", "launcher.tee=some"});
+  REQUIRE(r);
+  CHECK(r->exit_code == 2);
+  CHECK_THAT(r->err, Contains("launcher.tee: expected one of"));
+  CHECK_FALSE(exists(dir / "run"));
+}
+
+TEST_CASE("launcher/detach: status and logs and stop work on a detached supervisor", "[integration][subcommands]") {
+  TempDir dir;
+  const auto r = run_xlaunch({"--detach", write_spec(dir, test_spec(dir, 2, {"--print", "started", "--hang"}))}, 10);
+  REQUIRE(r);
+  REQUIRE(r->exit_code == 0);
+  const std::string run = dir / "run";
+  CHECK_THAT(r->out, StartsWith("run_dir: " + run + "\npid: "));
+  const pid_t pid = std::stoi(r->out.substr(r->out.find("pid: ") + 5));
+  CHECK_FALSE(process_gone(pid));
+
+  CHECK(wait_until([&] {
+    const auto status = run_xlaunch({"status", run, "--json"});
+    return status && nlohmann::json::parse(status->out)["status"] == "running";
+  }, 10));
+  const auto status = run_xlaunch({"status", run});
+  REQUIRE(status);
+  CHECK_THAT(status->out, Contains("status:   running (supervisor pid " + std::to_string(pid)));
+  CHECK(wait_until([&] { return read_file(run + "/logs/rank-1.log").find("started") != std::string::npos; }, 10));
+
+  const auto stop = run_xlaunch({"stop", run}, 20);
+  REQUIRE(stop);
+  CHECK(stop->exit_code == 0);
+  CHECK_THAT(stop->out, Contains("the run ended: stopped, exit code 143: xlaunch received SIGTERM"));
+  CHECK(wait_until([&] { return process_gone(pid); }, 2));
+  const auto after = run_xlaunch({"status", run, "--json"});
+  REQUIRE(after);
+  const auto final_status = nlohmann::json::parse(after->out);
+  CHECK(final_status["status"] == "stopped");
+  CHECK(final_status["supervisor_running"] == false);
+  CHECK_THAT(read_file(run + "/logs/xlaunch.log"), Contains("received SIGTERM"));
+}
+
+TEST_CASE("launcher/logs: a finished run's logs raw for one rank or prefixed for all", "[integration][subcommands]") {
+  TempDir dir;
+  run_job(dir, test_spec(dir, 2, {"--print", "alpha", "--print-partial", "omega"}));
+  const std::string run = dir / "run";
+  const auto one = run_xlaunch({"logs", run, "--rank", "1"});
+  REQUIRE(one);
+  CHECK(one->exit_code == 0);
+  CHECK(one->out == read_file(run + "/logs/rank-1.log"));
+  const auto all = run_xlaunch({"logs", run});
+  REQUIRE(all);
+  CHECK_THAT(all->out, Contains("[rank 0] alpha\n[rank 0] omega\n"));
+  CHECK_THAT(all->out, Contains("[rank 1] alpha\n[rank 1] omega\n"));
+  const auto missing = run_xlaunch({"logs", run, "--rank", "5"});
+  REQUIRE(missing);
+  CHECK(missing->exit_code == 2);
+}
+
+TEST_CASE("launcher/logs: --follow streams a live run and ends with it", "[integration][subcommands]") {
+  TempDir dir;
+  const std::string run = dir / "run";
+  Process xlaunch({bin_path("xlaunch"),
+                   write_spec(dir, test_spec(dir, 2, {"--print", "first", "--sleep", "0.8", "--print", "second"}))});
+  REQUIRE(wait_until([&] { return read_file(run + "/logs/rank-0.log").find("first") != std::string::npos; }, 10));
+  Process follow({bin_path("xlaunch"), "logs", run, "--follow"});
+  const auto done = xlaunch.wait(10);
+  const auto followed = follow.wait(10);
+  REQUIRE(done);
+  REQUIRE(followed);
+  CHECK(followed->exit_code == 0);
+  CHECK(followed->exit_time >= done->exit_time - 0.05);
+  CHECK_THAT(followed->out, Contains("[rank 0] first\n"));
+  CHECK_THAT(followed->out, Contains("[rank 0] second\n"));
+  CHECK_THAT(followed->out, Contains("[rank 1] second\n"));
+}
+
+TEST_CASE("launcher/status: a directory that is not a run is an error", "[integration][subcommands]") {
+  TempDir dir;
+  for (const char* command : {"status", "logs", "stop"}) {
+    const auto r = run_xlaunch({command, dir.path()});
+    REQUIRE(r);
+    CHECK(r->exit_code == 2);
+    CHECK_THAT(r->err, Contains("is not a run directory"));
+  }
+}

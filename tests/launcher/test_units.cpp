@@ -1,0 +1,89 @@
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <string>
+#include <vector>
+
+#include <sys/wait.h>
+
+#include "common/exit_codes.hpp"
+#include "launcher/heartbeat.hpp"
+#include "launcher/log_stream.hpp"
+#include "launcher/rank_process.hpp"
+#include "launcher/report.hpp"
+
+using namespace xtrain;
+using namespace xtrain::launcher;
+
+namespace {
+
+std::vector<std::string> split_all(const std::vector<std::string>& chunks) {
+  LineSplitter splitter;
+  std::vector<std::string> lines;
+  auto keep = [&](std::string_view line) { lines.emplace_back(line); };
+  for (const auto& chunk : chunks) splitter.feed(chunk, keep);
+  splitter.finish(keep);
+  return lines;
+}
+
+}  // namespace
+
+TEST_CASE("launcher/exit codes: a wait status becomes the shell's code", "[exit_codes]") {
+  const ExitStatus exited = exit_status_from_wait(W_EXITCODE(3, 0));
+  CHECK(exited.exit_code == 3);
+  CHECK(exited.signal == 0);
+  CHECK_FALSE(exited.ok());
+  const ExitStatus killed = exit_status_from_wait(W_EXITCODE(0, SIGSEGV));
+  CHECK(killed.signal == SIGSEGV);
+  CHECK(exit_code::from_outcome(killed.exit_code, killed.signal) == 139);
+  CHECK(exit_code::from_outcome(exited.exit_code, exited.signal) == 3);
+  CHECK(exit_status_from_wait(W_EXITCODE(0, 0)).ok());
+  CHECK(describe(killed) == "killed by signal 11 (SIGSEGV)");
+  CHECK(describe(exited) == "exit code 3");
+}
+
+TEST_CASE("launcher/log stream: lines are whole whatever the chunks", "[log_stream]") {
+  CHECK(split_all({"a\nb", "c\n", "\nd"}) == std::vector<std::string>{"a", "bc", "", "d"});
+  CHECK(split_all({"x\n"}) == std::vector<std::string>{"x"});
+  CHECK(split_all({"", "\n\n"}) == std::vector<std::string>{"", ""});
+  CHECK(split_all({"no newline at all"}) == std::vector<std::string>{"no newline at all"});
+  CHECK(split_all({"tab\there\r\n"}) == std::vector<std::string>{"tab\there\r"});
+}
+
+TEST_CASE("launcher/log stream: an endless line is cut at kMaxLineBytes", "[log_stream]") {
+  const size_t max = LineSplitter::kMaxLineBytes;
+  const std::string big(max + 10, 'x');
+  const auto lines = split_all({big.substr(0, 100), big.substr(100), "\nz\n"});
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0].size() == max);
+  CHECK(lines[1].size() == 10);
+  CHECK(lines[2] == "z");
+}
+
+TEST_CASE("launcher/heartbeat: file names map to ranks", "[heartbeat]") {
+  CHECK(heartbeat_rank_from_name("rank-0.heartbeat") == 0);
+  CHECK(heartbeat_rank_from_name("rank-17.heartbeat") == 17);
+  CHECK(heartbeat_rank_from_name("rank-1.json") == -1);
+  CHECK(heartbeat_rank_from_name("rank-.heartbeat") == -1);
+  CHECK(heartbeat_rank_from_name("rank-x.heartbeat") == -1);
+  CHECK(heartbeat_rank_from_name("rank-1.heartbeat.tmp") == -1);
+}
+
+TEST_CASE("launcher/report: the root cause reads as one actionable paragraph", "[report]") {
+  RankFailure failure;
+  failure.rank = 1;
+  failure.pid = 1234;
+  failure.exit = ExitStatus{3, 0};
+  failure.message = "CUDA out of memory";
+  failure.log_tail = {"step 10", "boom"};
+  const auto lines = report_lines(failure);
+  REQUIRE(lines.size() == 3);
+  CHECK_THAT(lines[0], Catch::Matchers::StartsWith("rank 1 (pid 1234) failed: exit code 3 at "));
+  CHECK_THAT(lines[0], Catch::Matchers::EndsWith("; message: CUDA out of memory; last lines:"));
+  CHECK(lines[2] == "  | boom");
+  const auto json = to_json(failure);
+  CHECK(json["exit_code"] == 3);
+  CHECK(json["signal"].is_null());
+  CHECK(json["message"] == "CUDA out of memory");
+  CHECK(json["log_tail"].size() == 2);
+}

@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# xlaunch on two "nodes" (network namespaces joined by a veth pair, scripts/netns/two_nodes.sh),
+# each node running 2 ranks, node 0's rendezvous store on 10.77.0.1:
+#   token      a client without the job token (or with a wrong one) is refused by node 0's store
+#   gang       rank 3 (node 1) is killed by SIGKILL: both xlaunch exit 137, both summaries name
+#              node 1 rank 3, and every rank on node 0 is stopped within the grace period
+#   absent     node 1 never starts: node 0 exits 125 after nodes.rdzv_timeout_s, naming node 1
+#   hang       rank 2 (node 1) stops its heartbeats: both xlaunch exit 124 naming node 1 rank 2
+#   lost       node 0's xlaunch is SIGKILLed: node 1 stops its ranks and exits 125 (node_lost)
+#   training   (when XTRAIN_WORKER is given) a 2x2 job of the real xtrain-worker over Gloo: its
+#              losses match a single-process run of the same global batch (1e-5 relative)
+#   two_node_launch.sh XLAUNCH TEST_WORKER KV_TOOL [XTRAIN_WORKER] [CASES...]
+# Needs root; exits 77 (skipped) where network namespaces are unavailable, and says why.
+set -euo pipefail
+xlaunch=$(realpath "$1")
+test_worker=$(realpath "$2")
+kv_tool=$(realpath "$3")
+xtrain_worker=${4:+$(realpath "$4")}
+shift $(($# < 4 ? $# : 4))
+cases=("$@")
+((${#cases[@]})) || cases=(token gang absent hang lost training)
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/../../scripts/netns/two_nodes.sh"
+two_nodes_up
+tmp=$(mktemp -d)
+trap 'two_nodes_down; rm -rf "$tmp"' EXIT
+
+fail() { echo "two_node_launch: FAILED: $*" >&2; exit 1; }
+expect_eq() { [[ "$1" == "$2" ]] || fail "$3: expected '$2', got '$1'"; }
+json_get() { /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, {"d": d}))' "$@"; }
+port=29500
+export XTRAIN_JOB_TOKEN="two-node-$$-$RANDOM$RANDOM"
+
+# spec NAME NNODES WORKER_JSON_ARGV: a test-worker job on 2 CPU ranks per node.
+spec() {
+  local name=$1 argv=$2
+  ((++port))
+  cat >"$tmp/$name.json" <<EOF
+{"name": "$name", "device": "cpu", "nproc_per_node": 2,
+ "worker": {"command": $argv},
+ "launcher": {"term_timeout_s": 3},
+ "nodes": {"nnodes": 2, "rdzv_endpoint": "$XT_ADDR1:$port", "rdzv_timeout_s": 5}}
+EOF
+}
+
+# launch NODE NAME [ARGS...]: xlaunch for node NODE in its namespace, in the background; sets $pid.
+launch() {
+  local node=$1 name=$2 ns
+  shift 2
+  ns=$([[ $node == 0 ]] && echo "$XT_NS1" || echo "$XT_NS2")
+  ip netns exec "$ns" "$xlaunch" "$tmp/$name.json" --set nodes.node_rank="$node" \
+    --run-dir "$tmp/$name-node$node" "$@" >"$tmp/$name-node$node.out" 2>"$tmp/$name-node$node.err" &
+  pid=$!
+  two_nodes_track "$pid"
+}
+
+launch_both() {  # launch_both NAME: node 0, then node 1; sets $node0 and $node1
+  launch 0 "$1"
+  node0=$pid
+  launch 1 "$1"
+  node1=$pid
+}
+
+finish() {  # finish PID: sets $rc to its exit code (not in a subshell: only the parent can wait)
+  rc=0
+  wait "$1" || rc=$?
+}
+
+case_token() {
+  spec token "[\"$test_worker\", \"--sleep\", \"30\"]"
+  launch 0 token
+  local node0=$pid status=0
+  sleep 1
+  XTRAIN_JOB_TOKEN=wrong XTRAIN_KV_CONNECT_TIMEOUT_MS=3000 ip netns exec "$XT_NS2" "$kv_tool" get \
+    "$XT_ADDR1:$port" xlaunch/a1/node/0 1000 2>"$tmp/token.err" || status=$?
+  expect_eq "$status" 1 "kv-tool exit code with a wrong token"
+  grep -q "refused this client: wrong job token" "$tmp/token.err" || fail "wrong token: $(cat "$tmp/token.err")"
+  # The same request with the token gets node 0's registration.
+  ip netns exec "$XT_NS2" "$kv_tool" get "$XT_ADDR1:$port" xlaunch/a1/node/0 3000 >"$tmp/token.out" ||
+    fail "with the token: $(cat "$tmp/token.out")"
+  grep -q '"local_world_size":2' "$tmp/token.out" || fail "node 0's registration: $(cat "$tmp/token.out")"
+  grep -q "refused the connection from $XT_ADDR2:[0-9]*: wrong job token" "$tmp/token-node0.err" ||
+    fail "node 0 did not log the refusal: $(cat "$tmp/token-node0.err")"
+  kill -TERM "$node0"
+  finish "$node0"; expect_eq "$rc" 143 "node 0 stopped by SIGTERM during the rendezvous"
+  echo "two_node_launch: token: passed (refused without the token; node 0 then stopped with 143)"
+}
+
+case_gang() {
+  spec gang "[\"$test_worker\", \"--pid-dir\", \"$tmp/gang-pids\", \"--sleep\", \"60\", \"--rank\", \"3\", \"--sleep\", \"1\", \"--signal\", \"9\"]"
+  mkdir -p "$tmp/gang-pids"
+  local started=$SECONDS
+  launch_both gang
+  finish "$node1"; expect_eq "$rc" 137 "node 1's exit code"
+  finish "$node0"; expect_eq "$rc" 137 "node 0's exit code"
+  local took=$((SECONDS - started))
+  ((took < 15)) || fail "the gang took $took s to stop (rank 3 died after 1 s, grace period 3 s)"
+  local node
+  for node in 0 1; do
+    local summary="$tmp/gang-node$node/summary.json"
+    expect_eq "$(json_get "$summary" 'd["exit_code"]')" 137 "node $node summary exit_code"
+    expect_eq "$(json_get "$summary" 'd["root_cause"]["node"], d["root_cause"]["rank"], d["root_cause"]["signal"]')" \
+      "(1, 3, 9)" "node $node summary root cause (node, rank, signal)"
+  done
+  for r in 0 1 2 3; do
+    local p
+    p=$(cat "$tmp/gang-pids/rank-$r.pid")
+    ! kill -0 "$p" 2>/dev/null || fail "rank $r (pid $p) survived"
+  done
+  grep -q "^\[node 1 rank 3\]\|node 1: rank 3" "$tmp/gang-node0.err" "$tmp/gang-node0.out" ||
+    fail "node 0 did not name node 1 rank 3: $(cat "$tmp/gang-node0.err")"
+  echo "two_node_launch: gang: passed (node 1 rank 3 killed; both nodes exit 137 in $took s)"
+}
+
+case_absent() {
+  spec absent "[\"$test_worker\", \"--sleep\", \"30\"]"
+  local started=$SECONDS
+  launch 0 absent
+  local node0=$pid
+  finish "$node0"; expect_eq "$rc" 125 "node 0's exit code when node 1 never starts"
+  local took=$((SECONDS - started))
+  ((took >= 4 && took < 15)) || fail "node 0 gave up after $took s (nodes.rdzv_timeout_s = 5)"
+  grep -q "1 of 2 nodes never arrived within nodes.rdzv_timeout_s = 5 s: node 1" "$tmp/absent-node0.err" ||
+    fail "node 0's message: $(cat "$tmp/absent-node0.err")"
+  expect_eq "$(json_get "$tmp/absent-node0/summary.json" 'd["status"], d["exit_code"]')" "('launch_failed', 125)" \
+    "node 0's summary"
+  echo "two_node_launch: absent: passed (node 0 exits 125 after $took s naming node 1)"
+}
+
+case_hang() {  # rank 2 (node 1) stops its heartbeats: both nodes exit 124 naming it
+  spec hang "[\"$test_worker\", \"--heartbeat\", \"0.2\", \"--sleep\", \"30\", \"--rank\", \"2\", \"--heartbeat-for\", \"1\"]"
+  sed -i 's/"term_timeout_s": 3/"term_timeout_s": 3, "heartbeat_timeout_s": 2/' "$tmp/hang.json"
+  launch_both hang
+  finish "$node1"; expect_eq "$rc" 124 "node 1's exit code (hang)"
+  finish "$node0"; expect_eq "$rc" 124 "node 0's exit code (hang)"
+  expect_eq "$(json_get "$tmp/hang-node0/summary.json" 'd["status"], d["root_cause"]["node"], d["root_cause"]["rank"]')" \
+    "('hung', 1, 2)" "node 0's summary (hang)"
+  echo "two_node_launch: hang: passed (node 1 rank 2 hung; both nodes exit 124)"
+}
+
+case_lost() {  # node 0's xlaunch is killed with SIGKILL: node 1 stops its ranks and exits 125
+  spec lost "[\"$test_worker\", \"--pid-dir\", \"$tmp/lost-pids\", \"--sleep\", \"60\"]"
+  mkdir -p "$tmp/lost-pids"
+  launch_both lost
+  for _ in $(seq 100); do [[ -f $tmp/lost-pids/rank-3.pid ]] && break; sleep 0.1; done
+  kill -KILL "$node0"
+  { wait "$node0"; } 2>/dev/null || true  # without bash's "Killed" notice
+  local started=$SECONDS
+  finish "$node1"; expect_eq "$rc" 125 "node 1's exit code when node 0 is lost"
+  (((SECONDS - started) < 8)) || fail "node 1 took $((SECONDS - started)) s to stop"
+  expect_eq "$(json_get "$tmp/lost-node1/summary.json" 'd["status"]')" node_lost "node 1's summary (lost)"
+  for r in 0 1 2 3; do
+    local p
+    p=$(cat "$tmp/lost-pids/rank-$r.pid")
+    for _ in $(seq 30); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    ! kill -0 "$p" 2>/dev/null || fail "rank $r (pid $p) survived the loss of node 0"
+  done
+  echo "two_node_launch: lost: passed (node 0 killed; node 1 exits 125 node_lost, no rank survives)"
+}
+
+case_training() {
+  [[ -n "$xtrain_worker" ]] || fail "training needs the xtrain-worker path"
+  head -c 20000 /dev/urandom | base64 >"$tmp/data.txt"
+  ((++port))
+  local common='"device": "cpu", "backend": "gloo",
+    "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "seq_len": 16, "vocab_size": 256},
+    "data": {"train": "'"$tmp/data.txt"'"},
+    "train": {"steps": 4, "batch_size": 8, "micro_batch_size": 2, "lr": 0.001, "warmup_steps": 0, "log_every": 1},
+    "checkpoint": {"every": 0}'
+  cat >"$tmp/training.json" <<EOF
+{"name": "training", "nproc_per_node": 2, "worker": {"command": ["$xtrain_worker"]}, $common,
+ "nodes": {"nnodes": 2, "rdzv_endpoint": "$XT_ADDR1:$port", "rdzv_timeout_s": 30}}
+EOF
+  cat >"$tmp/single.json" <<EOF
+{"name": "single", "nproc_per_node": 1, "worker": {"command": ["$xtrain_worker"]}, $common,
+ "train": {"steps": 4, "batch_size": 8, "micro_batch_size": 8, "lr": 0.001, "warmup_steps": 0, "log_every": 1}}
+EOF
+  launch_both training
+  finish "$node1"; expect_eq "$rc" 0 "node 1 (training): $(tail -5 "$tmp/training-node1.err")"
+  finish "$node0"; expect_eq "$rc" 0 "node 0 (training): $(tail -5 "$tmp/training-node0.err")"
+  expect_eq "$(json_get "$tmp/training-node1/summary.json" 'd["world_size"], [r["rank"] for r in d["ranks"]]')" \
+    "(4, [2, 3])" "node 1's ranks"
+  grep -q "world 4\|world_size 4\|4 ranks\|of 4" "$tmp/training-node0/logs/rank-0.log" ||
+    fail "rank 0 does not report a world of 4: $(head -5 "$tmp/training-node0/logs/rank-0.log")"
+  [[ ${XT_KEEP:-} ]] && cp -r "$tmp" "$XT_KEEP"
+  "$xlaunch" "$tmp/single.json" --run-dir "$tmp/single" >"$tmp/single.out" 2>"$tmp/single.err" ||
+    fail "single-process run: $(tail -5 "$tmp/single.err")"
+  /usr/bin/python3 - "$tmp/training-node0/metrics.jsonl" "$tmp/single/metrics.jsonl" <<'EOF' || fail "losses differ"
+import json, sys
+def losses(path):
+    return [(r["step"], r["loss"]) for r in map(json.loads, open(path)) if "loss" in r and "step" in r]
+two, one = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(two) >= 4 and [s for s, _ in two] == [s for s, _ in one], (two, one)
+for (step, a), (_, b) in zip(two, one):
+    print(f"step {step}: 2x2 {a:.7f}  single {b:.7f}  rel {abs(a - b) / abs(b):.2e}")
+    assert abs(a - b) <= 1e-5 * abs(b), f"step {step}: {a} vs {b}"
+EOF
+  echo "two_node_launch: training: passed (2x2 Gloo losses match one process)"
+}
+
+for c in "${cases[@]}"; do "case_$c"; done
+echo "two_node_launch: all passed (${cases[*]})"

@@ -1,0 +1,225 @@
+#!/usr/bin/python3
+"""Our PyTorch GPT-2: the reference that xtrain-worker's model is checked and benchmarked against.
+
+Same architecture and parameter names as worker/param_layout.hpp (nn.Linear stores weights (out, in),
+exactly our layout), the padded vocabulary (logits over Vp columns, the loss over the first V), the
+same AdamW parameter groups (decay on 2-D tensors only), global-norm clipping and learning-rate
+schedule (worker/lr_schedule.hpp).
+
+Modes (run with /usr/bin/python3, Debian's python3-torch):
+  check DIR   read DIR/config.json, params.bin (float32, our flat layout), tokens.bin and
+              targets.bin (int32, (steps, B, T)); write DIR/logits.bin ((B,T,Vp) of the first batch),
+              DIR/grads.bin (flat layout, gradients of the first batch's mean loss) and
+              DIR/result.json {"loss", "losses": per-step training losses, "norms": grad norms}.
+  bench       time full training steps (forward, backward, clip, AdamW) of a freshly initialised
+              model in eager mode; prints one JSON line with the median step and its tokens/s.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Attention(nn.Module):
+    def __init__(self, C, NH, T):
+        super().__init__()
+        self.NH = NH
+        self.c_attn = nn.Linear(C, 3 * C)
+        self.c_proj = nn.Linear(C, C)
+        self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)), persistent=False)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        hs = C // self.NH
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q = q.view(B, T, self.NH, hs).transpose(1, 2)  # (B,NH,T,hs)
+        k = k.view(B, T, self.NH, hs).transpose(1, 2)
+        v = v.view(B, T, self.NH, hs).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        att = att.masked_fill(~self.mask[:T, :T], float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, C):
+        super().__init__()
+        self.c_fc = nn.Linear(C, 4 * C)
+        self.c_proj = nn.Linear(4 * C, C)
+
+    def forward(self, x):
+        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, C, NH, T):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(C)
+        self.attn = Attention(C, NH, T)
+        self.ln_2 = nn.LayerNorm(C)
+        self.mlp = MLP(C)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, L, NH, C, T, V):
+        super().__init__()
+        self.V = V
+        self.Vp = (V + 127) // 128 * 128
+        self.wte = nn.Embedding(self.Vp, C)
+        self.wpe = nn.Embedding(T, C)
+        self.h = nn.ModuleList([Block(C, NH, T) for _ in range(L)])
+        self.ln_f = nn.LayerNorm(C)
+        self.init_gpt2(L)
+
+    def init_gpt2(self, L):
+        """GPT-2's scheme, as GPT::init_weights (the RNG differs; tests load our weights)."""
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if p.dim() == 2:
+                    std = 0.02 / math.sqrt(2 * L) if name.endswith("c_proj.weight") else 0.02
+                    p.normal_(0.0, std)
+                elif name.endswith(".weight"):
+                    p.fill_(1.0)
+                else:
+                    p.zero_()
+            self.wte.weight[self.V:].zero_()
+
+    def forward(self, tokens, targets=None):
+        B, T = tokens.shape
+        x = self.wte(tokens) + self.wpe(torch.arange(T, device=tokens.device))
+        for block in self.h:
+            x = block(x)
+        logits = F.linear(self.ln_f(x), self.wte.weight)  # (B,T,Vp), tied to wte
+        if targets is None:
+            return logits, None
+        loss = F.cross_entropy(logits[..., :self.V].reshape(-1, self.V), targets.reshape(-1))
+        return logits, loss
+
+
+def learning_rate(t, step):
+    """worker/lr_schedule.hpp: linear warmup, then cosine decay to min_lr at t['steps']."""
+    W, S = t["warmup_steps"], t["steps"]
+    if step < W:
+        return t["lr"] * (step + 1) / W
+    p = min(1.0, (step - W) / max(1, S - W))
+    return t["min_lr"] + (t["lr"] - t["min_lr"]) * 0.5 * (1.0 + math.cos(math.pi * p))
+
+
+def make_optimizer(model, t):
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    rest = [p for p in model.parameters() if p.dim() != 2]
+    groups = [{"params": decay, "weight_decay": t["weight_decay"]}, {"params": rest, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=t["lr"], betas=(t["beta1"], t["beta2"]), eps=t["eps"])
+
+
+def train_step(model, opt, t, step, tokens, targets):
+    """One optimizer step; returns (loss, grad norm before clipping)."""
+    for g in opt.param_groups:
+        g["lr"] = learning_rate(t, step)
+    opt.zero_grad(set_to_none=True)
+    _, loss = model(tokens, targets)
+    loss.backward()
+    clip = t["grad_clip"]
+    params = [p for p in model.parameters()]
+    if clip > 0:
+        norm = torch.nn.utils.clip_grad_norm_(params, clip)
+    else:
+        norm = torch.norm(torch.stack([p.grad.norm() for p in params]))
+    opt.step()
+    return loss.item(), norm.item()
+
+
+def read_array(path, dtype, shape):
+    data = torch.frombuffer(bytearray(open(path, "rb").read()), dtype=dtype)
+    return data.view(*shape).clone()
+
+
+def check(directory):
+    cfg = json.load(open(os.path.join(directory, "config.json")))
+    m, t = cfg["model"], cfg["train"]
+    L, NH, C, T, V = m["n_layer"], m["n_head"], m["n_embd"], m["seq_len"], m["vocab_size"]
+    S, B = cfg["steps"], cfg["batch"]
+    torch.set_num_threads(1)
+    model = GPT(L, NH, C, T, V)
+    flat = read_array(os.path.join(directory, "params.bin"), torch.float32, (-1,))
+    params = dict(model.named_parameters())
+    if sorted(params) != sorted(x["name"] for x in cfg["layout"]):
+        sys.exit("torch_reference: parameter names differ from the layout in config.json")
+    with torch.no_grad():
+        for x in cfg["layout"]:
+            n = math.prod(x["shape"])
+            params[x["name"]].copy_(flat[x["offset"]:x["offset"] + n].view(*x["shape"]))
+    tokens = read_array(os.path.join(directory, "tokens.bin"), torch.int32, (S, B, T)).long()
+    targets = read_array(os.path.join(directory, "targets.bin"), torch.int32, (S, B, T)).long()
+
+    logits, loss = model(tokens[0], targets[0])
+    loss.backward()
+    grads = torch.zeros_like(flat)
+    for x in cfg["layout"]:
+        n = math.prod(x["shape"])
+        grads[x["offset"]:x["offset"] + n] = params[x["name"]].grad.reshape(-1)
+    open(os.path.join(directory, "logits.bin"), "wb").write(logits.detach().numpy().tobytes())
+    open(os.path.join(directory, "grads.bin"), "wb").write(grads.numpy().tobytes())
+
+    opt = make_optimizer(model, t)
+    losses, norms = [], []
+    for s in range(S):
+        l, n = train_step(model, opt, t, s, tokens[s], targets[s])
+        losses.append(l)
+        norms.append(n)
+    json.dump({"loss": loss.item(), "losses": losses, "norms": norms},
+              open(os.path.join(directory, "result.json"), "w"))
+
+
+def bench(a):
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    model = GPT(a.layers, a.heads, a.embd, a.seq, a.vocab)
+    t = {"lr": 3e-4, "min_lr": 3e-5, "warmup_steps": 10, "steps": a.warmup + a.steps, "weight_decay": 0.1,
+         "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "grad_clip": 1.0}
+    opt = make_optimizer(model, t)
+    gen = torch.Generator().manual_seed(1)
+    data = torch.randint(0, a.vocab, (a.batch, a.seq + 1), generator=gen)
+    tokens, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+    for s in range(a.warmup):
+        train_step(model, opt, t, s, tokens, targets)
+    ms = []  # per step; the median is robust to the odd step slowed by another process
+    for s in range(a.steps):
+        start = time.perf_counter()
+        loss, _ = train_step(model, opt, t, a.warmup + s, tokens, targets)
+        ms.append(1000.0 * (time.perf_counter() - start))
+    median = statistics.median(ms)
+    print(json.dumps({"impl": "pytorch-eager", "torch": torch.__version__, "threads": torch.get_num_threads(),
+                      "steps": a.steps, "ms_per_step": median, "tokens_per_s": a.batch * a.seq * 1000.0 / median,
+                      "loss": loss}))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="mode", required=True)
+    c = sub.add_parser("check")
+    c.add_argument("dir")
+    b = sub.add_parser("bench")
+    for name, default in [("layers", 4), ("heads", 4), ("embd", 128), ("seq", 64), ("vocab", 256), ("batch", 4),
+                          ("steps", 10), ("warmup", 2), ("threads", 2)]:
+        b.add_argument("--" + name, type=int, default=default)
+    a = parser.parse_args()
+    if a.mode == "check":
+        check(a.dir)
+    else:
+        bench(a)
+
+
+if __name__ == "__main__":
+    main()

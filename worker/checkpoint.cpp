@@ -1,0 +1,382 @@
+#include "worker/checkpoint.hpp"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "common/atomic_file.hpp"
+#include "worker/file_io.hpp"
+#include "worker/safetensors.hpp"
+
+namespace xtrain {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr const char* kFormat = "xtrain-checkpoint";
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kConfigFile = "config.json";
+constexpr const char* kStateFile = "state.json";
+constexpr const char* kTmpMarker = ".tmp-";
+constexpr const char* kWtePadding = "wte_padding";
+
+// Spec fields that must be the same on resume: they fix the tensor shapes (model) or, with the
+// checkpoint's state, every later step's batch and update (train). The rest (steps, logging,
+// evaluation, micro_batch_size and the world size) may change.
+constexpr const char* kModelKeys[] = {"n_layer", "n_head", "n_embd", "seq_len", "vocab_size"};
+constexpr const char* kTrainKeys[] = {"batch_size",   "seed",  "lr",    "min_lr", "warmup_steps",
+                                      "weight_decay", "beta1", "beta2", "eps",    "grad_clip"};
+
+// The step a complete checkpoint's directory name encodes; nullopt for anything else.
+std::optional<std::int64_t> parse_step(const std::string& name) {
+  if (name.size() < 13 || name.rfind("step-", 0) != 0) return std::nullopt;
+  std::int64_t step = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9' || i > 22) return std::nullopt;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+bool is_partial(const std::string& name) {
+  return name.rfind("step-", 0) == 0 && name.find(kTmpMarker) != std::string::npos;
+}
+
+std::string to_hex(std::uint64_t x) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(x));
+  return buf;
+}
+
+std::optional<std::uint64_t> from_hex(const std::string& s) {
+  if (s.size() != 16) return std::nullopt;
+  std::uint64_t x = 0;
+  for (char c : s) {
+    const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (digit < 0) return std::nullopt;
+    x = x << 4 | static_cast<std::uint64_t>(digit);
+  }
+  return x;
+}
+
+std::vector<std::int64_t> wte_hf_shape(const ModelDims& d) { return {d.V, d.C}; }
+std::vector<std::int64_t> wte_padding_shape(const ModelDims& d) { return {d.Vp - d.V, d.C}; }
+
+// The shape a tensor has in the Hugging Face file.
+std::vector<std::int64_t> hf_shape(const ParamLayout& layout, const ParamTensor& t) {
+  if (t.offset == layout.wte()) return wte_hf_shape(layout.dims());
+  std::vector<std::int64_t> shape(t.shape.begin(), t.shape.end());
+  if (t.hf_transposed) std::swap(shape[0], shape[1]);
+  return shape;
+}
+
+void transpose(const float* in, size_t rows, size_t cols, float* out) {  // (rows, cols) -> (cols, rows)
+  for (size_t r = 0; r < rows; ++r) {
+    for (size_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
+  }
+}
+
+json spec_section(const JobSpec& spec, const char* section) { return to_json(spec)[section]; }
+
+json hf_config(const ModelDims& d) {
+  return {{"architectures", {"GPT2LMHeadModel"}},
+          {"model_type", "gpt2"},
+          {"vocab_size", d.V},
+          {"n_positions", d.T},
+          {"n_ctx", d.T},
+          {"n_embd", d.C},
+          {"n_layer", d.L},
+          {"n_head", d.NH},
+          {"n_inner", nullptr},
+          {"activation_function", "gelu_new"},  // GELU, tanh approximation
+          {"layer_norm_epsilon", 1e-5},
+          {"resid_pdrop", 0.0},
+          {"embd_pdrop", 0.0},
+          {"attn_pdrop", 0.0},
+          {"tie_word_embeddings", true},
+          {"torch_dtype", "float32"}};
+}
+
+void write_model_file(const std::string& path, const ParamLayout& layout, const float* params) {
+  size_t transposed_floats = 0;
+  for (const auto& t : layout.tensors()) transposed_floats += t.hf_transposed ? t.count : 0;
+  std::vector<float> transposed(transposed_floats);  // Conv1D weights in (in, out)
+  std::vector<SafetensorsTensor> tensors;
+  size_t at = 0;
+  for (const auto& t : layout.tensors()) {
+    const float* data = params + t.offset;
+    if (t.hf_transposed) {
+      transpose(data, static_cast<size_t>(t.shape[0]), static_cast<size_t>(t.shape[1]), transposed.data() + at);
+      data = transposed.data() + at;
+      at += t.count;
+    }
+    tensors.push_back({t.name, hf_shape(layout, t), data});
+  }
+  write_safetensors(path, tensors, {{"format", "pt"}});  // transformers refuses files without "format"
+}
+
+void write_optimizer_file(const std::string& path, const ParamLayout& layout, const float* params, const float* m,
+                          const float* v, std::int64_t adam_t) {
+  const ModelDims& d = layout.dims();
+  const auto total = static_cast<std::int64_t>(layout.total());
+  std::vector<SafetensorsTensor> tensors = {{"m", {total}, m}, {"v", {total}, v}};
+  if (d.Vp > d.V) {
+    tensors.push_back({kWtePadding, wte_padding_shape(d), params + layout.wte() + static_cast<size_t>(d.V) * d.C});
+  }
+  write_safetensors(path, tensors, {{"adam_step", std::to_string(adam_t)}, {"layout", "xtrain flat parameter buffer"}});
+}
+
+json state_json(const JobSpec& spec, const TrainState& state) {
+  json words = json::array();
+  for (auto w : state.sampler.words) words.push_back(to_hex(w));
+  return {{"format", kFormat},
+          {"format_version", kCheckpointFormatVersion},
+          {"step", state.step},
+          {"sampler", {{"algorithm", "xoshiro256**"}, {"state", words}}},
+          {"model", spec_section(spec, "model")},
+          {"train", spec_section(spec, "train")},
+          {"data", {{"train", spec.data.train}, {"train_tokens", state.train_tokens}}}};
+}
+
+// Removes a directory so that no crash leaves it half-deleted under a complete-looking name:
+// renamed to a .tmp-* name first (which resume ignores and the next save removes).
+void remove_checkpoint_dir(const fs::path& dir) {
+  const fs::path doomed = dir.string() + kTmpMarker + std::to_string(::getpid()) + "-old";
+  fs::rename(dir, doomed);
+  fsync_directory(dir.parent_path().string());
+  fs::remove_all(doomed);
+}
+
+std::vector<std::pair<std::int64_t, fs::path>> complete_checkpoints(const fs::path& root) {
+  std::vector<std::pair<std::int64_t, fs::path>> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const auto step = parse_step(entry.path().filename().string());
+    if (step && entry.is_directory()) found.emplace_back(*step, entry.path());
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  return found;
+}
+
+// state.json parsed and its format checked.
+json read_state(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kStateFile).string();
+  std::string text;
+  try {
+    InputFile in(path);
+    text.resize(in.size());
+    in.read_at(0, text.data(), in.size());
+  } catch (const FileError& e) {
+    throw CheckpointError(dir, std::string(kStateFile) + ": " + e.message());
+  }
+  json state = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (state.is_discarded() || !state.is_object()) {
+    throw CheckpointError(dir, std::string(kStateFile) + ": not a JSON object (truncated or corrupt)");
+  }
+  if (!state.contains("format") || state["format"] != kFormat) {
+    throw CheckpointError(dir, std::string(kStateFile) + ": format is not \"" + kFormat + "\"");
+  }
+  const json version = state.value("format_version", json());
+  if (version != kCheckpointFormatVersion) {
+    throw CheckpointError(dir, std::string(kStateFile) + ": format_version is " + version.dump() + ", expected " +
+                                   std::to_string(kCheckpointFormatVersion));
+  }
+  return state;
+}
+
+// A field of state.json, by JSON pointer, with the type checked.
+const json& state_field(const json& state, const std::string& dir, const char* pointer, bool (json::*is)() const) {
+  const json::json_pointer p(pointer);
+  if (!state.contains(p) || !(state.at(p).*is)()) {
+    throw CheckpointError(dir, std::string(kStateFile) + ": " + pointer + " is missing or malformed");
+  }
+  return state.at(p);
+}
+
+// Opens a checkpoint file's header; errors name the checkpoint and the file.
+SafetensorsFile open_tensor_file(const std::string& dir, const char* name) {
+  try {
+    return SafetensorsFile((fs::path(dir) / name).string());
+  } catch (const FileError& e) {
+    throw CheckpointError(dir, std::string(name) + ": " + e.message());
+  }
+}
+
+// Everything resume "auto" checks before picking a checkpoint: the files exist, state.json
+// parses, and the tensor files' headers agree with their sizes (which catches truncation).
+void verify_structure(const std::string& dir) {
+  read_state(dir);
+  open_tensor_file(dir, kModelFile);
+  open_tensor_file(dir, kOptimizerFile);
+}
+
+}  // namespace
+
+std::string checkpoint_dir_name(std::int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+std::string save_checkpoint(const std::string& run_dir, const JobSpec& spec, const ParamLayout& layout,
+                            const float* params, const float* m, const float* v, const TrainState& state) {
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  const fs::path final_dir = root / checkpoint_dir_name(state.step);
+  const fs::path tmp = final_dir.string() + kTmpMarker + std::to_string(::getpid());
+  try {
+    fs::create_directories(root);
+    for (const auto& entry : fs::directory_iterator(root)) {
+      if (is_partial(entry.path().filename().string())) {
+        spdlog::info("removing partial checkpoint {} (left by an interrupted writer)", entry.path().string());
+        fs::remove_all(entry.path());
+      }
+    }
+    fs::create_directory(tmp);
+    write_model_file((tmp / kModelFile).string(), layout, params);
+    write_optimizer_file((tmp / kOptimizerFile).string(), layout, params, m, v, state.adam_t);
+    write_file_atomic((tmp / kConfigFile).string(), hf_config(layout.dims()).dump(2) + "\n");
+    write_file_atomic((tmp / kStateFile).string(), state_json(spec, state).dump(2) + "\n");
+    fsync_directory(tmp.string());
+    if (fs::exists(final_dir)) remove_checkpoint_dir(final_dir);  // the same step saved again
+    fs::rename(tmp, final_dir);
+    fsync_directory(root.string());
+  } catch (const fs::filesystem_error& e) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    throw FileError(e.path1().string(), e.code().message());
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    throw;
+  }
+  const auto complete = complete_checkpoints(root);
+  for (size_t i = static_cast<size_t>(std::max(spec.checkpoint.keep, 1)); i < complete.size(); ++i) {
+    try {
+      remove_checkpoint_dir(complete[i].second);
+    } catch (const std::exception& e) {  // the new checkpoint is safe; an old one lingering is not fatal
+      spdlog::warn("could not remove old checkpoint {}: {}", complete[i].second.string(), e.what());
+    }
+  }
+  return final_dir.string();
+}
+
+std::optional<std::string> find_resume_checkpoint(const std::string& run_dir, const std::string& resume) {
+  if (resume == "never") return std::nullopt;
+  if (resume != "auto") {
+    std::error_code ec;
+    if (!fs::is_directory(resume, ec)) {
+      throw CheckpointError(resume, fs::exists(resume, ec) ? "is not a directory" : "No such file or directory");
+    }
+    verify_structure(resume);
+    return resume;
+  }
+  for (const auto& [step, dir] : complete_checkpoints(fs::path(run_dir) / "checkpoints")) {
+    try {
+      verify_structure(dir.string());
+      return dir.string();
+    } catch (const CheckpointError& e) {
+      spdlog::warn("resume: skipping damaged {}", e.what());
+    }
+  }
+  return std::nullopt;
+}
+
+TrainState load_checkpoint(const std::string& dir, const JobSpec& spec, const ParamLayout& layout,
+                           std::uint64_t train_tokens, float* params, float* m, float* v) {
+  const json state = read_state(dir);
+  const ModelDims& d = layout.dims();
+
+  // The spec first: a mismatch there is the likeliest mistake and the clearest message.
+  const json model_now = spec_section(spec, "model");
+  const json train_now = spec_section(spec, "train");
+  const json& model_then = state_field(state, dir, "/model", &json::is_object);
+  const json& train_then = state_field(state, dir, "/train", &json::is_object);
+  for (const char* key : kModelKeys) {
+    if (model_then.value(key, json()) != model_now[key]) {
+      throw CheckpointError(dir, std::string("model.") + key + " is " + model_then.value(key, json()).dump() +
+                                     " but the spec says " + model_now[key].dump());
+    }
+  }
+  for (const char* key : kTrainKeys) {
+    if (train_then.value(key, json()) != train_now[key]) {
+      throw CheckpointError(dir, std::string("train.") + key + " is " + train_then.value(key, json()).dump() +
+                                     " but the spec says " + train_now[key].dump() +
+                                     "; a resumed run must keep it to continue the same training");
+    }
+  }
+  TrainState out;
+  out.train_tokens = state_field(state, dir, "/data/train_tokens", &json::is_number_unsigned).get<std::uint64_t>();
+  if (out.train_tokens != train_tokens) {
+    throw CheckpointError(dir, "it was trained on " + std::to_string(out.train_tokens) +
+                                   " training tokens but data.train now gives " + std::to_string(train_tokens) +
+                                   "; a resumed run must sample from the same data");
+  }
+  out.step = state_field(state, dir, "/step", &json::is_number_unsigned).get<std::int64_t>();
+  const json& words = state_field(state, dir, "/sampler/state", &json::is_array);
+  if (words.size() != out.sampler.words.size()) {
+    throw CheckpointError(dir, std::string(kStateFile) + ": /sampler/state is not 4 words");
+  }
+  for (size_t i = 0; i < words.size(); ++i) {
+    const auto w = words[i].is_string() ? from_hex(words[i].get<std::string>()) : std::nullopt;
+    if (!w)
+      throw CheckpointError(
+          dir, std::string(kStateFile) + ": /sampler/state/" + std::to_string(i) + " is not 16 hex digits");
+    out.sampler.words[i] = *w;
+  }
+
+  // Then the tensor files: names and shapes, nothing extra, data intact; all before any copy.
+  SafetensorsFile model = open_tensor_file(dir, kModelFile);
+  SafetensorsFile optimizer = open_tensor_file(dir, kOptimizerFile);
+  const auto total = static_cast<std::int64_t>(layout.total());
+  try {
+    for (const auto& t : layout.tensors()) model.get(t.name, hf_shape(layout, t));
+    if (model.tensors().size() != layout.tensors().size()) {
+      for (const auto& e : model.tensors()) {
+        if (std::none_of(layout.tensors().begin(), layout.tensors().end(), [&](auto& t) { return t.name == e.name; })) {
+          throw FileError(model.path(), "unexpected tensor " + e.name);
+        }
+      }
+    }
+    optimizer.get("m", {total});
+    optimizer.get("v", {total});
+    if (d.Vp > d.V) optimizer.get(kWtePadding, wte_padding_shape(d));
+    if (optimizer.tensors().size() != (d.Vp > d.V ? 3u : 2u)) throw FileError(optimizer.path(), "unexpected tensors");
+    const auto adam = optimizer.metadata().find("adam_step");
+    if (adam == optimizer.metadata().end() || adam->second.empty() || adam->second.size() > 18 ||
+        adam->second.find_first_not_of("0123456789") != std::string::npos) {
+      throw FileError(optimizer.path(), "metadata adam_step is missing or not a count");
+    }
+    out.adam_t = std::stoll(adam->second);
+    model.load();
+    optimizer.load();
+  } catch (const FileError& e) {
+    throw CheckpointError(dir, fs::path(e.path()).filename().string() + ": " + e.message());
+  }
+
+  // Nothing can fail from here on.
+  std::vector<float> scratch;
+  for (const auto& t : layout.tensors()) {
+    if (!t.hf_transposed) {
+      model.copy(t.name, hf_shape(layout, t), params + t.offset);
+      continue;
+    }
+    scratch.resize(t.count);
+    model.copy(t.name, hf_shape(layout, t), scratch.data());
+    transpose(scratch.data(), static_cast<size_t>(t.shape[1]), static_cast<size_t>(t.shape[0]), params + t.offset);
+  }
+  if (d.Vp > d.V) {
+    optimizer.copy(kWtePadding, wte_padding_shape(d), params + layout.wte() + static_cast<size_t>(d.V) * d.C);
+  }
+  optimizer.copy("m", {total}, m);
+  optimizer.copy("v", {total}, v);
+  return out;
+}
+
+}  // namespace xtrain

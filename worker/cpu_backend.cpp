@@ -1,0 +1,259 @@
+#include "worker/cpu_backend.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+
+#include "worker/math/gelu.hpp"
+#include "worker/math/layernorm.hpp"
+#include "worker/math/softmax.hpp"
+
+namespace xtrain {
+
+namespace {
+
+constexpr size_t kAlignment = 64;  // a cache line, and enough for any vector load
+
+void* alloc_zeroed(size_t bytes) {
+  const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  if (p == nullptr) throw std::bad_alloc();
+  std::memset(p, 0, rounded);
+  return p;
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(int attention_row_block) : attention_row_block_(attention_row_block) {
+  if (attention_row_block < 1) throw std::invalid_argument("CpuBackend: attention_row_block must be >= 1");
+}
+
+float* CpuBackend::alloc_floats(size_t n) { return static_cast<float*>(alloc_zeroed(n * sizeof(float))); }
+int32_t* CpuBackend::alloc_ints(size_t n) { return static_cast<int32_t*>(alloc_zeroed(n * sizeof(int32_t))); }
+void CpuBackend::free(void* p) { std::free(p); }
+
+void CpuBackend::upload(float* dst, const float* host_src, size_t n) { std::memcpy(dst, host_src, n * sizeof(float)); }
+void CpuBackend::upload(int32_t* dst, const int32_t* host_src, size_t n) {
+  std::memcpy(dst, host_src, n * sizeof(int32_t));
+}
+void CpuBackend::download(float* host_dst, const float* src, size_t n) {
+  std::memcpy(host_dst, src, n * sizeof(float));
+}
+void CpuBackend::download(int32_t* host_dst, const int32_t* src, size_t n) {
+  std::memcpy(host_dst, src, n * sizeof(int32_t));
+}
+void CpuBackend::fill_zero(float* p, size_t n) { std::memset(p, 0, n * sizeof(float)); }
+void CpuBackend::copy(float* dst, const float* src, size_t n) { std::memcpy(dst, src, n * sizeof(float)); }
+
+void CpuBackend::embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                                   int T, int C) {
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      float* o = out + (static_cast<size_t>(b) * T + t) * C;
+      const float* w = wte + static_cast<size_t>(tokens[b * T + t]) * C;
+      const float* p = wpe + static_cast<size_t>(t) * C;
+      for (int i = 0; i < C; ++i) o[i] = w[i] + p[i];
+    }
+  }
+}
+
+void CpuBackend::embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                                    int T, int C) {
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      const float* d = dout + (static_cast<size_t>(b) * T + t) * C;
+      float* dw = dwte + static_cast<size_t>(tokens[b * T + t]) * C;
+      float* dp = dwpe + static_cast<size_t>(t) * C;
+      for (int i = 0; i < C; ++i) {
+        dw[i] += d[i];
+        dp[i] += d[i];
+      }
+    }
+  }
+}
+
+void CpuBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                   const float* bias, int N, int C) {
+  for (int n = 0; n < N; ++n) {
+    const float* x = inp + static_cast<size_t>(n) * C;
+    const math::RowStats s = math::layernorm_row_stats(x, C);
+    math::layernorm_row_forward(out + static_cast<size_t>(n) * C, x, weight, bias, s, C);
+    mean[n] = s.mean;
+    rstd[n] = s.rstd;
+  }
+}
+
+void CpuBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                                    const float* weight, const float* mean, const float* rstd, int N, int C) {
+  for (int n = 0; n < N; ++n) {
+    const size_t row = static_cast<size_t>(n) * C;
+    math::layernorm_row_backward(dinp + row, dweight, dbias, dout + row, inp + row, weight, {mean[n], rstd[n]},
+                                 C);
+  }
+}
+
+void CpuBackend::matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                                int OC) {
+  float beta = 0.0f;
+  if (bias != nullptr) {
+    for (int n = 0; n < N; ++n) std::memcpy(out + static_cast<size_t>(n) * OC, bias, OC * sizeof(float));
+    beta = 1.0f;
+  }
+  // out (N,OC) = inp (N,C) @ weight^T (C,OC) [+ out]
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+}
+
+void CpuBackend::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                                 const float* weight, int N, int C, int OC, float dout_scale) {
+  // dinp (N,C) = s * dout (N,OC) @ weight (OC,C)
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, dout_scale, dout, OC, weight, C, 0.0f, dinp, C);
+  // dweight (OC,C) += s * dout^T (OC,N) @ inp (N,C)
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, dout_scale, dout, OC, inp, C, 1.0f, dweight, C);
+  if (dbias != nullptr) {
+    for (int n = 0; n < N; ++n) {
+      const float* d = dout + static_cast<size_t>(n) * OC;
+      for (int o = 0; o < OC; ++o) dbias[o] += dout_scale * d[o];
+    }
+  }
+}
+
+size_t CpuBackend::attention_saved_floats(int B, int T, int /*C*/, int NH) const {
+  return static_cast<size_t>(B) * NH * T * T;  // the probabilities (B,NH,T,T)
+}
+
+size_t CpuBackend::attention_scratch_floats(int /*B*/, int T, int /*C*/, int /*NH*/) const {
+  return static_cast<size_t>(T) * T;  // one head's (T,T) score gradient
+}
+
+// Per (b, h), with Q, K, V the head's (T,hs) slices of qkv (row stride 3C) and P (T,T):
+//   P = causal_softmax(Q K^T / sqrt(hs)),  out_h = P V.
+void CpuBackend::attention_forward(float* out, float* saved, const float* qkv, float* /*scratch*/, int B, int T,
+                                   int C, int NH) {
+  const int hs = C / NH;
+  const int ld = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      const float* q = qkv + static_cast<size_t>(b) * T * ld + h * hs;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      float* p = saved + (static_cast<size_t>(b) * NH + h) * T * T;
+      float* o = out + static_cast<size_t>(b) * T * C + h * hs;
+      for (int r0 = 0; r0 < T; r0 += attention_row_block_) {
+        const int r1 = std::min(T, r0 + attention_row_block_);
+        const int rows = r1 - r0;
+        float* pr = p + static_cast<size_t>(r0) * T;
+        // S[r0:r1, 0:r1] = Q[r0:r1] K[0:r1]^T
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hs, 1.0f, q + static_cast<size_t>(r0) * ld,
+                    ld, k, ld, 0.0f, pr, T);
+        for (int t = r0; t < r1; ++t) math::causal_softmax_row(p + static_cast<size_t>(t) * T, t, T, scale);
+        // out[r0:r1] = P[r0:r1, 0:r1] V[0:r1]
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, r1, 1.0f, pr, T, v, ld, 0.0f,
+                    o + static_cast<size_t>(r0) * C, C);
+      }
+    }
+  }
+}
+
+// Per (b, h): dP = dout_h V^T; dV = P^T dout_h; dS = softmax backward of dP (times the scale);
+// dQ = dS K; dK = dS^T Q. Row blocks as in forward: block [r0, r1) touches keys [0, r1) only, so
+// dK and dV are summed over the blocks.
+void CpuBackend::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* /*out*/,
+                                    const float* saved, float* scratch, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const int ld = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      const size_t head = static_cast<size_t>(b) * T * ld + h * hs;
+      const float* q = qkv + head;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      float* dq = dqkv + head;
+      float* dk = dq + C;
+      float* dv = dq + 2 * C;
+      const float* p = saved + (static_cast<size_t>(b) * NH + h) * T * T;
+      const float* d = dout + static_cast<size_t>(b) * T * C + h * hs;
+      for (int r0 = 0; r0 < T; r0 += attention_row_block_) {
+        const int r1 = std::min(T, r0 + attention_row_block_);
+        const int rows = r1 - r0;
+        // The first block covers keys [0, r1) that later blocks only add to.
+        const float beta = r0 == 0 ? 0.0f : 1.0f;
+        const float* pr = p + static_cast<size_t>(r0) * T;
+        const float* dr = d + static_cast<size_t>(r0) * C;
+        float* ds = scratch + static_cast<size_t>(r0) * T;
+        // dP[r0:r1, 0:r1] = dout[r0:r1] V[0:r1]^T
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hs, 1.0f, dr, C, v, ld, 0.0f, ds, T);
+        if (r0 == 0 && r1 < T) {
+          // Keys beyond the first block are first reached by later blocks, which accumulate.
+          for (int t = r1; t < T; ++t) {
+            std::memset(dk + static_cast<size_t>(t) * ld, 0, hs * sizeof(float));
+            std::memset(dv + static_cast<size_t>(t) * ld, 0, hs * sizeof(float));
+          }
+        }
+        // dV[0:r1] (+)= P[r0:r1, 0:r1]^T dout[r0:r1]
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, rows, 1.0f, pr, T, dr, C, beta, dv, ld);
+        for (int t = r0; t < r1; ++t) {
+          math::causal_softmax_backward_row(scratch + static_cast<size_t>(t) * T, p + static_cast<size_t>(t) * T, t,
+                                            r1, scale);
+        }
+        // dQ[r0:r1] = dS[r0:r1, 0:r1] K[0:r1]
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, r1, 1.0f, ds, T, k, ld, 0.0f,
+                    dq + static_cast<size_t>(r0) * ld, ld);
+        // dK[0:r1] (+)= dS[r0:r1, 0:r1]^T Q[r0:r1]
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, rows, 1.0f, ds, T,
+                    q + static_cast<size_t>(r0) * ld, ld, beta, dk, ld);
+      }
+    }
+  }
+}
+
+void CpuBackend::gelu_forward(float* out, const float* inp, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = math::gelu(inp[i]);
+}
+
+void CpuBackend::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+  for (size_t i = 0; i < n; ++i) dinp[i] = math::gelu_grad(inp[i]) * dout[i];
+}
+
+void CpuBackend::residual_forward(float* out, const float* a, const float* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void CpuBackend::softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, float dloss, int N,
+                                       int V, int Vp) {
+  for (int n = 0; n < N; ++n) {
+    losses[n] = math::softmax_cross_entropy_row(logits + static_cast<size_t>(n) * Vp, targets[n], dloss, V, Vp);
+  }
+}
+
+void CpuBackend::adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
+                              const AdamWHyper& h) {
+  for (size_t i = 0; i < n; ++i) params[i] = math::adamw_element(params[i], grads[i], m[i], v[i], h);
+}
+
+double CpuBackend::sum_squares(const float* x, size_t n) {
+  // Eight interleaved double partial sums (lane i % 8), combined in a fixed order: deterministic
+  // for a given n, and a pattern GCC turns into vector code without reassociating anything.
+  constexpr size_t kLanes = 8;
+  double lane[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) lane[j] += static_cast<double>(x[i + j]) * x[i + j];
+  }
+  for (; i < n; ++i) lane[i % kLanes] += static_cast<double>(x[i]) * x[i];
+  double sum = 0.0;
+  for (double s : lane) sum += s;
+  return sum;
+}
+
+void CpuBackend::scale(float* x, float s, size_t n) {
+  for (size_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+}  // namespace xtrain

@@ -1,0 +1,104 @@
+// Plain POSIX file access for the data, checkpoint and model-file formats: whole reads and writes
+// whose failures name the file and say why, and read-only memory maps for token data.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace xtrain {
+
+// A file that cannot be read, written or parsed. what() is "PATH: MESSAGE", one line.
+class FileError : public std::runtime_error {
+ public:
+  FileError(std::string path, std::string message)
+      : std::runtime_error(path + ": " + message), path_(std::move(path)), message_(std::move(message)) {}
+  const std::string& path() const { return path_; }
+  const std::string& message() const { return message_; }  // without the path
+
+ private:
+  std::string path_;
+  std::string message_;
+};
+
+// errno as text, for messages: "No such file or directory".
+std::string errno_text(int err);
+
+// A regular file opened for reading; a directory or other non-file is refused.
+class InputFile {
+ public:
+  explicit InputFile(const std::string& path);  // throws FileError
+  ~InputFile();
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::uint64_t size() const { return size_; }
+  // Reads exactly `count` bytes at `offset`; a short file is a FileError ("truncated").
+  void read_at(std::uint64_t offset, void* out, std::uint64_t count) const;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::uint64_t size_ = 0;
+};
+
+// A file created (or truncated) for writing. finish() fsyncs and closes it; a writer destroyed
+// without finish() removes its file, so an exception never leaves a half-written one behind.
+class OutputFile {
+ public:
+  explicit OutputFile(std::string path);  // throws FileError
+  ~OutputFile();
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  void write(const void* data, std::uint64_t count);
+  void finish();
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+// Writes `path` through a temporary name in the same directory, fsyncs it, renames it into place
+// and fsyncs the directory. `fill` writes the contents into the OutputFile it is given.
+template <class Fill>
+void write_file_atomically(const std::string& path, Fill&& fill);
+
+// The temporary name write_file_atomically uses: "PATH.tmp-PID".
+std::string temporary_name(const std::string& path);
+void rename_into_place(const std::string& from, const std::string& to);  // rename + fsync parent
+
+template <class Fill>
+void write_file_atomically(const std::string& path, Fill&& fill) {
+  const std::string tmp = temporary_name(path);
+  {
+    OutputFile out(tmp);
+    fill(out);
+    out.finish();
+  }
+  rename_into_place(tmp, path);
+}
+
+// A whole regular file mapped read-only. An empty file maps to data() == nullptr, size() == 0.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path);  // throws FileError
+  ~MappedFile();
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&&) = delete;
+  MappedFile(const MappedFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::uint8_t* data() const { return data_; }
+  std::uint64_t size() const { return size_; }
+
+ private:
+  std::string path_;
+  const std::uint8_t* data_ = nullptr;
+  std::uint64_t size_ = 0;
+};
+
+}  // namespace xtrain

@@ -1,0 +1,244 @@
+#include "worker/gpt.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+#include <random>
+#include <stdexcept>
+#include <string>
+
+namespace xtrain {
+
+namespace {
+
+// Standard normal samples from a fixed engine and our own Box-Muller transform, so the
+// initialisation is the same with every standard library (std::normal_distribution is not).
+class NormalSampler {
+ public:
+  explicit NormalSampler(std::int64_t seed) : engine_(static_cast<std::uint64_t>(seed)) {}
+
+  float next() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return static_cast<float>(spare_);
+    }
+    const double u1 = uniform_open();
+    const double u2 = uniform_open();
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    const double a = 2.0 * std::numbers::pi * u2;
+    spare_ = r * std::sin(a);
+    has_spare_ = true;
+    return static_cast<float>(r * std::cos(a));
+  }
+
+ private:
+  double uniform_open() {  // in (0, 1], from the top 53 bits
+    return (static_cast<double>(engine_() >> 11) + 1.0) * 0x1.0p-53;
+  }
+
+  std::mt19937_64 engine_;
+  double spare_ = 0.0;
+  bool has_spare_ = false;
+};
+
+// Tokens index wte rows and targets index logits: one outside [0, V) would read or write past
+// them, so check on the host before uploading.
+void check_token_range(const int32_t* ids, int n, int V, const char* what) {
+  for (int i = 0; i < n; ++i) {
+    if (ids[i] < 0 || ids[i] >= V) {
+      throw std::out_of_range(std::string("GPT::forward: ") + what + "[" + std::to_string(i) + "] = " +
+                              std::to_string(ids[i]) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
+    }
+  }
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+GPT::GPT(const ModelSpec& spec, Backend& backend, int max_batch)
+    : backend_(backend), layout_(ModelDims::from(spec)), max_batch_(max_batch) {
+  const ModelDims& d = layout_.dims();
+  if (d.L < 1 || d.NH < 1 || d.C < 1 || d.T < 1 || d.V < 1) {
+    throw std::invalid_argument("GPT: n_layer, n_head, n_embd, seq_len and vocab_size must all be >= 1");
+  }
+  if (d.C % d.NH != 0) {
+    throw std::invalid_argument("GPT: n_embd (" + std::to_string(d.C) + ") must be a multiple of n_head (" +
+                                std::to_string(d.NH) + ")");
+  }
+  if (max_batch < 1) throw std::invalid_argument("GPT: max_batch must be >= 1");
+  params_ = backend_.alloc_floats(layout_.total());
+  grads_ = backend_.alloc_floats(layout_.total());
+  allocate_activations();
+  host_losses_.resize(static_cast<size_t>(max_batch_) * d.T);
+}
+
+GPT::~GPT() {
+  backend_.free(int_memory_);
+  backend_.free(act_memory_);
+  backend_.free(grads_);
+  backend_.free(params_);
+}
+
+// One allocation for every float activation, then a pointer into it per tensor.
+void GPT::allocate_activations() {
+  const ModelDims& d = layout_.dims();
+  const size_t L = d.L, C = d.C, Vp = d.Vp;
+  const size_t BT = static_cast<size_t>(max_batch_) * d.T;
+  att_saved_per_layer_ = backend_.attention_saved_floats(max_batch_, d.T, d.C, d.NH);
+  const size_t att_scratch = backend_.attention_scratch_floats(max_batch_, d.T, d.C, d.NH);
+  Activations& a = acts_;
+  const struct {
+    float** slot;
+    size_t floats;
+  } tensors[] = {
+      {&a.encoded, BT * C},          {&a.ln1, L * BT * C},           {&a.ln1_mean, L * BT},
+      {&a.ln1_rstd, L * BT},         {&a.qkv, L * BT * 3 * C},       {&a.atty, L * BT * C},
+      {&a.att_saved, L * att_saved_per_layer_},                      {&a.residual2, L * BT * C},
+      {&a.ln2, L * BT * C},          {&a.ln2_mean, L * BT},          {&a.ln2_rstd, L * BT},
+      {&a.fch, L * BT * 4 * C},      {&a.fch_gelu, L * BT * 4 * C},  {&a.residual3, L * BT * C},
+      {&a.lnf, BT * C},              {&a.lnf_mean, BT},              {&a.lnf_rstd, BT},
+      {&a.logits, BT * Vp},          {&a.losses, BT},                {&a.proj_out, BT * C},
+      {&a.att_scratch, att_scratch}, {&a.dresidual, BT * C},         {&a.dbtc, BT * C},
+      {&a.dqkv, BT * 3 * C},         {&a.dfch, BT * 4 * C},
+  };
+  // Each tensor starts on a 64-byte boundary (16 floats).
+  auto padded = [](size_t n) { return (n + 15) / 16 * 16; };
+  size_t total = 0;
+  for (const auto& t : tensors) total += padded(t.floats);
+  act_memory_ = backend_.alloc_floats(total);
+  size_t offset = 0;
+  for (const auto& t : tensors) {
+    *t.slot = act_memory_ + offset;
+    offset += padded(t.floats);
+  }
+  int_memory_ = backend_.alloc_ints(2 * padded(BT));
+  a.tokens = int_memory_;
+  a.targets = int_memory_ + padded(BT);
+}
+
+void GPT::init_weights(std::int64_t seed) {
+  const ModelDims& d = layout_.dims();
+  std::vector<float> host(layout_.total(), 0.0f);
+  NormalSampler normal(seed);
+  const float std_dev = 0.02f;
+  const float residual_std = std_dev / std::sqrt(2.0f * static_cast<float>(d.L));
+  for (const ParamTensor& t : layout_.tensors()) {
+    float* p = host.data() + t.offset;
+    if (t.shape.size() == 2) {
+      const float s = ends_with(t.name, "c_proj.weight") ? residual_std : std_dev;
+      // wte's padded rows (V..Vp-1) stay zero: they never see a token and never get gradient.
+      const size_t n = t.offset == layout_.wte() ? static_cast<size_t>(d.V) * d.C : t.count;
+      for (size_t i = 0; i < n; ++i) p[i] = s * normal.next();
+    } else if (ends_with(t.name, ".weight")) {  // layernorm gains
+      for (size_t i = 0; i < t.count; ++i) p[i] = 1.0f;
+    }
+  }
+  backend_.upload(params_, host.data(), host.size());
+}
+
+float GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
+  const ModelDims& d = layout_.dims();
+  if (B < 1 || B > max_batch_) {
+    throw std::invalid_argument("GPT::forward: batch " + std::to_string(B) + " outside [1, " +
+                                std::to_string(max_batch_) + "]");
+  }
+  const int T = d.T, C = d.C, NH = d.NH, BT = B * T;
+  // Per-layer activations are strided by the allocated batch, so one layout serves every B.
+  const size_t btc = static_cast<size_t>(max_batch_) * T * C;
+  const size_t bt = static_cast<size_t>(max_batch_) * T;
+  Backend& k = backend_;
+  const Activations& a = acts_;
+  const float* p = params_;
+
+  check_token_range(tokens, BT, d.V, "tokens");
+  k.upload(a.tokens, tokens, BT);
+  if (targets != nullptr) {
+    check_token_range(targets, BT, d.V, "targets");
+    k.upload(a.targets, targets, BT);
+  }
+  k.embedding_forward(a.encoded, a.tokens, p + layout_.wte(), p + layout_.wpe(), B, T, C);
+  const float* residual = a.encoded;
+  for (int l = 0; l < d.L; ++l) {
+    const LayerOffsets& o = layout_.layer(l);
+    float* ln1 = a.ln1 + l * btc;
+    float* qkv = a.qkv + 3 * l * btc;
+    float* atty = a.atty + l * btc;
+    float* residual2 = a.residual2 + l * btc;
+    float* ln2 = a.ln2 + l * btc;
+    float* fch = a.fch + 4 * l * btc;
+    float* fch_gelu = a.fch_gelu + 4 * l * btc;
+    float* residual3 = a.residual3 + l * btc;
+    k.layernorm_forward(ln1, a.ln1_mean + l * bt, a.ln1_rstd + l * bt, residual, p + o.ln1_w, p + o.ln1_b, BT, C);
+    k.matmul_forward(qkv, ln1, p + o.qkv_w, p + o.qkv_b, BT, C, 3 * C);
+    k.attention_forward(atty, a.att_saved + l * att_saved_per_layer_, qkv, a.att_scratch, B, T, C, NH);
+    k.matmul_forward(a.proj_out, atty, p + o.attn_proj_w, p + o.attn_proj_b, BT, C, C);
+    k.residual_forward(residual2, residual, a.proj_out, static_cast<size_t>(BT) * C);
+    k.layernorm_forward(ln2, a.ln2_mean + l * bt, a.ln2_rstd + l * bt, residual2, p + o.ln2_w, p + o.ln2_b, BT, C);
+    k.matmul_forward(fch, ln2, p + o.fc_w, p + o.fc_b, BT, C, 4 * C);
+    k.gelu_forward(fch_gelu, fch, static_cast<size_t>(BT) * 4 * C);
+    k.matmul_forward(a.proj_out, fch_gelu, p + o.fc_proj_w, p + o.fc_proj_b, BT, 4 * C, C);
+    k.residual_forward(residual3, residual2, a.proj_out, static_cast<size_t>(BT) * C);
+    residual = residual3;
+  }
+  k.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p + layout_.lnf_w(), p + layout_.lnf_b(), BT, C);
+  k.matmul_forward(a.logits, a.lnf, p + layout_.wte(), nullptr, BT, C, d.Vp);
+  last_B_ = B;
+  backward_ready_ = targets != nullptr;
+  if (targets == nullptr) return 0.0f;
+
+  // Gradient of the mean loss; backward folds in the caller's loss scale.
+  k.softmax_cross_entropy(a.logits, a.losses, a.targets, 1.0f / static_cast<float>(BT), BT, d.V, d.Vp);
+  k.download(host_losses_.data(), a.losses, BT);
+  double sum = 0.0;
+  for (int i = 0; i < BT; ++i) sum += host_losses_[i];
+  return static_cast<float>(sum / BT);
+}
+
+void GPT::backward(float loss_scale, const std::function<void(Span)>& on_bucket_ready) {
+  if (!backward_ready_) throw std::logic_error("GPT::backward needs a forward with targets first");
+  const ModelDims& d = layout_.dims();
+  const int B = last_B_, T = d.T, C = d.C, NH = d.NH, BT = B * T;
+  const size_t btc = static_cast<size_t>(max_batch_) * T * C;
+  const size_t bt = static_cast<size_t>(max_batch_) * T;
+  Backend& k = backend_;
+  const Activations& a = acts_;
+  const float* p = params_;
+  float* g = grads_;
+  auto residual_in = [&](int l) -> const float* { return l == 0 ? a.encoded : a.residual3 + (l - 1) * btc; };
+
+  // Output layer (tied to wte) and the final layernorm; dresidual then holds d loss / d residual3[L-1].
+  k.fill_zero(a.dresidual, static_cast<size_t>(BT) * C);
+  k.matmul_backward(a.dbtc, g + layout_.wte(), nullptr, a.logits, a.lnf, p + layout_.wte(), BT, C, d.Vp, loss_scale);
+  k.layernorm_backward(a.dresidual, g + layout_.lnf_w(), g + layout_.lnf_b(), a.dbtc, residual_in(d.L),
+                       p + layout_.lnf_w(), a.lnf_mean, a.lnf_rstd, BT, C);
+  for (int l = d.L - 1; l >= 0; --l) {
+    const LayerOffsets& o = layout_.layer(l);
+    const float* qkv = a.qkv + 3 * l * btc;
+    const float* atty = a.atty + l * btc;
+    // MLP: dresidual is the gradient of residual3 = residual2 + fc_proj(gelu(fc(ln2))).
+    k.matmul_backward(a.dfch, g + o.fc_proj_w, g + o.fc_proj_b, a.dresidual, a.fch_gelu + 4 * l * btc,
+                      p + o.fc_proj_w, BT, 4 * C, C, 1.0f);
+    k.gelu_backward(a.dfch, a.fch + 4 * l * btc, a.dfch, static_cast<size_t>(BT) * 4 * C);
+    k.matmul_backward(a.dbtc, g + o.fc_w, g + o.fc_b, a.dfch, a.ln2 + l * btc, p + o.fc_w, BT, C, 4 * C, 1.0f);
+    k.layernorm_backward(a.dresidual, g + o.ln2_w, g + o.ln2_b, a.dbtc, a.residual2 + l * btc, p + o.ln2_w,
+                         a.ln2_mean + l * bt, a.ln2_rstd + l * bt, BT, C);
+    // Attention: dresidual is now the gradient of residual2 = residual + attn_proj(attention(qkv(ln1))).
+    k.matmul_backward(a.dbtc, g + o.attn_proj_w, g + o.attn_proj_b, a.dresidual, atty, p + o.attn_proj_w, BT, C,
+                      C, 1.0f);
+    k.attention_backward(a.dqkv, a.dbtc, qkv, atty, a.att_saved + l * att_saved_per_layer_, a.att_scratch, B, T,
+                         C, NH);
+    k.matmul_backward(a.dbtc, g + o.qkv_w, g + o.qkv_b, a.dqkv, a.ln1 + l * btc, p + o.qkv_w, BT, C, 3 * C, 1.0f);
+    k.layernorm_backward(a.dresidual, g + o.ln1_w, g + o.ln1_b, a.dbtc, residual_in(l), p + o.ln1_w,
+                         a.ln1_mean + l * bt, a.ln1_rstd + l * bt, BT, C);
+    if (on_bucket_ready) on_bucket_ready(layout_.layer_span(l));
+  }
+  k.embedding_backward(g + layout_.wte(), g + layout_.wpe(), a.dresidual, a.tokens, B, T, C);
+  if (on_bucket_ready) on_bucket_ready(layout_.embedding_span());
+}
+
+void GPT::zero_grads() { backend_.fill_zero(grads_, layout_.total()); }
+
+}  // namespace xtrain

@@ -1,0 +1,118 @@
+// GPT-2: token + learned position embeddings, L pre-LayerNorm blocks of causal multi-head
+// self-attention and a GELU (tanh) MLP, a final LayerNorm, and an output layer tied to the token
+// embedding, trained with cross-entropy. Written once against the Backend interface, so the
+// same code runs on the CPU and CUDA backends.
+//
+// Parameters live in one flat backend buffer laid out by ParamLayout (worker/param_layout.hpp);
+// gradients in a second buffer with the same layout. Activations for up to `max_batch`
+// sequences are allocated once, at construction.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "common/job_spec.hpp"
+#include "worker/backend.hpp"
+#include "worker/param_layout.hpp"
+
+namespace xtrain {
+
+// Everything forward keeps for backward, plus backward's own buffers; all backend memory, carved
+// from one allocation. Per-layer tensors are stacked: ln1 is (L,B,T,C), layer l at l*B*T*C.
+struct Activations {
+  float* encoded = nullptr;     // (B,T,C) embedding output = the residual stream into layer 0
+  float* ln1 = nullptr;         // (L,B,T,C)
+  float* ln1_mean = nullptr;    // (L,B,T)
+  float* ln1_rstd = nullptr;    // (L,B,T)
+  float* qkv = nullptr;         // (L,B,T,3C)
+  float* atty = nullptr;        // (L,B,T,C) attention output, before the projection
+  float* att_saved = nullptr;   // (L, attention_saved_floats) the backend's attention state
+  float* residual2 = nullptr;   // (L,B,T,C) residual + attention projection
+  float* ln2 = nullptr;         // (L,B,T,C)
+  float* ln2_mean = nullptr;    // (L,B,T)
+  float* ln2_rstd = nullptr;    // (L,B,T)
+  float* fch = nullptr;         // (L,B,T,4C) MLP hidden, before GELU
+  float* fch_gelu = nullptr;    // (L,B,T,4C)
+  float* residual3 = nullptr;   // (L,B,T,C) block output
+  float* lnf = nullptr;         // (B,T,C)
+  float* lnf_mean = nullptr;    // (B,T)
+  float* lnf_rstd = nullptr;    // (B,T)
+  float* logits = nullptr;      // (B,T,Vp) logits, or after a forward with targets their gradient
+  float* losses = nullptr;      // (B,T) per-position cross-entropy
+  // Scratch shared by forward and backward.
+  float* proj_out = nullptr;    // (B,T,C) a projection's output before its residual add
+  float* att_scratch = nullptr; // (attention_scratch_floats)
+  float* dresidual = nullptr;   // (B,T,C) gradient of the residual stream
+  float* dbtc = nullptr;        // (B,T,C) gradient of a layernorm output or of atty
+  float* dqkv = nullptr;        // (B,T,3C)
+  float* dfch = nullptr;        // (B,T,4C)
+  int32_t* tokens = nullptr;    // (B,T) of the last forward
+  int32_t* targets = nullptr;   // (B,T) of the last forward
+};
+
+class GPT {
+ public:
+  // Allocates parameters (zero until init_weights or an upload), gradients (zero) and activations
+  // for micro-batches of up to max_batch sequences of spec.seq_len tokens.
+  GPT(const ModelSpec& spec, Backend& backend, int max_batch);
+  ~GPT();
+  GPT(const GPT&) = delete;
+  GPT& operator=(const GPT&) = delete;
+
+  // GPT-2's initialisation, from the seed alone (identical on every rank): weights ~ N(0, 0.02),
+  // the two residual projections (attn.c_proj, mlp.c_proj) ~ N(0, 0.02/sqrt(2L)), wpe ~ N(0, 0.02),
+  // biases 0, layernorm weights 1, padded wte rows 0. Generated on the host, then uploaded.
+  void init_weights(std::int64_t seed);
+
+  // Runs the model on B <= max_batch sequences. tokens and targets are host arrays (B,T), each
+  // token in [0, V) (std::out_of_range otherwise; std::invalid_argument for a bad B). With
+  // targets: returns the mean cross-entropy over the B*T positions (this waits for the backend)
+  // and prepares backward (logits() then holds the logits' gradient). Without targets (nullptr):
+  // returns 0 and keeps the logits.
+  float forward(const int32_t* tokens, const int32_t* targets, int B);
+
+  // ADDS to grads() the gradient of loss_scale * (mean loss of the last forward with targets),
+  // e.g. loss_scale = 1/accumulation_steps. Calls on_bucket_ready(layout().layer_span(l)) for
+  // l = L-1 down to 0 as soon as that layer's gradients are issued, then
+  // on_bucket_ready(layout().embedding_span()) last. On an asynchronous backend the gradients
+  // may still be in flight: the consumer orders itself after the backend's queue.
+  // on_bucket_ready may be empty. Throws std::logic_error without a prior forward with targets.
+  void backward(float loss_scale, const std::function<void(Span)>& on_bucket_ready = {});
+
+  void zero_grads();
+
+  // (B,T,Vp) of the last forward without targets, backend memory. Only the first V columns are
+  // logits of tokens; the padded ones are 0 (wte's padded rows start at 0 and never get gradient).
+  const float* logits() const { return acts_.logits; }
+  const float* losses() const { return acts_.losses; }  // (B,T) of the last forward with targets
+
+  float* params() { return params_; }              // (layout().total()) backend memory
+  const float* params() const { return params_; }
+  float* grads() { return grads_; }                // (layout().total()) backend memory
+  const float* grads() const { return grads_; }
+  const ParamLayout& layout() const { return layout_; }
+  const ModelDims& dims() const { return layout_.dims(); }
+  Backend& backend() { return backend_; }
+  int max_batch() const { return max_batch_; }
+  int last_batch() const { return last_B_; }       // B of the last forward
+
+ private:
+  void allocate_activations();
+
+  Backend& backend_;
+  ParamLayout layout_;
+  int max_batch_;
+  float* params_ = nullptr;
+  float* grads_ = nullptr;
+  float* act_memory_ = nullptr;
+  int32_t* int_memory_ = nullptr;
+  size_t att_saved_per_layer_ = 0;
+  Activations acts_;
+  int last_B_ = 0;
+  bool backward_ready_ = false;
+  std::vector<float> host_losses_;  // (max_batch*T) staging for the mean loss
+};
+
+}  // namespace xtrain

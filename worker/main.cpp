@@ -1,0 +1,195 @@
+// xtrain-worker: one rank of data-parallel GPT-2 training (the loop is worker/trainer.hpp).
+//
+// Under xlaunch it reads the environment contract (RANK, WORLD_SIZE, XTRAIN_JOB, XTRAIN_RUN_DIR,
+// ...). By hand, `xtrain-worker --job FILE` is a world of one writing to the spec's run_dir.
+//
+// Exit codes (and the "status" of the result file, $XTRAIN_RESULT_FILE):
+//   0  "completed": trained to train.steps; or "preempted": stopped by SIGUSR1 after writing a
+//      checkpoint that resume: auto continues from
+//   1  "failed", a runtime failure: a peer died or timed out, a checkpoint could not be written,
+//      replicas disagreed
+//   2  "failed", bad input given to the worker: command line, environment, job spec, data,
+//      checkpoint, or a device that is not there; retrying cannot help
+// SIGTERM and SIGINT keep their default action: the rank dies at once (the launcher's way to stop
+// a gang). Every failure prints one line "error: <field or file>: <what>" on stderr.
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+#include "common/job_spec.hpp"
+#include "common/log.hpp"
+#include "common/worker_env.hpp"
+#include "worker/checkpoint.hpp"
+#include "worker/cpu_backend.hpp"
+#include "worker/file_io.hpp"
+#include "worker/gloo_communicator.hpp"
+#include "worker/single_communicator.hpp"
+#include "worker/trainer.hpp"
+
+#ifdef XTRAIN_HAVE_CUDA
+#include "cuda/cuda_api.hpp"
+#endif
+
+namespace {
+
+using namespace xtrain;
+
+constexpr int kExitRuntimeFailure = 1;
+constexpr int kExitBadInput = 2;
+
+// Set by the SIGUSR1 handler, read once per step. A signal handler can only reach static
+// storage; a lock-free atomic is async-signal-safe.
+std::atomic<bool> g_stop_requested{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+extern "C" void on_sigusr1(int) { g_stop_requested.store(true); }
+
+// Thrown for input problems found by this file (command line, device); exit 2.
+struct BadInput : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+const char* const kUsage =
+    "usage: xtrain-worker [--job FILE]\n"
+    "  One rank of data-parallel GPT-2 training. Under xlaunch the job and the rank come from the\n"
+    "  environment (XTRAIN_JOB, RANK, WORLD_SIZE, ...); by hand, --job FILE runs a world of one.\n"
+    "exit codes: 0 completed (or preempted by SIGUSR1 after a checkpoint); 1 runtime failure;\n"
+    "  2 bad input (command line, environment, spec, data, checkpoint, device)\n";
+
+std::string job_path_from(int argc, char** argv, const WorkerEnv& env) {
+  std::string path = env.job_path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (arg == "--job" && i + 1 < argc) {
+      path = argv[++i];
+    } else if (arg.rfind("--job=", 0) == 0) {
+      path = arg.substr(6);
+    } else {
+      throw BadInput("command line: unexpected argument \"" + arg + "\" (see --help)");
+    }
+  }
+  if (path.empty()) throw BadInput("command line: no job: give --job FILE or run under xlaunch (XTRAIN_JOB)");
+  return path;
+}
+
+// spec.device: cpu, cuda, or auto (cuda when this build has CUDA and a GPU is visible).
+std::unique_ptr<Backend> make_backend(const JobSpec& spec, const WorkerEnv& env) {
+  int gpus = 0;
+#ifdef XTRAIN_HAVE_CUDA
+  gpus = cuda::visible_device_count();
+#endif
+  const bool cuda = spec.device == "cuda" || (spec.device == "auto" && gpus > 0);
+  if (!cuda) return std::make_unique<CpuBackend>();
+#ifdef XTRAIN_HAVE_CUDA
+  if (gpus == 0) throw SpecError("device", "\"cuda\" asked for, but no GPU is visible to this rank");
+  return cuda::make_backend(env.where.local_rank % gpus, /*tf32=*/false);
+#else
+  (void)env;
+  throw SpecError("device", "\"cuda\" asked for, but this xtrain-worker was built without CUDA");
+#endif
+}
+
+// spec.backend: gloo (host memory), nccl (device memory), or auto (the one that fits the device).
+std::unique_ptr<Communicator> make_communicator(const JobSpec& spec, const WorkerEnv& env, Backend& backend) {
+  const bool on_gpu = backend.name() != "cpu";
+  if (spec.backend == "gloo" && on_gpu) {
+    throw SpecError("backend", "\"gloo\" reduces host memory; with device \"cuda\" use \"nccl\" or \"auto\"");
+  }
+  if (spec.backend == "nccl" && !on_gpu) {
+    throw SpecError("backend", "\"nccl\" needs device \"cuda\"; CPU ranks use \"gloo\" or \"auto\"");
+  }
+  if (env.where.world_size == 1) return std::make_unique<SingleCommunicator>();
+  const double timeout_s = spec.nodes.rdzv_timeout_s;
+  if (on_gpu) {
+#ifdef XTRAIN_HAVE_CUDA
+    return cuda::make_nccl_communicator(env, backend, timeout_s);
+#endif
+  }
+  return make_gloo_communicator(env, timeout_s);
+}
+
+bool is_bad_input(const std::exception& e) {
+  return dynamic_cast<const SpecError*>(&e) || dynamic_cast<const FileError*>(&e) ||
+         dynamic_cast<const CheckpointError*>(&e) || dynamic_cast<const BadInput*>(&e) ||
+         dynamic_cast<const std::invalid_argument*>(&e);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Declared in dependency order: the trainer refers to the spec, the report and the backend, so
+  // it must be destroyed first.
+  int rank = 0;
+  JobSpec spec;
+  std::unique_ptr<RunReport> report;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Trainer> trainer;
+  // Until the report exists, failures go to stderr only.
+  auto fail = [&](const std::exception& e, int code) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    if (report) {
+      RankResult r;
+      r.rank = rank;
+      r.status = "failed";
+      r.step = trainer ? trainer->completed_steps() : 0;
+      r.error = e.what();
+      r.extra = {{"exit_code", code}};
+      report->write_result(r);
+    }
+    return code;
+  };
+
+  WorkerEnv env;
+  try {
+    env = read_worker_env();
+  } catch (const std::exception& e) {
+    return fail(e, kExitBadInput);
+  }
+  rank = env.where.rank;
+  init_logging("", "", /*quiet=*/rank != 0);
+  report = std::make_unique<RunReport>(rank, env.run_dir, env.heartbeat_file, env.result_file);
+  report->heartbeat();
+
+  struct sigaction sa = {};
+  sa.sa_handler = on_sigusr1;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &sa, nullptr);
+
+  // Setup: everything here depends on this rank's inputs only, so bad input fails before any
+  // peer is waited for.
+  try {
+    const std::string job_path = job_path_from(argc, argv, env);
+    spec = parse_job_spec(read_job_json(job_path), std::filesystem::path(job_path).stem().string());
+    if (env.run_dir.empty()) {
+      env.run_dir = spec.run_dir;
+      std::filesystem::create_directories(env.run_dir);
+      report = std::make_unique<RunReport>(rank, env.run_dir, env.heartbeat_file, env.result_file);
+    }
+    validate_for_training(spec, env.where.world_size);
+    backend = make_backend(spec, env);
+    trainer = std::make_unique<Trainer>(spec, env.run_dir, rank, env.where.world_size, *backend, *report,
+                                        FaultInjection::from_environment(env.restart_count));
+  } catch (const std::exception& e) {
+    return fail(e, is_bad_input(e) ? kExitBadInput : kExitRuntimeFailure);
+  }
+
+  try {
+    auto comm = make_communicator(spec, env, *backend);
+    const RankResult result = trainer->run(*comm, g_stop_requested);
+    report->write_result(result);
+    return 0;
+  } catch (const SpecError& e) {
+    return fail(e, kExitBadInput);
+  } catch (const std::exception& e) {
+    return fail(e, kExitRuntimeFailure);
+  }
+}

@@ -1,0 +1,145 @@
+#include "worker/run_report.hpp"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include "common/atomic_file.hpp"
+
+namespace xtrain {
+
+std::string fnv1a_hex(const void* data, size_t bytes) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+
+std::string with_thousands(long long n) {
+  std::string digits = std::to_string(n < 0 ? -n : n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+std::string format_duration(double seconds) {
+  const long long s = seconds > 0 ? static_cast<long long>(seconds + 0.5) : 0;
+  char out[32];
+  std::snprintf(out, sizeof out, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+  return out;
+}
+
+RunReport::RunReport(int rank, std::string run_dir, std::string heartbeat_file, std::string result_file)
+    : rank_(rank),
+      run_dir_(std::move(run_dir)),
+      heartbeat_file_(std::move(heartbeat_file)),
+      result_file_(std::move(result_file)),
+      started_(std::chrono::steady_clock::now()) {}
+
+void RunReport::heartbeat() const {
+  if (heartbeat_file_.empty()) return;
+  const int fd = ::open(heartbeat_file_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  ::futimens(fd, nullptr);  // mtime = now
+  ::close(fd);
+}
+
+void RunReport::start_training(long first_step, long total_steps, long tokens_per_step, int log_every) {
+  first_step_ = first_step;
+  total_steps_ = total_steps;
+  tokens_per_step_ = tokens_per_step;
+  log_every_ = log_every > 0 ? log_every : 1;
+  started_ = std::chrono::steady_clock::now();
+  steps_timed_ = 0;
+  interval_ms_ = 0;
+  interval_steps_ = 0;
+}
+
+double RunReport::training_seconds() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+}
+
+double RunReport::tokens_per_second() const {
+  const double s = training_seconds();
+  return s > 0 ? static_cast<double>(steps_timed_ * tokens_per_step_) / s : 0.0;
+}
+
+void RunReport::step(const StepStats& s) {
+  ++steps_timed_;
+  interval_ms_ += s.step_ms;
+  ++interval_steps_;
+  if (rank_ != 0) return;
+  if (s.step % log_every_ != 0 && s.step != total_steps_) return;
+
+  const double ms = interval_ms_ / static_cast<double>(interval_steps_);
+  const double tok_s = ms > 0 ? static_cast<double>(tokens_per_step_) * 1000.0 / ms : 0.0;
+  const double avg_s = training_seconds() / static_cast<double>(steps_timed_);
+  const double eta_s = avg_s * static_cast<double>(total_steps_ - s.step);
+  interval_ms_ = 0;
+  interval_steps_ = 0;
+
+  spdlog::info("step {}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {} tok/s | {:.1f} ms/step | ETA {}", s.step,
+               total_steps_, s.loss, s.lr, s.grad_norm, with_thousands(static_cast<long long>(tok_s + 0.5)), ms,
+               format_duration(eta_s));
+  append_metrics({{"step", s.step},
+                  {"loss", s.loss},
+                  {"lr", s.lr},
+                  {"grad_norm", s.grad_norm},
+                  {"tokens_per_s", tok_s},
+                  {"ms_per_step", ms},
+                  {"elapsed_s", training_seconds()}});
+}
+
+void RunReport::validation(long step, double val_loss, double seconds) {
+  if (rank_ != 0) return;
+  spdlog::info("step {}/{} | val loss {:.4f} | {:.1f} s", step, total_steps_, val_loss, seconds);
+  append_metrics({{"step", step}, {"val_loss", val_loss}});
+}
+
+void RunReport::checkpoint(long step, const std::string& path, double seconds) {
+  if (rank_ != 0) return;
+  spdlog::info("step {}/{} | checkpoint {} | {:.2f} s", step, total_steps_, path, seconds);
+}
+
+void RunReport::append_metrics(const nlohmann::json& record) const {
+  if (run_dir_.empty()) return;
+  const std::string path = run_dir_ + "/metrics.jsonl";
+  std::ofstream out(path, std::ios::app);
+  out << record.dump() << '\n';
+  if (!out) spdlog::warn("{}: could not append a metrics record", path);
+}
+
+void RunReport::write_result(const RankResult& r) const {
+  if (result_file_.empty()) return;
+  nlohmann::json doc = r.extra;
+  doc["rank"] = r.rank;
+  doc["status"] = r.status;
+  doc["step"] = r.step;
+  if (r.loss) doc["loss"] = *r.loss;
+  if (r.val_loss) doc["val_loss"] = *r.val_loss;
+  if (!r.param_digest.empty()) doc["param_digest"] = r.param_digest;
+  if (!r.error.empty()) doc["error"] = r.error;
+  try {
+    const auto parent = std::filesystem::path(result_file_).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent);
+    write_file_atomic(result_file_, doc.dump(2) + "\n");
+  } catch (const std::exception& e) {
+    spdlog::warn("result file: {}", e.what());
+  }
+}
+
+}  // namespace xtrain

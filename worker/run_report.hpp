@@ -1,0 +1,83 @@
+// What a rank tells the people and programs watching it:
+//   - rank 0: a progress line every log_every steps, validation and checkpoint lines, and the same
+//     numbers appended to <run dir>/metrics.jsonl (one JSON object per line);
+//   - every rank: heartbeats (the mtime of $XTRAIN_HEARTBEAT_FILE) so xlaunch's watchdog can tell
+//     a slow rank from a hung one, and at exit $XTRAIN_RESULT_FILE, written atomically.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace xtrain {
+
+struct StepStats {
+  long step = 0;             // 1-based: optimizer steps done
+  double loss = 0;           // mean training loss of this step, over all ranks
+  double lr = 0;
+  double grad_norm = 0;      // global norm before clipping
+  double step_ms = 0;        // wall time of this step
+};
+
+// The result a rank leaves in $XTRAIN_RESULT_FILE (and that xlaunch merges into summary.json).
+struct RankResult {
+  int rank = 0;
+  std::string status;        // "completed", "preempted" (checkpointed after SIGUSR1) or "failed"
+  long step = 0;             // optimizer steps done
+  std::optional<double> loss;
+  std::optional<double> val_loss;
+  std::string param_digest;  // FNV-1a 64 of the parameter bytes, 16 hex digits
+  std::string error;         // when failed: the one-line reason
+  nlohmann::json extra = nlohmann::json::object();  // more fields (world size, backends, timing)
+};
+
+class RunReport {
+ public:
+  // `run_dir` may be empty (no metrics file). Only rank 0 prints progress and writes metrics.
+  RunReport(int rank, std::string run_dir, std::string heartbeat_file, std::string result_file);
+
+  // Touches the heartbeat file (creating it): call at least once per step and between long
+  // startup phases. Failures are ignored: a missing heartbeat is the watchdog's business.
+  void heartbeat() const;
+
+  // Starts the step clock for throughput and ETA (after setup, before the first step to time).
+  void start_training(long first_step, long total_steps, long tokens_per_step, int log_every);
+  // Prints and records a step when it falls on log_every (or is the last one).
+  void step(const StepStats& s);
+  void validation(long step, double val_loss, double seconds);
+  void checkpoint(long step, const std::string& path, double seconds);
+
+  void write_result(const RankResult& result) const;
+
+  double tokens_per_second() const;  // over the steps timed so far
+  double training_seconds() const;
+
+ private:
+  void append_metrics(const nlohmann::json& record) const;
+
+  int rank_;
+  std::string run_dir_;
+  std::string heartbeat_file_;
+  std::string result_file_;
+  long first_step_ = 0;
+  long total_steps_ = 0;
+  long tokens_per_step_ = 0;
+  int log_every_ = 1;
+  std::chrono::steady_clock::time_point started_;
+  long steps_timed_ = 0;
+  double interval_ms_ = 0;   // step time summed since the last printed line
+  long interval_steps_ = 0;
+};
+
+// FNV-1a 64-bit over raw bytes, as 16 lowercase hex digits: cheap, and any differing bit changes it.
+std::string fnv1a_hex(const void* data, size_t bytes);
+
+// "1,234,567"
+std::string with_thousands(long long n);
+// "1:02:03" (h:mm:ss)
+std::string format_duration(double seconds);
+
+}  // namespace xtrain

@@ -1,0 +1,113 @@
+// One rank's training run: data, model, optimizer, the step loop, validation, checkpoints and
+// the closing sample. Construction does everything that depends only on this rank's inputs
+// (data, model, initial weights, the checkpoint to resume from), so bad input fails there,
+// before any peer is waited for; run() then trains in lockstep with the other ranks.
+//
+// One optimizer step, on every rank:
+//   draw the global batch's window starts (the same sampler state everywhere)
+//   zero grads; for each of accum = batch_size / (world * micro_batch_size) micro-steps:
+//     forward this rank's micro-batch (sequences i with i % world == rank)
+//     backward with loss scale 1/accum, adding into the gradient buffer; on the LAST micro-step
+//     only, each finished layer's gradient span is handed to the communicator at once, so its
+//     average overlaps the rest of backward (no_sync: one all-reduce per parameter per step)
+//   finish_all_reduces; average [loss, stop request] across ranks in one small all-reduce
+//   global grad norm (identical everywhere, as the averaged grads are), clip, lr, AdamW
+//
+// Where training continues is rank 0's decision: a rank whose checkpoint state differs (on several
+// nodes without a shared filesystem only node 0 sees the checkpoints) takes rank 0's step,
+// sampler state, weights and moments before the first step.
+//
+// Stop requests (SIGUSR1, e.g. a scheduler's preemption warning): the flag rides on the per-step
+// loss all-reduce, so every rank sees it at the same step even if only one rank got the signal;
+// they write a checkpoint at the end of that step and exit 0 with status "preempted" in the
+// result file (resume: auto continues from it).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/job_spec.hpp"
+#include "worker/adamw.hpp"
+#include "worker/backend.hpp"
+#include "worker/batch_sampler.hpp"
+#include "worker/communicator.hpp"
+#include "worker/gpt.hpp"
+#include "worker/run_report.hpp"
+#include "worker/token_source.hpp"
+
+namespace xtrain {
+
+// Fault injection for the restart tests: rank `rank` SIGKILLs itself when about to run step
+// `step` (1-based), in the first attempt only (XTRAIN_RESTART_COUNT 0), so a restarted attempt
+// runs clean. Read from XTRAIN_FAULT_KILL="RANK:STEP"; off when unset.
+struct FaultInjection {
+  int rank = -1;
+  long step = -1;
+  static FaultInjection from_environment(int restart_count);
+};
+
+class Trainer {
+ public:
+  // Loads the data, builds the model and optimizer, initialises the weights and, per
+  // checkpoint.resume, loads a checkpoint. Input problems throw SpecError (DataError),
+  // FileError or CheckpointError naming the field or file.
+  Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_size, Backend& backend,
+          RunReport& report, FaultInjection fault = {});
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Trains to train.steps (or until a stop request), then samples text on rank 0. Returns this
+  // rank's result (status, step, losses, parameter digest). Communication failures throw
+  // CommunicatorError; a replica mismatch throws std::runtime_error.
+  RankResult run(Communicator& comm, const std::atomic<bool>& stop_requested);
+
+  long start_step() const { return start_step_; }
+  long completed_steps() const { return completed_steps_; }  // optimizer steps done so far
+  const GPT& model() const { return *model_; }
+
+ private:
+  struct StepOutcome {
+    double loss = 0;       // mean over all ranks
+    double grad_norm = 0;  // global, before clipping
+    bool stop = false;     // some rank was asked to stop
+  };
+
+  void adopt_rank0_start(Communicator& comm);
+  void verify_replicas(Communicator& comm);
+  // Optimizer step `step` (0-based); `stop_here`: this rank was asked to stop.
+  StepOutcome train_step(Communicator& comm, long step, bool stop_here);
+  double evaluate(Communicator& comm);
+  double average_scalar(Communicator& comm, double value);
+  void save(Communicator& comm, long step);
+  std::string param_digest();
+  void print_sample();
+  std::string describe() const;
+
+  const JobSpec& spec_;
+  std::string run_dir_;
+  int rank_;
+  int world_;
+  int micro_batch_;   // B: sequences per rank per micro-step
+  int accum_;         // micro-steps per optimizer step
+  Backend& backend_;
+  RunReport& report_;
+  FaultInjection fault_;
+
+  DataSplit data_;
+  std::unique_ptr<BatchSampler> sampler_;
+  std::vector<std::uint64_t> val_starts_;
+  std::unique_ptr<GPT> model_;
+  std::unique_ptr<AdamW> adamw_;
+  float* scalars_ = nullptr;          // (2) backend memory: what the per-step all-reduce carries
+  std::vector<std::int32_t> inputs_;  // (B,T) host
+  std::vector<std::int32_t> targets_; // (B,T) host
+  long start_step_ = 0;
+  long completed_steps_ = 0;
+  std::string resumed_from_;
+};
+
+}  // namespace xtrain
