@@ -271,6 +271,7 @@ template <class V> void describe(V& v, TrainSpec& s) {
   v.integer("eval_every", s.eval_every, 0);
   v.integer("eval_batches", s.eval_batches, 1);
   v.integer("log_every", s.log_every, 1);
+  v.string("matmul_precision", s.matmul_precision, {"tf32", "fp32"});
 }
 template <class V> void describe(V& v, SampleSpec& s) {
   v.integer("tokens", s.tokens, 0, 1 << 20);

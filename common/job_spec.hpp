@@ -78,6 +78,7 @@ struct TrainSpec {
   int eval_every = 0;               // 0 = no validation
   int eval_batches = 4;             // batches of batch_size sequences per validation
   int log_every = 1;
+  std::string matmul_precision = "tf32";  // CUDA products: tf32 (tensor cores) | fp32 (strict)
 };
 
 struct SampleSpec {

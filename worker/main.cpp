@@ -90,7 +90,7 @@ std::unique_ptr<Backend> make_backend(const JobSpec& spec, const WorkerEnv& env)
   if (!cuda) return std::make_unique<CpuBackend>();
 #ifdef XTRAIN_HAVE_CUDA
   if (gpus == 0) throw SpecError("device", "\"cuda\" asked for, but no GPU is visible to this rank");
-  return cuda::make_backend(env.where.local_rank % gpus, /*tf32=*/false);
+  return cuda::make_backend(env.where.local_rank % gpus, spec.train.matmul_precision == "tf32");
 #else
   (void)env;
   throw SpecError("device", "\"cuda\" asked for, but this xtrain-worker was built without CUDA");

@@ -95,7 +95,7 @@ TEST_CASE("unknown keys are errors, with a suggestion when one is close", "[spec
   CHECK_THAT(far, Catch::StartsWith("colour: unknown key; expected one of: name, run_dir,"));
 }
 
-TEST_CASE("--set overrides by dotted path, JSON or plain string", "[spec][override]") {
+TEST_CASE("overrides set fields by dotted path, as JSON or a plain string", "[spec][override]") {
   json doc = json::parse(R"({"launcher": {"term_timeout_s": 10}})");
   apply_override(doc, "launcher.term_timeout_s=2");
   apply_override(doc, "nproc_per_node=auto");

@@ -60,7 +60,8 @@ class GpuJob {
           {"min_lr", 3e-4},
           {"warmup_steps", 3},
           {"log_every", 1},
-          {"seed", 11}}},
+          {"seed", 11},
+          {"matmul_precision", "fp32"}}},  // the CPU-trajectory tolerance assumes strict fp32
         {"checkpoint", {{"every", 0}, {"resume", "never"}}},
     };
   }

@@ -120,7 +120,7 @@ TEST_CASE("rendezvous: a cancelled round ends within a second", "[rendezvous]") 
   CHECK(std::chrono::steady_clock::now() - started < std::chrono::milliseconds(1500));
 }
 
-TEST_CASE("rendezvous: the first stop wins and reaches every node's watcher; the end releases them",
+TEST_CASE("rendezvous: the first stop wins and reaches every node's watcher, and the end releases them",
           "[rendezvous]") {
   const int port = free_port();
   NodeLink node0(node_plan(0, 2, port));

@@ -267,7 +267,7 @@ TEST_CASE("model.safetensors has Hugging Face GPT-2's names, shapes and Conv1D l
   CHECK(config["activation_function"] == "gelu_new");
 }
 
-TEST_CASE("keep retains the newest complete checkpoints; saving clears partial ones", "[checkpoint]") {
+TEST_CASE("keep retains the newest complete checkpoints and saving clears partial ones", "[checkpoint]") {
   ScratchDir run;
   Model model;
   fs::create_directories(run / "checkpoints/step-00000099.tmp-4242");
