@@ -83,7 +83,9 @@ void RunReport::step(const StepStats& s) {
   interval_ms_ += s.step_ms;
   ++interval_steps_;
   if (rank_ != 0) return;
-  if (s.step % log_every_ != 0 && s.step != total_steps_) return;
+  // The first step of a run is always shown, so a person sees where the loss starts.
+  const bool first = s.step == first_step_ + 1;
+  if (s.step % log_every_ != 0 && s.step != total_steps_ && !first) return;
 
   const double ms = interval_ms_ / static_cast<double>(interval_steps_);
   const double tok_s = ms > 0 ? static_cast<double>(tokens_per_step_) * 1000.0 / ms : 0.0;
