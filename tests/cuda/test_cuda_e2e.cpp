@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/worker/run_metrics.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -88,16 +90,7 @@ class GpuJob {
     REQUIRE(WEXITSTATUS(status) == 0);
   }
 
-  std::map<long, double> losses(const std::string& run) const {
-    std::map<long, double> out;
-    std::ifstream in(run_dir(run) / "metrics.jsonl");
-    std::string line;
-    while (std::getline(in, line)) {
-      const json j = json::parse(line);
-      if (j.contains("loss")) out[j.at("step").get<long>()] = j.at("loss").get<double>();
-    }
-    return out;
-  }
+  std::map<long, double> losses(const std::string& run) const { return xtrain::test::read_losses(run_dir(run)); }
 
   std::string digest(const std::string& run, int rank) const {
     std::ifstream in(run_dir(run) / "ranks" / ("rank-" + std::to_string(rank) + ".json"));

@@ -30,6 +30,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "tests/worker/run_metrics.hpp"
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace std::chrono_literals;
@@ -195,18 +197,7 @@ class Job {
     return out;
   }
 
-  // step -> loss from metrics.jsonl; a step logged twice (before a kill and again after the
-  // resume) keeps its last value.
-  std::map<long, double> losses(const std::string& run) const {
-    std::map<long, double> out;
-    std::ifstream in(run_dir(run) / "metrics.jsonl");
-    std::string line;
-    while (std::getline(in, line)) {
-      const json j = json::parse(line);
-      if (j.contains("loss")) out[j.at("step").get<long>()] = j.at("loss").get<double>();
-    }
-    return out;
-  }
+  std::map<long, double> losses(const std::string& run) const { return xtrain::test::read_losses(run_dir(run)); }
 
   json result(const std::string& run, int rank) const {
     return json::parse(read_text(run_dir(run) / "ranks" / ("rank-" + std::to_string(rank) + ".json")));
