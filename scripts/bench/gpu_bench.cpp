@@ -35,46 +35,32 @@
 #include "worker/communicator.hpp"
 #include "worker/gpt.hpp"
 #include "worker/single_communicator.hpp"
+#include "scripts/bench/bench_options.hpp"
 
 namespace {
 
 using namespace xtrain;
 using Clock = std::chrono::steady_clock;
 
-struct Options {
-  int layers = 12, heads = 12, embd = 768, seq = 1024, vocab = 50257, batch = 8;
-  int steps = 10, warmup = 3;
+struct Options : bench::BenchShape {
+  Options() : BenchShape{12, 12, 768, 1024, 50257, 8, 10, 3} {}
   bool tf32 = true;
   std::string out;
 };
 
 Options parse(int argc, char** argv) {
   Options o;
-  struct Flag {
-    const char* name;
-    int* value;
-  } flags[] = {{"--layers", &o.layers}, {"--heads", &o.heads}, {"--embd", &o.embd},   {"--seq", &o.seq},
-               {"--vocab", &o.vocab},   {"--batch", &o.batch}, {"--steps", &o.steps}, {"--warmup", &o.warmup}};
-  for (int i = 1; i < argc; ++i) {
-    bool known = false;
-    for (const Flag& f : flags) {
-      if (std::strcmp(argv[i], f.name) == 0 && i + 1 < argc) {
-        *f.value = std::atoi(argv[++i]);
-        known = true;
-      }
-    }
+  bench::parse_bench_flags("xtrain-bench-gpu", argc, argv, o, [&](int& i) {
     if (std::strcmp(argv[i], "--fp32") == 0) {
       o.tf32 = false;
-      known = true;
-    } else if (std::strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
+      return true;
+    }
+    if (std::strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
       o.out = argv[++i];
-      known = true;
+      return true;
     }
-    if (!known) {
-      std::fprintf(stderr, "xtrain-bench-gpu: unknown or incomplete argument '%s'\n", argv[i]);
-      std::exit(2);
-    }
-  }
+    return false;
+  });
   if (o.steps < 1 || o.warmup < 0) {
     std::fprintf(stderr, "xtrain-bench-gpu: --steps must be >= 1 and --warmup >= 0\n");
     std::exit(2);
@@ -127,13 +113,7 @@ int main(int argc, char** argv) {
       comm = std::make_unique<SingleCommunicator>();
     }
 
-    ModelSpec m;
-    m.n_layer = o.layers;
-    m.n_head = o.heads;
-    m.n_embd = o.embd;
-    m.seq_len = o.seq;
-    m.vocab_size = o.vocab;
-    GPT gpt(m, *backend, o.batch);
+    GPT gpt(o.model(), *backend, o.batch);
     gpt.init_weights(1);
     AdamW adamw(*backend, gpt.layout(), AdamWConfig{});
     std::mt19937 rng(static_cast<unsigned>(1000 + rank));
@@ -156,7 +136,7 @@ int main(int argc, char** argv) {
       adamw.step(gpt, 3e-4f, clip_scale(norm, 1.0));
     };
     auto allreduce_only = [&] {
-      for (int l = m.n_layer - 1; l >= 0; --l) {
+      for (int l = o.layers - 1; l >= 0; --l) {
         const Span s = gpt.layout().layer_span(l);
         comm->start_all_reduce_average({gpt.grads() + s.offset, s.count});
       }

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "scripts/bench/bench_options.hpp"
 #include "worker/adamw.hpp"
 #include "worker/cpu_backend.hpp"
 #include "worker/gpt.hpp"
@@ -23,32 +24,18 @@
 
 namespace {
 
-struct Options {
-  int layers = 4, heads = 4, embd = 128, seq = 64, vocab = 256, batch = 4;
-  int steps = 10, warmup = 2, threads = 2;
+struct Options : xtrain::bench::BenchShape {
+  Options() : BenchShape{4, 4, 128, 64, 256, 4, 10, 2} {}
+  int threads = 2;
 };
 
 Options parse(int argc, char** argv) {
   Options o;
-  struct Flag {
-    const char* name;
-    int* value;
-  } flags[] = {{"--layers", &o.layers}, {"--heads", &o.heads}, {"--embd", &o.embd},   {"--seq", &o.seq},
-               {"--vocab", &o.vocab},   {"--batch", &o.batch}, {"--steps", &o.steps}, {"--warmup", &o.warmup},
-               {"--threads", &o.threads}};
-  for (int i = 1; i < argc; ++i) {
-    bool known = false;
-    for (const Flag& f : flags) {
-      if (std::strcmp(argv[i], f.name) == 0 && i + 1 < argc) {
-        *f.value = std::atoi(argv[++i]);
-        known = true;
-      }
-    }
-    if (!known) {
-      std::fprintf(stderr, "xtrain-bench-cpu: unknown or incomplete argument '%s'\n", argv[i]);
-      std::exit(2);
-    }
-  }
+  xtrain::bench::parse_bench_flags("xtrain-bench-cpu", argc, argv, o, [&](int& i) {
+    if (std::strcmp(argv[i], "--threads") != 0 || i + 1 >= argc) return false;
+    o.threads = std::atoi(argv[++i]);
+    return true;
+  });
   if (o.steps < 1 || o.warmup < 0 || o.threads < 1 || o.batch < 1) {
     std::fprintf(stderr, "xtrain-bench-cpu: --steps, --threads and --batch must be >= 1, --warmup >= 0\n");
     std::exit(2);
@@ -62,12 +49,7 @@ int main(int argc, char** argv) try {
   using namespace xtrain;
   const Options o = parse(argc, argv);
   openblas_set_num_threads(o.threads);
-  ModelSpec m;
-  m.n_layer = o.layers;
-  m.n_head = o.heads;
-  m.n_embd = o.embd;
-  m.seq_len = o.seq;
-  m.vocab_size = o.vocab;
+  const ModelSpec m = o.model();
   TrainSpec t;
   t.steps = o.warmup + o.steps;
 

@@ -1,0 +1,55 @@
+// Command-line flags shared by the training-step benchmarks (xtrain-bench-cpu, xtrain-bench-gpu):
+// the model shape, the micro-batch and the timing loop. Each program adds its own flags.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+
+#include "common/job_spec.hpp"
+
+namespace xtrain::bench {
+
+struct BenchShape {
+  int layers, heads, embd, seq, vocab, batch;
+  int steps, warmup;  // timed steps after unmeasured warmup steps
+
+  ModelSpec model() const {
+    ModelSpec m;
+    m.n_layer = layers;
+    m.n_head = heads;
+    m.n_embd = embd;
+    m.seq_len = seq;
+    m.vocab_size = vocab;
+    return m;
+  }
+};
+
+// Reads `--layers N ... --warmup N` into `shape`; any other argument goes to `extra(i)`, which
+// returns true when it took argv[i] (advancing i past a value). Anything else exits 2.
+inline void parse_bench_flags(const char* program, int argc, char** argv, BenchShape& shape,
+                              const std::function<bool(int&)>& extra) {
+  struct Flag {
+    const char* name;
+    int* value;
+  } flags[] = {{"--layers", &shape.layers}, {"--heads", &shape.heads}, {"--embd", &shape.embd},
+               {"--seq", &shape.seq},       {"--vocab", &shape.vocab}, {"--batch", &shape.batch},
+               {"--steps", &shape.steps},   {"--warmup", &shape.warmup}};
+  for (int i = 1; i < argc; ++i) {
+    bool known = false;
+    for (const Flag& f : flags) {
+      if (std::strcmp(argv[i], f.name) == 0 && i + 1 < argc) {
+        *f.value = std::atoi(argv[++i]);
+        known = true;
+        break;
+      }
+    }
+    if (!known && !extra(i)) {
+      std::fprintf(stderr, "%s: unknown or incomplete argument '%s'\n", program, argv[i]);
+      std::exit(2);
+    }
+  }
+}
+
+}  // namespace xtrain::bench
