@@ -71,8 +71,8 @@ std::optional<pid_t> detach(RunDir& run_dir) {
 }
 
 std::string describe_plan(const Plan& plan) {
-  return std::to_string(plan.ranks.size()) + " rank(s) on " + plan.device + " with " + plan.backend + ", run dir " +
-         plan.run_dir;
+  return std::to_string(plan.ranks.size()) + " rank(s) on " + plan.device + " with " + describe_backend(plan) +
+         ", run dir " + plan.run_dir;
 }
 
 }  // namespace

@@ -151,13 +151,21 @@ Plan make_plan(const CliOptions& options, const HostInfo& host) {
   resolve_world(plan);
   if (plan.own_worker) validate_for_training(plan.spec, static_cast<int>(plan.ranks.size()));
   resolve_worker(plan);  // spec errors (2) come first, then the command (126/127), then NCCL (125)
-  if (plan.backend == "nccl") require_nccl();
+  if (plan.backend == "nccl") {
+    std::map<std::string, std::string> rank_env = plan.host.environment;
+    for (const auto& [name, value] : plan.spec.worker.env) rank_env[name] = value;
+    plan.nccl = require_nccl(rank_env);
+  }
   return plan;
 }
 
 std::map<std::string, std::string> rank_environment(const Plan& plan, const RankPlacement& where,
                                                     const AttemptEnv& attempt) {
   return build_worker_env(plan.spec, where, attempt, plan.host.environment, plan.host.cores);
+}
+
+std::string describe_backend(const Plan& plan) {
+  return plan.backend == "nccl" ? plan.backend + " (" + plan.nccl.describe() + ")" : plan.backend;
 }
 
 json plan_to_json(const Plan& plan) {
@@ -189,8 +197,13 @@ json plan_to_json(const Plan& plan) {
     ranks.push_back({{"rank", where.rank}, {"local_rank", where.local_rank}, {"argv", plan.worker_argv},
                      {"env", env}});
   }
+  json nccl = nullptr;
+  if (plan.backend == "nccl") {
+    nccl = {{"library", plan.nccl.path}, {"version", plan.nccl.version_string()}, {"found_by", plan.nccl.found_by}};
+  }
   return {{"spec", to_json(plan.spec)},
           {"run_dir", plan.run_dir},
+          {"nccl", nccl},
           {"world",
            {{"world_size", plan.ranks.empty() ? 0 : plan.ranks.front().world_size},
             {"nproc_per_node", plan.ranks.size()},

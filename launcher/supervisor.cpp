@@ -111,7 +111,7 @@ int Supervisor::run() {
     });
   }
   spdlog::info("run {}: {} on {} with {}; logs in {}", run_id_, plural(static_cast<int>(ranks_.size()), "rank"),
-               plan_.device, plan_.backend, run_files::logs(plan_.run_dir));
+               plan_.device, describe_backend(plan_), run_files::logs(plan_.run_dir));
   if (link_) {
     spdlog::info("node {} of {}{}: ranks {}-{} of {}; rendezvous at {}", link_->node(), link_->nnodes(),
                  plan_.nodes_from_slurm ? " (from SLURM)" : "", ranks_.front().record.where.rank,
