@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian package xtrain needs to build, test and run the demo.
 # Idempotent and quiet when everything is already there. Usage: scripts/install-deps.sh [--test]
-#   --test   also install what the test suite needs (PyTorch for reference checks)
+#   --test   also install what the test suite needs (PyTorch for reference checks; node and npm,
+#            which fetch the GPT-2 tokenizer's reference: scripts/fetch-gpt2-reference.sh)
 set -euo pipefail
 
 packages=(
@@ -15,6 +16,9 @@ packages=(
 )
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(python3-torch python3-numpy)
+  # Any node will do (a newer one may come from elsewhere): Debian's only where there is none.
+  command -v node >/dev/null || packages+=(nodejs)
+  command -v npm >/dev/null || packages+=(npm)
 fi
 
 missing=()
