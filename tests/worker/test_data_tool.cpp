@@ -9,6 +9,7 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <span>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -52,11 +53,14 @@ std::vector<std::int32_t> read_tokens(const std::string& pattern) {
   return tokens;
 }
 
-// The documents in a token stream "EOT doc EOT doc ...".
+// The documents in a split's token stream "EOT doc EOT doc ... EOT doc EOT": every document is
+// preceded by an EOT (llm.c's layout) and the last one is closed by one too.
 std::vector<std::string> documents_of(const std::vector<std::int32_t>& tokens) {
   std::vector<std::string> docs;
-  REQUIRE((!tokens.empty() && tokens.front() == gpt2().eot()));
-  for (const std::int32_t t : tokens) {
+  REQUIRE(tokens.size() >= 2);
+  REQUIRE(tokens.front() == gpt2().eot());
+  REQUIRE(tokens.back() == gpt2().eot());
+  for (const std::int32_t t : std::span(tokens).first(tokens.size() - 1)) {
     if (t == gpt2().eot()) {
       docs.emplace_back();
     } else {
@@ -87,7 +91,7 @@ std::string generated_text(int lines, int seed) {
 
 }  // namespace
 
-TEST_CASE("text files become shards that decode to the documents, each after an EOT", "[data_tool]") {
+TEST_CASE("text files become shards that decode to the documents, each between EOTs", "[data_tool]") {
   ScratchDir dir;
   fs::create_directories(dir / "in/sub");
   fs::create_directories(dir / "in/.hidden");
@@ -153,7 +157,7 @@ TEST_CASE("JSON Lines: each line's field is a document, blank lines and empty te
   CHECK(files_in(dir / "out") == std::vector<std::string>{"out_train_000000.bin"});
   const std::vector<std::int32_t> tokens = read_tokens(dir / "out/out_train_*.bin");
   CHECK(documents_of(tokens) == texts);
-  CHECK(std::count(tokens.begin(), tokens.end(), gpt2().eot()) == static_cast<std::ptrdiff_t>(texts.size()));
+  CHECK(std::count(tokens.begin(), tokens.end(), gpt2().eot()) == static_cast<std::ptrdiff_t>(texts.size() + 1));
 }
 
 TEST_CASE("the shards are the same for every thread count and chunk size, and run after run", "[data_tool]") {

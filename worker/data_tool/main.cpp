@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
     }
     std::signal(SIGINT, on_stop_signal);
     std::signal(SIGTERM, on_stop_signal);
-    ShardSet shards({o.out, o.prefix, o.shard_tokens, o.val_tokens});
+    ShardSet shards({o.out, o.prefix, o.shard_tokens, o.val_tokens, tokenizer.eot()});
     run_pipeline(files, tokenizer, shards, o.pipeline);
     std::fprintf(stderr, "xtrain-data: wrote %s: %s; %s\n", o.out.c_str(), summary("val", shards.val()).c_str(),
                  summary("train", shards.train()).c_str());

@@ -149,6 +149,7 @@ void ShardSet::remove_staging() noexcept {
 
 void ShardSet::begin_document() {
   if (in_val_ && val_.tokens >= options_.val_tokens) {
+    end_split();
     close_shard();
     in_val_ = false;
   }
@@ -172,6 +173,13 @@ void ShardSet::append(std::span<const std::int32_t> tokens) {
   }
 }
 
+void ShardSet::end_split() {
+  const Split& split = in_val_ ? val_ : train_;
+  if (options_.end_token < 0 || split.tokens == 0) return;
+  const std::int32_t token = options_.end_token;
+  append(std::span(&token, 1));
+}
+
 void ShardSet::close_shard() {
   if (!shard_) return;
   shard_->complete();
@@ -179,6 +187,7 @@ void ShardSet::close_shard() {
 }
 
 void ShardSet::finish() {
+  end_split();
   close_shard();
   if (train_.tokens == 0) {
     throw InputError(val_.tokens == 0 ? "the input holds no text"

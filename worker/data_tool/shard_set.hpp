@@ -2,7 +2,8 @@
 // int32 [20240520, 1, token count, 0...] then uint16 tokens) in a directory of their own, named as
 // llm.c names them: PREFIX_val_000000.bin, PREFIX_train_000001.bin, ... (one index across both
 // splits). The first documents, whole, go to validation until it holds at least val_tokens tokens;
-// the rest is training data. Shards hold shard_tokens tokens (the last of each split fewer);
+// the rest is training data. Each split ends with `end_token` (EOT), so its last document is closed
+// like every other one ("EOT doc EOT doc ... EOT doc EOT"). Shards hold shard_tokens tokens (the last of each split fewer);
 // training documents run on across shard boundaries, as llm.c's do.
 //
 // Nothing partial is ever visible: shards are written into a hidden staging directory beside the
@@ -30,6 +31,7 @@ class ShardSet {
     std::string prefix;
     std::uint64_t shard_tokens = 100'000'000;
     std::uint64_t val_tokens = 0;
+    std::int32_t end_token = -1;  // appended once at the end of each split (EOT), -1 = none
   };
   struct Split {
     int shards = 0;
@@ -57,6 +59,7 @@ class ShardSet {
   const std::string& staging_dir() const { return staging_; }
 
  private:
+  void end_split();  // appends end_token to the current split, if it holds anything
   void close_shard();
   void remove_staging() noexcept;
 
