@@ -74,7 +74,7 @@ const char* Supervisor::phase_name(Phase phase) {
 
 Supervisor::Supervisor(const Plan& plan, RunDir& run_dir, Console* console, Guard& guard)
     : plan_(plan), run_dir_(run_dir), console_(console), guard_(guard), signals_(io_), job_timer_(io_),
-      kill_timer_(io_), drain_timer_(io_) {
+      kill_timer_(io_), drain_timer_(io_), live_report_(io_, plan.run_dir) {
   for (const RankPlacement& where : plan.ranks) {
     log_fds_.push_back(run_dir.open_rank_log(where.rank));
     ranks_.emplace_back(where);
@@ -117,6 +117,7 @@ int Supervisor::run() {
                  plan_.nodes_from_slurm ? " (from SLURM)" : "", ranks_.front().record.where.rank,
                  ranks_.back().record.where.rank, ranks_.front().record.where.world_size, link_->endpoint().str());
   }
+  live_report_.start();
   start_attempt();
   io_.run();
   return outcome_->exit_code;
@@ -550,6 +551,7 @@ void Supervisor::finish() {
   } catch (const std::exception& e) {
     spdlog::error("cannot write the summary: {}", e.what());
   }
+  live_report_.finish();
   const Outcome& outcome = *outcome_;
   spdlog::info("job {} after {:.3f} s, {}: {}; xlaunch exits {}; summary in {}", outcome_name(outcome.kind),
                seconds_between(started_, SteadyClock::now()), plural(attempt_, "attempt"), outcome.reason,
