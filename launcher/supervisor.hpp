@@ -44,7 +44,7 @@
 
 namespace xtrain::launcher {
 
-// SIGINT, SIGTERM, SIGUSR1, SIGUSR2: blocked from startup until the supervisor's handlers exist,
+// SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2: blocked from startup until the supervisor's handlers exist,
 // so that a signal that arrives early (an immediate `xlaunch stop`) waits instead of killing.
 void block_handled_signals(bool block);
 
