@@ -36,6 +36,10 @@ struct Plan {
 // nccl, loads libnccl by the workers' rule (common/nccl_library.hpp) and records which.
 Plan make_plan(const CliOptions& options, const HostInfo& host);
 
+// Whether the worker is xtrain-worker (the default, or a command named so): its training
+// sections are validated, and its metrics have a known shape.
+bool is_own_worker(const JobSpec& spec);
+
 // Resolves argv[0] the way execvp would. `what` names it in errors ("worker.command[0]").
 std::string resolve_command(const std::string& command, const std::string& path_env, const std::string& what);
 

@@ -20,7 +20,7 @@ namespace {
 using nlohmann::json;
 using SteadyClock = std::chrono::steady_clock;
 
-constexpr int kHandledSignals[] = {SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+constexpr int kHandledSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
 // After every rank was reaped and its group SIGKILLed, output can stay open only if some
 // process left its group (setsid). Wait this long for it, then stop reading.
 constexpr double kDrainSeconds = 0.3;
@@ -74,7 +74,7 @@ const char* Supervisor::phase_name(Phase phase) {
 
 Supervisor::Supervisor(const Plan& plan, RunDir& run_dir, Console* console, Guard& guard)
     : plan_(plan), run_dir_(run_dir), console_(console), guard_(guard), signals_(io_), job_timer_(io_),
-      kill_timer_(io_), drain_timer_(io_) {
+      kill_timer_(io_), drain_timer_(io_), live_report_(io_, plan.run_dir) {
   for (const RankPlacement& where : plan.ranks) {
     log_fds_.push_back(run_dir.open_rank_log(where.rank));
     ranks_.emplace_back(where);
@@ -117,6 +117,7 @@ int Supervisor::run() {
                  plan_.nodes_from_slurm ? " (from SLURM)" : "", ranks_.front().record.where.rank,
                  ranks_.back().record.where.rank, ranks_.front().record.where.world_size, link_->endpoint().str());
   }
+  live_report_.start();
   start_attempt();
   io_.run();
   return outcome_->exit_code;
@@ -380,20 +381,23 @@ void Supervisor::on_signal(int sig) {
     kill_stragglers();
     return;
   }
+  // A hang-up (the terminal closed) stops the ranks as SIGTERM does, so that they can end cleanly.
+  const int forward = sig == SIGHUP ? SIGTERM : sig;
   if (phase_ == Phase::kStopping) {  // the outcome is decided; pass the signal on
-    signal_groups(sig);
+    signal_groups(forward);
     return;
   }
   outcome_ = Outcome{OutcomeKind::kSignal, exit_code::kSignalBase + sig, "xlaunch received " + signal_name(sig)};
-  spdlog::warn("received {}; forwarding it to {} and stopping (SIGKILL after {} s)", signal_name(sig),
+  spdlog::warn("received {}; {} {} and stopping (SIGKILL after {} s)", signal_name(sig),
+               forward == sig ? "forwarding it to" : "sending " + signal_name(forward) + " to",
                plural(running_count(), "running rank"), plan_.spec.launcher.term_timeout_s);
   if (phase_ == Phase::kRestarting) {  // the gang is already stopping: just do not restart
     phase_ = Phase::kStopping;
-    signal_groups(sig);
+    signal_groups(forward);
     save_state();
     return;
   }
-  stop_gang(Phase::kStopping, sig);
+  stop_gang(Phase::kStopping, forward);
 }
 
 // scancel (and a terminal's Ctrl-C without job control) signals every process of the job, the
@@ -550,6 +554,7 @@ void Supervisor::finish() {
   } catch (const std::exception& e) {
     spdlog::error("cannot write the summary: {}", e.what());
   }
+  live_report_.finish();
   const Outcome& outcome = *outcome_;
   spdlog::info("job {} after {:.3f} s, {}: {}; xlaunch exits {}; summary in {}", outcome_name(outcome.kind),
                seconds_between(started_, SteadyClock::now()), plural(attempt_, "attempt"), outcome.reason,

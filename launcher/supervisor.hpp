@@ -34,6 +34,7 @@
 #include "launcher/guard.hpp"
 #include "launcher/heartbeat.hpp"
 #include "launcher/launch_error.hpp"
+#include "launcher/live_report.hpp"
 #include "launcher/log_stream.hpp"
 #include "launcher/plan.hpp"
 #include "launcher/rank_process.hpp"
@@ -43,7 +44,7 @@
 
 namespace xtrain::launcher {
 
-// SIGINT, SIGTERM, SIGUSR1, SIGUSR2: blocked from startup until the supervisor's handlers exist,
+// SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2: blocked from startup until the supervisor's handlers exist,
 // so that a signal that arrives early (an immediate `xlaunch stop`) waits instead of killing.
 void block_handled_signals(bool block);
 
@@ -120,6 +121,7 @@ class Supervisor {
   boost::asio::steady_timer kill_timer_;  // launcher.term_timeout_s after the stop signal
   boost::asio::steady_timer drain_timer_; // output still open after every rank was reaped
   std::unique_ptr<HeartbeatWatch> heartbeat_;
+  LiveReport live_report_;                // report.html: every 10 s while metrics change, and at the end
 
   Phase phase_ = Phase::kStarting;
   int attempt_ = 0;                 // 1-based

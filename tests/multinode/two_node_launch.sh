@@ -9,6 +9,10 @@
 #   lost       node 0's xlaunch is SIGKILLed: node 1 stops its ranks and exits 125 (node_lost)
 #   training   (when XTRAIN_WORKER is given) a 2x2 job of the real xtrain-worker over Gloo: its
 #              losses match a single-process run of the same global batch (1e-5 relative)
+#   ddp        a PyTorch DDP script (tests/launcher/ddp_train.py) on 2 nodes x 1 rank under xlaunch
+#              with torchrun's static flags, with its c10d flags (--rdzv-id, no XTRAIN_JOB_TOKEN) and
+#              under torchrun itself: the same losses and parameter digest, bit for bit, as 2 ranks
+#              on one node
 #   two_node_launch.sh XLAUNCH TEST_WORKER KV_TOOL [XTRAIN_WORKER] [CASES...]
 # Needs root; exits 77 (skipped) where network namespaces are unavailable, and says why.
 set -euo pipefail
@@ -18,7 +22,7 @@ kv_tool=$(realpath "$3")
 xtrain_worker=${4:+$(realpath "$4")}
 shift $(($# < 4 ? $# : 4))
 cases=("$@")
-((${#cases[@]})) || cases=(token gang absent hang lost training)
+((${#cases[@]})) || cases=(token gang absent hang lost training ddp)
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../../scripts/netns/two_nodes.sh"
 two_nodes_up
@@ -196,6 +200,55 @@ for (step, a), (_, b) in zip(two, one):
     assert abs(a - b) <= 1e-5 * abs(b), f"step {step}: {a} vs {b}"
 EOF
   echo "two_node_launch: training: passed (2x2 Gloo losses match one process)"
+}
+
+case_ddp() {
+  local python=/usr/bin/python3 script="$here/../launcher/ddp_train.py" node ns if port_static port_c10d port_torchrun
+  "$python" -c 'import torch' 2>/dev/null || fail "ddp: $python cannot import torch (scripts/install-deps.sh --test)"
+  port_static=$((++port)) port_c10d=$((++port)) port_torchrun=$((++port))
+  # Rank 0's "step"/"digest" lines from a log file.
+  result() { sed -n -E 's/^((step|digest) .*)$/\1/p' "$@"; }
+  # Gloo binds where the host name resolves, which is not inside a namespace: name the veth.
+  on_node() {  # on_node NODE CMD...: in the background, output to $tmp/ddp-<tag>-node<NODE>.out
+    local n=$1
+    shift
+    ns=$([[ $n == 0 ]] && echo "$XT_NS1" || echo "$XT_NS2")
+    if=$([[ $n == 0 ]] && echo "xtv$$a" || echo "xtv$$b")
+    ip netns exec "$ns" env GLOO_SOCKET_IFNAME="$if" PYTHON_EXEC="$python" "$@" \
+      >"$tmp/ddp-$tag-node$n.out" 2>&1 &
+    pid=$!
+    two_nodes_track "$pid"
+  }
+  both() {  # both TAG FLAGS...: node 0 and node 1 with FLAGS plus --node-rank; waits for both
+    tag=$1
+    shift
+    local pids=() n
+    for n in 0 1; do
+      on_node "$n" "$@" --node_rank "$n" --nproc_per_node 1 --log_dir "$tmp/ddp-$tag-node$n" "$script" --steps 20
+      pids+=("$pid")
+    done
+    for n in 0 1; do finish "${pids[$n]}"; expect_eq "$rc" 0 "ddp $tag node $n: $(tail -5 "$tmp/ddp-$tag-node$n.out")"; done
+  }
+  both static "$xlaunch" --nnodes 2 --master_addr "$XT_ADDR1" --master_port "$port_static"
+  both c10d env -u XTRAIN_JOB_TOKEN "$xlaunch" --nnodes=2 --rdzv-backend=c10d --rdzv-endpoint="$XT_ADDR1:$port_c10d" \
+    --rdzv-id="ddp-$$"
+  both torchrun "$python" -m torch.distributed.run --nnodes 2 --master_addr "$XT_ADDR1" --master_port "$port_torchrun" \
+    --redirects 1 --tee 1
+  tag=single
+  on_node 0 "$xlaunch" --standalone --nproc_per_node 2 --log_dir "$tmp/ddp-single" "$script" --steps 20
+  finish "$pid"; expect_eq "$rc" 0 "ddp on one node: $(tail -5 "$tmp/ddp-single-node0.out")"
+  result "$tmp"/ddp-single/ddp_train-*/logs/rank-0.log >"$tmp/ddp-single.result"
+  [[ $(grep -c '^step ' "$tmp/ddp-single.result") == 20 ]] || fail "ddp on one node: $(cat "$tmp/ddp-single-node0.out")"
+  result "$tmp"/ddp-static-node0/ddp_train-*/logs/rank-0.log >"$tmp/ddp-static.result"
+  result "$tmp"/ddp-c10d-node0/ddp_train-*/logs/rank-0.log >"$tmp/ddp-c10d.result"
+  result "$tmp"/ddp-torchrun-node0/*/attempt_0/0/stdout.log >"$tmp/ddp-torchrun.result"
+  for tag in static c10d torchrun; do
+    diff -u "$tmp/ddp-single.result" "$tmp/ddp-$tag.result" >"$tmp/ddp-$tag.diff" ||
+      fail "ddp: 2 nodes ($tag) differ from one node: $(cat "$tmp/ddp-$tag.diff")"
+  done
+  grep -q "world 2" "$tmp/ddp-single.result" || fail "ddp: not a world of 2: $(cat "$tmp/ddp-single.result")"
+  echo "two_node_launch: ddp: passed (2 nodes under xlaunch static, xlaunch c10d --rdzv-id and torchrun:" \
+       "the same 20 losses and digest as one node: $(tail -1 "$tmp/ddp-single.result"))"
 }
 
 for c in "${cases[@]}"; do "case_$c"; done
