@@ -241,6 +241,8 @@ template <class V> void describe(V& v, NodesSpec& s) {
   v.integer("node_rank", s.node_rank, 0, 65535);
   v.string("rdzv_endpoint", s.rdzv_endpoint);
   v.number("rdzv_timeout_s", s.rdzv_timeout_s, 0, HUGE_VAL, true);
+  v.number("keepalive_interval_s", s.keepalive_interval_s, 0.01, 3600);
+  v.number("keepalive_timeout_s", s.keepalive_timeout_s, 0.02, 3600);
 }
 template <class V> void describe(V& v, ModelSpec& s) {
   v.integer("n_layer", s.n_layer, 1, 1024);
@@ -317,6 +319,11 @@ JobSpec parse_job_spec(const json& doc, const std::string& default_name) {
     throw SpecError("nodes.node_rank", "expected an integer < nodes.nnodes (" +
                                            std::to_string(spec.nodes.nnodes) + "), got " +
                                            std::to_string(spec.nodes.node_rank));
+  }
+  if (spec.nodes.keepalive_timeout_s <= spec.nodes.keepalive_interval_s) {
+    throw SpecError("nodes.keepalive_timeout_s", "expected a number > nodes.keepalive_interval_s (" +
+                                                     format_number(spec.nodes.keepalive_interval_s) + "), got " +
+                                                     format_number(spec.nodes.keepalive_timeout_s));
   }
   if (spec.train.min_lr > spec.train.lr) {
     throw SpecError("train.min_lr", "expected a number <= train.lr (" + format_number(spec.train.lr) +

@@ -45,6 +45,8 @@ struct NodesSpec {
   int node_rank = 0;
   std::string rdzv_endpoint;        // host:port of node 0's rendezvous store
   double rdzv_timeout_s = 300.0;
+  double keepalive_interval_s = 1.0;  // each node -> node 0's store (common/kv_lease.hpp)
+  double keepalive_timeout_s = 3.0;   // silence after which a node, or node 0, is lost
 };
 
 struct ModelSpec {

@@ -255,35 +255,50 @@ void Supervisor::on_store_lost(int attempt, const std::string& error) {
 }
 
 // The end of a round: every node reports its outcome; a root cause published by another node wins.
+// The exchange waits for the other nodes (up to timeout_s), so it runs on the helper thread while
+// the event loop goes on (signals, the job timeout); on_round_closed() takes the attempt on.
 void Supervisor::close_round() {
   round_met_ = false;
   const json mine = {{"status", outcome_name(outcome_->kind)}, {"exit_code", outcome_->exit_code},
                      {"reason", outcome_->reason}};
   const double timeout_s = std::max(plan_.spec.nodes.rdzv_timeout_s, plan_.spec.launcher.term_timeout_s + 5);
-  try {
-    const NodeLink::Closing closing = link_->close_attempt(attempt_, mine, phase_ != Phase::kRestarting, timeout_s);
-    if (closing.stop && !closing.stop->contains("end") && closing.stop->value("node", -1) != link_->node()) {
-      adopt_remote_stop(*closing.stop);
+  if (rendezvous_thread_.joinable()) rendezvous_thread_.join();
+  rendezvous_thread_ = std::thread([this, mine, timeout_s, attempt = attempt_, final = phase_ != Phase::kRestarting] {
+    std::optional<NodeLink::Closing> closing;
+    std::string error;
+    try {
+      closing = link_->close_attempt(attempt, mine, final, timeout_s);
+    } catch (const std::exception& e) {
+      error = e.what();
     }
-    if (!closing.silent_nodes.empty() && outcome_->kind == OutcomeKind::kSucceeded) {
+    boost::asio::post(io_, [this, closing, error, timeout_s] { on_round_closed(closing, error, timeout_s); });
+  });
+}
+
+void Supervisor::on_round_closed(const std::optional<NodeLink::Closing>& closing, const std::string& error,
+                                 double timeout_s) {
+  if (closing) {
+    if (closing->stop && closing->stop->value("node", -1) != link_->node()) adopt_remote_stop(*closing->stop);
+    if (!closing->silent_nodes.empty() && outcome_->kind == OutcomeKind::kSucceeded) {
       std::string nodes;
-      for (int n : closing.silent_nodes) nodes += (nodes.empty() ? "" : ", ") + std::to_string(n);
+      for (int n : closing->silent_nodes) nodes += (nodes.empty() ? "" : ", ") + std::to_string(n);
       outcome_ = Outcome{OutcomeKind::kNodeLost, exit_code::kLaunchFailure,
                          fmt::format("node(s) {} did not report the end of attempt {} within {} s", nodes, attempt_,
                                      timeout_s)};
-      remote_cause_ = json{{"node", closing.silent_nodes.front()}, {"rank", nullptr}, {"kind", "node_lost"},
+      remote_cause_ = json{{"node", closing->silent_nodes.front()}, {"rank", nullptr}, {"kind", "node_lost"},
                            {"message", outcome_->reason}};
       phase_ = Phase::kStopping;
     }
-  } catch (const std::exception& e) {
-    spdlog::error("rendezvous: the end of attempt {}: {}", attempt_, e.what());
+  } else {
+    spdlog::error("rendezvous: the end of attempt {}: {}", attempt_, error);
     if (outcome_->kind == OutcomeKind::kSucceeded) {
-      outcome_ = Outcome{OutcomeKind::kNodeLost, exit_code::kLaunchFailure, std::string("lost node 0: ") + e.what()};
-      remote_cause_ = json{{"node", 0}, {"rank", nullptr}, {"kind", "node_lost"}, {"message", e.what()}};
+      outcome_ = Outcome{OutcomeKind::kNodeLost, exit_code::kLaunchFailure, "lost node 0: " + error};
+      remote_cause_ = json{{"node", 0}, {"rank", nullptr}, {"kind", "node_lost"}, {"message", error}};
       phase_ = Phase::kStopping;
     }
   }
   if (watcher_thread_.joinable()) watcher_thread_.join();
+  conclude_attempt();
 }
 
 void Supervisor::join_helpers() {
@@ -519,7 +534,11 @@ void Supervisor::check_attempt_over() {
 
 void Supervisor::end_attempt() {
   attempt_over_ = true;
-  if (round_met_) close_round();
+  if (round_met_) return close_round();  // on_round_closed() concludes it
+  conclude_attempt();
+}
+
+void Supervisor::conclude_attempt() {
   if (remote_cause_) spdlog::error("root cause on another node: {}", outcome_->reason);
   if (root_cause_) {
     const Rank& rank = rank_at(root_cause_->rank);

@@ -15,8 +15,10 @@
 // thread, which posts its result to the loop; while ranks run, a watcher thread blocks on this
 // node's stop key in node 0's store and posts what it reads: another node's root cause (the gang
 // stops here too, with that cause) or the store's loss (node 0 is gone). A decisive local event
-// publishes the stop for every node. At the end of each attempt the nodes exchange outcomes, so
-// that every xlaunch reports the same root cause and makes the same restart decision.
+// publishes the stop for every node. At the end of each attempt the nodes exchange outcomes (on
+// the helper thread: the loop keeps running), so that every xlaunch reports the same root cause
+// and makes the same restart decision. A node lost mid-attempt reaches the watcher too: node 0's
+// store publishes its loss as the root cause (launcher/rendezvous.hpp).
 #pragma once
 
 #include <atomic>
@@ -78,6 +80,7 @@ class Supervisor {
   void kill_stragglers();
   void check_attempt_over();
   void end_attempt();
+  void conclude_attempt();
   void finish();
 
   // Events.
@@ -95,6 +98,7 @@ class Supervisor {
   void on_store_lost(int attempt, const std::string& error);
   void adopt_remote_stop(const nlohmann::json& record);
   void close_round();
+  void on_round_closed(const std::optional<NodeLink::Closing>& closing, const std::string& error, double timeout_s);
   void join_helpers();
   nlohmann::json root_cause_json() const;
 
@@ -141,7 +145,7 @@ class Supervisor {
   bool state_error_reported_ = false;
 
   std::unique_ptr<NodeLink> link_;     // several nodes only
-  std::thread rendezvous_thread_;
+  std::thread rendezvous_thread_;     // the round's join, later its end-of-attempt exchange
   std::thread watcher_thread_;
   std::atomic<bool> cancel_rendezvous_{false};
   bool round_met_ = false;             // this attempt's round succeeded: close_round() is due

@@ -84,6 +84,10 @@ TEST_CASE("errors name the field by JSON path and say what was expected", "[spec
         "train.min_lr: expected a number <= train.lr (0.1), got 0.2");
   CHECK(error_of(json::parse(R"({"nodes": {"nnodes": 2, "node_rank": 2}})")) ==
         "nodes.node_rank: expected an integer < nodes.nnodes (2), got 2");
+  CHECK(error_of(json::parse(R"({"nodes": {"keepalive_interval_s": 5}})")) ==
+        "nodes.keepalive_timeout_s: expected a number > nodes.keepalive_interval_s (5), got 3");
+  CHECK(error_of(json::parse(R"({"nodes": {"keepalive_interval_s": 0}})")) ==
+        "nodes.keepalive_interval_s: expected a number >= 0.01 and <= 3600, got 0");
   CHECK(error_of(json::parse(R"({"name": "a/b"})")) == R"(name: expected a name without '/', got "a/b")");
   CHECK(error_of(json::parse(R"({"device": "cpu", "backend": "nccl"})")) ==
         R"(backend: "nccl" needs GPUs, but device is "cpu"; use "gloo" or "auto")");
