@@ -335,7 +335,7 @@ TEST_CASE("state.json records every file's size and CRC-32C", "[checkpoint]") {
   }
 }
 
-TEST_CASE("a flipped bit (size unchanged) makes auto fall back; an explicit path is refused naming the file",
+TEST_CASE("a flipped bit (size unchanged): auto falls back, and an explicit path is refused naming the file",
           "[checkpoint][errors]") {
   ScratchDir run;
   Model model;
