@@ -94,14 +94,17 @@ Supervisor::Supervisor(const Plan& plan, RunDir& run_dir, Console* console, Guar
     ranks_.emplace_back(where);
   }
   if (plan.spec.nodes.nnodes > 1) link_ = std::make_unique<NodeLink>(plan);
+  // Beats are watched for the watchdog, and for our own worker's progress records (stragglers).
+  // Not otherwise: closing an inotify instance waits for an RCU grace period (~15 ms at exit).
   const double heartbeat_s = plan.spec.launcher.heartbeat_timeout_s;
+  if (heartbeat_s <= 0 && !plan.own_worker) return;
   try {
     heartbeat_ = std::make_unique<HeartbeatWatch>(io_, run_files::ranks(plan.run_dir), plan.ranks.front().world_size,
                                                   heartbeat_s, [this](int rank) { on_hung(rank); },
                                                   [this](int rank) { on_beat(rank); });
   } catch (const std::exception& e) {
     if (heartbeat_s > 0) throw LaunchError(exit_code::kLaunchFailure, e.what());
-    spdlog::warn("{}: no live progress or straggler warnings for this run", e.what());
+    spdlog::warn("{}: no straggler warnings for this run", e.what());
   }
 }
 
@@ -423,18 +426,22 @@ void Supervisor::rank_failed(RankFailure failure, Outcome outcome) {
   if (phase_ != Phase::kRunning && phase_ != Phase::kStarting) return;  // teardown already under way
   drop_echo();  // a primary failure (or a hang) takes the place of a held echo
   const bool restart = outcome.kind != OutcomeKind::kLaunchFailed && attempt_ <= plan_.spec.launcher.max_restarts;
-  spdlog::error("{}; stopping {} (SIGTERM, then SIGKILL after {} s){}", outcome.reason,
-                plural(running_count(), "running rank"), plan_.spec.launcher.term_timeout_s,
-                restart ? fmt::format(", then restarting ({} of {})", attempt_, plan_.spec.launcher.max_restarts) : "");
+  const std::string stopping =
+      fmt::format("stopping {} (SIGTERM, then SIGKILL after {} s){}", plural(running_count(), "running rank"),
+                  plan_.spec.launcher.term_timeout_s,
+                  restart ? fmt::format(", then restarting ({} of {})", attempt_, plan_.spec.launcher.max_restarts) : "");
   failure.node = plan_.spec.nodes.node_rank;
-  const bool hung = failure.kind == FailureKind::kHung;
+  const bool diagnose = failure.kind == FailureKind::kHung && phase_ == Phase::kRunning;
+  if (diagnose) {  // the rank whose clock ran out first is not necessarily the one the others wait for
+    spdlog::error("rank {} sent no heartbeat for {} s; finding where every rank is, then {}", failure.rank,
+                  plan_.spec.launcher.heartbeat_timeout_s, stopping);
+  } else {
+    spdlog::error("{}; {}", outcome.reason, stopping);
+  }
   root_cause_ = std::move(failure);
   outcome_ = std::move(outcome);
   const Phase next = restart ? Phase::kRestarting : Phase::kStopping;
-  if (hung && phase_ == Phase::kRunning) {
-    begin_diagnosis(next, "heartbeat");
-    return;
-  }
+  if (diagnose) return begin_diagnosis(next, "heartbeat");
   stop_gang(next, SIGTERM);
 }
 

@@ -146,7 +146,7 @@ class Supervisor {
   boost::asio::steady_timer drain_timer_; // output still open after every rank was reaped
   boost::asio::steady_timer echo_timer_;  // how long a peer_lost failure waits for the primary one
   boost::asio::steady_timer diagnosis_timer_;
-  std::unique_ptr<HeartbeatWatch> heartbeat_;  // null only when inotify failed and no watchdog is needed
+  std::unique_ptr<HeartbeatWatch> heartbeat_;  // null: no watchdog and not our worker (or inotify failed)
   LiveReport live_report_;                // report.html: every 10 s while metrics change, and at the end
 
   Phase phase_ = Phase::kStarting;
