@@ -52,7 +52,9 @@ class HangReport {
   void collect_backtraces();
 
   const std::vector<RankSnapshot>& ranks() const { return ranks_; }
-  nlohmann::json to_json() const;  // summary.json's "hang_report"
+  // summary.json's "hang_report": {"trigger", "summary", "behind", "ranks": [{"rank", "pid",
+  // "state", "state_text", "heartbeat_age_s", "progress", "threads", "backtrace", "backtrace_note"}]}
+  nlohmann::json to_json() const;
 
  private:
   std::string run_dir_;

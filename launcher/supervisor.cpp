@@ -472,6 +472,7 @@ void Supervisor::end_diagnosis() {
   diagnosis_timer_.cancel();
   diagnosis_->collect_backtraces();
   hang_report_ = diagnosis_->to_json();
+  hang_report_["attempt"] = attempt_;
   const std::string summary = summarize(diagnosis_->ranks());
   const std::vector<int> behind = ranks_behind(diagnosis_->ranks());
   diagnosis_.reset();

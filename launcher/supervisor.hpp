@@ -162,7 +162,7 @@ class Supervisor {
   std::unique_ptr<HangReport> diagnosis_;  // while Diagnosing
   Phase after_diagnosis_ = Phase::kStopping;
   SteadyTime diagnosis_deadline_;
-  nlohmann::json hang_report_;             // summary.json's "hang_report": the last one, or null
+  nlohmann::json hang_report_;             // summary.json's "hang_report": the last attempt's that had one, or null
   StragglerDetector stragglers_;
   std::string run_id_;
   WallTime started_at_;

@@ -1,7 +1,7 @@
 // CRC-32C (Castagnoli), the checksum of checkpoint files: it detects every error of up to 32
 // consecutive bits and any odd number of flipped bits, and x86 computes it in hardware (SSE4.2's
-// crc32 instruction, 8 bytes per instruction), chosen at run time; elsewhere a table-driven
-// version (slicing by 8) gives the same values. Standard parameters: reflected polynomial
+// crc32 instruction, 8 bytes per instruction, three chains at once), chosen at run time;
+// elsewhere a table-driven version (slicing by 8) gives the same values. Standard parameters: reflected polynomial
 // 0x82F63B78, initial value and final xor 0xFFFFFFFF; crc32c("123456789") = 0xE3069283.
 #pragma once
 
