@@ -1,7 +1,6 @@
 #include "launcher/hang_report.hpp"
 
 #include <algorithm>
-#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -120,8 +119,11 @@ HangReport::HangReport(std::string run_dir, const std::vector<Target>& ranks, st
     const std::string beat_file = heartbeat_file_path(run_dir_, target.rank);
     r.record = read_heartbeat_record(beat_file);
     r.heartbeat_age_s = heartbeat_age_s(beat_file, taken_ns_).value_or(-1);
-    if (const auto stat = read_proc_stat(target.pid)) r.state = stat->state;
-    r.threads = read_threads(target.pid);
+    // The worker may run below the rank's process (a wrapper script): its record names its pid,
+    // taken when that process is in the rank's process group (not a stale record's reused pid).
+    if (r.record && r.record->pid > 0 && ::getpgid(r.record->pid) == target.pid) r.pid = r.record->pid;
+    if (const auto stat = read_proc_stat(r.pid)) r.state = stat->state;
+    r.threads = read_threads(r.pid);
     ranks_.push_back(std::move(r));
   }
   // Only after every snapshot: a signal changes what a thread is doing.

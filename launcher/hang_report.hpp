@@ -27,7 +27,7 @@ namespace xtrain::launcher {
 
 struct RankSnapshot {
   int rank = 0;
-  pid_t pid = 0;
+  pid_t pid = 0;                          // the worker's: the rank's process, or its record's pid below it
   std::optional<HeartbeatRecord> record;  // none: the worker keeps no record (or has not yet)
   double heartbeat_age_s = -1;            // since the file was last touched; -1: no file
   char state = '?';                       // '?': the process is gone
