@@ -129,6 +129,21 @@ TEST_CASE("a rank asleep in backward: the summary names it, its layer, and what 
   CHECK(report.at("ranks").at(0).at("progress").at("bucket") == 1);
 }
 
+TEST_CASE("a worker started by a wrapper script: the report still finds it and its stack", "[e2e][hang]") {
+  Job job("wrapped");
+  job.spec()["worker"]["command"] = {"/bin/sh", "-c", std::string(XTRAIN_BIN_DIR) + "/xtrain-worker; exit $?"};
+  const Outcome o = job.launch("run", 2, {"train.steps=100", "launcher.heartbeat_timeout_s=5"},
+                               {{"XTRAIN_FAULT_SLEEP", "0:3:1"}});
+  INFO(o.output);
+  CHECK(o.exit_code == 124);
+  const json report = summary_of(job, "run").at("hang_report");
+  CHECK(report.at("behind") == json::array({0}));
+  CHECK(report.at("summary").get<std::string>().rfind("rank 0 is in backward layer 1 of step 3", 0) == 0);
+  const json& rank0 = report.at("ranks").at(0);
+  CHECK(rank0.at("pid") != summary_of(job, "run").at("ranks").at(0).at("pid"));  // the worker, not the shell
+  CHECK(rank0.at("backtrace").dump().find("xtrain::GPT::backward(") != std::string::npos);
+}
+
 TEST_CASE("a rank 4x slower than the others: one warning, and listed as a straggler", "[e2e][stragglers]") {
   Job job("straggler");
   job.spec()["model"]["n_embd"] = 64;
