@@ -83,6 +83,13 @@ class GPT {
 
   void zero_grads();
 
+  // Progress reports: called as each layer of forward and backward begins, with the layer index,
+  // -1 for the embeddings and n_layer for the output layer (final layernorm and logits). On an
+  // asynchronous backend this marks what the host issues, not what the device runs.
+  enum class Pass { kForward, kBackward };
+  using LayerObserver = std::function<void(Pass, int layer)>;
+  void set_layer_observer(LayerObserver observer) { layer_observer_ = std::move(observer); }
+
   // (B,T,Vp) of the last forward without targets, backend memory. Only the first V columns are
   // logits of tokens; the padded ones are 0 (wte's padded rows start at 0 and never get gradient).
   const float* logits() const { return acts_.logits; }
@@ -113,6 +120,7 @@ class GPT {
   int last_B_ = 0;
   bool backward_ready_ = false;
   std::vector<float> host_losses_;  // (max_batch*T) staging for the mean loss
+  LayerObserver layer_observer_;
 };
 
 }  // namespace xtrain
