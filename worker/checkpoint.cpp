@@ -11,6 +11,7 @@
 
 #include "common/atomic_file.hpp"
 #include "worker/file_io.hpp"
+#include "worker/hf_model.hpp"
 #include "worker/safetensors.hpp"
 
 namespace xtrain {
@@ -19,12 +20,10 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr const char* kFormat = "xtrain-checkpoint";
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kConfigFile = "config.json";
 constexpr const char* kStateFile = "state.json";
-constexpr const char* kTmpMarker = ".tmp-";
 constexpr const char* kWtePadding = "wte_padding";
 
 // Spec fields that must be the same on resume: they fix the tensor shapes (model) or, with the
@@ -33,21 +32,6 @@ constexpr const char* kWtePadding = "wte_padding";
 constexpr const char* kModelKeys[] = {"n_layer", "n_head", "n_embd", "seq_len", "vocab_size"};
 constexpr const char* kTrainKeys[] = {"batch_size",   "seed",  "lr",    "min_lr", "warmup_steps",
                                       "weight_decay", "beta1", "beta2", "eps",    "grad_clip"};
-
-// The step a complete checkpoint's directory name encodes; nullopt for anything else.
-std::optional<std::int64_t> parse_step(const std::string& name) {
-  if (name.size() < 13 || name.rfind("step-", 0) != 0) return std::nullopt;
-  std::int64_t step = 0;
-  for (size_t i = 5; i < name.size(); ++i) {
-    if (name[i] < '0' || name[i] > '9' || i > 22) return std::nullopt;
-    step = step * 10 + (name[i] - '0');
-  }
-  return step;
-}
-
-bool is_partial(const std::string& name) {
-  return name.rfind("step-", 0) == 0 && name.find(kTmpMarker) != std::string::npos;
-}
 
 std::string to_hex(std::uint64_t x) {
   char buf[17];
@@ -66,61 +50,9 @@ std::optional<std::uint64_t> from_hex(const std::string& s) {
   return x;
 }
 
-std::vector<std::int64_t> wte_hf_shape(const ModelDims& d) { return {d.V, d.C}; }
 std::vector<std::int64_t> wte_padding_shape(const ModelDims& d) { return {d.Vp - d.V, d.C}; }
 
-// The shape a tensor has in the Hugging Face file.
-std::vector<std::int64_t> hf_shape(const ParamLayout& layout, const ParamTensor& t) {
-  if (t.offset == layout.wte()) return wte_hf_shape(layout.dims());
-  std::vector<std::int64_t> shape(t.shape.begin(), t.shape.end());
-  if (t.hf_transposed) std::swap(shape[0], shape[1]);
-  return shape;
-}
-
-void transpose(const float* in, size_t rows, size_t cols, float* out) {  // (rows, cols) -> (cols, rows)
-  for (size_t r = 0; r < rows; ++r) {
-    for (size_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
-  }
-}
-
 json spec_section(const JobSpec& spec, const char* section) { return to_json(spec)[section]; }
-
-json hf_config(const ModelDims& d) {
-  return {{"architectures", {"GPT2LMHeadModel"}},
-          {"model_type", "gpt2"},
-          {"vocab_size", d.V},
-          {"n_positions", d.T},
-          {"n_ctx", d.T},
-          {"n_embd", d.C},
-          {"n_layer", d.L},
-          {"n_head", d.NH},
-          {"n_inner", nullptr},
-          {"activation_function", "gelu_new"},  // GELU, tanh approximation
-          {"layer_norm_epsilon", 1e-5},
-          {"resid_pdrop", 0.0},
-          {"embd_pdrop", 0.0},
-          {"attn_pdrop", 0.0},
-          {"tie_word_embeddings", true},
-          {"torch_dtype", "float32"}};
-}
-
-void write_model_file(const std::string& path, const ParamLayout& layout, const float* params) {
-  size_t transposed_floats = 0;
-  for (const auto& t : layout.tensors()) transposed_floats += t.hf_transposed ? t.count : 0;
-  std::vector<float> transposed(transposed_floats);  // Conv1D weights in (in, out)
-  std::vector<SafetensorsTensor> tensors;
-  size_t at = 0;
-  for (const auto& t : layout.tensors()) {
-    const float* data = params + t.offset;
-    if (t.hf_transposed) {
-      transpose(data, static_cast<size_t>(t.shape[0]), static_cast<size_t>(t.shape[1]), transposed.data() + at);
-      data = transposed.data() + at;
-      at += t.count;
-    }
-    tensors.push_back({t.name, hf_shape(layout, t), data});
-  }
-  write_safetensors(path, tensors, {{"format", "pt"}});  // transformers refuses files without "format"
-}
 
 void write_optimizer_file(const std::string& path, const ParamLayout& layout, const float* params, const float* m,
                           const float* v, std::int64_t adam_t) {
@@ -136,33 +68,25 @@ void write_optimizer_file(const std::string& path, const ParamLayout& layout, co
 json state_json(const JobSpec& spec, const TrainState& state) {
   json words = json::array();
   for (auto w : state.sampler.words) words.push_back(to_hex(w));
-  return {{"format", kFormat},
+  json out = {{"format", kCheckpointFormat},
           {"format_version", kCheckpointFormatVersion},
           {"step", state.step},
           {"sampler", {{"algorithm", "xoshiro256**"}, {"state", words}}},
           {"model", spec_section(spec, "model")},
           {"train", spec_section(spec, "train")},
           {"data", {{"train", spec.data.train}, {"train_tokens", state.train_tokens}}}};
+  // Absolute, so that an export run from anywhere finds the vocabulary (model_file.hpp).
+  if (!spec.tokenizer.empty()) out["tokenizer"] = fs::absolute(spec.tokenizer).lexically_normal().string();
+  return out;
 }
 
 // Removes a directory so that no crash leaves it half-deleted under a complete-looking name:
 // renamed to a .tmp-* name first (which resume ignores and the next save removes).
 void remove_checkpoint_dir(const fs::path& dir) {
-  const fs::path doomed = dir.string() + kTmpMarker + std::to_string(::getpid()) + "-old";
+  const fs::path doomed = dir.string() + kCheckpointTmpMarker + std::to_string(::getpid()) + "-old";
   fs::rename(dir, doomed);
   fsync_directory(dir.parent_path().string());
   fs::remove_all(doomed);
-}
-
-std::vector<std::pair<std::int64_t, fs::path>> complete_checkpoints(const fs::path& root) {
-  std::vector<std::pair<std::int64_t, fs::path>> found;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(root, ec)) {
-    const auto step = parse_step(entry.path().filename().string());
-    if (step && entry.is_directory()) found.emplace_back(*step, entry.path());
-  }
-  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  return found;
 }
 
 // state.json parsed and its format checked.
@@ -180,8 +104,8 @@ json read_state(const std::string& dir) {
   if (state.is_discarded() || !state.is_object()) {
     throw CheckpointError(dir, std::string(kStateFile) + ": not a JSON object (truncated or corrupt)");
   }
-  if (!state.contains("format") || state["format"] != kFormat) {
-    throw CheckpointError(dir, std::string(kStateFile) + ": format is not \"" + kFormat + "\"");
+  if (!state.contains("format") || state["format"] != kCheckpointFormat) {
+    throw CheckpointError(dir, std::string(kStateFile) + ": format is not \"" + kCheckpointFormat + "\"");
   }
   const json version = state.value("format_version", json());
   if (version != kCheckpointFormatVersion) {
@@ -219,27 +143,21 @@ void verify_structure(const std::string& dir) {
 
 }  // namespace
 
-std::string checkpoint_dir_name(std::int64_t step) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
-  return buf;
-}
-
 std::string save_checkpoint(const std::string& run_dir, const JobSpec& spec, const ParamLayout& layout,
                             const float* params, const float* m, const float* v, const TrainState& state) {
   const fs::path root = fs::path(run_dir) / "checkpoints";
   const fs::path final_dir = root / checkpoint_dir_name(state.step);
-  const fs::path tmp = final_dir.string() + kTmpMarker + std::to_string(::getpid());
+  const fs::path tmp = final_dir.string() + kCheckpointTmpMarker + std::to_string(::getpid());
   try {
     fs::create_directories(root);
     for (const auto& entry : fs::directory_iterator(root)) {
-      if (is_partial(entry.path().filename().string())) {
+      if (is_partial_checkpoint(entry.path().filename().string())) {
         spdlog::info("removing partial checkpoint {} (left by an interrupted writer)", entry.path().string());
         fs::remove_all(entry.path());
       }
     }
     fs::create_directory(tmp);
-    write_model_file((tmp / kModelFile).string(), layout, params);
+    write_hf_model((tmp / kModelFile).string(), layout, params);
     write_optimizer_file((tmp / kOptimizerFile).string(), layout, params, m, v, state.adam_t);
     write_file_atomic((tmp / kConfigFile).string(), hf_config(layout.dims()).dump(2) + "\n");
     write_file_atomic((tmp / kStateFile).string(), state_json(spec, state).dump(2) + "\n");
@@ -332,18 +250,10 @@ TrainState load_checkpoint(const std::string& dir, const JobSpec& spec, const Pa
   }
 
   // Then the tensor files: names and shapes, nothing extra, data intact; all before any copy.
-  SafetensorsFile model = open_tensor_file(dir, kModelFile);
   SafetensorsFile optimizer = open_tensor_file(dir, kOptimizerFile);
   const auto total = static_cast<std::int64_t>(layout.total());
   try {
-    for (const auto& t : layout.tensors()) model.get(t.name, hf_shape(layout, t));
-    if (model.tensors().size() != layout.tensors().size()) {
-      for (const auto& e : model.tensors()) {
-        if (std::none_of(layout.tensors().begin(), layout.tensors().end(), [&](auto& t) { return t.name == e.name; })) {
-          throw FileError(model.path(), "unexpected tensor " + e.name);
-        }
-      }
-    }
+    HfModelReader model((fs::path(dir) / kModelFile).string(), layout);
     optimizer.get("m", {total});
     optimizer.get("v", {total});
     if (d.Vp > d.V) optimizer.get(kWtePadding, wte_padding_shape(d));
@@ -354,23 +264,13 @@ TrainState load_checkpoint(const std::string& dir, const JobSpec& spec, const Pa
       throw FileError(optimizer.path(), "metadata adam_step is missing or not a count");
     }
     out.adam_t = std::stoll(adam->second);
-    model.load();
     optimizer.load();
+    model.load(params);  // checks its data before it writes
   } catch (const FileError& e) {
     throw CheckpointError(dir, fs::path(e.path()).filename().string() + ": " + e.message());
   }
 
   // Nothing can fail from here on.
-  std::vector<float> scratch;
-  for (const auto& t : layout.tensors()) {
-    if (!t.hf_transposed) {
-      model.copy(t.name, hf_shape(layout, t), params + t.offset);
-      continue;
-    }
-    scratch.resize(t.count);
-    model.copy(t.name, hf_shape(layout, t), scratch.data());
-    transpose(scratch.data(), static_cast<size_t>(t.shape[1]), static_cast<size_t>(t.shape[0]), params + t.offset);
-  }
   if (d.Vp > d.V) {
     optimizer.copy(kWtePadding, wte_padding_shape(d), params + layout.wte() + static_cast<size_t>(d.V) * d.C);
   }
