@@ -1,6 +1,7 @@
 #include "worker/trainer.hpp"
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +12,7 @@
 
 #include "worker/checkpoint.hpp"
 #include "worker/lr_schedule.hpp"
+#include "worker/model_io.hpp"
 #include "worker/text_sampler.hpp"
 
 namespace xtrain {
@@ -79,11 +81,12 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
   inputs_.resize(bt);
   targets_.resize(bt);
 
-  model_->init_weights(spec_.model.init_seed);
-  report_.heartbeat();
+  if (t.eval_every > 0 && data_.byte_level) bits_per_nat_ = 1.0 / std::log(2.0);  // one token is one byte
 
+  // Where the weights come from: the checkpoint a resume continues from, else model.init_from,
+  // else the seed.
+  const size_t n = model_->layout().total();
   if (auto dir = find_resume_checkpoint(run_dir_, spec_.checkpoint.resume)) {
-    const size_t n = model_->layout().total();
     std::vector<float> params(n), m(n), v(n);
     const TrainState state = load_checkpoint(*dir, spec_, model_->layout(), data_.train.count, params.data(),
                                              m.data(), v.data());
@@ -95,8 +98,20 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
     start_step_ = state.step;
     completed_steps_ = state.step;
     resumed_from_ = *dir;
-    report_.heartbeat();
+  } else if (!spec_.model.init_from.empty()) {
+    std::vector<float> params(n);
+    try {
+      const ModelFileInfo file = read_model_file_info(spec_.model.init_from);
+      import_model(file, model_->layout(), params.data());
+      initialised_from_ = xtrain::describe(file);
+    } catch (const FileError& e) {
+      throw SpecError("model.init_from", e.what());
+    }
+    backend_.upload(model_->params(), params.data(), n);
+  } else {
+    model_->init_weights(spec_.model.init_seed);
   }
+  report_.heartbeat();
 }
 
 Trainer::~Trainer() { backend_.free(scalars_); }
@@ -258,32 +273,39 @@ std::string Trainer::param_digest() {
   return fnv1a_hex(params.data(), n * sizeof(float));
 }
 
-void Trainer::print_sample() {
+std::optional<std::string> Trainer::sample() {
   const auto& s = spec_.sample;
-  if (s.tokens <= 0 || rank_ != 0) return;
+  if (s.tokens <= 0 || rank_ != 0) return std::nullopt;
   if (!data_.byte_level) {
-    spdlog::info("sample: skipped (the data is token shards and the worker has no tokenizer)");
-    return;
+    spdlog::info("sample: skipped (the data is token shards and the spec names no tokenizer)");
+    return std::nullopt;
   }
   SampleOptions o;
   o.tokens = s.tokens;
   o.temperature = s.temperature;
   o.top_k = s.top_k;
-  o.prompt = s.prompt;
   o.seed = static_cast<std::uint64_t>(spec_.train.seed);
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string text = sample_text(*model_, o);
+  const std::vector<std::int32_t> tokens = sample_tokens(*model_, std::vector<std::int32_t>(s.prompt.begin(), s.prompt.end()), o);
+  const std::string text(tokens.begin(), tokens.end());
   spdlog::info("sample: {} bytes at temperature {}, top-k {}, {:.1f} s:", s.tokens, s.temperature, s.top_k,
                seconds_since(t0));
   // The text itself, unadorned so it reads as text, on the log's stream so it stays in order.
   std::fputs((printable(s.prompt) + printable(text) + "\n").c_str(), stderr);
+  return printable(text);
 }
 
 RankResult Trainer::run(Communicator& comm, const std::atomic<bool>& stop_requested) {
   const auto& t = spec_.train;
   if (rank_ == 0) {
     spdlog::info("{}", describe());
-    if (!resumed_from_.empty()) spdlog::info("resumed from {} at step {}", resumed_from_, start_step_);
+    if (!resumed_from_.empty()) {
+      spdlog::info("resumed from {} at step {}{}", resumed_from_, start_step_,
+                   spec_.model.init_from.empty() ? "" : " (model.init_from is not read when resuming)");
+    }
+    if (!initialised_from_.empty()) {
+      spdlog::info("weights from {}; the optimizer starts fresh (AdamW moments zero, step 0)", initialised_from_);
+    }
   }
   adopt_rank0_start(comm);
   verify_replicas(comm);
@@ -315,7 +337,8 @@ RankResult Trainer::run(Communicator& comm, const std::atomic<bool>& stop_reques
     if (t.eval_every > 0 && (step % t.eval_every == 0 || step == t.steps)) {
       const auto v0 = std::chrono::steady_clock::now();
       result.val_loss = evaluate(comm);
-      report_.validation(step, *result.val_loss, seconds_since(v0));
+      if (bits_per_nat_ > 0) result.val_bpb = *result.val_loss * bits_per_nat_;
+      report_.validation(step, *result.val_loss, result.val_bpb, seconds_since(v0));
     }
     if (o.stop || step == t.steps || (every > 0 && step % every == 0)) {
       save(comm, step);
@@ -334,7 +357,9 @@ RankResult Trainer::run(Communicator& comm, const std::atomic<bool>& stop_reques
                   {"start_step", start_step_},
                   {"tokens_per_s", report_.tokens_per_second()},
                   {"train_s", report_.training_seconds()}};
-  if (result.status == "completed") print_sample();
+  if (result.status == "completed") {
+    if (const auto text = sample()) result.extra["sample"] = *text;
+  }
   return result;
 }
 

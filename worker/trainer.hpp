@@ -26,6 +26,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,7 +85,8 @@ class Trainer {
   double average_scalar(Communicator& comm, double value);
   void save(Communicator& comm, long step);
   std::string param_digest();
-  void print_sample();
+  // Samples sample.tokens after training (rank 0): prints the text and returns it, printable.
+  std::optional<std::string> sample();
   std::string describe() const;
 
   const JobSpec& spec_;
@@ -107,7 +109,9 @@ class Trainer {
   std::vector<std::int32_t> targets_; // (B,T) host
   long start_step_ = 0;
   long completed_steps_ = 0;
-  std::string resumed_from_;
+  std::string resumed_from_;      // the checkpoint training continued from
+  std::string initialised_from_;  // the model file the weights came from (model.init_from)
+  double bits_per_nat_ = 0;       // val bits per byte = val loss (nats per token) * this; 0 = unknown
 };
 
 }  // namespace xtrain
