@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/checkpoint_dirs.hpp"
+#include "common/gpt2_tokenizer.hpp"
+#include "common/gpt2_vocabulary.hpp"
 
 namespace xtrain {
 namespace {
@@ -119,7 +121,7 @@ ModelFileInfo read_directory(const std::string& path) {
   }
   const fs::path state = dir / kStateFile;
   info.format = is_file(state) ? ModelFormat::kCheckpoint : ModelFormat::kHuggingFace;
-  if (find_vocab_files(path)) {
+  if (holds_vocabulary(path)) {
     info.tokenizer = path;
   } else if (info.format == ModelFormat::kCheckpoint) {
     info.tokenizer = recorded_tokenizer(state.string());
@@ -199,19 +201,13 @@ std::string describe(const ModelFileInfo& file) {
   return file.path;
 }
 
-std::optional<VocabFiles> find_vocab_files(const std::string& path) {
-  static const std::pair<const char*, const char*> kPairs[] = {{"vocab.json", "merges.txt"},
-                                                                {"encoder.json", "vocab.bpe"}};
-  std::error_code ec;
-  const fs::path p(path);
-  const bool dir = fs::is_directory(p, ec);
-  for (const auto& [tokens, merges] : kPairs) {
-    const fs::path base = dir ? p : p.parent_path();
-    const std::string name = p.filename().string();
-    if (!dir && name != tokens && name != merges) continue;
-    if (is_file(base / tokens) && is_file(base / merges)) return VocabFiles{(base / tokens).string(), (base / merges).string()};
+bool holds_vocabulary(const std::string& dir) {
+  try {
+    const VocabularyFiles files = find_vocabulary_files(dir);
+    return is_file(files.vocab) && is_file(files.merges);
+  } catch (const TokenizerError&) {
+    return false;
   }
-  return std::nullopt;
 }
 
 ModelFileInfo read_model_file_info(const std::string& path) {
@@ -220,6 +216,11 @@ ModelFileInfo read_model_file_info(const std::string& path) {
   if (!fs::exists(status)) throw FileError(path, "No such file or directory");
   if (fs::is_directory(status)) return read_directory(path);
   if (!fs::is_regular_file(status)) throw FileError(path, "is not a regular file or a directory");
+  const fs::path file(path);
+  if (file.extension() == ".safetensors" || file.filename() == kConfigFile) {
+    throw FileError(path, "is one file of a Hugging Face GPT-2 directory: give the directory (" +
+                              file.parent_path().string() + ")");
+  }
   return read_llmc(path);
 }
 

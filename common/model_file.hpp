@@ -53,17 +53,9 @@ std::string describe(const ModelFileInfo& file);
 // with a wrong magic or version, or a file size that disagrees with its header (truncated).
 ModelFileInfo read_model_file_info(const std::string& path);
 
-// GPT-2's vocabulary as two files: the token table (OpenAI's encoder.json, Hugging Face's
-// vocab.json: the same JSON) and the merges (vocab.bpe, merges.txt: the same text).
-struct VocabFiles {
-  std::string tokens;
-  std::string merges;
-};
-
-// The vocabulary files at `path`: a directory holding encoder.json + vocab.bpe or vocab.json +
-// merges.txt (Hugging Face's names first), or one of those four files and its partner beside it.
-// nullopt when they are not there.
-std::optional<VocabFiles> find_vocab_files(const std::string& path);
+// True when `dir` holds GPT-2 vocabulary files: encoder.json + vocab.bpe (OpenAI's names) or
+// vocab.json + merges.txt (Hugging Face's), as Gpt2Tokenizer::load finds them.
+bool holds_vocabulary(const std::string& dir);
 
 // Fills the model shape of a spec with model.init_from from the file, where `doc` (the spec
 // document, overrides applied) leaves a model key out; a key set in `doc` that disagrees is a

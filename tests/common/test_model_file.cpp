@@ -159,6 +159,11 @@ TEST_CASE("a model file that cannot be used is one line naming the file", "[mode
     write(path + "/pytorch_model.bin", "");
     expected = path + ": no model.safetensors (pytorch_model.bin is not read: only the safetensors format is)";
   }
+  SECTION("a file of a Hugging Face directory instead of the directory") {
+    write_hf(path, config);
+    path += "/model.safetensors";
+    expected = path + ": is one file of a Hugging Face GPT-2 directory: give the directory (" + d / "gpt2" + ")";
+  }
   SECTION("an llm.c file cut short") {
     path = d / "m.bin";
     write_llmc(path, 3, 16, 70, 2, 2, 8, 128);
@@ -250,25 +255,5 @@ TEST_CASE("resume wins over init_from: the shape comes from the checkpoint it co
     doc["checkpoint"] = {{"resume", ckpt}};
     doc["model"]["init_from"] = d / "gone";
     CHECK(resolve(doc, d / "other-run").spec.model.seq_len == 256);
-  }
-}
-
-TEST_CASE("vocabulary files are found by directory or by one of their names", "[model_file]") {
-  Dir d;
-  CHECK_FALSE(find_vocab_files(d / "hf").has_value());
-  write(d / "hf/vocab.json", "{}");
-  CHECK_FALSE(find_vocab_files(d / "hf").has_value());  // a pair or nothing
-  write(d / "hf/merges.txt", "");
-  write(d / "openai/encoder.json", "{}");
-  write(d / "openai/vocab.bpe", "");
-  for (const auto& [path, tokens, merges] : {std::tuple{d / "hf", d / "hf/vocab.json", d / "hf/merges.txt"},
-                                             {d / "hf/merges.txt", d / "hf/vocab.json", d / "hf/merges.txt"},
-                                             {d / "openai", d / "openai/encoder.json", d / "openai/vocab.bpe"},
-                                             {d / "openai/encoder.json", d / "openai/encoder.json", d / "openai/vocab.bpe"}}) {
-    INFO(path);
-    const auto found = find_vocab_files(path);
-    REQUIRE(found.has_value());
-    CHECK(found->tokens == tokens);
-    CHECK(found->merges == merges);
   }
 }
