@@ -59,10 +59,12 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
   const auto& t = spec_.train;
   data_ = load_data(spec_.data, spec_.model, t.eval_every > 0);
   report_.heartbeat();
-  if (spec_.sample.tokens > 0 && data_.byte_level) {
-    for (unsigned char c : spec_.sample.prompt) {
-      if (c >= spec_.model.vocab_size) {
-        throw SpecError("sample.prompt", "byte " + std::to_string(c) + " is outside model.vocab_size " +
+  text_ = TextCodec::for_run(spec_, data_.byte_level);
+  if (spec_.sample.tokens > 0 && text_.has_text()) {
+    prompt_ = text_.encode(spec_.sample.prompt);
+    for (const std::int32_t token : prompt_) {
+      if (token >= spec_.model.vocab_size) {
+        throw SpecError("sample.prompt", "byte " + std::to_string(token) + " is outside model.vocab_size " +
                                              std::to_string(spec_.model.vocab_size));
       }
     }
@@ -81,7 +83,7 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
   inputs_.resize(bt);
   targets_.resize(bt);
 
-  if (t.eval_every > 0 && data_.byte_level) bits_per_nat_ = 1.0 / std::log(2.0);  // one token is one byte
+  if (!val_starts_.empty() && text_.has_text()) bits_per_nat_ = validation_bits_per_nat();
 
   // Where the weights come from: the checkpoint a resume continues from, else model.init_from,
   // else the seed.
@@ -115,6 +117,19 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
 }
 
 Trainer::~Trainer() { backend_.free(scalars_); }
+
+double Trainer::validation_bits_per_nat() const {
+  // Every validation reads the same windows, so the bytes their targets stand for are counted once.
+  const size_t T = static_cast<size_t>(spec_.model.seq_len);
+  std::vector<std::int32_t> window(T + 1);
+  std::uint64_t bytes = 0;
+  for (const std::uint64_t start : val_starts_) {
+    data_.val.copy(start, T + 1, window.data());
+    bytes += text_.text_bytes(std::span(window).subspan(1));  // the targets
+  }
+  const double tokens = static_cast<double>(val_starts_.size() * T);
+  return bytes > 0 ? tokens / (std::log(2.0) * static_cast<double>(bytes)) : 0.0;
+}
 
 std::string Trainer::describe() const {
   const auto& m = spec_.model;
@@ -276,8 +291,8 @@ std::string Trainer::param_digest() {
 std::optional<std::string> Trainer::sample() {
   const auto& s = spec_.sample;
   if (s.tokens <= 0 || rank_ != 0) return std::nullopt;
-  if (!data_.byte_level) {
-    spdlog::info("sample: skipped (the data is token shards and the spec names no tokenizer)");
+  if (!text_.has_text()) {
+    spdlog::info("sample: skipped (the data is token shards: name their vocabulary with the tokenizer key)");
     return std::nullopt;
   }
   SampleOptions o;
@@ -286,13 +301,12 @@ std::optional<std::string> Trainer::sample() {
   o.top_k = s.top_k;
   o.seed = static_cast<std::uint64_t>(spec_.train.seed);
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<std::int32_t> tokens = sample_tokens(*model_, std::vector<std::int32_t>(s.prompt.begin(), s.prompt.end()), o);
-  const std::string text(tokens.begin(), tokens.end());
-  spdlog::info("sample: {} bytes at temperature {}, top-k {}, {:.1f} s:", s.tokens, s.temperature, s.top_k,
-               seconds_since(t0));
+  const std::string text = printable(text_.decode(sample_tokens(*model_, prompt_, o)));
+  spdlog::info("sample: {} {} at temperature {}, top-k {}, {:.1f} s:", s.tokens,
+               data_.byte_level ? "bytes" : "tokens", s.temperature, s.top_k, seconds_since(t0));
   // The text itself, unadorned so it reads as text, on the log's stream so it stays in order.
-  std::fputs((printable(s.prompt) + printable(text) + "\n").c_str(), stderr);
-  return printable(text);
+  std::fputs((printable(s.prompt) + text + "\n").c_str(), stderr);
+  return text;
 }
 
 RankResult Trainer::run(Communicator& comm, const std::atomic<bool>& stop_requested) {

@@ -37,6 +37,7 @@
 #include "worker/communicator.hpp"
 #include "worker/gpt.hpp"
 #include "worker/run_report.hpp"
+#include "worker/text_codec.hpp"
 #include "worker/token_source.hpp"
 
 namespace xtrain {
@@ -52,9 +53,10 @@ struct FaultInjection {
 
 class Trainer {
  public:
-  // Loads the data, builds the model and optimizer, initialises the weights and, per
-  // checkpoint.resume, loads a checkpoint. Input problems throw SpecError (DataError),
-  // FileError or CheckpointError naming the field or file.
+  // Loads the data and the tokenizer, builds the model and optimizer, and takes the weights from
+  // the checkpoint checkpoint.resume continues from, else from model.init_from (weights only:
+  // the optimizer starts fresh), else from model.init_seed. Input problems throw SpecError
+  // (DataError), FileError or CheckpointError naming the field or file.
   Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_size, Backend& backend,
           RunReport& report, FaultInjection fault = {});
   ~Trainer();
@@ -87,6 +89,8 @@ class Trainer {
   std::string param_digest();
   // Samples sample.tokens after training (rank 0): prints the text and returns it, printable.
   std::optional<std::string> sample();
+  // Bits per byte per nat of validation loss: tokens / (ln 2 * bytes) over the validation targets.
+  double validation_bits_per_nat() const;
   std::string describe() const;
 
   const JobSpec& spec_;
@@ -100,6 +104,8 @@ class Trainer {
   FaultInjection fault_;
 
   DataSplit data_;
+  TextCodec text_;                    // bytes, the tokenizer, or no text (token shards without one)
+  std::vector<std::int32_t> prompt_;  // sample.prompt, encoded
   std::unique_ptr<BatchSampler> sampler_;
   std::vector<std::uint64_t> val_starts_;
   std::unique_ptr<GPT> model_;
