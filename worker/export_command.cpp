@@ -3,12 +3,15 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <vector>
 
 #include <spdlog/spdlog.h>
 
+#include "common/gpt2_tokenizer.hpp"
+#include "common/gpt2_vocabulary.hpp"
 #include "common/log.hpp"
 #include "common/model_file.hpp"
 #include "worker/llmc_model.hpp"
@@ -29,8 +32,8 @@ const char* const kUsage =
     "    hf    a Hugging Face GPT-2 directory: config.json, model.safetensors (F32) and, when the\n"
     "          checkpoint's run named a tokenizer (or --tokenizer names one), vocab.json + merges.txt\n"
     "    llmc  an llm.c model file: version 3 (fp32, the default) or version 5 (--dtype bf16)\n"
-    "  OUT is written under a temporary name, fsynced and renamed into place; an existing OUT is\n"
-    "  an error unless --force.\n"
+    "  OUT (and the directories above it) is written under a temporary name, fsynced and renamed\n"
+    "  into place; an existing OUT is an error unless --force.\n"
     "exit codes: 0 written; 1 runtime failure (OUT could not be written); 2 bad input (command line,\n"
     "  SOURCE unreadable or malformed, OUT exists)\n";
 
@@ -94,17 +97,22 @@ ExportOptions parse(int argc, char** argv) {
   return o;
 }
 
-// The vocabulary to ship with a Hugging Face export: --tokenizer, else the one the source names.
-std::optional<VocabFiles> vocabulary(const ExportOptions& o, const ModelFileInfo& source) {
+// The vocabulary to ship with a Hugging Face export: --tokenizer, else the one the source names;
+// loaded, so that only a vocabulary that works, and fits the model, is shipped.
+std::optional<ExportVocab> vocabulary(const ExportOptions& o, const ModelFileInfo& source) {
   const std::string& path = o.tokenizer.empty() ? source.tokenizer : o.tokenizer;
   if (path.empty()) return std::nullopt;
-  auto files = find_vocab_files(path);
-  if (!files) {
-    throw BadInput((o.tokenizer.empty() ? source.path + ": its tokenizer " : "--tokenizer: ") + path +
-                   " holds no vocabulary files (encoder.json + vocab.bpe or vocab.json + merges.txt)" +
-                   (o.tokenizer.empty() ? "; name them with --tokenizer PATH" : ""));
+  const std::string field = o.tokenizer.empty() ? source.path + ": its tokenizer: " : "--tokenizer: ";
+  try {
+    const Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(path);
+    if (tokenizer.vocab_size() != source.vocab_size) {
+      throw BadInput(field + tokenizer.source() + " has " + std::to_string(tokenizer.vocab_size()) +
+                     " tokens but the model's vocabulary is " + std::to_string(source.vocab_size));
+    }
+    return ExportVocab{find_vocabulary_files(path), tokenizer.eot()};
+  } catch (const TokenizerError& e) {
+    throw BadInput(field + e.what() + (o.tokenizer.empty() ? " (name the vocabulary with --tokenizer PATH)" : ""));
   }
-  return files;
 }
 
 }  // namespace
@@ -113,7 +121,7 @@ int run_export(int argc, char** argv) {
   init_logging("");
   ExportOptions o;
   ModelFileInfo source;
-  std::optional<VocabFiles> vocab;
+  std::optional<ExportVocab> vocab;
   std::vector<float> params;
   std::optional<ParamLayout> layout;
   const auto t0 = std::chrono::steady_clock::now();
@@ -124,11 +132,20 @@ int run_export(int argc, char** argv) {
     layout.emplace(dims_of(source));
     params.resize(layout->total());
     import_model(source, *layout, params.data());
-  } catch (const std::exception& e) {  // everything so far is about the input
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory for the %.2fM parameters of %s\n",
+                 layout ? static_cast<double>(layout->total()) / 1e6 : 0.0, o.source.c_str());
+    return kExitRuntimeFailure;
+  } catch (const std::exception& e) {  // everything else so far is about the input
     std::fprintf(stderr, "error: %s\n", e.what());
     return kExitBadInput;
   }
   try {
+    const fs::path parent = fs::path(o.out).parent_path();
+    std::error_code ec;
+    if (!parent.empty() && !fs::create_directories(parent, ec) && ec) {
+      throw FileError(parent.string(), "cannot create the directory: " + ec.message());
+    }
     if (o.format == "hf") {
       export_hf_directory(o.out, *layout, params.data(), vocab, o.force);
     } else {

@@ -64,18 +64,20 @@ void import_model(const ModelFileInfo& file, const ParamLayout& layout, float* p
 }
 
 void export_hf_directory(const std::string& dir, const ParamLayout& layout, const float* params,
-                         const std::optional<VocabFiles>& vocab, bool replace) {
+                         const std::optional<ExportVocab>& vocab, bool replace) {
   std::error_code ec;
   if (fs::exists(dir, ec) && !replace) throw FileError(dir, "exists (give --force to replace it)");
   const std::string tmp = dir + kCheckpointTmpMarker + std::to_string(::getpid());
   try {
     fs::remove_all(tmp);
     fs::create_directory(tmp);
-    write_file_atomic(tmp + "/config.json", hf_config(layout.dims()).dump(2) + "\n");
+    nlohmann::json config = hf_config(layout.dims());
+    if (vocab) config["bos_token_id"] = config["eos_token_id"] = vocab->eot;
+    write_file_atomic(tmp + "/config.json", config.dump(2) + "\n");
     write_hf_model(tmp + "/model.safetensors", layout, params);
     if (vocab) {
-      copy_file(vocab->tokens, tmp + "/vocab.json");
-      copy_file(vocab->merges, tmp + "/merges.txt");
+      copy_file(vocab->files.vocab, tmp + "/vocab.json");
+      copy_file(vocab->files.merges, tmp + "/merges.txt");
     }
     fsync_directory(tmp);
     if (fs::exists(dir)) {

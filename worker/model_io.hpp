@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "common/gpt2_vocabulary.hpp"
 #include "common/model_file.hpp"
 #include "worker/param_layout.hpp"
 
@@ -19,11 +20,18 @@ ModelDims dims_of(const ModelFileInfo& file);
 // `params` is untouched when a check fails.
 void import_model(const ModelFileInfo& file, const ParamLayout& layout, float* params);
 
+// The vocabulary a Hugging Face export ships: its files, and the id of <|endoftext|>, which
+// GPT2Config names as bos_token_id and eos_token_id.
+struct ExportVocab {
+  VocabularyFiles files;
+  std::int32_t eot = -1;
+};
+
 // Writes a Hugging Face GPT-2 directory `dir`: config.json, model.safetensors (F32, the released
 // gpt2's names) and, when `vocab` is given, its files as vocab.json + merges.txt. Everything is
 // written under DIR.tmp-PID, fsynced and renamed into place; an existing `dir` is replaced only
 // with `replace` (else FileError). A failure leaves no temporary behind.
 void export_hf_directory(const std::string& dir, const ParamLayout& layout, const float* params,
-                         const std::optional<VocabFiles>& vocab, bool replace);
+                         const std::optional<ExportVocab>& vocab, bool replace);
 
 }  // namespace xtrain

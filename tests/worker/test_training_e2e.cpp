@@ -409,6 +409,14 @@ TEST_CASE("bad input: one error line naming the field or file, nonzero exit, no 
   std::ofstream(dir / "tiny.txt") << "far too short";
   cases.push_back({"text shorter than one window", {"data.train=" + (dir / "tiny.txt").string()}, "model.seq_len"});
   cases.push_back({"batch that does not divide across ranks", {"train.batch_size=6"}, "train.batch_size"});
+  // init_from: the header (config.json) fits the spec, the tensors do not load.
+  fs::create_directories(dir / "hf");
+  std::ofstream(dir / "hf/config.json")
+      << R"({"model_type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 32, "n_positions": 16, "vocab_size": 256})";
+  std::ofstream(dir / "hf/model.safetensors") << "abc";
+  cases.push_back({"init_from weights that do not load", {"model.init_from=" + (dir / "hf").string()},
+                   "model.init_from: " + (dir / "hf/model.safetensors").string() +
+                       ": truncated: 3 bytes, not a safetensors file"});
 
   for (const auto& c : cases) {
     DYNAMIC_SECTION(c.name) {
