@@ -15,6 +15,11 @@ namespace xtrain {
 
 inline constexpr const char* kCheckpointTmpMarker = ".tmp-";
 inline constexpr const char* kCheckpointFormat = "xtrain-checkpoint";  // state.json's "format"
+// The files of a checkpoint; the first two are also a Hugging Face GPT-2 directory's.
+inline constexpr const char* kModelWeightsFile = "model.safetensors";
+inline constexpr const char* kModelConfigFile = "config.json";
+inline constexpr const char* kCheckpointStateFile = "state.json";
+inline constexpr const char* kCheckpointOptimizerFile = "optimizer.safetensors";
 
 std::string checkpoint_dir_name(std::int64_t step);  // "step-00000042"
 

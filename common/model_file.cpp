@@ -20,10 +20,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr const char* kConfigFile = "config.json";
-constexpr const char* kWeightsFile = "model.safetensors";
-constexpr const char* kStateFile = "state.json";
-
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw FileError(path, std::strerror(errno));
@@ -107,8 +103,8 @@ ModelFileInfo read_directory(const std::string& path) {
   const fs::path dir(path);
   ModelFileInfo info;
   info.path = path;
-  info.shape_source = (dir / kConfigFile).string();
-  info.weights = (dir / kWeightsFile).string();
+  info.shape_source = (dir / kModelConfigFile).string();
+  info.weights = (dir / kModelWeightsFile).string();
   if (!is_file(info.shape_source)) {
     throw FileError(path, "no config.json: expected a Hugging Face GPT-2 directory (config.json + "
                           "model.safetensors), one of our checkpoints or an llm.c model file");
@@ -119,7 +115,7 @@ ModelFileInfo read_directory(const std::string& path) {
     throw FileError(path, std::string("no model.safetensors") +
                               (torch_only ? " (pytorch_model.bin is not read: only the safetensors format is)" : ""));
   }
-  const fs::path state = dir / kStateFile;
+  const fs::path state = dir / kCheckpointStateFile;
   info.format = is_file(state) ? ModelFormat::kCheckpoint : ModelFormat::kHuggingFace;
   if (holds_vocabulary(path)) {
     info.tokenizer = path;
@@ -217,7 +213,7 @@ ModelFileInfo read_model_file_info(const std::string& path) {
   if (fs::is_directory(status)) return read_directory(path);
   if (!fs::is_regular_file(status)) throw FileError(path, "is not a regular file or a directory");
   const fs::path file(path);
-  if (file.extension() == ".safetensors" || file.filename() == kConfigFile) {
+  if (file.extension() == ".safetensors" || file.filename() == kModelConfigFile) {
     throw FileError(path, "is one file of a Hugging Face GPT-2 directory: give the directory (" +
                               file.parent_path().string() + ")");
   }
@@ -230,7 +226,7 @@ std::optional<ModelFileInfo> resolve_model_source(JobSpec& spec, const json& doc
   const char* field = "model.init_from";
   if (spec.checkpoint.resume == "auto") {
     for (const auto& [step, dir] : complete_checkpoints(fs::path(run_dir) / "checkpoints")) {
-      if (is_file(dir / kConfigFile)) {
+      if (is_file(dir / kModelConfigFile)) {
         source = dir.string();
         field = "checkpoint.resume";
         break;

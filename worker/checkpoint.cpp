@@ -20,10 +20,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr const char* kModelFile = "model.safetensors";
-constexpr const char* kOptimizerFile = "optimizer.safetensors";
-constexpr const char* kConfigFile = "config.json";
-constexpr const char* kStateFile = "state.json";
 constexpr const char* kWtePadding = "wte_padding";
 
 // Spec fields that must be the same on resume: they fix the tensor shapes (model) or, with the
@@ -91,25 +87,25 @@ void remove_checkpoint_dir(const fs::path& dir) {
 
 // state.json parsed and its format checked.
 json read_state(const std::string& dir) {
-  const std::string path = (fs::path(dir) / kStateFile).string();
+  const std::string path = (fs::path(dir) / kCheckpointStateFile).string();
   std::string text;
   try {
     InputFile in(path);
     text.resize(in.size());
     in.read_at(0, text.data(), in.size());
   } catch (const FileError& e) {
-    throw CheckpointError(dir, std::string(kStateFile) + ": " + e.message());
+    throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": " + e.message());
   }
   json state = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (state.is_discarded() || !state.is_object()) {
-    throw CheckpointError(dir, std::string(kStateFile) + ": not a JSON object (truncated or corrupt)");
+    throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": not a JSON object (truncated or corrupt)");
   }
   if (!state.contains("format") || state["format"] != kCheckpointFormat) {
-    throw CheckpointError(dir, std::string(kStateFile) + ": format is not \"" + kCheckpointFormat + "\"");
+    throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": format is not \"" + kCheckpointFormat + "\"");
   }
   const json version = state.value("format_version", json());
   if (version != kCheckpointFormatVersion) {
-    throw CheckpointError(dir, std::string(kStateFile) + ": format_version is " + version.dump() + ", expected " +
+    throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": format_version is " + version.dump() + ", expected " +
                                    std::to_string(kCheckpointFormatVersion));
   }
   return state;
@@ -119,7 +115,7 @@ json read_state(const std::string& dir) {
 const json& state_field(const json& state, const std::string& dir, const char* pointer, bool (json::*is)() const) {
   const json::json_pointer p(pointer);
   if (!state.contains(p) || !(state.at(p).*is)()) {
-    throw CheckpointError(dir, std::string(kStateFile) + ": " + pointer + " is missing or malformed");
+    throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": " + pointer + " is missing or malformed");
   }
   return state.at(p);
 }
@@ -137,8 +133,8 @@ SafetensorsFile open_tensor_file(const std::string& dir, const char* name) {
 // parses, and the tensor files' headers agree with their sizes (which catches truncation).
 void verify_structure(const std::string& dir) {
   read_state(dir);
-  open_tensor_file(dir, kModelFile);
-  open_tensor_file(dir, kOptimizerFile);
+  open_tensor_file(dir, kModelWeightsFile);
+  open_tensor_file(dir, kCheckpointOptimizerFile);
 }
 
 }  // namespace
@@ -157,10 +153,10 @@ std::string save_checkpoint(const std::string& run_dir, const JobSpec& spec, con
       }
     }
     fs::create_directory(tmp);
-    write_hf_model((tmp / kModelFile).string(), layout, params);
-    write_optimizer_file((tmp / kOptimizerFile).string(), layout, params, m, v, state.adam_t);
-    write_file_atomic((tmp / kConfigFile).string(), hf_config(layout.dims()).dump(2) + "\n");
-    write_file_atomic((tmp / kStateFile).string(), state_json(spec, state).dump(2) + "\n");
+    write_hf_model((tmp / kModelWeightsFile).string(), layout, params);
+    write_optimizer_file((tmp / kCheckpointOptimizerFile).string(), layout, params, m, v, state.adam_t);
+    write_file_atomic((tmp / kModelConfigFile).string(), hf_config(layout.dims()).dump(2) + "\n");
+    write_file_atomic((tmp / kCheckpointStateFile).string(), state_json(spec, state).dump(2) + "\n");
     fsync_directory(tmp.string());
     if (fs::exists(final_dir)) remove_checkpoint_dir(final_dir);  // the same step saved again
     fs::rename(tmp, final_dir);
@@ -239,21 +235,21 @@ TrainState load_checkpoint(const std::string& dir, const JobSpec& spec, const Pa
   out.step = state_field(state, dir, "/step", &json::is_number_unsigned).get<std::int64_t>();
   const json& words = state_field(state, dir, "/sampler/state", &json::is_array);
   if (words.size() != out.sampler.words.size()) {
-    throw CheckpointError(dir, std::string(kStateFile) + ": /sampler/state is not 4 words");
+    throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": /sampler/state is not 4 words");
   }
   for (size_t i = 0; i < words.size(); ++i) {
     const auto w = words[i].is_string() ? from_hex(words[i].get<std::string>()) : std::nullopt;
     if (!w)
       throw CheckpointError(
-          dir, std::string(kStateFile) + ": /sampler/state/" + std::to_string(i) + " is not 16 hex digits");
+          dir, std::string(kCheckpointStateFile) + ": /sampler/state/" + std::to_string(i) + " is not 16 hex digits");
     out.sampler.words[i] = *w;
   }
 
   // Then the tensor files: names and shapes, nothing extra, data intact; all before any copy.
-  SafetensorsFile optimizer = open_tensor_file(dir, kOptimizerFile);
+  SafetensorsFile optimizer = open_tensor_file(dir, kCheckpointOptimizerFile);
   const auto total = static_cast<std::int64_t>(layout.total());
   try {
-    HfModelReader model((fs::path(dir) / kModelFile).string(), layout);
+    HfModelReader model((fs::path(dir) / kModelWeightsFile).string(), layout);
     optimizer.get("m", {total});
     optimizer.get("v", {total});
     if (d.Vp > d.V) optimizer.get(kWtePadding, wte_padding_shape(d));

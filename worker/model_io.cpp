@@ -73,8 +73,8 @@ void export_hf_directory(const std::string& dir, const ParamLayout& layout, cons
     fs::create_directory(tmp);
     nlohmann::json config = hf_config(layout.dims());
     if (vocab) config["bos_token_id"] = config["eos_token_id"] = vocab->eot;
-    write_file_atomic(tmp + "/config.json", config.dump(2) + "\n");
-    write_hf_model(tmp + "/model.safetensors", layout, params);
+    write_file_atomic(tmp + "/" + kModelConfigFile, config.dump(2) + "\n");
+    write_hf_model(tmp + "/" + kModelWeightsFile, layout, params);
     if (vocab) {
       copy_file(vocab->files.vocab, tmp + "/vocab.json");
       copy_file(vocab->files.merges, tmp + "/merges.txt");
