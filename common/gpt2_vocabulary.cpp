@@ -67,39 +67,6 @@ const ByteAlphabet& alphabet() {
 
 // ---- Files ----
 
-struct VocabularyFiles {
-  std::string vocab;   // encoder.json or vocab.json
-  std::string merges;  // vocab.bpe or merges.txt
-};
-
-VocabularyFiles find_files(const std::string& path) {
-  std::error_code ec;
-  const fs::file_status status = fs::status(path, ec);
-  if (!fs::exists(status)) throw TokenizerError(path, 0, "no such file or directory");
-  if (fs::is_directory(status)) {
-    const fs::path dir(path);
-    if (fs::exists(dir / "encoder.json") || fs::exists(dir / "vocab.bpe")) {
-      return {(dir / "encoder.json").string(), (dir / "vocab.bpe").string()};
-    }
-    if (fs::exists(dir / "vocab.json") || fs::exists(dir / "merges.txt")) {
-      return {(dir / "vocab.json").string(), (dir / "merges.txt").string()};
-    }
-    throw TokenizerError(path, 0,
-                         "holds neither encoder.json + vocab.bpe (OpenAI's GPT-2 vocabulary) nor "
-                         "vocab.json + merges.txt (Hugging Face's)");
-  }
-  const fs::path file(path);
-  const fs::path dir = file.parent_path();
-  const std::string name = file.filename().string();
-  if (name == "encoder.json") return {path, (dir / "vocab.bpe").string()};
-  if (name == "vocab.bpe") return {(dir / "encoder.json").string(), path};
-  if (name == "vocab.json") return {path, (dir / "merges.txt").string()};
-  if (name == "merges.txt") return {(dir / "vocab.json").string(), path};
-  throw TokenizerError(path, 0,
-                       "not a GPT-2 vocabulary file: give its directory, or encoder.json, vocab.bpe, vocab.json "
-                       "or merges.txt");
-}
-
 std::string read_file(const std::string& path, const std::string& role) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw TokenizerError(path, 0, "cannot read the " + role + ": " + std::strerror(errno));
@@ -249,8 +216,36 @@ void MergeTable::insert(std::int32_t left, std::int32_t right, Merge merge) {
   ++size_;
 }
 
+VocabularyFiles find_vocabulary_files(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (!fs::exists(status)) throw TokenizerError(path, 0, "no such file or directory");
+  if (fs::is_directory(status)) {
+    const fs::path dir(path);
+    if (fs::exists(dir / "encoder.json") || fs::exists(dir / "vocab.bpe")) {
+      return {(dir / "encoder.json").string(), (dir / "vocab.bpe").string()};
+    }
+    if (fs::exists(dir / "vocab.json") || fs::exists(dir / "merges.txt")) {
+      return {(dir / "vocab.json").string(), (dir / "merges.txt").string()};
+    }
+    throw TokenizerError(path, 0,
+                         "holds neither encoder.json + vocab.bpe (OpenAI's GPT-2 vocabulary) nor "
+                         "vocab.json + merges.txt (Hugging Face's)");
+  }
+  const fs::path file(path);
+  const fs::path dir = file.parent_path();
+  const std::string name = file.filename().string();
+  if (name == "encoder.json") return {path, (dir / "vocab.bpe").string()};
+  if (name == "vocab.bpe") return {(dir / "encoder.json").string(), path};
+  if (name == "vocab.json") return {path, (dir / "merges.txt").string()};
+  if (name == "merges.txt") return {(dir / "vocab.json").string(), path};
+  throw TokenizerError(path, 0,
+                       "not a GPT-2 vocabulary file: give its directory, or encoder.json, vocab.bpe, vocab.json "
+                       "or merges.txt");
+}
+
 Gpt2Vocabulary load_gpt2_vocabulary(const std::string& path) {
-  const VocabularyFiles files = find_files(path);
+  const VocabularyFiles files = find_vocabulary_files(path);
   const Entries entries = read_vocab(files.vocab);
 
   static std::atomic<std::uint64_t> loads{0};

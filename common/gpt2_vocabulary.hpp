@@ -118,6 +118,14 @@ struct Gpt2Vocabulary {
   std::int32_t eot = -1;  // <|endoftext|>
 };
 
+// The two files of the vocabulary at `path` (a directory, or one of the four names and its
+// partner beside it); they need not exist. Throws TokenizerError for a path that is neither.
+struct VocabularyFiles {
+  std::string vocab;   // encoder.json or vocab.json
+  std::string merges;  // vocab.bpe or merges.txt
+};
+VocabularyFiles find_vocabulary_files(const std::string& path);
+
 // Throws TokenizerError naming the file (and the line of merges.txt / vocab.bpe where it applies).
 Gpt2Vocabulary load_gpt2_vocabulary(const std::string& path);
 

@@ -251,6 +251,7 @@ template <class V> void describe(V& v, ModelSpec& s) {
   v.integer("seq_len", s.seq_len, 1, 1 << 20);
   v.integer("vocab_size", s.vocab_size, 2, 1 << 24);
   v.integer("init_seed", s.init_seed, 0);
+  v.string("init_from", s.init_from);
 }
 template <class V> void describe(V& v, DataSpec& s) {
   v.string("train", s.train);
@@ -293,6 +294,7 @@ template <class V> void describe(V& v, JobSpec& s) {
   v.integer("cpu_ranks", s.cpu_ranks, 1, 4096);
   v.string("device", s.device, {"auto", "cuda", "cpu"});
   v.string("backend", s.backend, {"auto", "nccl", "gloo"});
+  v.string("tokenizer", s.tokenizer);
   v.section("worker", s.worker);
   v.section("launcher", s.launcher);
   v.section("nodes", s.nodes);

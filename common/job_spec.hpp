@@ -56,6 +56,7 @@ struct ModelSpec {
   int seq_len = 64;
   int vocab_size = 256;             // padded internally to a multiple of 128
   std::int64_t init_seed = 1337;
+  std::string init_from;            // weights to start from (common/model_file.hpp); empty = init_seed
 };
 
 struct DataSpec {
@@ -103,6 +104,7 @@ struct JobSpec {
   int cpu_ranks = 1;                         // ranks when "auto" finds no GPU (or device is cpu)
   std::string device = "auto";               // auto | cuda | cpu
   std::string backend = "auto";              // auto | nccl | gloo
+  std::string tokenizer;                     // GPT-2 vocabulary files (a directory or one of its files)
   WorkerSpec worker;
   LauncherSpec launcher;
   NodesSpec nodes;

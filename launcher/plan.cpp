@@ -8,6 +8,7 @@
 
 #include "common/exit_codes.hpp"
 #include "common/kv_protocol.hpp"
+#include "common/model_file.hpp"
 #include "common/slurm.hpp"
 #include "launcher/attempt.hpp"
 #include "launcher/launch_error.hpp"
@@ -26,8 +27,8 @@ constexpr const char* kWorkerName = "xtrain-worker";
 
 // Inside a SLURM step (`srun xlaunch job.json`) a spec without a `nodes` section takes it from
 // SLURM's variables: node count, this node's index, node 0's host and a port from the job id.
-JobSpec read_spec(const CliOptions& options, const HostInfo& host, bool& nodes_from_slurm) {
-  const json doc = torchrun::job_document(options, host);
+JobSpec read_spec(const CliOptions& options, const HostInfo& host, bool& nodes_from_slurm, json& doc) {
+  doc = torchrun::job_document(options, host);
   JobSpec spec = parse_job_spec(doc, torchrun::default_name(options));
   nodes_from_slurm = false;
   if (doc.is_object() && !doc.contains("nodes")) {
@@ -169,7 +170,8 @@ Plan make_plan(const CliOptions& options, const HostInfo& host) {
   Plan plan;
   plan.host = host;
   try {
-    plan.spec = read_spec(options, host, plan.nodes_from_slurm);
+    json doc;
+    plan.spec = read_spec(options, host, plan.nodes_from_slurm, doc);
     check_nodes(plan, options.rendezvous.rdzv_id);
     plan.run_dir = fs::absolute(plan.spec.run_dir).lexically_normal().string();
     if (plan.run_dir.size() > 1 && plan.run_dir.back() == '/') plan.run_dir.pop_back();
@@ -177,6 +179,9 @@ Plan make_plan(const CliOptions& options, const HostInfo& host) {
     plan.own_worker = is_own_worker(plan.spec);
     resolve_world(plan);
     if (plan.own_worker) {
+      // The model shape from model.init_from's header (or the checkpoint a resume continues
+      // from), so the job.json every rank reads carries the resolved shape.
+      resolve_model_source(plan.spec, doc, plan.run_dir);
       validate_for_training(plan.spec, static_cast<int>(plan.ranks.size()));
       check_training_inputs(plan.spec);
     }

@@ -12,6 +12,7 @@
 
 #include "common/atomic_file.hpp"
 #include "worker/file_io.hpp"
+#include "worker/hf_model.hpp"
 #include "worker/safetensors.hpp"
 
 namespace xtrain {
@@ -20,12 +21,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr const char* kFormat = "xtrain-checkpoint";
-constexpr const char* kModelFile = "model.safetensors";
-constexpr const char* kOptimizerFile = "optimizer.safetensors";
-constexpr const char* kConfigFile = "config.json";
-constexpr const char* kStateFile = "state.json";
-constexpr const char* kTmpMarker = ".tmp-";
 constexpr const char* kWtePadding = "wte_padding";
 
 // Spec fields that must be the same on resume: they fix the tensor shapes (model) or, with the
@@ -34,21 +29,6 @@ constexpr const char* kWtePadding = "wte_padding";
 constexpr const char* kModelKeys[] = {"n_layer", "n_head", "n_embd", "seq_len", "vocab_size"};
 constexpr const char* kTrainKeys[] = {"batch_size",   "seed",  "lr",    "min_lr", "warmup_steps",
                                       "weight_decay", "beta1", "beta2", "eps",    "grad_clip"};
-
-// The step a complete checkpoint's directory name encodes; nullopt for anything else.
-std::optional<std::int64_t> parse_step(const std::string& name) {
-  if (name.size() < 13 || name.rfind("step-", 0) != 0) return std::nullopt;
-  std::int64_t step = 0;
-  for (size_t i = 5; i < name.size(); ++i) {
-    if (name[i] < '0' || name[i] > '9' || i > 22) return std::nullopt;
-    step = step * 10 + (name[i] - '0');
-  }
-  return step;
-}
-
-bool is_partial(const std::string& name) {
-  return name.rfind("step-", 0) == 0 && name.find(kTmpMarker) != std::string::npos;
-}
 
 std::string to_hex(std::uint64_t x) {
   char buf[17];
@@ -67,61 +47,9 @@ std::optional<std::uint64_t> from_hex(const std::string& s) {
   return x;
 }
 
-std::vector<std::int64_t> wte_hf_shape(const ModelDims& d) { return {d.V, d.C}; }
 std::vector<std::int64_t> wte_padding_shape(const ModelDims& d) { return {d.Vp - d.V, d.C}; }
 
-// The shape a tensor has in the Hugging Face file.
-std::vector<std::int64_t> hf_shape(const ParamLayout& layout, const ParamTensor& t) {
-  if (t.offset == layout.wte()) return wte_hf_shape(layout.dims());
-  std::vector<std::int64_t> shape(t.shape.begin(), t.shape.end());
-  if (t.hf_transposed) std::swap(shape[0], shape[1]);
-  return shape;
-}
-
-void transpose(const float* in, size_t rows, size_t cols, float* out) {  // (rows, cols) -> (cols, rows)
-  for (size_t r = 0; r < rows; ++r) {
-    for (size_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
-  }
-}
-
 json spec_section(const JobSpec& spec, const char* section) { return to_json(spec)[section]; }
-
-json hf_config(const ModelDims& d) {
-  return {{"architectures", {"GPT2LMHeadModel"}},
-          {"model_type", "gpt2"},
-          {"vocab_size", d.V},
-          {"n_positions", d.T},
-          {"n_ctx", d.T},
-          {"n_embd", d.C},
-          {"n_layer", d.L},
-          {"n_head", d.NH},
-          {"n_inner", nullptr},
-          {"activation_function", "gelu_new"},  // GELU, tanh approximation
-          {"layer_norm_epsilon", 1e-5},
-          {"resid_pdrop", 0.0},
-          {"embd_pdrop", 0.0},
-          {"attn_pdrop", 0.0},
-          {"tie_word_embeddings", true},
-          {"torch_dtype", "float32"}};
-}
-
-FileChecksum write_model_file(const std::string& path, const ParamLayout& layout, const float* params) {
-  size_t transposed_floats = 0;
-  for (const auto& t : layout.tensors()) transposed_floats += t.hf_transposed ? t.count : 0;
-  std::vector<float> transposed(transposed_floats);  // Conv1D weights in (in, out)
-  std::vector<SafetensorsTensor> tensors;
-  size_t at = 0;
-  for (const auto& t : layout.tensors()) {
-    const float* data = params + t.offset;
-    if (t.hf_transposed) {
-      transpose(data, static_cast<size_t>(t.shape[0]), static_cast<size_t>(t.shape[1]), transposed.data() + at);
-      data = transposed.data() + at;
-      at += t.count;
-    }
-    tensors.push_back({t.name, hf_shape(layout, t), data});
-  }
-  return write_safetensors(path, tensors, {{"format", "pt"}});  // transformers refuses files without "format"
-}
 
 FileChecksum write_optimizer_file(const std::string& path, const ParamLayout& layout, const float* params,
                                   const float* m, const float* v, std::int64_t adam_t) {
@@ -143,7 +71,7 @@ json state_json(const JobSpec& spec, const TrainState& state, const FileChecksum
   for (auto w : state.sampler.words) words.push_back(to_hex(w));
   json sums = json::object();
   for (const auto& [name, sum] : files) sums[name] = {{"bytes", sum.bytes}, {"crc32c", crc32c_hex(sum.crc32c)}};
-  return {{"format", kFormat},
+  json out = {{"format", kCheckpointFormat},
           {"format_version", kCheckpointFormatVersion},
           {"step", state.step},
           {"sampler", {{"algorithm", "xoshiro256**"}, {"state", words}}},
@@ -151,49 +79,41 @@ json state_json(const JobSpec& spec, const TrainState& state, const FileChecksum
           {"train", spec_section(spec, "train")},
           {"data", {{"train", spec.data.train}, {"train_tokens", state.train_tokens}}},
           {"files", sums}};
+  // Absolute, so that an export run from anywhere finds the vocabulary (model_file.hpp).
+  if (!spec.tokenizer.empty()) out["tokenizer"] = fs::absolute(spec.tokenizer).lexically_normal().string();
+  return out;
 }
 
 // Removes a directory so that no crash leaves it half-deleted under a complete-looking name:
 // renamed to a .tmp-* name first (which resume ignores and the next save removes).
 void remove_checkpoint_dir(const fs::path& dir) {
-  const fs::path doomed = dir.string() + kTmpMarker + std::to_string(::getpid()) + "-old";
+  const fs::path doomed = dir.string() + kCheckpointTmpMarker + std::to_string(::getpid()) + "-old";
   fs::rename(dir, doomed);
   fsync_directory(dir.parent_path().string());
   fs::remove_all(doomed);
 }
 
-std::vector<std::pair<std::int64_t, fs::path>> complete_checkpoints(const fs::path& root) {
-  std::vector<std::pair<std::int64_t, fs::path>> found;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(root, ec)) {
-    const auto step = parse_step(entry.path().filename().string());
-    if (step && entry.is_directory()) found.emplace_back(*step, entry.path());
-  }
-  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  return found;
-}
-
 // state.json parsed and its format checked.
 json read_state(const std::string& dir) {
-  const std::string path = (fs::path(dir) / kStateFile).string();
+  const std::string path = (fs::path(dir) / kCheckpointStateFile).string();
   std::string text;
   try {
     InputFile in(path);
     text.resize(in.size());
     in.read_at(0, text.data(), in.size());
   } catch (const FileError& e) {
-    throw CheckpointError(dir, std::string(kStateFile) + ": " + e.message());
+    throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": " + e.message());
   }
   json state = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (state.is_discarded() || !state.is_object()) {
-    throw CheckpointError(dir, std::string(kStateFile) + ": not a JSON object (truncated or corrupt)");
+    throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": not a JSON object (truncated or corrupt)");
   }
-  if (!state.contains("format") || state["format"] != kFormat) {
-    throw CheckpointError(dir, std::string(kStateFile) + ": format is not \"" + kFormat + "\"");
+  if (!state.contains("format") || state["format"] != kCheckpointFormat) {
+    throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": format is not \"" + kCheckpointFormat + "\"");
   }
   const json version = state.value("format_version", json());
   if (version != kCheckpointFormatVersion) {
-    throw CheckpointError(dir, std::string(kStateFile) + ": format_version is " + version.dump() + ", expected " +
+    throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": format_version is " + version.dump() + ", expected " +
                                    std::to_string(kCheckpointFormatVersion));
   }
   return state;
@@ -203,7 +123,7 @@ json read_state(const std::string& dir) {
 const json& state_field(const json& state, const std::string& dir, const char* pointer, bool (json::*is)() const) {
   const json::json_pointer p(pointer);
   if (!state.contains(p) || !(state.at(p).*is)()) {
-    throw CheckpointError(dir, std::string(kStateFile) + ": " + pointer + " is missing or malformed");
+    throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": " + pointer + " is missing or malformed");
   }
   return state.at(p);
 }
@@ -221,8 +141,8 @@ SafetensorsFile open_tensor_file(const std::string& dir, const char* name) {
 // their sizes (which catches truncation). Reads no tensor data. Returns state.json.
 json verify_structure(const std::string& dir) {
   json state = read_state(dir);
-  open_tensor_file(dir, kModelFile);
-  open_tensor_file(dir, kOptimizerFile);
+  open_tensor_file(dir, kModelWeightsFile);
+  open_tensor_file(dir, kCheckpointOptimizerFile);
   return state;
 }
 
@@ -240,7 +160,7 @@ void verify_checksums(const std::string& dir, const json& state) {
     const json bytes = recorded.is_object() ? recorded.value("bytes", json()) : json();
     const json crc = recorded.is_object() ? recorded.value("crc32c", json()) : json();
     if (!bytes.is_number_unsigned() || !crc.is_string()) {
-      throw CheckpointError(dir, std::string(kStateFile) + ": /files/" + name + " is not {bytes, crc32c}");
+      throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": /files/" + name + " is not {bytes, crc32c}");
     }
     FileChecksum actual;
     try {
@@ -290,33 +210,28 @@ void require_directory(const std::string& dir) {
 
 }  // namespace
 
-std::string checkpoint_dir_name(std::int64_t step) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
-  return buf;
-}
-
 std::string save_checkpoint(const std::string& run_dir, const JobSpec& spec, const ParamLayout& layout,
                             const float* params, const float* m, const float* v, const TrainState& state) {
   const fs::path root = fs::path(run_dir) / "checkpoints";
   const fs::path final_dir = root / checkpoint_dir_name(state.step);
-  const fs::path tmp = final_dir.string() + kTmpMarker + std::to_string(::getpid());
+  const fs::path tmp = final_dir.string() + kCheckpointTmpMarker + std::to_string(::getpid());
   FileChecksums sums;
   try {
     fs::create_directories(root);
     for (const auto& entry : fs::directory_iterator(root)) {
-      if (is_partial(entry.path().filename().string())) {
+      if (is_partial_checkpoint(entry.path().filename().string())) {
         spdlog::info("removing partial checkpoint {} (left by an interrupted writer)", entry.path().string());
         fs::remove_all(entry.path());
       }
     }
     fs::create_directory(tmp);
-    sums[kModelFile] = write_model_file((tmp / kModelFile).string(), layout, params);
-    sums[kOptimizerFile] = write_optimizer_file((tmp / kOptimizerFile).string(), layout, params, m, v, state.adam_t);
+    sums[kModelWeightsFile] = write_hf_model((tmp / kModelWeightsFile).string(), layout, params);
+    sums[kCheckpointOptimizerFile] =
+        write_optimizer_file((tmp / kCheckpointOptimizerFile).string(), layout, params, m, v, state.adam_t);
     const std::string config = hf_config(layout.dims()).dump(2) + "\n";
-    write_file_atomic((tmp / kConfigFile).string(), config);
-    sums[kConfigFile] = {config.size(), crc32c(config.data(), config.size())};
-    write_file_atomic((tmp / kStateFile).string(), state_json(spec, state, sums).dump(2) + "\n");
+    write_file_atomic((tmp / kModelConfigFile).string(), config);
+    sums[kModelConfigFile] = {config.size(), crc32c(config.data(), config.size())};
+    write_file_atomic((tmp / kCheckpointStateFile).string(), state_json(spec, state, sums).dump(2) + "\n");
     fsync_directory(tmp.string());
     if (fs::exists(final_dir)) remove_checkpoint_dir(final_dir);  // the same step saved again
     fs::rename(tmp, final_dir);
@@ -383,29 +298,21 @@ TrainState load_checkpoint(const std::string& dir, const JobSpec& spec, const Pa
   out.step = state_field(state, dir, "/step", &json::is_number_unsigned).get<std::int64_t>();
   const json& words = state_field(state, dir, "/sampler/state", &json::is_array);
   if (words.size() != out.sampler.words.size()) {
-    throw CheckpointError(dir, std::string(kStateFile) + ": /sampler/state is not 4 words");
+    throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": /sampler/state is not 4 words");
   }
   for (size_t i = 0; i < words.size(); ++i) {
     const auto w = words[i].is_string() ? from_hex(words[i].get<std::string>()) : std::nullopt;
     if (!w)
       throw CheckpointError(
-          dir, std::string(kStateFile) + ": /sampler/state/" + std::to_string(i) + " is not 16 hex digits");
+          dir, std::string(kCheckpointStateFile) + ": /sampler/state/" + std::to_string(i) + " is not 16 hex digits");
     out.sampler.words[i] = *w;
   }
 
   // Then the tensor files: names and shapes, nothing extra, data intact; all before any copy.
-  SafetensorsFile model = open_tensor_file(dir, kModelFile);
-  SafetensorsFile optimizer = open_tensor_file(dir, kOptimizerFile);
+  SafetensorsFile optimizer = open_tensor_file(dir, kCheckpointOptimizerFile);
   const auto total = static_cast<std::int64_t>(layout.total());
   try {
-    for (const auto& t : layout.tensors()) model.get(t.name, hf_shape(layout, t));
-    if (model.tensors().size() != layout.tensors().size()) {
-      for (const auto& e : model.tensors()) {
-        if (std::none_of(layout.tensors().begin(), layout.tensors().end(), [&](auto& t) { return t.name == e.name; })) {
-          throw FileError(model.path(), "unexpected tensor " + e.name);
-        }
-      }
-    }
+    HfModelReader model((fs::path(dir) / kModelWeightsFile).string(), layout);
     optimizer.get("m", {total});
     optimizer.get("v", {total});
     if (d.Vp > d.V) optimizer.get(kWtePadding, wte_padding_shape(d));
@@ -416,23 +323,13 @@ TrainState load_checkpoint(const std::string& dir, const JobSpec& spec, const Pa
       throw FileError(optimizer.path(), "metadata adam_step is missing or not a count");
     }
     out.adam_t = std::stoll(adam->second);
-    model.load();
     optimizer.load();
+    model.load(params);  // checks its data before it writes
   } catch (const FileError& e) {
     throw CheckpointError(dir, fs::path(e.path()).filename().string() + ": " + e.message());
   }
 
   // Nothing can fail from here on.
-  std::vector<float> scratch;
-  for (const auto& t : layout.tensors()) {
-    if (!t.hf_transposed) {
-      model.copy(t.name, hf_shape(layout, t), params + t.offset);
-      continue;
-    }
-    scratch.resize(t.count);
-    model.copy(t.name, hf_shape(layout, t), scratch.data());
-    transpose(scratch.data(), static_cast<size_t>(t.shape[1]), static_cast<size_t>(t.shape[0]), params + t.offset);
-  }
   if (d.Vp > d.V) {
     optimizer.copy(kWtePadding, wte_padding_shape(d), params + layout.wte() + static_cast<size_t>(d.V) * d.C);
   }

@@ -7,8 +7,9 @@
 //                          wte (which model.safetensors has no room for), the AdamW step count in
 //                          the metadata;
 //   state.json             format version, step, the sampler state, the model spec, the train
-//                          settings and the training-token count, checked again on resume, and
-//                          each other file's size and CRC-32C ("files"), verified before a resume.
+//                          settings and the training-token count, checked again on resume; each
+//                          other file's size and CRC-32C ("files"), verified before a resume; the
+//                          run's tokenizer (absolute path), which `xtrain-worker export` ships.
 // Together exactly what is needed to continue bit for bit. Rank 0 writes one under
 // step-NNNNNNNN.tmp-PID, fsyncs every file and the directory, renames it, fsyncs the parent: a
 // directory with a final name is always complete, and a crashed writer leaves only a .tmp-* that
@@ -20,6 +21,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/checkpoint_dirs.hpp"
 #include "common/job_spec.hpp"
 #include "worker/batch_sampler.hpp"
 #include "worker/param_layout.hpp"
@@ -47,8 +49,6 @@ struct TrainState {
   SamplerState sampler;            // the training sampler after `step` steps
   std::uint64_t train_tokens = 0;  // tokens in the training split the sampler draws from
 };
-
-std::string checkpoint_dir_name(std::int64_t step);  // "step-00000042"
 
 // Writes the checkpoint of `state.step` under run_dir/checkpoints/ (params, m, v: host buffers of
 // layout.total() floats), then keeps only the spec.checkpoint.keep newest complete checkpoints and

@@ -4,25 +4,12 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <stdexcept>
 #include <string>
 
+#include "common/file_error.hpp"
 #include "worker/crc32c.hpp"
 
 namespace xtrain {
-
-// A file that cannot be read, written or parsed. what() is "PATH: MESSAGE", one line.
-class FileError : public std::runtime_error {
- public:
-  FileError(std::string path, std::string message)
-      : std::runtime_error(path + ": " + message), path_(std::move(path)), message_(std::move(message)) {}
-  const std::string& path() const { return path_; }
-  const std::string& message() const { return message_; }  // without the path
-
- private:
-  std::string path_;
-  std::string message_;
-};
 
 // errno as text, for messages: "No such file or directory".
 std::string errno_text(int err);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "worker/file_io.hpp"
+#include "worker/float16.hpp"
 
 namespace xtrain {
 namespace {
@@ -30,6 +31,23 @@ constexpr std::array<LayerTensor, 12> kLayerOrder{{
     {&LayerOffsets::fc_proj_b, 1, false},    // fcprojb (L, C)
 }};
 
+void write_bf16(OutputFile& out, const float* data, size_t count) {
+  std::array<std::uint16_t, 4096> chunk;
+  for (size_t at = 0; at < count; at += chunk.size()) {
+    const size_t n = std::min(chunk.size(), count - at);
+    for (size_t i = 0; i < n; ++i) chunk[i] = float_to_bf16(data[at + i]);
+    out.write(chunk.data(), n * sizeof(std::uint16_t));
+  }
+}
+
+void read_bf16(const std::uint8_t* data, size_t count, float* out) {
+  for (size_t i = 0; i < count; ++i) {
+    std::uint16_t h;
+    std::memcpy(&h, data + 2 * i, 2);
+    out[i] = bf16_to_float(h);
+  }
+}
+
 }  // namespace
 
 std::vector<Span> llmc_parameter_order(const ParamLayout& layout) {
@@ -47,11 +65,14 @@ std::vector<Span> llmc_parameter_order(const ParamLayout& layout) {
   return order;
 }
 
-void export_llmc_model(const std::string& path, const ParamLayout& layout, const float* params) {
+void export_llmc_model(const std::string& path, const ParamLayout& layout, const float* params, int version) {
+  if (version != kLlmcVersionFp32 && version != kLlmcVersionBf16) {
+    throw std::invalid_argument("export_llmc_model: version " + std::to_string(version) + " is neither 3 nor 5");
+  }
   const ModelDims& d = layout.dims();
   std::array<std::int32_t, 256> header{};
   header[0] = kLlmcModelMagic;
-  header[1] = kLlmcModelVersion;
+  header[1] = version;
   header[2] = d.T;
   header[3] = d.V;
   header[4] = d.L;
@@ -60,68 +81,43 @@ void export_llmc_model(const std::string& path, const ParamLayout& layout, const
   header[7] = d.Vp;
   write_file_atomically(path, [&](OutputFile& out) {
     out.write(header.data(), sizeof header);
-    for (const Span& s : llmc_parameter_order(layout)) out.write(params + s.offset, s.count * sizeof(float));
+    for (const Span& s : llmc_parameter_order(layout)) {
+      if (version == kLlmcVersionFp32) {
+        out.write(params + s.offset, s.count * sizeof(float));
+      } else {
+        write_bf16(out, params + s.offset, s.count);
+      }
+    }
   });
 }
 
-void import_llmc_model(const std::string& path, const ParamLayout& layout, float* params) {
+void import_llmc_model(const ModelFileInfo& file, const ParamLayout& layout, float* params) {
   const ModelDims& d = layout.dims();
-  InputFile in(path);
-  if (in.size() < kLlmcHeaderBytes) {
-    throw FileError(path, "truncated: " + std::to_string(in.size()) + " bytes, less than the llm.c model header (" +
-                              std::to_string(kLlmcHeaderBytes) + ")");
-  }
-  std::array<std::int32_t, 256> header{};
-  in.read_at(0, header.data(), sizeof header);
-  if (header[0] != kLlmcModelMagic) {
-    throw FileError(path, "not an llm.c model file: magic is " + std::to_string(header[0]) + ", expected " +
-                              std::to_string(kLlmcModelMagic));
-  }
-  if (header[1] != kLlmcModelVersion) {
-    throw FileError(path, "llm.c model file version is " + std::to_string(header[1]) + ", expected " +
-                              std::to_string(kLlmcModelVersion) + " (fp32)");
-  }
-  const struct {
-    int file;
-    int ours;
-    const char* field;
-  } dims[] = {{header[2], d.T, "model.seq_len"},
-              {header[3], d.V, "model.vocab_size"},
-              {header[4], d.L, "model.n_layer"},
-              {header[5], d.NH, "model.n_head"},
-              {header[6], d.C, "model.n_embd"}};
-  for (const auto& x : dims) {
-    if (x.file != x.ours) {
-      throw FileError(path, "the file has " + std::string(x.field) + " " + std::to_string(x.file) +
-                                " but the spec says " + std::to_string(x.ours));
-    }
-  }
-  const int file_Vp = header[7];
-  if (file_Vp < d.V) {
-    throw FileError(path, "padded vocabulary " + std::to_string(file_Vp) + " is smaller than the vocabulary " +
-                              std::to_string(d.V));
-  }
+  const std::string& path = file.weights;
+  const MappedFile mapped(path);
+  const size_t element = file.llmc_version == kLlmcVersionFp32 ? sizeof(float) : sizeof(std::uint16_t);
+  const std::uint8_t* at = mapped.data() + kLlmcHeaderBytes;
   const auto C = static_cast<size_t>(d.C);
   const std::vector<Span> order = llmc_parameter_order(layout);
-  const size_t file_wte = static_cast<size_t>(file_Vp) * C;
-  size_t file_total = file_wte;
-  for (size_t i = 1; i < order.size(); ++i) file_total += order[i].count;
-  const std::uint64_t expected = kLlmcHeaderBytes + file_total * sizeof(float);
-  if (in.size() != expected) {
-    throw FileError(path, "size is " + std::to_string(in.size()) + " bytes but its header's shape needs " +
-                              std::to_string(expected));
-  }
-  std::vector<float> file(file_total);  // (file order)
-  in.read_at(kLlmcHeaderBytes, file.data(), file_total * sizeof(float));
-
-  // Nothing can fail from here on: scatter into params.
-  const size_t rows = file_Vp == d.Vp ? static_cast<size_t>(d.Vp) : static_cast<size_t>(d.V);
-  std::memcpy(params + layout.wte(), file.data(), rows * C * sizeof(float));
-  std::fill(params + layout.wte() + rows * C, params + layout.wte() + order[0].count, 0.0f);
-  size_t at = file_wte;
-  for (size_t i = 1; i < order.size(); ++i) {
-    std::memcpy(params + order[i].offset, file.data() + at, order[i].count * sizeof(float));
-    at += order[i].count;
+  // wte and wpe may have more rows in the file (its Vp, its maxT) than we take (V, T).
+  const auto in_file = [&](size_t i) {
+    return i == 0 ? static_cast<size_t>(file.llmc_padded_vocab) * C
+           : i == 1 ? static_cast<size_t>(file.n_positions) * C
+                    : order[i].count;
+  };
+  std::uint64_t bytes = kLlmcHeaderBytes;
+  for (size_t i = 0; i < order.size(); ++i) bytes += in_file(i) * element;
+  if (mapped.size() != bytes) throw FileError(path, "changed size while being read");
+  for (size_t i = 0; i < order.size(); ++i) {
+    const size_t take = i == 0 ? static_cast<size_t>(d.V) * C : order[i].count;
+    float* out = params + order[i].offset;
+    if (element == sizeof(float)) {
+      std::memcpy(out, at, take * sizeof(float));
+    } else {
+      read_bf16(at, take, out);
+    }
+    if (i == 0) std::fill(out + take, out + order[i].count, 0.0f);  // our padding rows
+    at += in_file(i) * element;
   }
 }
 

@@ -24,14 +24,17 @@
 #include <string>
 #include <thread>
 
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "common/job_spec.hpp"
 #include "common/log.hpp"
+#include "common/model_file.hpp"
 #include "common/worker_env.hpp"
 #include "worker/backtrace.hpp"
 #include "worker/checkpoint.hpp"
 #include "worker/device_choice.hpp"
+#include "worker/export_command.hpp"
 #include "worker/file_io.hpp"
 #include "worker/trainer.hpp"
 
@@ -56,6 +59,7 @@ struct BadInput : std::runtime_error {
 
 const char* const kUsage =
     "usage: xtrain-worker [--job FILE]\n"
+    "       xtrain-worker export SOURCE --format hf|llmc OUT ...   (see export --help)\n"
     "  One rank of data-parallel GPT-2 training. Under xlaunch the job and the rank come from the\n"
     "  environment (XTRAIN_JOB, RANK, WORLD_SIZE, ...); by hand, --job FILE runs a world of one.\n"
     "exit codes: 0 completed (or preempted by SIGUSR1 after a checkpoint); 1 runtime failure;\n"
@@ -89,6 +93,7 @@ bool is_bad_input(const std::exception& e) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "export") return run_export(argc - 1, argv + 1);
   // Declared in dependency order: the trainer refers to the spec, the report and the backend, so
   // it must be destroyed first.
   int rank = 0;
@@ -136,7 +141,9 @@ int main(int argc, char** argv) {
   // peer is waited for.
   try {
     const std::string job_path = job_path_from(argc, argv, env);
-    spec = parse_job_spec(read_job_json(job_path), std::filesystem::path(job_path).stem().string());
+    const nlohmann::json doc = read_job_json(job_path);
+    spec = parse_job_spec(doc, std::filesystem::path(job_path).stem().string());
+    resolve_model_source(spec, doc, env.run_dir.empty() ? spec.run_dir : env.run_dir);
     validate_for_training(spec, env.where.world_size);
     device = choose_device(spec, env.where.local_rank, DeviceProbe::of_this_machine());
     if (device.degraded) {

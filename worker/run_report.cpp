@@ -1,5 +1,6 @@
 #include "worker/run_report.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -90,10 +91,18 @@ void RunReport::step(const StepStats& s) {
                   {"elapsed_s", training_seconds()}});
 }
 
-void RunReport::validation(long step, double val_loss, double seconds) {
+void RunReport::validation(long step, double val_loss, std::optional<double> bits_per_byte, double seconds) {
   if (rank_ != 0) return;
-  spdlog::info("step {}/{} | val loss {:.4f} | {:.1f} s", step, total_steps_, val_loss, seconds);
-  append_metrics({{"step", step}, {"val_loss", val_loss}});
+  const double ppl = std::exp(val_loss);
+  nlohmann::json record = {{"step", step}, {"val_loss", val_loss}, {"val_ppl", ppl}};
+  std::string bpb;
+  if (bits_per_byte) {
+    record["val_bpb"] = *bits_per_byte;
+    bpb = fmt::format(" | {:.4f} bits/byte", *bits_per_byte);
+  }
+  spdlog::info("step {}/{} | val loss {:.4f} | perplexity {:.2f}{} | {:.1f} s", step, total_steps_, val_loss, ppl, bpb,
+               seconds);
+  append_metrics(record);
 }
 
 void RunReport::checkpoint(long step, const std::string& path, double seconds) {
@@ -116,7 +125,11 @@ void RunReport::write_result(const RankResult& r) const {
   doc["status"] = r.status;
   doc["step"] = r.step;
   if (r.loss) doc["loss"] = *r.loss;
-  if (r.val_loss) doc["val_loss"] = *r.val_loss;
+  if (r.val_loss) {
+    doc["val_loss"] = *r.val_loss;
+    doc["val_ppl"] = std::exp(*r.val_loss);
+  }
+  if (r.val_bpb) doc["val_bpb"] = *r.val_bpb;
   if (!r.param_digest.empty()) doc["param_digest"] = r.param_digest;
   if (!r.error.empty()) doc["error"] = r.error;
   if (!r.failure_kind.empty()) doc["failure_kind"] = r.failure_kind;

@@ -36,7 +36,8 @@ struct RankResult {
   std::string status;        // "completed", "preempted" (checkpointed after SIGUSR1) or "failed"
   long step = 0;             // optimizer steps done
   std::optional<double> loss;
-  std::optional<double> val_loss;
+  std::optional<double> val_loss;  // with val_ppl = exp(val_loss) in the file
+  std::optional<double> val_bpb;   // bits per byte, where the data allows it
   std::string param_digest;  // FNV-1a 64 of the parameter bytes, 16 hex digits
   std::string error;         // when failed: the one-line reason
   // When failed: "primary" (this rank's own failure) or "peer_lost" (a collective failed because a
@@ -61,7 +62,8 @@ class RunReport {
   // Updates the progress record; prints and records the step when it falls on log_every (or is
   // the first or the last one).
   void step(const StepStats& s);
-  void validation(long step, double val_loss, double seconds);
+  // The validation loss, with its perplexity and, when known (bits_per_byte > 0), bits per byte.
+  void validation(long step, double val_loss, std::optional<double> bits_per_byte, double seconds);
   void checkpoint(long step, const std::string& path, double seconds);
 
   void write_result(const RankResult& result) const;

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "worker/float16.hpp"
+
 namespace xtrain {
 namespace {
 
@@ -41,6 +43,18 @@ std::uint64_t element_count(const std::vector<std::int64_t>& shape) {
   for (auto s : shape) n *= static_cast<std::uint64_t>(s);
   return n;
 }
+
+// Bytes per element of the safetensors dtypes; 0 for a name the format does not have.
+std::uint64_t dtype_size(const std::string& dtype) {
+  static const std::map<std::string, std::uint64_t> sizes = {
+      {"F64", 8}, {"F32", 4}, {"F16", 2},  {"BF16", 2}, {"I64", 8},     {"I32", 4},     {"I16", 2},
+      {"I8", 1},  {"U64", 8}, {"U32", 4},  {"U16", 2},  {"U8", 1},      {"BOOL", 1},    {"F8_E4M3", 1},
+      {"F8_E5M2", 1}};
+  const auto it = sizes.find(dtype);
+  return it == sizes.end() ? 0 : it->second;
+}
+
+bool is_float_dtype(const std::string& dtype) { return dtype == "F32" || dtype == "F16" || dtype == "BF16"; }
 
 }  // namespace
 
@@ -111,9 +125,12 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       throw FileError(path, where + "expected {dtype, shape, data_offsets}, got " + value.dump());
     }
     const json& dtype = value["dtype"];
-    if (dtype != "F32") throw FileError(path, where + "dtype is " + dtype.dump() + ", expected \"F32\"");
+    if (!dtype.is_string() || dtype_size(dtype.get<std::string>()) == 0) {
+      throw FileError(path, where + "dtype " + dtype.dump() + " is not a safetensors dtype");
+    }
     SafetensorsEntry e;
     e.name = name;
+    e.dtype = dtype.get<std::string>();
     const json& shape = value["shape"];
     if (!shape.is_array()) throw FileError(path, where + "shape is not a list");
     for (const auto& s : shape) {
@@ -129,7 +146,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     }
     e.begin = offsets[0].get<std::uint64_t>();
     e.end = offsets[1].get<std::uint64_t>();
-    const std::uint64_t bytes = element_count(e.shape) * sizeof(float);
+    const std::uint64_t bytes = element_count(e.shape) * dtype_size(e.dtype);
     if (e.end - e.begin != bytes) {
       throw FileError(path, where + "shape " + format_shape(e.shape) + " needs " + std::to_string(bytes) +
                                 " bytes but data_offsets " + offsets.dump() + " hold " +
@@ -167,33 +184,53 @@ const SafetensorsEntry& SafetensorsFile::get(const std::string& name, const std:
       throw FileError(path_, "tensor " + name + " has shape " + format_shape(e.shape) + " but the model needs " +
                                  format_shape(shape));
     }
+    if (!is_float_dtype(e.dtype)) {
+      throw FileError(path_, "tensor " + name + " has dtype " + e.dtype + ", expected F32, F16 or BF16");
+    }
     return e;
   }
   throw FileError(path_, "tensor " + name + " is missing");
 }
 
 void SafetensorsFile::load() {
-  InputFile in(path_);
-  if (in.size() != data_offset_ + data_size_) {
-    throw FileError(path_, "changed size while being read (" + std::to_string(in.size()) + " bytes, was " +
+  auto file = std::make_unique<MappedFile>(path_);
+  if (file->size() != data_offset_ + data_size_) {
+    throw FileError(path_, "changed size while being read (" + std::to_string(file->size()) + " bytes, was " +
                                std::to_string(data_offset_ + data_size_) + ")");
   }
-  data_.reset(new std::uint8_t[data_size_ ? data_size_ : 1]);
-  in.read_at(data_offset_, data_.get(), data_size_);
   const auto it = metadata_.find(kDigestKey);
   if (it != metadata_.end()) {
     Digest digest;
-    digest.add(data_.get(), data_size_);
+    digest.add(file->data() + data_offset_, data_size_);
     if (digest.hex() != it->second) {
       throw FileError(path_, "corrupt: the data's digest is " + digest.hex() + " but the header says " + it->second);
     }
   }
+  file_ = std::move(file);
 }
 
 void SafetensorsFile::copy(const std::string& name, const std::vector<std::int64_t>& shape, float* out) const {
   const SafetensorsEntry& e = get(name, shape);
-  if (!data_) throw std::logic_error("SafetensorsFile::copy before load()");
-  std::memcpy(out, data_.get() + e.begin, e.end - e.begin);
+  copy_elements(e, 0, element_count(e.shape), out);
+}
+
+void SafetensorsFile::copy_elements(const SafetensorsEntry& e, std::uint64_t first, std::uint64_t count,
+                                    float* out) const {
+  if (!file_) throw std::logic_error("SafetensorsFile::copy before load()");
+  if (!is_float_dtype(e.dtype) || first + count > element_count(e.shape)) {
+    throw std::logic_error("SafetensorsFile::copy_elements: not a float tensor, or past its end");
+  }
+  const std::uint8_t* data = file_->data() + data_offset_ + e.begin;
+  if (e.dtype == "F32") {
+    std::memcpy(out, data + first * 4, count * 4);
+    return;
+  }
+  float (*convert)(std::uint16_t) = e.dtype == "F16" ? f16_to_float : bf16_to_float;
+  for (std::uint64_t i = 0; i < count; ++i) {
+    std::uint16_t h;
+    std::memcpy(&h, data + (first + i) * 2, 2);
+    out[i] = convert(h);
+  }
 }
 
 }  // namespace xtrain

@@ -11,12 +11,14 @@
 
 namespace xtrain {
 
-std::string sample_text(GPT& model, const SampleOptions& o) {
+std::vector<std::int32_t> sample_tokens(GPT& model, std::vector<std::int32_t> context, const SampleOptions& o) {
   const ModelDims& d = model.dims();
-  std::vector<std::int32_t> context;
-  for (unsigned char c : o.prompt.empty() ? std::string("\n") : o.prompt) {
-    if (c >= d.V) throw std::invalid_argument("sample.prompt: byte " + std::to_string(c) + " is outside the vocabulary");
-    context.push_back(c);
+  if (context.empty()) throw std::invalid_argument("sample: the prompt has no tokens");
+  for (std::int32_t t : context) {
+    if (t < 0 || t >= d.V) {
+      throw std::invalid_argument("sample: prompt token " + std::to_string(t) + " is outside the vocabulary of " +
+                                  std::to_string(d.V));
+    }
   }
   std::mt19937_64 rng(o.seed);
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
@@ -25,7 +27,7 @@ std::string sample_text(GPT& model, const SampleOptions& o) {
   std::vector<int> order(static_cast<size_t>(d.V));
   std::vector<double> probs(static_cast<size_t>(d.V));
   const int k = o.top_k > 0 ? std::min(o.top_k, d.V) : d.V;
-  std::string out;
+  std::vector<std::int32_t> out;
 
   for (int n = 0; n < o.tokens; ++n) {
     const size_t len = std::min(context.size(), static_cast<size_t>(d.T));
@@ -54,16 +56,39 @@ std::string sample_text(GPT& model, const SampleOptions& o) {
       }
     }
     context.push_back(next);
-    out += static_cast<char>(next);
+    out.push_back(next);
   }
   return out;
 }
 
 std::string printable(const std::string& bytes) {
-  std::string out = bytes;
-  for (char& c : out) {
-    const auto u = static_cast<unsigned char>(c);
-    if (!(u == '\n' || u == '\t' || (u >= 0x20 && u < 0x7f))) c = '?';
+  std::string out;
+  out.reserve(bytes.size());
+  for (size_t i = 0; i < bytes.size();) {
+    const auto u = static_cast<unsigned char>(bytes[i]);
+    if (u == '\n' || u == '\t' || (u >= 0x20 && u < 0x7f)) {
+      out += bytes[i++];
+      continue;
+    }
+    // A UTF-8 sequence: a lead byte, then 1-3 continuation bytes 10xxxxxx, shortest form only
+    // (C0, C1, F5..FF never lead; E0/F0 need a large enough second byte; F4 stays <= U+10FFFF;
+    // ED would encode a surrogate below A0).
+    const size_t n = u >= 0xc2 && u <= 0xdf ? 2 : u >= 0xe0 && u <= 0xef ? 3 : u >= 0xf0 && u <= 0xf4 ? 4 : 0;
+    bool ok = n > 0 && i + n <= bytes.size();
+    for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(bytes[i + k]) & 0xc0) == 0x80;
+    if (ok && n >= 3) {
+      const auto second = static_cast<unsigned char>(bytes[i + 1]);
+      ok = !(u == 0xe0 && second < 0xa0) && !(u == 0xed && second >= 0xa0) && !(u == 0xf0 && second < 0x90) &&
+           !(u == 0xf4 && second >= 0x90);
+    }
+    if (ok && n == 2 && u == 0xc2 && static_cast<unsigned char>(bytes[i + 1]) < 0xa0) ok = false;  // C1 controls
+    if (ok) {
+      out.append(bytes, i, n);
+      i += n;
+    } else {
+      out += '?';
+      ++i;
+    }
   }
   return out;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <type_traits>
@@ -10,6 +11,7 @@
 
 #include "worker/checkpoint.hpp"
 #include "worker/lr_schedule.hpp"
+#include "worker/model_io.hpp"
 #include "worker/text_sampler.hpp"
 
 namespace xtrain {
@@ -41,10 +43,12 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
   const auto& t = spec_.train;
   data_ = load_data(spec_.data, spec_.model, t.eval_every > 0);
   report_.heartbeat().beat();
-  if (spec_.sample.tokens > 0 && data_.byte_level) {
-    for (unsigned char c : spec_.sample.prompt) {
-      if (c >= spec_.model.vocab_size) {
-        throw SpecError("sample.prompt", "byte " + std::to_string(c) + " is outside model.vocab_size " +
+  text_ = TextCodec::for_run(spec_, data_.byte_level);
+  if (spec_.sample.tokens > 0 && text_.has_text()) {
+    prompt_ = text_.encode(spec_.sample.prompt);
+    for (const std::int32_t token : prompt_) {
+      if (token >= spec_.model.vocab_size) {
+        throw SpecError("sample.prompt", "token " + std::to_string(token) + " is outside model.vocab_size " +
                                              std::to_string(spec_.model.vocab_size));
       }
     }
@@ -64,8 +68,6 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
   inputs_.resize(bt);
   targets_.resize(bt);
 
-  model_->init_weights(spec_.model.init_seed);
-  report_.heartbeat().beat();
   model_->set_layer_observer([this](GPT::Pass pass, int layer) {
     if (!in_step_) return;  // validation and sampling run forward too: they report their own phase
     Heartbeat& live = report_.heartbeat();
@@ -73,9 +75,12 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
     live.phase(WorkerPhase::kBackward, layer);
     fault_.at_backward_layer(rank_, current_step_, layer);
   });
+  if (!val_starts_.empty() && text_.has_text()) bits_per_nat_ = validation_bits_per_nat();
 
+  // Where the weights come from: the checkpoint a resume continues from, else model.init_from,
+  // else the seed.
+  const size_t n = model_->layout().total();
   if (auto dir = find_resume_checkpoint(run_dir_, spec_.checkpoint.resume)) {
-    const size_t n = model_->layout().total();
     std::vector<float> params(n), m(n), v(n);
     const TrainState state = load_checkpoint(*dir, spec_, model_->layout(), data_.train.count, params.data(),
                                              m.data(), v.data());
@@ -87,11 +92,36 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
     start_step_ = state.step;
     completed_steps_ = state.step;
     resumed_from_ = *dir;
-    report_.heartbeat().beat();
+  } else if (!spec_.model.init_from.empty()) {
+    std::vector<float> params(n);
+    try {
+      const ModelFileInfo file = read_model_file_info(spec_.model.init_from);
+      import_model(file, model_->layout(), params.data());
+      initialised_from_ = xtrain::describe(file);
+    } catch (const FileError& e) {
+      throw SpecError("model.init_from", e.what());
+    }
+    backend_.upload(model_->params(), params.data(), n);
+  } else {
+    model_->init_weights(spec_.model.init_seed);
   }
+  report_.heartbeat().beat();
 }
 
 Trainer::~Trainer() { backend_.free(scalars_); }
+
+double Trainer::validation_bits_per_nat() const {
+  // Every validation reads the same windows, so the bytes their targets stand for are counted once.
+  const size_t T = static_cast<size_t>(spec_.model.seq_len);
+  std::vector<std::int32_t> window(T + 1);
+  std::uint64_t bytes = 0;
+  for (const std::uint64_t start : val_starts_) {
+    data_.val.copy(start, T + 1, window.data());
+    bytes += text_.text_bytes(std::span(window).subspan(1));  // the targets
+  }
+  const double tokens = static_cast<double>(val_starts_.size() * T);
+  return bytes > 0 ? tokens / (std::log(2.0) * static_cast<double>(bytes)) : 0.0;
+}
 
 std::string Trainer::describe() const {
   const auto& m = spec_.model;
@@ -281,33 +311,39 @@ std::string Trainer::param_digest() {
   return fnv1a_hex(params.data(), n * sizeof(float));
 }
 
-void Trainer::print_sample() {
+std::optional<std::string> Trainer::sample() {
   const auto& s = spec_.sample;
-  if (s.tokens <= 0 || rank_ != 0) return;
-  if (!data_.byte_level) {
-    spdlog::info("sample: skipped (the data is token shards and the worker has no tokenizer)");
-    return;
+  if (s.tokens <= 0 || rank_ != 0) return std::nullopt;
+  if (!text_.has_text()) {
+    spdlog::info("sample: skipped (the data is token shards: name their vocabulary with the tokenizer key)");
+    return std::nullopt;
   }
   SampleOptions o;
   o.tokens = s.tokens;
   o.temperature = s.temperature;
   o.top_k = s.top_k;
-  o.prompt = s.prompt;
   o.seed = static_cast<std::uint64_t>(spec_.train.seed);
   report_.heartbeat().phase(WorkerPhase::kSampling);
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string text = sample_text(*model_, o);
-  spdlog::info("sample: {} bytes at temperature {}, top-k {}, {:.1f} s:", s.tokens, s.temperature, s.top_k,
-               seconds_since(t0));
+  const std::string text = printable(text_.decode(sample_tokens(*model_, prompt_, o)));
+  spdlog::info("sample: {} {} at temperature {}, top-k {}, {:.1f} s:", s.tokens,
+               data_.byte_level ? "bytes" : "tokens", s.temperature, s.top_k, seconds_since(t0));
   // The text itself, unadorned so it reads as text, on the log's stream so it stays in order.
-  std::fputs((printable(s.prompt) + printable(text) + "\n").c_str(), stderr);
+  std::fputs((printable(s.prompt) + text + "\n").c_str(), stderr);
+  return text;
 }
 
 RankResult Trainer::run(Communicator& comm, const std::atomic<bool>& stop_requested) {
   const auto& t = spec_.train;
   if (rank_ == 0) {
     spdlog::info("{}", describe());
-    if (!resumed_from_.empty()) spdlog::info("resumed from {} at step {}", resumed_from_, start_step_);
+    if (!resumed_from_.empty()) {
+      spdlog::info("resumed from {} at step {}{}", resumed_from_, start_step_,
+                   spec_.model.init_from.empty() ? "" : " (model.init_from is not read when resuming)");
+    }
+    if (!initialised_from_.empty()) {
+      spdlog::info("weights from {}; the optimizer starts fresh (AdamW moments zero, step 0)", initialised_from_);
+    }
   }
   Heartbeat& live = report_.heartbeat();
   live.set_plan(t.steps, accum_, spec_.model.n_layer);
@@ -344,7 +380,8 @@ RankResult Trainer::run(Communicator& comm, const std::atomic<bool>& stop_reques
       live.phase(WorkerPhase::kValidation);
       const auto v0 = std::chrono::steady_clock::now();
       result.val_loss = evaluate(comm);
-      report_.validation(step, *result.val_loss, seconds_since(v0));
+      if (bits_per_nat_ > 0) result.val_bpb = *result.val_loss * bits_per_nat_;
+      report_.validation(step, *result.val_loss, result.val_bpb, seconds_since(v0));
     }
     if (o.stop || step == t.steps || (every > 0 && step % every == 0)) {
       save(comm, step);
@@ -363,7 +400,9 @@ RankResult Trainer::run(Communicator& comm, const std::atomic<bool>& stop_reques
                   {"start_step", start_step_},
                   {"tokens_per_s", report_.tokens_per_second()},
                   {"train_s", report_.training_seconds()}};
-  if (result.status == "completed") print_sample();
+  if (result.status == "completed") {
+    if (const auto text = sample()) result.extra["sample"] = *text;
+  }
   live.phase(WorkerPhase::kDone);
   return result;
 }

@@ -36,6 +36,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,15 +48,17 @@
 #include "worker/fault_injection.hpp"
 #include "worker/gpt.hpp"
 #include "worker/run_report.hpp"
+#include "worker/text_codec.hpp"
 #include "worker/token_source.hpp"
 
 namespace xtrain {
 
 class Trainer {
  public:
-  // Loads the data, builds the model and optimizer, initialises the weights and, per
-  // checkpoint.resume, loads a checkpoint. Input problems throw SpecError (DataError),
-  // FileError or CheckpointError naming the field or file.
+  // Loads the data and the tokenizer, builds the model and optimizer, and takes the weights from
+  // the checkpoint checkpoint.resume continues from, else from model.init_from (weights only:
+  // the optimizer starts fresh), else from model.init_seed. Input problems throw SpecError
+  // (DataError), FileError or CheckpointError naming the field or file.
   Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_size, Backend& backend,
           RunReport& report, FaultInjection fault = {});
   ~Trainer();
@@ -89,7 +92,10 @@ class Trainer {
   double average_scalar(Communicator& comm, double value);
   void save(Communicator& comm, long step);
   std::string param_digest();
-  void print_sample();
+  // Samples sample.tokens after training (rank 0): prints the text and returns it, printable.
+  std::optional<std::string> sample();
+  // Bits per byte per nat of validation loss: tokens / (ln 2 * bytes) over the validation targets.
+  double validation_bits_per_nat() const;
   std::string describe() const;
 
   const JobSpec& spec_;
@@ -103,6 +109,8 @@ class Trainer {
   FaultInjection fault_;
 
   DataSplit data_;
+  TextCodec text_;                    // bytes, the tokenizer, or no text (token shards without one)
+  std::vector<std::int32_t> prompt_;  // sample.prompt, encoded
   std::unique_ptr<BatchSampler> sampler_;
   std::vector<std::uint64_t> val_starts_;
   std::unique_ptr<GPT> model_;
@@ -115,7 +123,9 @@ class Trainer {
   long completed_steps_ = 0;
   long current_step_ = 0;             // 1-based, the step in progress (for progress reports)
   bool in_step_ = false;              // the model's layers are a training step's (not validation's)
-  std::string resumed_from_;
+  std::string resumed_from_;          // the checkpoint training continued from
+  std::string initialised_from_;      // the model file the weights came from (model.init_from)
+  double bits_per_nat_ = 0;           // val bits per byte = val loss (nats per token) * this; 0 = unknown
 };
 
 }  // namespace xtrain

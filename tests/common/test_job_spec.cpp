@@ -178,6 +178,7 @@ TEST_CASE("docs/job-spec.md documents every key", "[spec][docs]") {
   s.worker.command = {"w"};
   s.nodes.rdzv_endpoint = "h:1";
   s.data.train = s.data.val = "d";
+  s.model.init_from = s.tokenizer = "m";
   const json flat = to_json(s).flatten();
   for (const auto& item : flat.items()) {
     std::string key = item.key().substr(1);  // "/launcher/tee" -> "launcher.tee"

@@ -133,9 +133,14 @@ TEST_CASE("the safetensors reader rejects damaged files, naming the file and the
     write_raw_safetensors(path, "{\"a\": [", 0);
     CHECK(error_message<FileError>(open) == path + ": safetensors header is not a JSON object");
   }
-  SECTION("a dtype other than F32") {
-    write_raw_safetensors(path, R"({"w": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}})", 4);
-    CHECK(error_message<FileError>(open) == path + ": tensor w: dtype is \"BF16\", expected \"F32\"");
+  SECTION("a dtype safetensors does not have") {
+    write_raw_safetensors(path, R"({"w": {"dtype": "F12", "shape": [2], "data_offsets": [0, 4]}})", 4);
+    CHECK(error_message<FileError>(open) == path + ": tensor w: dtype \"F12\" is not a safetensors dtype");
+  }
+  SECTION("an integer tensor where floats are needed") {
+    write_raw_safetensors(path, R"({"w": {"dtype": "I64", "shape": [2], "data_offsets": [0, 16]}})", 16);
+    SafetensorsFile f(path);  // a file may hold integer buffers; reading one as floats is the error
+    CHECK(error_message<FileError>([&] { f.get("w", {2}); }) == path + ": tensor w has dtype I64, expected F32, F16 or BF16");
   }
   SECTION("a shape that does not match the byte count") {
     write_raw_safetensors(path, R"({"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 20]}})", 20);

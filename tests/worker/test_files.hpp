@@ -2,7 +2,10 @@
 // it when the case ends), whole-file reads and writes, and the message of an expected error.
 #pragma once
 
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -48,6 +51,21 @@ std::string error_message(F&& f) {
     return e.what();
   }
   return "(no error)";
+}
+
+// True when `got` is a bfloat16 value (a float whose low 16 bits are zero) and no other bfloat16
+// lies closer to `exact`: the rounding llm.c's version 5 files hold.
+inline bool is_nearest_bf16(float got, float exact) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &got, 4);
+  if ((bits & 0xffff) != 0) return false;
+  if (got == exact) return true;
+  for (const std::uint32_t neighbour : {bits - 0x10000u, bits + 0x10000u}) {
+    float other;
+    std::memcpy(&other, &neighbour, 4);
+    if (std::fabs(other - exact) < std::fabs(got - exact)) return false;
+  }
+  return true;
 }
 
 inline std::string read_bytes(const std::string& path) {

@@ -1,5 +1,6 @@
 // llm.c's model file: the bytes follow train_gpt2.c's order (checked at offsets computed here
-// from llm.c's own size table), export and import round-trip, and bad files are refused.
+// from llm.c's own size table), export and import round-trip (fp32 exactly, bf16 to the rounded
+// values), and bad files are refused.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -11,6 +12,7 @@
 #include "worker/batch_sampler.hpp"
 #include "worker/file_io.hpp"
 #include "worker/llmc_model.hpp"
+#include "worker/model_io.hpp"
 
 using namespace xtrain;
 using xtrain::test::error_message;
@@ -35,6 +37,10 @@ std::vector<float> distinct_floats(size_t n) {
   std::vector<float> out(n);
   for (auto& x : out) x = static_cast<float>(rng.next() >> 40) + 0.5f;  // exact, and nonzero
   return out;
+}
+
+void import(const std::string& path, const ParamLayout& layout, float* params) {
+  import_model(read_model_file_info(path), layout, params);
 }
 
 float float_at(const std::string& bytes, size_t offset) {
@@ -115,14 +121,43 @@ TEST_CASE("the llm.c model file has llm.c's header and tensor order", "[llmc]") 
   CHECK(float_at(bytes, start[15] + 4 * (C - 1)) == p[layout.lnf_b() + C - 1]);
 }
 
+// A model's parameters: distinct values, and zero in wte's padding rows (which never train).
+std::vector<float> model_params(const ParamLayout& layout) {
+  std::vector<float> params = distinct_floats(layout.total());
+  const ModelDims& d = layout.dims();
+  std::fill(params.begin() + static_cast<long>(layout.wte()) + static_cast<long>(d.V) * d.C,
+            params.begin() + static_cast<long>(layout.wte()) + static_cast<long>(d.Vp) * d.C, 0.0f);
+  return params;
+}
+
 TEST_CASE("llm.c model export and import round-trip bit for bit", "[llmc]") {
   ScratchDir dir;
   const ParamLayout layout(ModelDims::from(small_model()));
-  const std::vector<float> params = distinct_floats(layout.total());
+  const std::vector<float> params = model_params(layout);
   export_llmc_model(dir / "model.bin", layout, params.data());
   std::vector<float> back(layout.total(), std::nanf(""));
-  import_llmc_model(dir / "model.bin", layout, back.data());
+  import(dir / "model.bin", layout, back.data());
   CHECK(std::memcmp(back.data(), params.data(), params.size() * 4) == 0);
+
+  SECTION("a shorter seq_len takes the first rows of wpe") {
+    ModelSpec shorter = small_model();
+    shorter.seq_len = 3;
+    const ParamLayout short_layout(ModelDims::from(shorter));
+    std::vector<float> got(short_layout.total(), std::nanf(""));
+    import(dir / "model.bin", short_layout, got.data());
+    CHECK(std::memcmp(got.data() + short_layout.wpe(), params.data() + layout.wpe(), 4 * 3 * 8) == 0);
+    CHECK(std::memcmp(got.data() + short_layout.lnf_w(), params.data() + layout.lnf_w(),
+                      4 * (got.size() - short_layout.lnf_w())) == 0);
+  }
+  SECTION("version 5 holds every value rounded to bf16, and imports as those values") {
+    export_llmc_model(dir / "model16.bin", layout, params.data(), kLlmcVersionBf16);
+    const std::string bytes = read_bytes(dir / "model16.bin");
+    CHECK(int_at(bytes, 1) == 5);
+    CHECK(bytes.size() == 1024 + 2 * layout.total());
+    std::vector<float> got(layout.total(), std::nanf(""));
+    import(dir / "model16.bin", layout, got.data());
+    for (size_t i = 0; i < params.size(); ++i) REQUIRE(xtrain::test::is_nearest_bf16(got[i], params[i]));
+  }
 
   SECTION("a file padded to another Vp gives the real rows and zero padding") {
     const std::string bytes = read_bytes(dir / "model.bin");
@@ -133,7 +168,7 @@ TEST_CASE("llm.c model export and import round-trip bit for bit", "[llmc]") {
     other += bytes.substr(1024 + 4 * Vp * C);
     write_bytes(dir / "other.bin", other);
     std::vector<float> got(layout.total(), 1.0f);
-    import_llmc_model(dir / "other.bin", layout, got.data());
+    import(dir / "other.bin", layout, got.data());
     CHECK(std::memcmp(got.data(), params.data(), 4 * V * C) == 0);
     CHECK(std::all_of(got.begin() + V * C, got.begin() + Vp * C, [](float x) { return x == 0.0f; }));
     CHECK(std::memcmp(got.data() + Vp * C, params.data() + Vp * C, 4 * (params.size() - Vp * C)) == 0);
@@ -161,45 +196,58 @@ TEST_CASE("a bad llm.c model file is refused with one line and loads nothing", "
   }
   SECTION("wrong magic") {
     with_int(0, 20240520);
-    expected = path + ": not an llm.c model file: magic is 20240520, expected 20240326";
+    expected = path +
+               ": not an llm.c model file: magic is 20240520, expected 20240326 (model.init_from takes a Hugging "
+               "Face GPT-2 directory, a checkpoint directory or an llm.c model file)";
   }
-  SECTION("bf16 version") {
+  SECTION("an unknown version") {
+    with_int(1, 4);
+    expected = path + ": llm.c model file version is 4, expected 3 (fp32) or 5 (bf16)";
+  }
+  SECTION("a bf16 header on fp32 data") {
     with_int(1, 5);
-    expected = path + ": llm.c model file version is 5, expected 3 (fp32)";
+    expected = path + ": size is " + std::to_string(good.size()) + " bytes but its header's shape needs " +
+               std::to_string(1024 + (good.size() - 1024) / 2);
+  }
+  SECTION("n_embd not a multiple of n_head") {
+    with_int(5, 3);
+    expected = path + ": n_embd 8 is not a multiple of n_head 3";
   }
   SECTION("another width than the spec") {
     ModelSpec wide = small_model();
     wide.n_embd = 16;
     target = ParamLayout(ModelDims::from(wide));
-    expected = path + ": the file has model.n_embd 8 but the spec says 16";
+    expected = path + ": the file has model.n_embd 8 but the model being loaded has 16";
   }
-  SECTION("another sequence length than the spec") {
-    with_int(2, 1024);
-    expected = path + ": the file has model.seq_len 1024 but the spec says 5";
+  SECTION("a longer sequence than the file has positions for") {
+    ModelSpec longer = small_model();
+    longer.seq_len = 6;
+    target = ParamLayout(ModelDims::from(longer));
+    expected = path + ": the file has position embeddings for 5 tokens but model.seq_len is 6";
   }
   SECTION("truncated") {
     write_bytes(path, good.substr(0, good.size() - 4));
-    expected = path + ": size is " + std::to_string(good.size() - 4) + " bytes but its header's shape needs " +
-               std::to_string(good.size());
+    expected = path + ": truncated: size is " + std::to_string(good.size() - 4) +
+               " bytes but its header's shape needs " + std::to_string(good.size());
   }
   SECTION("cut inside the header") {
     write_bytes(path, good.substr(0, 100));
     expected = path + ": truncated: 100 bytes, less than the llm.c model header (1024)";
   }
   std::vector<float> into(target.total(), -3.0f);
-  CHECK(error_message<FileError>([&] { import_llmc_model(path, target, into.data()); }) == expected);
+  CHECK(error_message<FileError>([&] { import(path, target, into.data()); }) == expected);
   CHECK(std::all_of(into.begin(), into.end(), [](float x) { return x == -3.0f; }));
 }
 
 TEST_CASE("export replaces the file atomically and leaves no temporary behind", "[llmc]") {
   ScratchDir dir;
   const ParamLayout layout(ModelDims::from(small_model()));
-  std::vector<float> params = distinct_floats(layout.total());
+  std::vector<float> params = model_params(layout);
   export_llmc_model(dir / "model.bin", layout, params.data());
   params[layout.lnf_b()] = -1.0f;
   export_llmc_model(dir / "model.bin", layout, params.data());
   std::vector<float> back(layout.total());
-  import_llmc_model(dir / "model.bin", layout, back.data());
+  import(dir / "model.bin", layout, back.data());
   CHECK(back[layout.lnf_b()] == -1.0f);
   size_t files = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path())) ++files;

@@ -216,6 +216,14 @@ TEST_CASE("bad input: one error line naming the field or file, nonzero exit, no 
   tokens[100] = 300;
   write_shard(dir / "vocab.bin", 20240520, 3000, tokens);
   cases.push_back({"token beyond the vocabulary", {"data.train=" + (dir / "vocab.bin").string()}, "vocab.bin", false});
+  // init_from: the header (config.json) fits the spec, the tensors do not load.
+  fs::create_directories(dir / "hf");
+  std::ofstream(dir / "hf/config.json")
+      << R"({"model_type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 32, "n_positions": 16, "vocab_size": 256})";
+  std::ofstream(dir / "hf/model.safetensors") << "abc";
+  cases.push_back({"init_from weights that do not load", {"model.init_from=" + (dir / "hf").string()},
+                   "model.init_from: " + (dir / "hf/model.safetensors").string() +
+                       ": truncated: 3 bytes, not a safetensors file", false});
 
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];

@@ -11,6 +11,10 @@ Modes (run with /usr/bin/python3, Debian's python3-torch):
               targets.bin (int32, (steps, B, T)); write DIR/logits.bin ((B,T,Vp) of the first batch),
               DIR/grads.bin (flat layout, gradients of the first batch's mean loss) and
               DIR/result.json {"loss", "losses": per-step training losses, "norms": grad norms}.
+  hf-logits DIR
+              load DIR/model.safetensors (a Hugging Face GPT-2 export: Conv1D weights (in, out), wte
+              with V rows) and DIR/config.json into this model, run DIR/tokens.bin (int32 (B, T))
+              and write DIR/logits.bin ((B,T,Vp)).
   bench       time full training steps (forward, backward, clip, AdamW) of a freshly initialised
               model in eager mode; prints one JSON line with the median step and its tokens/s.
 """
@@ -182,6 +186,33 @@ def check(directory):
               open(os.path.join(directory, "result.json"), "w"))
 
 
+def hf_logits(directory):
+    from check_safetensors import read_safetensors  # our independent safetensors reader
+
+    cfg = json.load(open(os.path.join(directory, "config.json")))
+    L, NH, C, T, V = cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["n_positions"], cfg["vocab_size"]
+    tensors, _ = read_safetensors(os.path.join(directory, "model.safetensors"))
+    torch.set_num_threads(1)
+    model = GPT(L, NH, C, T, V)
+    params = dict(model.named_parameters())
+    if sorted(params) != sorted(tensors):
+        sys.exit("torch_reference: model.safetensors has other tensors than GPT-2's")
+    conv1d = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+    with torch.no_grad():
+        for name, value in tensors.items():
+            t = torch.from_numpy(value.copy())
+            if name.endswith(conv1d):
+                t = t.t()  # Conv1D (in, out) -> Linear (out, in)
+            if name == "wte.weight":
+                params[name].zero_()
+                params[name][:V].copy_(t)  # the padding rows stay zero
+            else:
+                params[name].copy_(t)
+        tokens = torch.frombuffer(bytearray(open(os.path.join(directory, "tokens.bin"), "rb").read()), dtype=torch.int32)
+        logits, _ = model(tokens.view(-1, T).long())
+    open(os.path.join(directory, "logits.bin"), "wb").write(logits.numpy().tobytes())
+
+
 def bench(a):
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -210,6 +241,8 @@ def main():
     sub = parser.add_subparsers(dest="mode", required=True)
     c = sub.add_parser("check")
     c.add_argument("dir")
+    h = sub.add_parser("hf-logits")
+    h.add_argument("dir")
     b = sub.add_parser("bench")
     for name, default in [("layers", 4), ("heads", 4), ("embd", 128), ("seq", 64), ("vocab", 256), ("batch", 4),
                           ("steps", 10), ("warmup", 2), ("threads", 2)]:
@@ -217,6 +250,8 @@ def main():
     a = parser.parse_args()
     if a.mode == "check":
         check(a.dir)
+    elif a.mode == "hf-logits":
+        hf_logits(a.dir)
     else:
         bench(a)
 

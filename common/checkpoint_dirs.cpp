@@ -1,0 +1,39 @@
+#include "common/checkpoint_dirs.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace xtrain {
+
+std::string checkpoint_dir_name(std::int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+std::optional<std::int64_t> checkpoint_step(const std::string& name) {
+  if (name.size() < 13 || name.rfind("step-", 0) != 0) return std::nullopt;
+  std::int64_t step = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9' || i > 22) return std::nullopt;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+bool is_partial_checkpoint(const std::string& name) {
+  return name.rfind("step-", 0) == 0 && name.find(kCheckpointTmpMarker) != std::string::npos;
+}
+
+std::vector<std::pair<std::int64_t, std::filesystem::path>> complete_checkpoints(const std::filesystem::path& root) {
+  std::vector<std::pair<std::int64_t, std::filesystem::path>> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+    const auto step = checkpoint_step(entry.path().filename().string());
+    if (step && entry.is_directory()) found.emplace_back(*step, entry.path());
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  return found;
+}
+
+}  // namespace xtrain

@@ -1,0 +1,36 @@
+// Where a run's checkpoints live and which of them are complete: RUN_DIR/checkpoints/step-NNNNNNNN/
+// (8 or more digits) is a complete checkpoint; step-NNNNNNNN.tmp-* is one being written, or left
+// by an interrupted writer. The worker writes and loads them (worker/checkpoint.hpp); xlaunch
+// only looks, to learn which checkpoint a run would resume from.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace xtrain {
+
+inline constexpr const char* kCheckpointTmpMarker = ".tmp-";
+inline constexpr const char* kCheckpointFormat = "xtrain-checkpoint";  // state.json's "format"
+// The files of a checkpoint; the first two are also a Hugging Face GPT-2 directory's.
+inline constexpr const char* kModelWeightsFile = "model.safetensors";
+inline constexpr const char* kModelConfigFile = "config.json";
+inline constexpr const char* kCheckpointStateFile = "state.json";
+inline constexpr const char* kCheckpointOptimizerFile = "optimizer.safetensors";
+
+std::string checkpoint_dir_name(std::int64_t step);  // "step-00000042"
+
+// The step a complete checkpoint's directory name encodes; nullopt for anything else.
+std::optional<std::int64_t> checkpoint_step(const std::string& name);
+
+// A step-* directory name with a .tmp-* suffix: partial, never resumed from.
+bool is_partial_checkpoint(const std::string& name);
+
+// The complete checkpoint directories under `root` (RUN_DIR/checkpoints), newest first; none
+// when root does not exist.
+std::vector<std::pair<std::int64_t, std::filesystem::path>> complete_checkpoints(const std::filesystem::path& root);
+
+}  // namespace xtrain

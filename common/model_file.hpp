@@ -1,0 +1,71 @@
+// The model files that model.init_from and `xtrain-worker export` read, recognised and their shape
+// read from headers alone (config.json, state.json, llm.c's 1 KiB header, the file size), so that
+// xlaunch resolves and checks a spec's model shape in milliseconds, before any rank starts:
+//   - a Hugging Face GPT-2 directory: config.json (a GPT2Config) + model.safetensors, the layout
+//     of the released gpt2 ... gpt2-xl (the tensors are read by worker/hf_model.hpp);
+//   - one of our checkpoint directories: the same two files, plus state.json
+//     (worker/checkpoint.hpp); only the weights are taken, never the optimizer state;
+//   - an llm.c model file: a header of 256 int32 [20240326, version, maxT, V, L, NH, C, Vp, 0...],
+//     then every tensor in llm.c's order, fp32 (version 3) or bf16 (version 5)
+//     (worker/llmc_model.hpp).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/file_error.hpp"
+#include "common/job_spec.hpp"
+
+namespace xtrain {
+
+inline constexpr std::int32_t kLlmcModelMagic = 20240326;
+inline constexpr std::int32_t kLlmcVersionFp32 = 3;
+inline constexpr std::int32_t kLlmcVersionBf16 = 5;
+inline constexpr std::uint64_t kLlmcHeaderBytes = 256 * sizeof(std::int32_t);
+
+enum class ModelFormat { kHuggingFace, kCheckpoint, kLlmc };
+
+struct ModelFileInfo {
+  ModelFormat format = ModelFormat::kHuggingFace;
+  std::string path;           // as given: the directory or the llm.c file
+  std::string weights;        // the file with the tensors: DIR/model.safetensors or the llm.c file
+  std::string shape_source;   // where the shape was read, for messages: DIR/config.json or the llm.c file
+  int n_layer = 0;
+  int n_head = 0;
+  int n_embd = 0;
+  int n_positions = 0;        // rows of wpe: the longest context the weights cover
+  int vocab_size = 0;         // real tokens (50257 for GPT-2), without padding
+  int llmc_version = 0;       // llm.c files: kLlmcVersionFp32 or kLlmcVersionBf16
+  int llmc_padded_vocab = 0;  // llm.c files: rows of wte in the file (Vp)
+  std::string tokenizer;      // vocabulary files that come with the weights; empty when none are known
+};
+
+// "Hugging Face GPT-2 directory gpt2", "checkpoint runs/x/checkpoints/step-00000100",
+// "llm.c model file gpt2_124M.bin (version 3, fp32)"
+std::string describe(const ModelFileInfo& file);
+
+// Recognises `path` and reads its shape. Throws FileError naming the file and what is wrong:
+// no such path, config.json missing or malformed (a key missing, n_embd not a multiple of n_head,
+// another activation or layernorm epsilon than GPT-2's), no model.safetensors, an llm.c header
+// with a wrong magic or version, or a file size that disagrees with its header (truncated).
+ModelFileInfo read_model_file_info(const std::string& path);
+
+// True when `dir` holds GPT-2 vocabulary files: encoder.json + vocab.bpe (OpenAI's names) or
+// vocab.json + merges.txt (Hugging Face's), as Gpt2Tokenizer::load finds them.
+bool holds_vocabulary(const std::string& dir);
+
+// Fills the model shape of a spec with model.init_from from the file, where `doc` (the spec
+// document, overrides applied) leaves a model key out; a key set in `doc` that disagrees is a
+// SpecError naming both values ("model.n_layer: 4 in the spec but 12 in gpt2/config.json").
+// model.seq_len may be set up to the file's n_positions; unset, it is n_positions. An empty
+// `tokenizer` takes the vocabulary files that come with the weights.
+// Resume wins: when checkpoint.resume would continue from a checkpoint under `run_dir` (or names
+// one), the shape and the default tokenizer come from that checkpoint and init_from is not read.
+// Returns the file the shape came from; nullopt (and no change) without model.init_from.
+std::optional<ModelFileInfo> resolve_model_source(JobSpec& spec, const nlohmann::json& doc,
+                                                  const std::string& run_dir);
+
+}  // namespace xtrain

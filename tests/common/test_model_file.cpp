@@ -1,0 +1,259 @@
+// model.init_from at the header level (what xlaunch checks before anything starts): recognising
+// the three kinds of model file, refusing bad config.json files, and resolving the spec's model
+// shape and tokenizer from the file (keys left out take the file's values, keys set must agree,
+// resume wins over init_from).
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "common/checkpoint_dirs.hpp"
+#include "common/model_file.hpp"
+
+using namespace xtrain;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Dir {
+  fs::path path;
+  Dir() {
+    std::string pattern = (fs::temp_directory_path() / "xtrain-model-file-XXXXXX").string();
+    path = ::mkdtemp(pattern.data());
+  }
+  ~Dir() { fs::remove_all(path); }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+void write(const std::string& path, const std::string& text) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+json gpt2_config() {
+  return {{"model_type", "gpt2"},   {"n_layer", 12},     {"n_head", 12},
+          {"n_embd", 768},          {"n_positions", 1024}, {"n_ctx", 1024},
+          {"vocab_size", 50257},    {"n_inner", nullptr},  {"activation_function", "gelu_new"},
+          {"layer_norm_epsilon", 1e-05}};
+}
+
+// A Hugging Face directory as far as the header level looks: config.json and a model.safetensors.
+void write_hf(const std::string& dir, const json& config = gpt2_config()) {
+  write(dir + "/config.json", config.dump());
+  write(dir + "/model.safetensors", "");
+}
+
+// An llm.c header (and a file of the size it claims) for a model of the given shape.
+void write_llmc(const std::string& path, int version, int maxT, int V, int L, int NH, int C, int Vp) {
+  std::int32_t header[256] = {20240326, version, maxT, V, L, NH, C, Vp};
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(header), sizeof header);
+  const long long elements = 1LL * Vp * C + 1LL * maxT * C + 1LL * L * (12LL * C * C + 13LL * C) + 2LL * C;
+  out.write(std::string(static_cast<size_t>(elements) * (version == 3 ? 4 : 2), '\0').data(),
+            static_cast<std::streamsize>(elements * (version == 3 ? 4 : 2)));
+}
+
+std::string file_error(const std::string& path) {
+  try {
+    read_model_file_info(path);
+  } catch (const FileError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// The spec `doc` resolved against run dir `run`: the resulting spec, or the error's text.
+struct Resolved {
+  JobSpec spec;
+  std::string error;
+};
+Resolved resolve(const json& doc, const std::string& run) {
+  Resolved r;
+  r.spec = parse_job_spec(doc);
+  try {
+    resolve_model_source(r.spec, doc, run);
+  } catch (const SpecError& e) {
+    r.error = e.what();
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("the three kinds of model file are recognised from their headers", "[model_file]") {
+  Dir d;
+  SECTION("a Hugging Face GPT-2 directory") {
+    write_hf(d / "gpt2");
+    const ModelFileInfo info = read_model_file_info(d / "gpt2");
+    CHECK(info.format == ModelFormat::kHuggingFace);
+    CHECK((info.n_layer == 12 && info.n_head == 12 && info.n_embd == 768));
+    CHECK((info.n_positions == 1024 && info.vocab_size == 50257));
+    CHECK(info.weights == d / "gpt2/model.safetensors");
+    CHECK(info.shape_source == d / "gpt2/config.json");
+    CHECK(info.tokenizer.empty());
+    write(d / "gpt2/vocab.json", "{}");
+    write(d / "gpt2/merges.txt", "#version: 0.2\n");
+    CHECK(read_model_file_info(d / "gpt2").tokenizer == d / "gpt2");
+  }
+  SECTION("one of our checkpoints, with the tokenizer its run recorded") {
+    const std::string ckpt = d / ("run/checkpoints/" + checkpoint_dir_name(7));
+    write_hf(ckpt);
+    write(ckpt + "/state.json", json{{"format", "xtrain-checkpoint"}, {"tokenizer", "/data/gpt2-vocab"}}.dump());
+    const ModelFileInfo info = read_model_file_info(ckpt);
+    CHECK(info.format == ModelFormat::kCheckpoint);
+    CHECK(info.tokenizer == "/data/gpt2-vocab");
+    CHECK(describe(info) == "checkpoint " + ckpt);
+  }
+  SECTION("an llm.c model file, either version") {
+    write_llmc(d / "m3.bin", 3, 16, 70, 2, 2, 8, 128);
+    write_llmc(d / "m5.bin", 5, 16, 70, 2, 2, 8, 128);
+    const ModelFileInfo v3 = read_model_file_info(d / "m3.bin");
+    CHECK(v3.format == ModelFormat::kLlmc);
+    CHECK((v3.n_positions == 16 && v3.vocab_size == 70 && v3.n_layer == 2 && v3.n_head == 2 && v3.n_embd == 8));
+    CHECK(v3.llmc_padded_vocab == 128);
+    CHECK(describe(v3) == "llm.c model file " + d / "m3.bin" + " (version 3, fp32)");
+    CHECK(describe(read_model_file_info(d / "m5.bin")) == "llm.c model file " + d / "m5.bin" + " (version 5, bf16)");
+  }
+}
+
+TEST_CASE("a model file that cannot be used is one line naming the file", "[model_file][errors]") {
+  Dir d;
+  json config = gpt2_config();
+  std::string path = d / "gpt2", expected;
+  SECTION("a path that does not exist") {
+    path = d / "nope";
+    expected = path + ": No such file or directory";
+  }
+  SECTION("a directory without config.json") {
+    fs::create_directories(path);
+    expected = path + ": no config.json: expected a Hugging Face GPT-2 directory (config.json + model.safetensors), "
+                      "one of our checkpoints or an llm.c model file";
+  }
+  SECTION("n_embd not a multiple of n_head") {
+    config["n_head"] = 5;
+    write_hf(path, config);
+    expected = path + "/config.json: n_embd 768 is not a multiple of n_head 5";
+  }
+  SECTION("a missing key") {
+    config.erase("n_layer");
+    write_hf(path, config);
+    expected = path + "/config.json: n_layer is missing";
+  }
+  SECTION("another activation") {
+    config["activation_function"] = "relu";
+    write_hf(path, config);
+    expected = path + "/config.json: activation_function is \"relu\", expected \"gelu_new\" (GELU with the tanh "
+                      "approximation, as GPT-2)";
+  }
+  SECTION("config.json that is not JSON") {
+    write(path + "/config.json", "{\"n_layer\": 12,");
+    expected = path + "/config.json: not a JSON object (truncated or corrupt)";
+  }
+  SECTION("weights only in PyTorch's format") {
+    write(path + "/config.json", config.dump());
+    write(path + "/pytorch_model.bin", "");
+    expected = path + ": no model.safetensors (pytorch_model.bin is not read: only the safetensors format is)";
+  }
+  SECTION("a file of a Hugging Face directory instead of the directory") {
+    write_hf(path, config);
+    path += "/model.safetensors";
+    expected = path + ": is one file of a Hugging Face GPT-2 directory: give the directory (" + d / "gpt2" + ")";
+  }
+  SECTION("an llm.c file cut short") {
+    path = d / "m.bin";
+    write_llmc(path, 3, 16, 70, 2, 2, 8, 128);
+    fs::resize_file(path, fs::file_size(path) - 1);
+    expected = path + ": truncated: size is " + std::to_string(fs::file_size(path)) +
+               " bytes but its header's shape needs " + std::to_string(fs::file_size(path) + 1);
+  }
+  SECTION("an llm.c header with an impossible size") {
+    path = d / "m.bin";
+    write_llmc(path, 3, 16, 70, 0, 2, 8, 128);
+    expected = path + ": llm.c header: L is 0, expected a positive size";
+  }
+  CHECK(file_error(path) == expected);
+}
+
+TEST_CASE("init_from fills the model keys the spec leaves out, and keys set must agree", "[model_file][spec]") {
+  Dir d;
+  write_hf(d / "gpt2");
+  json doc = {{"model", {{"init_from", d / "gpt2"}}}, {"data", {{"train", "x.bin"}}}};
+
+  SECTION("unset keys take the file's values") {
+    const Resolved r = resolve(doc, d / "run");
+    REQUIRE(r.error.empty());
+    CHECK((r.spec.model.n_layer == 12 && r.spec.model.n_head == 12 && r.spec.model.n_embd == 768));
+    CHECK((r.spec.model.seq_len == 1024 && r.spec.model.vocab_size == 50257));
+    CHECK(r.spec.tokenizer.empty());
+  }
+  SECTION("a key set to the file's value is fine; another value names both") {
+    doc["model"]["n_layer"] = 12;
+    CHECK(resolve(doc, d / "run").error.empty());
+    doc["model"]["n_layer"] = 4;
+    CHECK(resolve(doc, d / "run").error == "model.n_layer: 4 in the spec but 12 in " + d / "gpt2/config.json");
+    doc["model"]["n_layer"] = 12;
+    doc["model"]["vocab_size"] = 50304;
+    CHECK(resolve(doc, d / "run").error == "model.vocab_size: 50304 in the spec but 50257 in " + d / "gpt2/config.json");
+  }
+  SECTION("seq_len may be shorter than n_positions, not longer") {
+    doc["model"]["seq_len"] = 256;
+    CHECK(resolve(doc, d / "run").spec.model.seq_len == 256);
+    doc["model"]["seq_len"] = 2048;
+    CHECK(resolve(doc, d / "run").error == "model.seq_len: 2048 in the spec but " + d / "gpt2/config.json" +
+                                               " has position embeddings for at most 1024 tokens");
+  }
+  SECTION("the tokenizer defaults to the directory's vocabulary files; a spec's own wins") {
+    write(d / "gpt2/encoder.json", "{}");
+    write(d / "gpt2/vocab.bpe", "#version: 0.2\n");
+    CHECK(resolve(doc, d / "run").spec.tokenizer == d / "gpt2");
+    doc["tokenizer"] = "/elsewhere";
+    CHECK(resolve(doc, d / "run").spec.tokenizer == "/elsewhere");
+  }
+  SECTION("a missing init_from names the field") {
+    doc["model"]["init_from"] = d / "nope";
+    CHECK(resolve(doc, d / "run").error == "model.init_from: " + d / "nope" + ": No such file or directory");
+  }
+  SECTION("without init_from nothing is read or changed") {
+    doc["model"].erase("init_from");
+    const Resolved r = resolve(doc, d / "run");
+    CHECK(r.error.empty());
+    CHECK(r.spec.model.n_layer == ModelSpec{}.n_layer);
+  }
+}
+
+TEST_CASE("resume wins over init_from: the shape comes from the checkpoint it continues", "[model_file][spec]") {
+  Dir d;
+  write_hf(d / "gpt2");
+  json small = gpt2_config();
+  small["n_positions"] = 256;
+  const std::string ckpt = d / ("run/checkpoints/" + checkpoint_dir_name(40));
+  write_hf(ckpt, small);
+  write(ckpt + "/state.json", json{{"format", "xtrain-checkpoint"}, {"tokenizer", "/recorded"}}.dump());
+  write_hf(d / ("run/checkpoints/" + checkpoint_dir_name(50) + kCheckpointTmpMarker + "9"), gpt2_config());  // partial
+  json doc = {{"model", {{"init_from", d / "gpt2"}}}};
+
+  SECTION("auto: the newest complete checkpoint") {
+    const Resolved r = resolve(doc, d / "run");
+    REQUIRE(r.error.empty());
+    CHECK(r.spec.model.seq_len == 256);
+    CHECK(r.spec.tokenizer == "/recorded");
+    doc["model"]["seq_len"] = 1024;
+    CHECK(resolve(doc, d / "run").error == "model.seq_len: 1024 in the spec but " + ckpt +
+                                               "/config.json (the checkpoint this run resumes from) has position "
+                                               "embeddings for at most 256 tokens");
+  }
+  SECTION("never: init_from") {
+    doc["checkpoint"] = {{"resume", "never"}};
+    CHECK(resolve(doc, d / "run").spec.model.seq_len == 1024);
+  }
+  SECTION("a path: that checkpoint, even when init_from does not exist") {
+    doc["checkpoint"] = {{"resume", ckpt}};
+    doc["model"]["init_from"] = d / "gone";
+    CHECK(resolve(doc, d / "other-run").spec.model.seq_len == 256);
+  }
+}

@@ -1,0 +1,308 @@
+// `xtrain-worker export` (the real binary, XTRAIN_BIN_DIR): a checkpoint exported as a Hugging
+// Face directory and as llm.c model files imports back bit for bit (bf16: to the rounded values),
+// the Hugging Face export gives PyTorch's logits, and bad input or an unwritable OUT get one
+// error line, the documented exit code and nothing half-written.
+//
+// PyTorch tolerance: tests/worker/torch_reference.py computes the same float32 forward with other
+// summation orders (see test_gpt_vs_torch.cpp): logits agree to 1e-5 relative (measured ~1e-7).
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "test_files.hpp"
+#include "tests/common/gpt2_reference.hpp"
+#include "worker/checkpoint.hpp"
+#include "worker/cpu_backend.hpp"
+#include "worker/gpt.hpp"
+#include "worker/model_io.hpp"
+
+using namespace xtrain;
+using xtrain::test::gpt2_openai_dir;
+using xtrain::test::read_bytes;
+using xtrain::test::shell_quote;
+using xtrain::test::ScratchDir;
+using xtrain::test::write_bytes;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  int code = -1;
+  std::string output;  // stdout and stderr
+};
+
+// xtrain-worker export ARGS..., its exit code and output.
+Run export_cli(const ScratchDir& dir, const std::vector<std::string>& args) {
+  std::string command = shell_quote(std::string(XTRAIN_BIN_DIR) + "/xtrain-worker") + " export";
+  for (const auto& a : args) command += " " + shell_quote(a);
+  const std::string log = dir / "export.log";
+  const int status = std::system((command + " > " + shell_quote(log) + " 2>&1").c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_bytes(log)};
+}
+
+// One line of `output` starting with "error: " (and no other error lines).
+std::string error_line(const std::string& output) {
+  std::istringstream in(output);
+  std::string line, found;
+  int count = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind("error: ", 0) == 0) found = line, ++count;
+  }
+  return count == 1 ? found : "(" + std::to_string(count) + " error lines)";
+}
+
+// A checkpoint of a small model with random weights (zero wte padding rows, as training keeps them).
+struct Checkpoint {
+  JobSpec spec;
+  std::unique_ptr<ParamLayout> layout;
+  std::vector<float> params;
+  std::string dir;
+
+  // `tokenizer`: the vocabulary the run named, which the checkpoint records.
+  explicit Checkpoint(const std::string& run_dir, const std::string& tokenizer = "") {
+    spec.tokenizer = tokenizer;
+    spec.model.n_layer = 2;
+    spec.model.n_head = 2;
+    spec.model.n_embd = 16;
+    spec.model.seq_len = 8;
+    spec.model.vocab_size = 70;
+    layout = std::make_unique<ParamLayout>(ModelDims::from(spec.model));
+    const ModelDims& d = layout->dims();
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal(0.0f, 0.3f);
+    params.resize(layout->total());
+    for (auto& x : params) x = normal(rng);
+    std::fill(params.begin() + static_cast<long>(layout->wte()) + static_cast<long>(d.V) * d.C,
+              params.begin() + static_cast<long>(layout->wte()) + static_cast<long>(d.Vp) * d.C, 0.0f);
+    const std::vector<float> moments(layout->total(), 0.5f);
+    TrainState state;
+    state.step = 3;
+    dir = save_checkpoint(run_dir, spec, *layout, params.data(), moments.data(), moments.data(), state);
+  }
+
+  std::vector<float> import(const std::string& path) const {
+    std::vector<float> out(layout->total(), std::nanf(""));
+    import_model(read_model_file_info(path), *layout, out.data());
+    return out;
+  }
+};
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("export hf and llmc: each imports back bit for bit", "[export]") {
+  ScratchDir dir;
+  const Checkpoint ckpt(dir / "run");
+
+  const Run hf = export_cli(dir, {ckpt.dir, "--format", "hf", dir / "hf"});
+  INFO(hf.output);
+  REQUIRE(hf.code == 0);
+  CHECK(fs::exists(dir / "hf/config.json"));
+  CHECK_FALSE(fs::exists(dir / "hf/vocab.json"));  // the run named no tokenizer
+  CHECK(bitwise_equal(ckpt.import(dir / "hf"), ckpt.params));
+  const auto config = nlohmann::json::parse(read_bytes(dir / "hf/config.json"));
+  CHECK(config["n_positions"] == 8);
+  CHECK(config["vocab_size"] == 70);
+
+  REQUIRE(export_cli(dir, {ckpt.dir, "--format", "llmc", dir / "m.bin"}).code == 0);
+  CHECK(bitwise_equal(ckpt.import(dir / "m.bin"), ckpt.params));
+
+  REQUIRE(export_cli(dir, {ckpt.dir, "--format", "llmc", "--dtype", "bf16", dir / "m16.bin"}).code == 0);
+  const std::vector<float> bf16 = ckpt.import(dir / "m16.bin");
+  for (size_t i = 0; i < bf16.size(); ++i) REQUIRE(xtrain::test::is_nearest_bf16(bf16[i], ckpt.params[i]));
+
+  // Exports of exports: the Hugging Face directory and the llm.c file are sources too.
+  REQUIRE(export_cli(dir, {dir / "hf", "--format", "llmc", dir / "m2.bin"}).code == 0);
+  CHECK(read_bytes(dir / "m2.bin") == read_bytes(dir / "m.bin"));
+  REQUIRE(export_cli(dir, {dir / "m.bin", "--format", "hf", dir / "hf2"}).code == 0);
+  CHECK(read_bytes(dir / "hf2/model.safetensors") == read_bytes(dir / "hf/model.safetensors"));
+}
+
+TEST_CASE("the Hugging Face export gives PyTorch's logits", "[export][torch]") {
+  ScratchDir dir;
+  const Checkpoint ckpt(dir / "run");
+  REQUIRE(export_cli(dir, {ckpt.dir, "--format", "hf", dir / "hf"}).code == 0);
+
+  const int B = 3, T = ckpt.spec.model.seq_len;
+  std::vector<std::int32_t> tokens(static_cast<size_t>(B) * T);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>((i * 29 + 5) % 70);
+  write_bytes(dir / "hf/tokens.bin", std::string_view(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 4));
+  const std::string command = "/usr/bin/python3 " + shell_quote(std::string(XTRAIN_SOURCE_DIR) + "/tests/worker/torch_reference.py") +
+                              " hf-logits " + shell_quote(dir / "hf");
+  INFO(command);
+  REQUIRE(std::system(command.c_str()) == 0);
+
+  CpuBackend backend;
+  GPT gpt(ckpt.spec.model, backend, B);
+  backend.upload(gpt.params(), ckpt.params.data(), ckpt.params.size());
+  gpt.forward(tokens.data(), nullptr, B);
+  std::vector<float> ours(tokens.size() * static_cast<size_t>(gpt.dims().Vp));
+  backend.download(ours.data(), gpt.logits(), ours.size());
+  const std::string theirs_bytes = read_bytes(dir / "hf/logits.bin");
+  REQUIRE(theirs_bytes.size() == ours.size() * 4);
+  std::vector<float> theirs(ours.size());
+  std::memcpy(theirs.data(), theirs_bytes.data(), theirs_bytes.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ours.size(); ++i) {
+    num += (static_cast<double>(ours[i]) - theirs[i]) * (static_cast<double>(ours[i]) - theirs[i]);
+    den += static_cast<double>(theirs[i]) * theirs[i];
+  }
+  const double rel = std::sqrt(num / den);
+  WARN("logits of the Hugging Face export vs PyTorch: rel error " << rel);
+  CHECK(rel < 1e-5);
+}
+
+TEST_CASE("export: bad input is exit 2, an unwritable OUT exit 1, one error line, nothing half-written",
+          "[export][errors]") {
+  ScratchDir dir;
+  const Checkpoint ckpt(dir / "run");
+  REQUIRE(export_cli(dir, {ckpt.dir, "--format", "llmc", dir / "m.bin"}).code == 0);
+  const std::string before = read_bytes(dir / "m.bin");
+
+  struct Case {
+    std::vector<std::string> args;
+    int code;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {{ckpt.dir, "--format", "llmc", dir / "m.bin"}, 2, "error: " + dir / "m.bin" + ": exists (give --force to replace it)"},
+      {{dir / "nope", "--format", "hf", dir / "out"}, 2, "error: " + dir / "nope" + ": No such file or directory"},
+      {{ckpt.dir, "--format", "onnx", dir / "out"}, 2, "error: --format: expected \"hf\" or \"llmc\", got \"onnx\""},
+      {{ckpt.dir, "--format", "hf", "--dtype", "bf16", dir / "out"}, 2,
+       "error: --dtype: bf16 is for --format llmc (llm.c's version 5); the Hugging Face export is F32"},
+      {{ckpt.dir, "--format", "hf"}, 2, "error: command line: expected SOURCE and OUT, got 1 paths (see export --help)"},
+      {{ckpt.dir, "--format", "hf", "--tokenizer", dir / "run", dir / "out"}, 2,
+       "error: --tokenizer: " + dir / "run" +
+           ": holds neither encoder.json + vocab.bpe (OpenAI's GPT-2 vocabulary) nor vocab.json + merges.txt "
+           "(Hugging Face's)"},
+      {{ckpt.dir, "--format", "hf", "--tokenizer", gpt2_openai_dir(), dir / "out"}, 2,
+       "error: --tokenizer: " + gpt2_openai_dir() + "/encoder.json + " + gpt2_openai_dir() +
+           "/vocab.bpe has 50257 tokens but the model's vocabulary is 70"},
+      {{ckpt.dir, "--format", "llmc", dir / "m.bin/m2.bin"}, 1,
+       "error: " + dir / "m.bin" + ": cannot create the directory: Not a directory"},
+      {{ckpt.dir, "--format", "hf", dir / "run/checkpoints/step-00000003/model.safetensors/hf"}, 1,
+       "error: " + dir / "run/checkpoints/step-00000003/model.safetensors" + ": cannot create the directory: "},
+  };
+  for (const Case& c : cases) {
+    const Run run = export_cli(dir, c.args);
+    INFO(run.output);
+    CHECK(run.code == c.code);
+    CHECK(error_line(run.output).rfind(c.error, 0) == 0);
+  }
+  CHECK(read_bytes(dir / "m.bin") == before);
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir.path())) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  CHECK(left == std::vector<std::string>{"export.log", "m.bin", "run"});  // no OUT, no temporary
+
+  SECTION("a tokenizer the run recorded that is gone") {
+    const Checkpoint moved(dir / "run2", dir / "gone");
+    const Run run = export_cli(dir, {moved.dir, "--format", "hf", dir / "out"});
+    CHECK(run.code == 2);
+    CHECK(error_line(run.output) == "error: " + moved.dir + ": its tokenizer: " + dir / "gone" +
+                                        ": no such file or directory (name the vocabulary with --tokenizer PATH)");
+    CHECK(export_cli(dir, {moved.dir, "--format", "llmc", dir / "out.bin"}).code == 0);  // llm.c files hold no vocabulary
+  }
+  SECTION("OUT's directories are created") {
+    REQUIRE(export_cli(dir, {ckpt.dir, "--format", "hf", dir / "exports/new/hf"}).code == 0);
+    REQUIRE(export_cli(dir, {ckpt.dir, "--format", "llmc", dir / "exports/other/m.bin"}).code == 0);
+    CHECK(ckpt.import(dir / "exports/new/hf") == ckpt.params);
+  }
+  SECTION("--force replaces an existing OUT") {
+    REQUIRE(export_cli(dir, {ckpt.dir, "--format", "llmc", "--dtype", "bf16", "--force", dir / "m.bin"}).code == 0);
+    CHECK(read_bytes(dir / "m.bin").size() == 1024 + 2 * ckpt.layout->total());
+    REQUIRE(export_cli(dir, {ckpt.dir, "--format", "hf", dir / "hf"}).code == 0);
+    REQUIRE(export_cli(dir, {dir / "m.bin", "--format", "hf", "--force", dir / "hf"}).code == 0);
+    CHECK(ckpt.import(dir / "hf") == ckpt.import(dir / "m.bin"));
+  }
+}
+
+TEST_CASE("every kind of bad model file is exit 2 and one error line naming it", "[export][errors]") {
+  ScratchDir dir;
+  const Checkpoint ckpt(dir / "run");
+  REQUIRE(export_cli(dir, {ckpt.dir, "--format", "hf", dir / "hf"}).code == 0);
+  REQUIRE(export_cli(dir, {ckpt.dir, "--format", "llmc", dir / "m.bin"}).code == 0);
+  const std::string weights = dir / "hf/model.safetensors", config = dir / "hf/config.json";
+  const std::string safetensors = read_bytes(weights), llmc = read_bytes(dir / "m.bin");
+  // An edit of the safetensors header (its first occurrence of `from`), with the length prefix
+  // rewritten; the data section stays as it was.
+  auto edit_header = [&](const std::string& from, const std::string& to) {
+    std::uint64_t n = 0;
+    std::memcpy(&n, safetensors.data(), 8);
+    std::string header = safetensors.substr(8, n);
+    const std::string data = safetensors.substr(8 + n);
+    const size_t at = header.find(from);
+    REQUIRE(at != std::string::npos);
+    header.replace(at, from.size(), to);
+    n = header.size();
+    write_bytes(weights, std::string(reinterpret_cast<const char*>(&n), 8) + header + data);
+  };
+  auto llmc_int = [&](size_t index, std::int32_t value) {
+    std::string bytes = llmc;
+    std::memcpy(bytes.data() + 4 * index, &value, 4);
+    write_bytes(dir / "m.bin", bytes);
+  };
+  std::string source = dir / "hf", expected;
+  SECTION("safetensors: a wrong shape") {
+    edit_header("\"shape\":[16]}", "\"shape\":[2,8]}");
+    expected = weights + ": tensor ";
+  }
+  SECTION("safetensors: an integer dtype") {
+    edit_header("\"dtype\":\"F32\"", "\"dtype\":\"I32\"");
+    expected = weights + ": tensor ";
+  }
+  SECTION("safetensors: a missing tensor") {
+    edit_header("\"ln_f.bias\"", "\"ln_f.biaz\"");
+    expected = weights + ": tensor ln_f.bias is missing";
+  }
+  SECTION("safetensors: truncated") {
+    write_bytes(weights, safetensors.substr(0, safetensors.size() - 4));
+    expected = weights + ": truncated: tensor ";
+  }
+  SECTION("safetensors: a header that lies about the offsets") {
+    edit_header("\"data_offsets\":[0,", "\"data_offsets\":[4,");
+    expected = weights + ": tensor ";
+  }
+  SECTION("config.json missing") {
+    fs::remove(config);
+    expected = dir / "hf" + ": no config.json";
+  }
+  SECTION("config.json with n_embd not a multiple of n_head") {
+    auto json = nlohmann::json::parse(read_bytes(config));
+    json["n_head"] = 3;
+    write_bytes(config, json.dump());
+    expected = config + ": n_embd 16 is not a multiple of n_head 3";
+  }
+  SECTION("llm.c: a wrong magic") {
+    source = dir / "m.bin";
+    llmc_int(0, 20240520);
+    expected = source + ": not an llm.c model file: magic is 20240520";
+  }
+  SECTION("llm.c: a wrong version") {
+    source = dir / "m.bin";
+    llmc_int(1, 2);
+    expected = source + ": llm.c model file version is 2, expected 3 (fp32) or 5 (bf16)";
+  }
+  SECTION("llm.c: truncated") {
+    source = dir / "m.bin";
+    write_bytes(source, llmc.substr(0, llmc.size() / 2));
+    expected = source + ": truncated: size is ";
+  }
+  const Run run = export_cli(dir, {source, "--format", "llmc", dir / "out.bin"});
+  INFO(run.output);
+  CHECK(run.code == 2);
+  CHECK(error_line(run.output).rfind("error: " + expected, 0) == 0);
+  CHECK_FALSE(fs::exists(dir / "out.bin"));
+}

