@@ -88,6 +88,7 @@ void* CudaBackend::alloc_zeroed(size_t bytes) {
 
 float* CudaBackend::alloc_floats(size_t n) { return static_cast<float*>(alloc_zeroed(n * sizeof(float))); }
 int32_t* CudaBackend::alloc_ints(size_t n) { return static_cast<int32_t*>(alloc_zeroed(n * sizeof(int32_t))); }
+ActPtr CudaBackend::alloc_acts(size_t n) { return alloc_floats(n); }
 
 void CudaBackend::free(void* p) {
   if (p != nullptr) XTRAIN_CUDA_CHECK(cudaFree(p));
@@ -109,9 +110,12 @@ void CudaBackend::download(int32_t* host_dst, const int32_t* src, size_t n) {
   XTRAIN_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
   XTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
+void CudaBackend::upload(ActPtr dst, const float* host_src, size_t n) { upload(dst.as<float>(), host_src, n); }
+void CudaBackend::download(float* host_dst, ConstActPtr src, size_t n) { download(host_dst, src.as<float>(), n); }
 void CudaBackend::fill_zero(float* p, size_t n) {
   XTRAIN_CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(float), stream_));
 }
+void CudaBackend::fill_zero(ActPtr p, size_t n) { fill_zero(p.as<float>(), n); }
 void CudaBackend::copy(float* dst, const float* src, size_t n) {
   XTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
 }
@@ -119,32 +123,36 @@ void CudaBackend::synchronize() { XTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream
 
 // ---- operations ---------------------------------------------------------------------------------
 
-void CudaBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                                    const float* bias, int N, int C) {
-  cuda::layernorm_forward(stream_, out, mean, rstd, inp, weight, bias, N, C);
+void CudaBackend::layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp, ConstActPtr weight,
+                                    ConstActPtr bias, int N, int C) {
+  cuda::layernorm_forward(stream_, out.as<float>(), mean, rstd, inp.as<float>(), weight.as<float>(),
+                          bias.as<float>(), N, C);
 }
 
-void CudaBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                                     const float* weight, const float* mean, const float* rstd, int N, int C) {
+void CudaBackend::layernorm_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                                     ConstActPtr weight, const float* mean, const float* rstd, int N, int C) {
   float* partials = static_cast<float*>(scratch_.reserve(layernorm_backward_scratch_floats(N, C) * sizeof(float)));
-  cuda::layernorm_backward(stream_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, partials);
+  cuda::layernorm_backward(stream_, dinp.as<float>(), dweight, dbias, dout.as<float>(), inp.as<float>(),
+                           weight.as<float>(), mean, rstd, N, C, partials);
 }
 
-void CudaBackend::matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+void CudaBackend::matmul_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, ConstActPtr bias, int N, int C,
                                  int OC) {
   // out (N,OC) = inp (N,C) @ weight^T (C,OC) + bias, the bias in the product's epilogue
-  gemm_.run(N, OC, C, 1.0f, {inp, C, false}, {weight, C, true}, 0.0f, out, OC, 0, 1, bias);
+  gemm_.run(N, OC, C, 1.0f, {inp.as<float>(), C, false}, {weight.as<float>(), C, true}, 0.0f, out.as<float>(), OC,
+            0, 1, bias.as<float>());
 }
 
-void CudaBackend::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                                  const float* weight, int N, int C, int OC, float dout_scale) {
+void CudaBackend::matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                                  ConstActPtr weight, int N, int C, int OC, float dout_scale) {
+  const float* g = dout.as<float>();
   // dinp (N,C) = s * dout (N,OC) @ weight (OC,C)
-  gemm_.run(N, C, OC, dout_scale, {dout, OC, false}, {weight, C, false}, 0.0f, dinp, C);
+  gemm_.run(N, C, OC, dout_scale, {g, OC, false}, {weight.as<float>(), C, false}, 0.0f, dinp.as<float>(), C);
   // dweight (OC,C) += s * dout^T (OC,N) @ inp (N,C)
-  gemm_.run(OC, C, N, dout_scale, {dout, OC, true}, {inp, C, false}, 1.0f, dweight, C);
+  gemm_.run(OC, C, N, dout_scale, {g, OC, true}, {inp.as<float>(), C, false}, 1.0f, dweight, C);
   if (dbias != nullptr) {
     float* partials = static_cast<float*>(scratch_.reserve(column_reduce_scratch_floats(1, N, OC) * sizeof(float)));
-    column_reduce<1>(stream_, {{dbias}}, partials, N, OC, dout_scale, MatrixValues{dout, OC});
+    column_reduce<1>(stream_, {{dbias}}, partials, N, OC, dout_scale, MatrixValues{g, OC});
   }
 }
 
@@ -156,29 +164,32 @@ size_t CudaBackend::attention_scratch_floats(int B, int T, int C, int NH) const 
   return cuda::attention_scratch_floats({B, T, C, NH});
 }
 
-void CudaBackend::attention_forward(float* out, float* saved, const float* qkv, float* scratch, int B, int T, int C,
+void CudaBackend::attention_forward(ActPtr out, float* saved, ConstActPtr qkv, float* scratch, int B, int T, int C,
                                     int NH) {
-  cuda::attention_forward(stream_, gemm_, out, saved, qkv, scratch, {B, T, C, NH});
+  cuda::attention_forward(stream_, gemm_, out.as<float>(), saved, qkv.as<float>(), scratch, {B, T, C, NH});
 }
 
-void CudaBackend::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* /*out*/,
+void CudaBackend::attention_backward(ActPtr dqkv, ConstActPtr dout, ConstActPtr qkv, ConstActPtr /*out*/,
                                      const float* saved, float* scratch, int B, int T, int C, int NH) {
-  cuda::attention_backward(stream_, gemm_, dqkv, dout, qkv, saved, scratch, {B, T, C, NH});
+  cuda::attention_backward(stream_, gemm_, dqkv.as<float>(), dout.as<float>(), qkv.as<float>(), saved, scratch,
+                           {B, T, C, NH});
 }
 
-void CudaBackend::gelu_forward(float* out, const float* inp, size_t n) { cuda::gelu_forward(stream_, out, inp, n); }
-
-void CudaBackend::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
-  cuda::gelu_backward(stream_, dinp, inp, dout, n);
+void CudaBackend::gelu_forward(ActPtr out, ConstActPtr inp, size_t n) {
+  cuda::gelu_forward(stream_, out.as<float>(), inp.as<float>(), n);
 }
 
-void CudaBackend::residual_forward(float* out, const float* a, const float* b, size_t n) {
-  cuda::residual_forward(stream_, out, a, b, n);
+void CudaBackend::gelu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, size_t n) {
+  cuda::gelu_backward(stream_, dinp.as<float>(), inp.as<float>(), dout.as<float>(), n);
 }
 
-void CudaBackend::softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, float dloss, int N,
+void CudaBackend::residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n) {
+  cuda::residual_forward(stream_, out.as<float>(), a.as<float>(), b.as<float>(), n);
+}
+
+void CudaBackend::softmax_cross_entropy(ActPtr logits, float* losses, const int32_t* targets, float dloss, int N,
                                         int V, int Vp) {
-  cuda::softmax_cross_entropy(stream_, logits, losses, targets, dloss, N, V, Vp);
+  cuda::softmax_cross_entropy(stream_, logits.as<float>(), losses, targets, dloss, N, V, Vp);
 }
 
 void CudaBackend::adamw_update(float* params, const float* grads, float* m, float* v, size_t n,

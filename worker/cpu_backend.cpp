@@ -35,6 +35,7 @@ CpuBackend::CpuBackend(int attention_row_block) : attention_row_block_(attention
 
 float* CpuBackend::alloc_floats(size_t n) { return static_cast<float*>(alloc_zeroed(n * sizeof(float))); }
 int32_t* CpuBackend::alloc_ints(size_t n) { return static_cast<int32_t*>(alloc_zeroed(n * sizeof(int32_t))); }
+ActPtr CpuBackend::alloc_acts(size_t n) { return alloc_floats(n); }
 void CpuBackend::free(void* p) { std::free(p); }
 
 void CpuBackend::upload(float* dst, const float* host_src, size_t n) { std::memcpy(dst, host_src, n * sizeof(float)); }
@@ -47,11 +48,17 @@ void CpuBackend::download(float* host_dst, const float* src, size_t n) {
 void CpuBackend::download(int32_t* host_dst, const int32_t* src, size_t n) {
   std::memcpy(host_dst, src, n * sizeof(int32_t));
 }
+void CpuBackend::upload(ActPtr dst, const float* host_src, size_t n) { upload(dst.as<float>(), host_src, n); }
+void CpuBackend::download(float* host_dst, ConstActPtr src, size_t n) { download(host_dst, src.as<float>(), n); }
 void CpuBackend::fill_zero(float* p, size_t n) { std::memset(p, 0, n * sizeof(float)); }
+void CpuBackend::fill_zero(ActPtr p, size_t n) { fill_zero(p.as<float>(), n); }
 void CpuBackend::copy(float* dst, const float* src, size_t n) { std::memcpy(dst, src, n * sizeof(float)); }
 
-void CpuBackend::embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                                   int T, int C) {
+void CpuBackend::embedding_forward(ActPtr out_act, const int32_t* tokens, ConstActPtr wte_act, ConstActPtr wpe_act,
+                                   int B, int T, int C) {
+  float* out = out_act.as<float>();
+  const float* wte = wte_act.as<float>();
+  const float* wpe = wpe_act.as<float>();
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
       float* o = out + (static_cast<size_t>(b) * T + t) * C;
@@ -62,8 +69,9 @@ void CpuBackend::embedding_forward(float* out, const int32_t* tokens, const floa
   }
 }
 
-void CpuBackend::embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+void CpuBackend::embedding_backward(float* dwte, float* dwpe, ConstActPtr dout_act, const int32_t* tokens, int B,
                                     int T, int C) {
+  const float* dout = dout_act.as<float>();
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
       const float* d = dout + (static_cast<size_t>(b) * T + t) * C;
@@ -77,8 +85,12 @@ void CpuBackend::embedding_backward(float* dwte, float* dwpe, const float* dout,
   }
 }
 
-void CpuBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                                   const float* bias, int N, int C) {
+void CpuBackend::layernorm_forward(ActPtr out_act, float* mean, float* rstd, ConstActPtr inp_act,
+                                   ConstActPtr weight_act, ConstActPtr bias_act, int N, int C) {
+  float* out = out_act.as<float>();
+  const float* inp = inp_act.as<float>();
+  const float* weight = weight_act.as<float>();
+  const float* bias = bias_act.as<float>();
   for (int n = 0; n < N; ++n) {
     const float* x = inp + static_cast<size_t>(n) * C;
     const math::RowStats s = math::layernorm_row_stats(x, C);
@@ -88,8 +100,13 @@ void CpuBackend::layernorm_forward(float* out, float* mean, float* rstd, const f
   }
 }
 
-void CpuBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                                    const float* weight, const float* mean, const float* rstd, int N, int C) {
+void CpuBackend::layernorm_backward(ActPtr dinp_act, float* dweight, float* dbias, ConstActPtr dout_act,
+                                    ConstActPtr inp_act, ConstActPtr weight_act, const float* mean, const float* rstd,
+                                    int N, int C) {
+  float* dinp = dinp_act.as<float>();
+  const float* dout = dout_act.as<float>();
+  const float* inp = inp_act.as<float>();
+  const float* weight = weight_act.as<float>();
   for (int n = 0; n < N; ++n) {
     const size_t row = static_cast<size_t>(n) * C;
     math::layernorm_row_backward(dinp + row, dweight, dbias, dout + row, inp + row, weight, {mean[n], rstd[n]},
@@ -97,8 +114,12 @@ void CpuBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, c
   }
 }
 
-void CpuBackend::matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
-                                int OC) {
+void CpuBackend::matmul_forward(ActPtr out_act, ConstActPtr inp_act, ConstActPtr weight_act, ConstActPtr bias_act,
+                                int N, int C, int OC) {
+  float* out = out_act.as<float>();
+  const float* inp = inp_act.as<float>();
+  const float* weight = weight_act.as<float>();
+  const float* bias = bias_act.as<float>();
   float beta = 0.0f;
   if (bias != nullptr) {
     for (int n = 0; n < N; ++n) std::memcpy(out + static_cast<size_t>(n) * OC, bias, OC * sizeof(float));
@@ -108,8 +129,12 @@ void CpuBackend::matmul_forward(float* out, const float* inp, const float* weigh
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
 }
 
-void CpuBackend::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                                 const float* weight, int N, int C, int OC, float dout_scale) {
+void CpuBackend::matmul_backward(ActPtr dinp_act, float* dweight, float* dbias, ConstActPtr dout_act,
+                                 ConstActPtr inp_act, ConstActPtr weight_act, int N, int C, int OC, float dout_scale) {
+  float* dinp = dinp_act.as<float>();
+  const float* dout = dout_act.as<float>();
+  const float* inp = inp_act.as<float>();
+  const float* weight = weight_act.as<float>();
   // dinp (N,C) = s * dout (N,OC) @ weight (OC,C)
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, dout_scale, dout, OC, weight, C, 0.0f, dinp, C);
   // dweight (OC,C) += s * dout^T (OC,N) @ inp (N,C)
@@ -132,8 +157,10 @@ size_t CpuBackend::attention_scratch_floats(int /*B*/, int T, int /*C*/, int /*N
 
 // Per (b, h), with Q, K, V the head's (T,hs) slices of qkv (row stride 3C) and P (T,T):
 //   P = causal_softmax(Q K^T / sqrt(hs)),  out_h = P V.
-void CpuBackend::attention_forward(float* out, float* saved, const float* qkv, float* /*scratch*/, int B, int T,
-                                   int C, int NH) {
+void CpuBackend::attention_forward(ActPtr out_act, float* saved, ConstActPtr qkv_act, float* /*scratch*/, int B,
+                                   int T, int C, int NH) {
+  float* out = out_act.as<float>();
+  const float* qkv = qkv_act.as<float>();
   const int hs = C / NH;
   const int ld = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -163,8 +190,11 @@ void CpuBackend::attention_forward(float* out, float* saved, const float* qkv, f
 // Per (b, h): dP = dout_h V^T; dV = P^T dout_h; dS = softmax backward of dP (times the scale);
 // dQ = dS K; dK = dS^T Q. Row blocks as in forward: block [r0, r1) touches keys [0, r1) only, so
 // dK and dV are summed over the blocks.
-void CpuBackend::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* /*out*/,
+void CpuBackend::attention_backward(ActPtr dqkv_act, ConstActPtr dout_act, ConstActPtr qkv_act, ConstActPtr /*out*/,
                                     const float* saved, float* scratch, int B, int T, int C, int NH) {
+  float* dqkv = dqkv_act.as<float>();
+  const float* dout = dout_act.as<float>();
+  const float* qkv = qkv_act.as<float>();
   const int hs = C / NH;
   const int ld = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -213,20 +243,29 @@ void CpuBackend::attention_backward(float* dqkv, const float* dout, const float*
   }
 }
 
-void CpuBackend::gelu_forward(float* out, const float* inp, size_t n) {
+void CpuBackend::gelu_forward(ActPtr out_act, ConstActPtr inp_act, size_t n) {
+  float* out = out_act.as<float>();
+  const float* inp = inp_act.as<float>();
   for (size_t i = 0; i < n; ++i) out[i] = math::gelu(inp[i]);
 }
 
-void CpuBackend::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+void CpuBackend::gelu_backward(ActPtr dinp_act, ConstActPtr inp_act, ConstActPtr dout_act, size_t n) {
+  float* dinp = dinp_act.as<float>();
+  const float* inp = inp_act.as<float>();
+  const float* dout = dout_act.as<float>();
   for (size_t i = 0; i < n; ++i) dinp[i] = math::gelu_grad(inp[i]) * dout[i];
 }
 
-void CpuBackend::residual_forward(float* out, const float* a, const float* b, size_t n) {
+void CpuBackend::residual_forward(ActPtr out_act, ConstActPtr a_act, ConstActPtr b_act, size_t n) {
+  float* out = out_act.as<float>();
+  const float* a = a_act.as<float>();
+  const float* b = b_act.as<float>();
   for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
-void CpuBackend::softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, float dloss, int N,
+void CpuBackend::softmax_cross_entropy(ActPtr logits_act, float* losses, const int32_t* targets, float dloss, int N,
                                        int V, int Vp) {
+  float* logits = logits_act.as<float>();
   for (int n = 0; n < N; ++n) {
     losses[n] = math::softmax_cross_entropy_row(logits + static_cast<size_t>(n) * Vp, targets[n], dloss, V, Vp);
   }

@@ -20,34 +20,37 @@
 namespace xtrain {
 
 // Everything forward keeps for backward, plus backward's own buffers; all backend memory, carved
-// from one allocation. Per-layer tensors are stacked: ln1 is (L,B,T,C), layer l at l*B*T*C.
+// from three allocations (activations in the backend's activation dtype, fp32, int32).
+// Per-layer tensors are stacked: ln1 is (L,B,T,C), layer l at l*B*T*C.
 struct Activations {
-  float* encoded = nullptr;     // (B,T,C) embedding output = the residual stream into layer 0
-  float* ln1 = nullptr;         // (L,B,T,C)
+  // In the activation dtype.
+  ActPtr encoded;               // (B,T,C) embedding output = the residual stream into layer 0
+  ActPtr ln1;                   // (L,B,T,C)
+  ActPtr qkv;                   // (L,B,T,3C)
+  ActPtr atty;                  // (L,B,T,C) attention output, before the projection
+  ActPtr residual2;             // (L,B,T,C) residual + attention projection
+  ActPtr ln2;                   // (L,B,T,C)
+  ActPtr fch;                   // (L,B,T,4C) MLP hidden, before GELU
+  ActPtr fch_gelu;              // (L,B,T,4C)
+  ActPtr residual3;             // (L,B,T,C) block output
+  ActPtr lnf;                   // (B,T,C)
+  ActPtr logits;                // (B,T,Vp) logits, or after a forward with targets their gradient
+  // fp32.
   float* ln1_mean = nullptr;    // (L,B,T)
   float* ln1_rstd = nullptr;    // (L,B,T)
-  float* qkv = nullptr;         // (L,B,T,3C)
-  float* atty = nullptr;        // (L,B,T,C) attention output, before the projection
   float* att_saved = nullptr;   // (L, attention_saved_floats) the backend's attention state
-  float* residual2 = nullptr;   // (L,B,T,C) residual + attention projection
-  float* ln2 = nullptr;         // (L,B,T,C)
   float* ln2_mean = nullptr;    // (L,B,T)
   float* ln2_rstd = nullptr;    // (L,B,T)
-  float* fch = nullptr;         // (L,B,T,4C) MLP hidden, before GELU
-  float* fch_gelu = nullptr;    // (L,B,T,4C)
-  float* residual3 = nullptr;   // (L,B,T,C) block output
-  float* lnf = nullptr;         // (B,T,C)
   float* lnf_mean = nullptr;    // (B,T)
   float* lnf_rstd = nullptr;    // (B,T)
-  float* logits = nullptr;      // (B,T,Vp) logits, or after a forward with targets their gradient
   float* losses = nullptr;      // (B,T) per-position cross-entropy
   // Scratch shared by forward and backward.
-  float* proj_out = nullptr;    // (B,T,C) a projection's output before its residual add
+  ActPtr proj_out;              // (B,T,C) a projection's output before its residual add
+  ActPtr dresidual;             // (B,T,C) gradient of the residual stream
+  ActPtr dbtc;                  // (B,T,C) gradient of a layernorm output or of atty
+  ActPtr dqkv;                  // (B,T,3C)
+  ActPtr dfch;                  // (B,T,4C)
   float* att_scratch = nullptr; // (attention_scratch_floats)
-  float* dresidual = nullptr;   // (B,T,C) gradient of the residual stream
-  float* dbtc = nullptr;        // (B,T,C) gradient of a layernorm output or of atty
-  float* dqkv = nullptr;        // (B,T,3C)
-  float* dfch = nullptr;        // (B,T,4C)
   int32_t* tokens = nullptr;    // (B,T) of the last forward
   int32_t* targets = nullptr;   // (B,T) of the last forward
 };
@@ -85,11 +88,13 @@ class GPT {
 
   // (B,T,Vp) of the last forward without targets, backend memory. Only the first V columns are
   // logits of tokens; the padded ones are 0 (wte's padded rows start at 0 and never get gradient).
-  const float* logits() const { return acts_.logits; }
+  ConstActPtr logits() const { return acts_.logits; }
   const float* losses() const { return acts_.losses; }  // (B,T) of the last forward with targets
 
-  float* params() { return params_; }              // (layout().total()) backend memory
+  float* params() { return params_; }              // (layout().total()) backend memory, fp32
   const float* params() const { return params_; }
+  // The parameters as the operations read them, in the activation dtype (layout().total()).
+  ConstActPtr weights() const { return params_; }
   float* grads() { return grads_; }                // (layout().total()) backend memory
   const float* grads() const { return grads_; }
   const ParamLayout& layout() const { return layout_; }
@@ -106,7 +111,8 @@ class GPT {
   int max_batch_;
   float* params_ = nullptr;
   float* grads_ = nullptr;
-  float* act_memory_ = nullptr;
+  ActPtr act_memory_;
+  float* float_memory_ = nullptr;
   int32_t* int_memory_ = nullptr;
   size_t att_saved_per_layer_ = 0;
   Activations acts_;
