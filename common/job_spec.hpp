@@ -78,7 +78,7 @@ struct TrainSpec {
   int eval_every = 0;               // 0 = no validation
   int eval_batches = 4;             // batches of batch_size sequences per validation
   int log_every = 1;
-  std::string matmul_precision = "tf32";  // CUDA products: tf32 (tensor cores) | fp32 (strict)
+  std::string precision = "auto";   // auto (bf16 on CUDA, fp32 on CPU) | bf16 | tf32 | fp32
 };
 
 struct SampleSpec {
@@ -127,5 +127,18 @@ nlohmann::json to_json(const JobSpec& spec);
 // Checks that only make sense for our own worker and a known world size: batch divisibility,
 // head size, data paths present. Throws SpecError naming the field.
 void validate_for_training(const JobSpec& spec, int world_size);
+
+// How training computes (train.precision, resolved for the device the job runs on):
+//   fp32  everything in fp32;
+//   tf32  fp32 storage, matrix products on TF32 tensor cores (CUDA only);
+//   bf16  mixed precision: fp32 master weights, gradients and optimizer state; activations and
+//         a copy of the weights in bf16 for every operation; reductions in fp32. The CPU
+//         emulates it, rounding to bf16 wherever the GPU stores bf16.
+enum class Precision { fp32, tf32, bf16 };
+const char* precision_name(Precision p);
+
+// train.precision for `device` ("cuda" or "cpu"): "auto" is bf16 on CUDA and fp32 on CPU; tf32
+// on CPU throws SpecError naming train.precision.
+Precision resolve_precision(const TrainSpec& train, const std::string& device);
 
 }  // namespace xtrain

@@ -32,7 +32,7 @@ std::string describe_device(int device) {
          std::to_string(static_cast<int>(gib + 0.5)) + " GiB";
 }
 
-std::unique_ptr<Backend> make_backend(int device, bool tf32) {
+std::unique_ptr<Backend> make_backend(int device, Precision precision) {
   const int count = visible_device_count();
   if (device < 0 || device >= count) {
     const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
@@ -40,7 +40,7 @@ std::unique_ptr<Backend> make_backend(int device, bool tf32) {
                                 std::to_string(count) + " GPU(s) are visible" +
                                 (visible != nullptr ? std::string(" (CUDA_VISIBLE_DEVICES=") + visible + ")" : ""));
   }
-  return std::make_unique<CudaBackend>(device, tf32);
+  return std::make_unique<CudaBackend>(device, precision);
 }
 
 std::unique_ptr<Communicator> make_nccl_communicator(const WorkerEnv& env, Backend& backend, double init_timeout_s) {

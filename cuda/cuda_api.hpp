@@ -5,6 +5,8 @@
 #include <memory>
 #include <string>
 
+#include "common/job_spec.hpp"  // Precision
+
 namespace xtrain {
 class Backend;
 class Communicator;
@@ -21,10 +23,10 @@ int visible_device_count();
 // One line for the log, e.g. "GPU 0: NVIDIA H200, sm_90, 132 SMs, 140 GiB".
 std::string describe_device(int device);
 
-// The backend on GPU `device` (a worker uses its LOCAL_RANK). tf32: TF32 tensor cores for the
-// matrix products (the default for training); false: strict fp32. Throws
-// std::invalid_argument when `device` is not visible.
-std::unique_ptr<Backend> make_backend(int device, bool tf32);
+// The backend on GPU `device` (a worker uses its LOCAL_RANK) in `precision`: bf16 (mixed
+// precision, the default for training), tf32 (TF32 tensor cores for fp32 products) or fp32
+// (strict). Throws std::invalid_argument when `device` is not visible.
+std::unique_ptr<Backend> make_backend(int device, Precision precision);
 
 // The NCCL communicator of this rank, on `backend`'s device and ordered after its stream.
 // Throws std::invalid_argument before any NCCL call when XTRAIN_NCCL_ID is missing (world > 1)

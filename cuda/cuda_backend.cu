@@ -63,8 +63,13 @@ void* ScratchBuffer::reserve(size_t bytes) {
 
 // ---- memory -------------------------------------------------------------------------------------
 
-CudaBackend::CudaBackend(int device, bool tf32)
-    : device_(device), stream_(select_device_and_create_stream(device)), gemm_(stream_, tf32), scratch_(stream_) {
+CudaBackend::CudaBackend(int device, Precision precision)
+    : device_(device),
+      precision_(precision),
+      stream_(select_device_and_create_stream(device)),
+      gemm_(stream_, precision == Precision::tf32),
+      scratch_(stream_) {
+  if (precision == Precision::bf16) throw std::invalid_argument("CudaBackend: bf16 is not implemented yet");
   XTRAIN_CUDA_CHECK(cudaMalloc(&sum_partials_, (kSumSquaresBlocks + 1) * sizeof(double)));
 }
 
@@ -116,6 +121,9 @@ void CudaBackend::fill_zero(float* p, size_t n) {
   XTRAIN_CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(float), stream_));
 }
 void CudaBackend::fill_zero(ActPtr p, size_t n) { fill_zero(p.as<float>(), n); }
+void CudaBackend::convert(ActPtr dst, const float* src, size_t n) {
+  if (dst.as<float>() != src) copy(dst.as<float>(), src, n);
+}
 void CudaBackend::copy(float* dst, const float* src, size_t n) {
   XTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
 }
@@ -192,9 +200,10 @@ void CudaBackend::softmax_cross_entropy(ActPtr logits, float* losses, const int3
   cuda::softmax_cross_entropy(stream_, logits.as<float>(), losses, targets, dloss, N, V, Vp);
 }
 
-void CudaBackend::adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
+void CudaBackend::adamw_update(float* params, ActPtr weights, const float* grads, float* m, float* v, size_t n,
                                const AdamWHyper& h) {
   cuda::adamw_update(stream_, params, grads, m, v, n, h);
+  convert(weights, params, weights ? n : 0);
 }
 
 double CudaBackend::sum_squares(const float* x, size_t n) {

@@ -44,15 +44,15 @@ class ScratchBuffer {
 class CudaBackend final : public Backend {
  public:
   // Selects `device` for the calling thread and creates the stream, cuBLASLt handle and the
-  // fixed buffers. tf32 selects TF32 tensor cores for every product (else strict fp32).
-  CudaBackend(int device, bool tf32);
+  // fixed buffers. tf32 selects TF32 tensor cores for every product, fp32 strict fp32.
+  CudaBackend(int device, Precision precision);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override { return "cuda"; }
   int device() const { return device_; }
-  bool tf32() const { return gemm_.tf32(); }
+  Precision precision() const override { return precision_; }
   cudaStream_t stream() const { return stream_; }  // every operation runs on it, in order
 
   DType act_dtype() const override { return DType::f32; }
@@ -69,6 +69,7 @@ class CudaBackend final : public Backend {
   void download(float* host_dst, ConstActPtr src, size_t n) override;
   void fill_zero(float* p, size_t n) override;
   void fill_zero(ActPtr p, size_t n) override;
+  void convert(ActPtr dst, const float* src, size_t n) override;
   void copy(float* dst, const float* src, size_t n) override;
   void synchronize() override;
 
@@ -95,7 +96,7 @@ class CudaBackend final : public Backend {
   void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n) override;
   void softmax_cross_entropy(ActPtr logits, float* losses, const int32_t* targets, float dloss, int N, int V,
                              int Vp) override;
-  void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
+  void adamw_update(float* params, ActPtr weights, const float* grads, float* m, float* v, size_t n,
                     const AdamWHyper& h) override;
   double sum_squares(const float* x, size_t n) override;
   void scale(float* x, float s, size_t n) override;
@@ -104,6 +105,7 @@ class CudaBackend final : public Backend {
   void* alloc_zeroed(size_t bytes);
 
   int device_;
+  Precision precision_;
   cudaStream_t stream_ = nullptr;
   GemmEngine gemm_;
   ScratchBuffer scratch_;

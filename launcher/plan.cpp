@@ -149,7 +149,10 @@ Plan make_plan(const CliOptions& options, const HostInfo& host) {
   check_run_dir_creatable(plan.run_dir);
   plan.own_worker = is_own_worker(plan.spec);
   resolve_world(plan);
-  if (plan.own_worker) validate_for_training(plan.spec, static_cast<int>(plan.ranks.size()));
+  if (plan.own_worker) {
+    validate_for_training(plan.spec, static_cast<int>(plan.ranks.size()));
+    plan.precision = precision_name(resolve_precision(plan.spec.train, plan.device));
+  }
   resolve_worker(plan);  // spec errors (2) come first, then the command (126/127), then NCCL (125)
   if (plan.backend == "nccl") require_nccl();
   return plan;
@@ -196,6 +199,7 @@ json plan_to_json(const Plan& plan) {
             {"nproc_per_node", plan.ranks.size()},
             {"device", plan.device},
             {"backend", plan.backend},
+            {"precision", plan.precision},
             {"visible_gpus", plan.visible_gpus},
             {"nnodes", plan.spec.nodes.nnodes},
             {"node_rank", plan.spec.nodes.node_rank},

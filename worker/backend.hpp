@@ -11,6 +11,12 @@
 //   operations read (GPT passes its activation-dtype copy of the parameters). Parameter
 //   gradients, optimizer moments, layernorm statistics, losses and the attention's private
 //   buffers are float* (fp32) whatever the activation dtype.
+// - Precision (common/job_spec.hpp) is fixed when the backend is created. In bf16 every
+//   activation an operation writes is stored as bf16 (the CPU keeps fp32 storage but rounds to
+//   bf16 at exactly those points, round to nearest even, so a CPU run emulates the GPU's
+//   storage); products take bf16 inputs and accumulate in fp32; reductions (layernorm
+//   statistics, softmax, cross-entropy, bias and layernorm-parameter gradients, the gradient
+//   norm) and every float* output are fp32.
 // - Operations are issued in program order on one queue (one CUDA stream) and may run
 //   asynchronously: an operation returns once it is issued. Calls that hand a value to the host
 //   (download, sum_squares) wait for everything issued before them. synchronize() waits for all.
@@ -28,6 +34,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/job_spec.hpp"  // Precision
 #include "worker/act_ptr.hpp"
 #include "worker/math/adamw.hpp"  // AdamWHyper
 
@@ -38,6 +45,7 @@ class Backend {
   virtual ~Backend() = default;
 
   virtual std::string name() const = 0;  // "cpu", "cuda"
+  virtual Precision precision() const = 0;
   virtual DType act_dtype() const = 0;     // how activation tensors are stored
 
   // ---- memory -------------------------------------------------------------------------------
@@ -56,6 +64,8 @@ class Backend {
   virtual void download(float* host_dst, ConstActPtr src, size_t n) = 0;
   virtual void fill_zero(float* p, size_t n) = 0;
   virtual void fill_zero(ActPtr p, size_t n) = 0;
+  // dst = src as activations (rounded to bf16 in bf16): the weights' copy from the master.
+  virtual void convert(ActPtr dst, const float* src, size_t n) = 0;
   virtual void copy(float* dst, const float* src, size_t n) = 0;  // no overlap
   virtual void synchronize() = 0;
 
@@ -148,7 +158,9 @@ class Backend {
   // AdamW on one contiguous span (worker/math/adamw.hpp per element):
   //   g = grad_scale * grads; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
   //   params -= lr * (weight_decay * params + (m/bc1) / (sqrt(v/bc2) + eps))
-  virtual void adamw_update(float* params,       // (n) updated in place
+  // and, in the same pass, weights = params as activations (convert's rounding).
+  virtual void adamw_update(float* params,       // (n) fp32 master, updated in place
+                            ActPtr weights,      // (n) its activation-dtype copy, writes; or null
                             const float* grads,  // (n)
                             float* m,            // (n) first moment, updated
                             float* v,            // (n) second moment, updated

@@ -1,6 +1,12 @@
 // The CPU backend: matrix products through OpenBLAS (cblas_sgemm), everything else as plain
 // single-threaded loops over the shared math in worker/math/ that GCC vectorises.
 //
+// Precision: fp32, or bf16 emulated. In bf16 the storage stays fp32 (OpenBLAS multiplies fp32),
+// but every activation an operation writes is rounded to bf16 (worker/math/bf16.hpp) where the
+// CUDA backend stores bf16, and the inputs are such rounded values; so the products see exactly
+// the GPU's bf16 operands and only the order of fp32 accumulation differs. The rounding is one
+// more pass over each output.
+//
 // Threads: only OpenBLAS's own pool (sized by OPENBLAS_NUM_THREADS or OMP_NUM_THREADS, which
 // xlaunch sets to cores / local ranks). The matmuls, including attention's products, are where
 // the time goes; the loops are memory-bound passes, and keeping them single-threaded keeps every
@@ -16,9 +22,11 @@ class CpuBackend final : public Backend {
   // Causal attention runs in blocks of this many query rows; block [r0, r1) only multiplies keys
   // [0, r1), which skips most of the masked upper triangle for long sequences. Tests use a small
   // block to cover the multi-block path on short sequences.
-  explicit CpuBackend(int attention_row_block = 128);
+  // precision: fp32 or bf16 (tf32 is a GPU mode: std::invalid_argument).
+  explicit CpuBackend(Precision precision = Precision::fp32, int attention_row_block = 128);
 
   std::string name() const override { return "cpu"; }
+  Precision precision() const override { return precision_; }
   DType act_dtype() const override { return DType::f32; }
 
   float* alloc_floats(size_t n) override;
@@ -33,6 +41,7 @@ class CpuBackend final : public Backend {
   void download(float* host_dst, ConstActPtr src, size_t n) override;
   void fill_zero(float* p, size_t n) override;
   void fill_zero(ActPtr p, size_t n) override;
+  void convert(ActPtr dst, const float* src, size_t n) override;
   void copy(float* dst, const float* src, size_t n) override;
   void synchronize() override {}
 
@@ -59,12 +68,16 @@ class CpuBackend final : public Backend {
   void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n) override;
   void softmax_cross_entropy(ActPtr logits, float* losses, const int32_t* targets, float dloss, int N, int V,
                              int Vp) override;
-  void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
+  void adamw_update(float* params, ActPtr weights, const float* grads, float* m, float* v, size_t n,
                     const AdamWHyper& h) override;
   double sum_squares(const float* x, size_t n) override;
   void scale(float* x, float s, size_t n) override;
 
  private:
+  // The CUDA backend's bf16 store: x rounded to bf16 in place, in bf16 precision only.
+  void store(float* x, size_t n) const;
+
+  Precision precision_;
   int attention_row_block_;
 };
 

@@ -70,6 +70,7 @@ GPT::GPT(const ModelSpec& spec, Backend& backend, int max_batch)
   }
   if (max_batch < 1) throw std::invalid_argument("GPT: max_batch must be >= 1");
   params_ = backend_.alloc_floats(layout_.total());
+  if (backend_.precision() == Precision::bf16) weight_copy_ = backend_.alloc_acts(layout_.total());
   grads_ = backend_.alloc_floats(layout_.total());
   allocate_activations();
   host_losses_.resize(static_cast<size_t>(max_batch_) * d.T);
@@ -80,6 +81,7 @@ GPT::~GPT() {
   backend_.free(float_memory_);
   backend_.free(act_memory_.data());
   backend_.free(grads_);
+  backend_.free(weight_copy_.data());
   backend_.free(params_);
 }
 
@@ -158,7 +160,16 @@ void GPT::init_weights(std::int64_t seed) {
       for (size_t i = 0; i < t.count; ++i) p[i] = 1.0f;
     }
   }
-  backend_.upload(params_, host.data(), host.size());
+  set_params(host.data());
+}
+
+void GPT::set_params(const float* host) {
+  backend_.upload(params_, host, layout_.total());
+  refresh_weights();
+}
+
+void GPT::refresh_weights() {
+  if (weight_copy_) backend_.convert(weight_copy_, params_, layout_.total());
 }
 
 float GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {

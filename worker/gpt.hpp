@@ -3,9 +3,12 @@
 // embedding, trained with cross-entropy. Written once against the Backend interface, so the
 // same code runs on the CPU and CUDA backends.
 //
-// Parameters live in one flat backend buffer laid out by ParamLayout (worker/param_layout.hpp);
-// gradients in a second buffer with the same layout. Activations for up to `max_batch`
-// sequences are allocated once, at construction.
+// Parameters live in one flat backend buffer laid out by ParamLayout (worker/param_layout.hpp),
+// in fp32 (the master weights); gradients in a second fp32 buffer with the same layout. Every
+// operation reads the weights in the activation dtype: in bf16 precision from a third buffer,
+// the master rounded to bf16, which AdamW refreshes in the same pass that updates the master
+// and every upload refreshes too; in fp32 and tf32 the master itself (no copy, no memory).
+// Activations for up to `max_batch` sequences are allocated once, at construction.
 #pragma once
 
 #include <cstddef>
@@ -69,6 +72,11 @@ class GPT {
   // biases 0, layernorm weights 1, padded wte rows 0. Generated on the host, then uploaded.
   void init_weights(std::int64_t seed);
 
+  // Uploads the master weights from the host (layout().total() floats) and refreshes the copy.
+  void set_params(const float* host);
+  // Refreshes the weights' copy after params() was written in place (a broadcast from rank 0).
+  void refresh_weights();
+
   // Runs the model on B <= max_batch sequences. tokens and targets are host arrays (B,T), each
   // token in [0, V) (std::out_of_range otherwise; std::invalid_argument for a bad B). With
   // targets: returns the mean cross-entropy over the B*T positions (this waits for the backend)
@@ -94,7 +102,9 @@ class GPT {
   float* params() { return params_; }              // (layout().total()) backend memory, fp32
   const float* params() const { return params_; }
   // The parameters as the operations read them, in the activation dtype (layout().total()).
-  ConstActPtr weights() const { return params_; }
+  ConstActPtr weights() const { return weight_copy_ ? ConstActPtr(weight_copy_) : ConstActPtr(params_); }
+  // The copy that AdamW refreshes, or null when the operations read params() itself.
+  ActPtr weight_copy() { return weight_copy_; }
   float* grads() { return grads_; }                // (layout().total()) backend memory
   const float* grads() const { return grads_; }
   const ParamLayout& layout() const { return layout_; }
@@ -110,6 +120,7 @@ class GPT {
   ParamLayout layout_;
   int max_batch_;
   float* params_ = nullptr;
+  ActPtr weight_copy_;      // (layout().total()) in bf16 precision only
   float* grads_ = nullptr;
   ActPtr act_memory_;
   float* float_memory_ = nullptr;

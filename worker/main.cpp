@@ -80,17 +80,19 @@ std::string job_path_from(int argc, char** argv, const WorkerEnv& env) {
   return path;
 }
 
-// spec.device: cpu, cuda, or auto (cuda when this build has CUDA and a GPU is visible).
+// spec.device: cpu, cuda, or auto (cuda when this build has CUDA and a GPU is visible), in the
+// precision train.precision resolves to on that device.
 std::unique_ptr<Backend> make_backend(const JobSpec& spec, const WorkerEnv& env) {
   int gpus = 0;
 #ifdef XTRAIN_HAVE_CUDA
   gpus = cuda::visible_device_count();
 #endif
   const bool cuda = spec.device == "cuda" || (spec.device == "auto" && gpus > 0);
-  if (!cuda) return std::make_unique<CpuBackend>();
+  const Precision precision = resolve_precision(spec.train, cuda ? "cuda" : "cpu");
+  if (!cuda) return std::make_unique<CpuBackend>(precision);
 #ifdef XTRAIN_HAVE_CUDA
   if (gpus == 0) throw SpecError("device", "\"cuda\" asked for, but no GPU is visible to this rank");
-  return cuda::make_backend(env.where.local_rank % gpus, spec.train.matmul_precision == "tf32");
+  return cuda::make_backend(env.where.local_rank % gpus, precision);
 #else
   (void)env;
   throw SpecError("device", "\"cuda\" asked for, but this xtrain-worker was built without CUDA");

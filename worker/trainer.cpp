@@ -87,7 +87,7 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
     std::vector<float> params(n), m(n), v(n);
     const TrainState state = load_checkpoint(*dir, spec_, model_->layout(), data_.train.count, params.data(),
                                              m.data(), v.data());
-    backend_.upload(model_->params(), params.data(), n);
+    model_->set_params(params.data());
     backend_.upload(adamw_->m(), m.data(), n);
     backend_.upload(adamw_->v(), v.data(), n);
     adamw_->set_step_count(state.adam_t);
@@ -147,6 +147,7 @@ void Trainer::adopt_rank0_start(Communicator& comm) {
   }
   const size_t n = model_->layout().total();
   comm.broadcast(model_->params(), n, 0);
+  model_->refresh_weights();
   comm.broadcast(adamw_->m(), n, 0);
   comm.broadcast(adamw_->v(), n, 0);
   start_step_ = completed_steps_ = root.step;

@@ -106,12 +106,13 @@ class DeviceArray {
 using DeviceFloats = DeviceArray<float>;
 using DeviceInts = DeviceArray<int32_t>;
 
-// The two precisions every CUDA op is checked in, and the tolerance each allows.
-struct Precision {
-  bool tf32;
+// The two fp32 precisions every CUDA op is checked in.
+struct GpuMode {
+  Precision precision;
   const char* name;
+  bool tf32() const { return precision == Precision::tf32; }
 };
-inline constexpr Precision kStrictFp32{false, "strict fp32"};
-inline constexpr Precision kTf32{true, "tf32"};
+inline constexpr GpuMode kStrictFp32{Precision::fp32, "strict fp32"};
+inline constexpr GpuMode kTf32{Precision::tf32, "tf32"};
 
 }  // namespace xtrain::test

@@ -30,8 +30,8 @@ namespace {
 
 constexpr double kPerElement = 1e-6;
 constexpr double kReduction = 1e-5;
-double product_tol(const Precision& p) { return p.tf32 ? 2e-3 : 1e-5; }
-double attention_tol(const Precision& p) { return p.tf32 ? 3e-3 : 1e-5; }
+double product_tol(const GpuMode& p) { return p.tf32() ? 2e-3 : 1e-5; }
+double attention_tol(const GpuMode& p) { return p.tf32() ? 3e-3 : 1e-5; }
 
 struct OpsTest : Seeded {
   CpuBackend cpu;  // the reference
@@ -41,7 +41,7 @@ struct OpsTest : Seeded {
 
 TEST_CASE_METHOD(OpsTest, "cuda embedding forward and backward equal the CPU's bit for bit", "[gpu][ops]") {
   INFO("seed " << seed);
-  auto gpu = cuda::make_backend(0, false);
+  auto gpu = cuda::make_backend(0, Precision::fp32);
   struct Shape { int B, T, C, V; };
   for (const Shape s : {Shape{3, 41, 72, 29}, Shape{8, 256, 768, 50257}}) {
     INFO("B " << s.B << " T " << s.T << " C " << s.C << " V " << s.V);
@@ -68,7 +68,7 @@ TEST_CASE_METHOD(OpsTest, "cuda embedding forward and backward equal the CPU's b
 
 TEST_CASE_METHOD(OpsTest, "cuda layernorm forward and backward match the CPU", "[gpu][ops]") {
   INFO("seed " << seed);
-  auto gpu = cuda::make_backend(0, false);
+  auto gpu = cuda::make_backend(0, Precision::fp32);
   struct Shape { int N, C; };
   for (const Shape s : {Shape{333, 100}, Shape{2048, 768}}) {
     INFO("N " << s.N << " C " << s.C);
@@ -102,8 +102,8 @@ TEST_CASE_METHOD(OpsTest, "cuda layernorm forward and backward match the CPU", "
 
 TEST_CASE_METHOD(OpsTest, "cuda matmul forward and backward match the CPU in strict fp32 and tf32", "[gpu][ops]") {
   INFO("seed " << seed);
-  for (const Precision& p : {kStrictFp32, kTf32}) {
-    auto gpu = cuda::make_backend(0, p.tf32);
+  for (const GpuMode& p : {kStrictFp32, kTf32}) {
+    auto gpu = cuda::make_backend(0, p.precision);
     struct Shape { int N, C, OC; bool bias; };
     for (const Shape s : {Shape{257, 96, 200, true}, Shape{1024, 768, 2304, true}, Shape{512, 768, 384, false},
                           Shape{33, 17, 5, true}}) {
@@ -138,8 +138,8 @@ TEST_CASE_METHOD(OpsTest, "cuda matmul forward and backward match the CPU in str
 TEST_CASE_METHOD(OpsTest, "cuda causal attention forward and backward match the CPU in strict fp32 and tf32",
                  "[gpu][ops]") {
   INFO("seed " << seed);
-  for (const Precision& p : {kStrictFp32, kTf32}) {
-    auto gpu = cuda::make_backend(0, p.tf32);
+  for (const GpuMode& p : {kStrictFp32, kTf32}) {
+    auto gpu = cuda::make_backend(0, p.precision);
     struct Shape { int B, T, C, NH; };
     for (const Shape s : {Shape{2, 37, 96, 3}, Shape{4, 256, 768, 12}, Shape{1, 1, 8, 2}}) {
       INFO(p.name << ": B " << s.B << " T " << s.T << " C " << s.C << " NH " << s.NH);
@@ -170,7 +170,7 @@ TEST_CASE_METHOD(OpsTest, "cuda causal attention forward and backward match the 
 TEST_CASE_METHOD(OpsTest, "cuda gelu, residual and scale match the CPU, aligned or not, in place or not",
                  "[gpu][ops]") {
   INFO("seed " << seed);
-  auto gpu = cuda::make_backend(0, false);
+  auto gpu = cuda::make_backend(0, Precision::fp32);
   for (const size_t offset : {size_t{0}, size_t{1}}) {  // 1: every pointer misaligned for 16-byte access
     const size_t n = 100003;
     INFO("offset " << offset << " n " << n);
@@ -205,7 +205,7 @@ TEST_CASE_METHOD(OpsTest, "cuda gelu, residual and scale match the CPU, aligned 
 
 TEST_CASE_METHOD(OpsTest, "cuda softmax cross-entropy matches the CPU and keeps the padding out", "[gpu][ops]") {
   INFO("seed " << seed);
-  auto gpu = cuda::make_backend(0, false);
+  auto gpu = cuda::make_backend(0, Precision::fp32);
   struct Shape { int N, V, Vp; };
   for (const Shape s : {Shape{67, 1000, 1024}, Shape{8, 50257, 50304}, Shape{5, 3, 128}}) {
     INFO("N " << s.N << " V " << s.V << " Vp " << s.Vp);
@@ -232,7 +232,7 @@ TEST_CASE_METHOD(OpsTest, "cuda softmax cross-entropy matches the CPU and keeps 
 
 TEST_CASE_METHOD(OpsTest, "cuda AdamW with a clip scale matches the CPU", "[gpu][ops]") {
   INFO("seed " << seed);
-  auto gpu = cuda::make_backend(0, false);
+  auto gpu = cuda::make_backend(0, Precision::fp32);
   const size_t n = 100001;
   auto params = rnd.normal(n), m = rnd.normal(n, 0.01f), v = rnd.uniform(n, 0.0f, 1e-3f);
   const auto grads = rnd.normal(n);
@@ -243,8 +243,8 @@ TEST_CASE_METHOD(OpsTest, "cuda AdamW with a clip scale matches the CPU", "[gpu]
   h.bias_correction1 = 1.0f - std::pow(h.beta1, 3.0f);
   h.bias_correction2 = 1.0f - std::pow(h.beta2, 3.0f);
   DeviceFloats d_params(*gpu, params), d_grads(*gpu, grads), d_m(*gpu, m), d_v(*gpu, v);
-  cpu.adamw_update(params.data(), grads.data(), m.data(), v.data(), n, h);
-  gpu->adamw_update(d_params.get(), d_grads.get(), d_m.get(), d_v.get(), n, h);
+  cpu.adamw_update(params.data(), nullptr, grads.data(), m.data(), v.data(), n, h);
+  gpu->adamw_update(d_params.get(), nullptr, d_grads.get(), d_m.get(), d_v.get(), n, h);
   CHECK(rel_err(d_params.host(), params) < kPerElement);
   CHECK(rel_err(d_m.host(), m) < kPerElement);
   CHECK(rel_err(d_v.host(), v) < kPerElement);
@@ -252,7 +252,7 @@ TEST_CASE_METHOD(OpsTest, "cuda AdamW with a clip scale matches the CPU", "[gpu]
 
 TEST_CASE_METHOD(OpsTest, "cuda sum of squares matches the CPU and is deterministic", "[gpu][ops]") {
   INFO("seed " << seed);
-  auto gpu = cuda::make_backend(0, false);
+  auto gpu = cuda::make_backend(0, Precision::fp32);
   for (const size_t n : {size_t{1}, size_t{1000}, size_t{3'000'017}}) {
     INFO("n " << n);
     const auto x = rnd.normal(n);
@@ -266,9 +266,9 @@ TEST_CASE_METHOD(OpsTest, "cuda sum of squares matches the CPU and is determinis
 
 TEST_CASE_METHOD(OpsTest, "cuda backward operations give the same bits on every call", "[gpu][ops][determinism]") {
   INFO("seed " << seed);
-  for (const Precision& p : {kStrictFp32, kTf32}) {
+  for (const GpuMode& p : {kStrictFp32, kTf32}) {
     INFO(p.name);
-    auto gpu = cuda::make_backend(0, p.tf32);
+    auto gpu = cuda::make_backend(0, p.precision);
     const int B = 4, T = 128, C = 256, NH = 4, OC = 768, V = 300;
     const size_t btc = static_cast<size_t>(B) * T * C;
     const auto qkv = rnd.normal(3 * btc), x = rnd.normal(btc), dx = rnd.normal(btc);

@@ -42,8 +42,8 @@ constexpr std::int64_t kInitSeed = 1234;
 struct Tolerances {
   double loss, grads, later_losses;
 };
-Tolerances tolerances(const Precision& p) {
-  return p.tf32 ? Tolerances{2e-3, 3e-2, 5e-3} : Tolerances{1e-5, 1e-4, 1e-4};
+Tolerances tolerances(const GpuMode& p) {
+  return p.tf32() ? Tolerances{2e-3, 3e-2, 5e-3} : Tolerances{1e-5, 1e-4, 1e-4};
 }
 
 // A model with its optimizer on one backend, stepping as the trainer does: forward, backward,
@@ -91,11 +91,11 @@ TEST_CASE_METHOD(Seeded, "a cuda training step matches the CPU's: loss, every gr
   INFO("seed " << seed);
   const ModelSpec m = small_model();
   const auto batches = random_batches(rnd, 4, m);
-  for (const Precision& p : {kStrictFp32, kTf32}) {
+  for (const GpuMode& p : {kStrictFp32, kTf32}) {
     INFO(p.name);
     const Tolerances tol = tolerances(p);
     CpuBackend cpu;
-    auto gpu = cuda::make_backend(0, p.tf32);
+    auto gpu = cuda::make_backend(0, p.precision);
     Replica ref(cpu, m), dut(*gpu, m);
     REQUIRE(dut.download(dut.gpt.params()) == ref.download(ref.gpt.params()));  // same init, host-generated
 
@@ -129,10 +129,10 @@ TEST_CASE_METHOD(Seeded, "cuda training is deterministic: two runs give the same
   INFO("seed " << seed);
   const ModelSpec m = small_model();
   const auto batches = random_batches(rnd, 3, m);
-  for (const Precision& p : {kStrictFp32, kTf32}) {
+  for (const GpuMode& p : {kStrictFp32, kTf32}) {
     INFO(p.name);
     auto run = [&](std::vector<float>& losses) {
-      auto gpu = cuda::make_backend(0, p.tf32);
+      auto gpu = cuda::make_backend(0, p.precision);
       Replica r(*gpu, m);
       for (const Batch& b : batches) {
         losses.push_back(r.forward_backward(b.tokens, b.targets));

@@ -119,7 +119,7 @@ TEST_CASE("GPT matches the PyTorch reference: logits, loss, gradients and 10 Ada
       for (size_t i = 0; i < p.count; ++i) params[p.offset + i] += jitter(rng);
     }
   }
-  backend.upload(gpt.params(), params.data(), P);
+  gpt.set_params(params.data());
 
   const size_t BT = static_cast<size_t>(B) * d.T;
   std::vector<int32_t> tokens(S * BT), targets(S * BT);
@@ -189,7 +189,7 @@ TEST_CASE("GPT matches the PyTorch reference: logits, loss, gradients and 10 Ada
                                    << std::abs(loss - torch_loss) / torch_loss);
 
   // Ten AdamW steps from the same start, exactly as the trainer runs them.
-  backend.upload(gpt.params(), params.data(), P);
+  gpt.set_params(params.data());
   AdamW adamw(backend, layout, AdamWConfig::from(t));
   double worst_loss = 0.0, worst_norm = 0.0;
   for (int s = 0; s < S; ++s) {

@@ -162,7 +162,7 @@ class Job {
 
   pid_t start(const std::string& run, int nproc, const std::vector<std::string>& sets = {},
               const std::map<std::string, std::string>& env = {}) {
-    const fs::path spec_path = dir_ / "job.json";
+    const fs::path spec_path = dir_ / (run + ".json");  // one per run: two nodes start at once
     std::ofstream(spec_path) << spec_.dump(2);
     std::vector<std::string> argv = {std::string(XTRAIN_BIN_DIR) + "/xlaunch", spec_path.string(),
                                      "--run-dir",  run_dir(run).string(),
