@@ -146,12 +146,12 @@ class Backend {
   virtual void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n) = 0;
 
   // Fused softmax + cross-entropy + its gradient over a padded vocabulary, per row i < N:
-  //   p = softmax(logits[i, :V]); losses[i] = -log p[targets[i]];
+  //   p = softmax(logits[i, :V]); losses[i] += -log p[targets[i]];
   //   logits[i, j] = dloss * (p[j] - [j == targets[i]]) for j < V, and 0 for V <= j < Vp,
   // i.e. the row is overwritten by its gradient (never by the normalised probabilities).
   // Padded columns neither enter the softmax nor receive gradient.
   virtual void softmax_cross_entropy(ActPtr logits,           // (N,Vp) in: logits, out: dlogits
-                                     float* losses,          // (N) writes
+                                     float* losses,          // (N) accumulates (sums over micro-steps)
                                      const int32_t* targets,  // (N), each in [0, V)
                                      float dloss, int N, int V, int Vp) = 0;
 

@@ -292,7 +292,7 @@ void CpuBackend::softmax_cross_entropy(ActPtr logits_act, float* losses, const i
                                        int V, int Vp) {
   float* logits = logits_act.as<float>();
   for (int n = 0; n < N; ++n) {
-    losses[n] = math::softmax_cross_entropy_row(logits + static_cast<size_t>(n) * Vp, targets[n], dloss, V, Vp);
+    losses[n] += math::softmax_cross_entropy_row(logits + static_cast<size_t>(n) * Vp, targets[n], dloss, V, Vp);
   }
   store(logits, static_cast<size_t>(N) * Vp);
 }

@@ -172,7 +172,7 @@ void GPT::refresh_weights() {
   if (weight_copy_) backend_.convert(weight_copy_, params_, layout_.total());
 }
 
-float GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
+void GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
   const ModelDims& d = layout_.dims();
   if (B < 1 || B > max_batch_) {
     throw std::invalid_argument("GPT::forward: batch " + std::to_string(B) + " outside [1, " +
@@ -220,14 +220,22 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
   k.matmul_forward(a.logits, a.lnf, p + layout_.wte(), nullptr, BT, C, d.Vp);
   last_B_ = B;
   backward_ready_ = targets != nullptr;
-  if (targets == nullptr) return 0.0f;
+  if (targets == nullptr) return;
 
   // Gradient of the mean loss; backward folds in the caller's loss scale.
   k.softmax_cross_entropy(a.logits, a.losses, a.targets, 1.0f / static_cast<float>(BT), BT, d.V, d.Vp);
-  k.download(host_losses_.data(), a.losses, BT);
+  loss_positions_ += static_cast<size_t>(BT);
+}
+
+double GPT::take_loss() {
+  if (loss_positions_ == 0) throw std::logic_error("GPT::take_loss needs a forward with targets first");
+  backend_.download(host_losses_.data(), acts_.losses, host_losses_.size());
   double sum = 0.0;
-  for (int i = 0; i < BT; ++i) sum += host_losses_[i];
-  return static_cast<float>(sum / BT);
+  for (float x : host_losses_) sum += x;
+  backend_.fill_zero(acts_.losses, host_losses_.size());
+  const double mean = sum / static_cast<double>(loss_positions_);
+  loss_positions_ = 0;
+  return mean;
 }
 
 void GPT::backward(float loss_scale, const std::function<void(Span)>& on_bucket_ready) {

@@ -79,10 +79,15 @@ class GPT {
 
   // Runs the model on B <= max_batch sequences. tokens and targets are host arrays (B,T), each
   // token in [0, V) (std::out_of_range otherwise; std::invalid_argument for a bad B). With
-  // targets: returns the mean cross-entropy over the B*T positions (this waits for the backend)
-  // and prepares backward (logits() then holds the logits' gradient). Without targets (nullptr):
-  // returns 0 and keeps the logits.
-  float forward(const int32_t* tokens, const int32_t* targets, int B);
+  // targets: adds each position's cross-entropy to the loss sums (take_loss) and prepares
+  // backward (logits() then holds the logits' gradient). Without targets (nullptr): keeps the
+  // logits. Nothing here waits for the backend.
+  void forward(const int32_t* tokens, const int32_t* targets, int B);
+
+  // The mean cross-entropy per position over every forward with targets since the last call,
+  // then a fresh sum. The sums stay on the backend until here: one wait per optimizer step, not
+  // one per micro-step. std::logic_error when no forward with targets came first.
+  double take_loss();
 
   // ADDS to grads() the gradient of loss_scale * (mean loss of the last forward with targets),
   // e.g. loss_scale = 1/accumulation_steps. Calls on_bucket_ready(layout().layer_span(l)) for
@@ -97,7 +102,7 @@ class GPT {
   // (B,T,Vp) of the last forward without targets, backend memory. Only the first V columns are
   // logits of tokens; the padded ones are 0 (wte's padded rows start at 0 and never get gradient).
   ConstActPtr logits() const { return acts_.logits; }
-  const float* losses() const { return acts_.losses; }  // (B,T) of the last forward with targets
+  const float* losses() const { return acts_.losses; }  // (B,T) sums since the last take_loss
 
   float* params() { return params_; }              // (layout().total()) backend memory, fp32
   const float* params() const { return params_; }
@@ -129,7 +134,8 @@ class GPT {
   Activations acts_;
   int last_B_ = 0;
   bool backward_ready_ = false;
-  std::vector<float> host_losses_;  // (max_batch*T) staging for the mean loss
+  size_t loss_positions_ = 0;       // positions summed into acts_.losses since the last take_loss
+  std::vector<float> host_losses_;  // (max_batch*T) staging for take_loss
 };
 
 }  // namespace xtrain

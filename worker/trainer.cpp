@@ -192,10 +192,9 @@ Trainer::StepOutcome Trainer::train_step(Communicator& comm, long step, bool sto
   model_->zero_grads();
   float* grads = model_->grads();
   const auto start_bucket = [&](Span s) { comm.start_all_reduce_average(GradBucket{grads + s.offset, s.count}); };
-  double loss_sum = 0;
   for (int micro = 0; micro < accum_; ++micro) {
     gather_micro_batch(data_.train, T, starts, rank_, world_, micro, micro_batch_, inputs_.data(), targets_.data());
-    loss_sum += model_->forward(inputs_.data(), targets_.data(), micro_batch_);
+    model_->forward(inputs_.data(), targets_.data(), micro_batch_);
     const bool last = micro + 1 == accum_;
     // no_sync: the earlier micro-steps only accumulate locally; the last one hands each layer's
     // finished gradient to the communicator, so every parameter is all-reduced once per step.
@@ -204,7 +203,7 @@ Trainer::StepOutcome Trainer::train_step(Communicator& comm, long step, bool sto
   comm.finish_all_reduces();
 
   // One small all-reduce carries the loss and whether any rank was asked to stop.
-  const float local[2] = {static_cast<float>(loss_sum / accum_), stop_here ? 1.0f : 0.0f};
+  const float local[2] = {static_cast<float>(model_->take_loss()), stop_here ? 1.0f : 0.0f};
   backend_.upload(scalars_, local, 2);
   comm.all_reduce_average(scalars_, 2);
   float global[2] = {0, 0};
@@ -224,13 +223,12 @@ Trainer::StepOutcome Trainer::train_step(Communicator& comm, long step, bool sto
 double Trainer::evaluate(Communicator& comm) {
   const int T = spec_.model.seq_len;
   const int micro_steps = static_cast<int>(val_starts_.size()) / (world_ * micro_batch_);
-  double sum = 0;
   for (int micro = 0; micro < micro_steps; ++micro) {
     gather_micro_batch(data_.val, T, val_starts_, rank_, world_, micro, micro_batch_, inputs_.data(),
                        targets_.data());
-    sum += model_->forward(inputs_.data(), targets_.data(), micro_batch_);
+    model_->forward(inputs_.data(), targets_.data(), micro_batch_);
   }
-  return average_scalar(comm, sum / micro_steps);
+  return average_scalar(comm, model_->take_loss());
 }
 
 void Trainer::save(Communicator& comm, long step) {

@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
     math::OnlineSoftmax total = warp_acc[0];
     for (int w = 1; w < kCrossEntropyThreads / kWarp; ++w) total = math::online_softmax_merge(total, warp_acc[w]);
     row_acc = total;
-    losses[row] = logf(total.sum) + total.max - x[target];  // read before pass 2 overwrites it
+    losses[row] += logf(total.sum) + total.max - x[target];  // read before pass 2 overwrites it
   }
   __syncthreads();
   const float mx = row_acc.max;

@@ -128,16 +128,17 @@ int main(int argc, char** argv) {
     for (auto& t : tokens) t = static_cast<int32_t>(rng() % static_cast<unsigned>(o.vocab));
     for (auto& t : targets) t = static_cast<int32_t>(rng() % static_cast<unsigned>(o.vocab));
 
-    float loss = 0.0f;
+    double loss = 0.0;
     auto step = [&](bool communicate) {
       gpt.zero_grads();
-      loss = gpt.forward(tokens.data(), targets.data(), o.batch);
+      gpt.forward(tokens.data(), targets.data(), o.batch);
       if (communicate) {
         gpt.backward(1.0f, [&](Span s) { comm->start_all_reduce_average({gpt.grads() + s.offset, s.count}); });
         comm->finish_all_reduces();
       } else {
         gpt.backward(1.0f);
       }
+      loss = gpt.take_loss();
       const double norm = grad_norm(*backend, gpt.grads(), gpt.layout().total());
       adamw.step(gpt, 3e-4f, clip_scale(norm, 1.0));
     };

@@ -68,11 +68,12 @@ int main(int argc, char** argv) try {
     targets.insert(targets.end(), row + 1, row + o.seq + 1);
   }
 
-  float loss = 0.0f;
+  double loss = 0.0;
   auto step = [&](int s) {
     gpt.zero_grads();
-    loss = gpt.forward(tokens.data(), targets.data(), o.batch);
+    gpt.forward(tokens.data(), targets.data(), o.batch);
     gpt.backward(1.0f);
+    loss = gpt.take_loss();
     const double norm = grad_norm(backend, gpt.grads(), gpt.layout().total());
     adamw.step(gpt, static_cast<float>(learning_rate(t, s)), clip_scale(norm, t.grad_clip));
   };

@@ -52,11 +52,11 @@ struct Replica {
   Replica(Backend& b, const ModelSpec& m) : gpt(m, b, kBatch), adamw(b, gpt.layout(), AdamWConfig{}) {
     gpt.init_weights(kInitSeed);
   }
-  float forward_backward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets) {
+  double forward_backward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets) {
     gpt.zero_grads();
-    const float loss = gpt.forward(tokens.data(), targets.data(), kBatch);
+    gpt.forward(tokens.data(), targets.data(), kBatch);
     gpt.backward(1.0f);
-    return loss;
+    return gpt.take_loss();
   }
   void update(float lr) {
     const double norm = grad_norm(gpt.backend(), gpt.grads(), gpt.layout().total());
