@@ -40,6 +40,14 @@ std::unique_ptr<Backend> make_backend(int device, Precision precision) {
                                 std::to_string(count) + " GPU(s) are visible" +
                                 (visible != nullptr ? std::string(" (CUDA_VISIBLE_DEVICES=") + visible + ")" : ""));
   }
+  if (precision == Precision::bf16) {
+    cudaDeviceProp p{};
+    XTRAIN_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+    if (p.major < 8) {
+      throw SpecError("train.precision", "bf16 (the default on CUDA) needs compute capability 8.0 or newer, but this "
+                                         "rank has " + describe_device(device) + "; set \"fp32\"");
+    }
+  }
   return std::make_unique<CudaBackend>(device, precision);
 }
 

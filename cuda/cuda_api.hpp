@@ -25,7 +25,8 @@ std::string describe_device(int device);
 
 // The backend on GPU `device` (a worker uses its LOCAL_RANK) in `precision`: bf16 (mixed
 // precision, the default for training), tf32 (TF32 tensor cores for fp32 products) or fp32
-// (strict). Throws std::invalid_argument when `device` is not visible.
+// (strict). Throws std::invalid_argument when `device` is not visible, and SpecError naming
+// train.precision for bf16 on a GPU before compute capability 8.0.
 std::unique_ptr<Backend> make_backend(int device, Precision precision);
 
 // The NCCL communicator of this rank, on `backend`'s device and ordered after its stream.

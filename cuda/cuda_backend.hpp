@@ -1,11 +1,16 @@
 // The CUDA backend: every Backend operation as kernels (cuda/kernels/*.cuh) and cuBLASLt
 // products (cuda/gemm.hpp) issued in order on one compute stream of one device.
 //
-// Memory: alloc_floats/alloc_ints are plain cudaMalloc calls; GPT and AdamW make a handful of
-// them once (parameters, gradients, moments, activations). The few operations that need
-// scratch beyond what the interface passes in (the deterministic column sums of layernorm and
-// bias gradients, the token sort of embedding backward) share one grow-only device buffer that
-// reaches its final size during the first step and is never reallocated after.
+// Precision: bf16 stores activations as __nv_bfloat16 (act_dtype bf16) and runs every product
+// on bf16 tensor cores with fp32 accumulation; tf32 and fp32 store fp32. Kernels are templates
+// on the storage type (cuda/kernels/common.cuh). bf16 needs compute capability 8.0 or newer.
+//
+// Memory: alloc_floats/alloc_ints/alloc_acts are plain cudaMalloc calls; GPT and AdamW make a
+// handful of them once (parameters, the weights' copy, gradients, moments, activations). The few
+// operations that need scratch beyond what the interface passes in (the deterministic column
+// sums of layernorm and bias gradients, the token sort of embedding backward) share one device
+// buffer, sized by reserve_scratch before the first step (GPT calls it at construction); an
+// operation on a bigger shape than reserved grows it, waiting for the stream first.
 //
 // Plain C++ (no CUDA kernels here) so the NCCL communicator can reach the stream.
 #pragma once
@@ -16,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cuda/gemm.hpp"
 #include "worker/backend.hpp"
@@ -24,7 +30,7 @@ namespace xtrain::cuda {
 
 // A device buffer that only grows: reserve(bytes) returns storage of at least that size, valid
 // until the next reserve. Growing waits for the stream (earlier work may still read the old
-// buffer), so it must only happen while warming up, never in steady state.
+// buffer) and frees device memory, so it must happen before the first step, never in one.
 class ScratchBuffer {
  public:
   explicit ScratchBuffer(cudaStream_t stream) : stream_(stream) {}
@@ -55,7 +61,7 @@ class CudaBackend final : public Backend {
   Precision precision() const override { return precision_; }
   cudaStream_t stream() const { return stream_; }  // every operation runs on it, in order
 
-  DType act_dtype() const override { return DType::f32; }
+  DType act_dtype() const override { return precision_ == Precision::bf16 ? DType::bf16 : DType::f32; }
 
   float* alloc_floats(size_t n) override;
   int32_t* alloc_ints(size_t n) override;
@@ -72,6 +78,7 @@ class CudaBackend final : public Backend {
   void convert(ActPtr dst, const float* src, size_t n) override;
   void copy(float* dst, const float* src, size_t n) override;
   void synchronize() override;
+  void reserve_scratch(int rows, int cols) override;
 
   void embedding_forward(ActPtr out, const int32_t* tokens, ConstActPtr wte, ConstActPtr wpe, int B, int T,
                          int C) override;
@@ -110,6 +117,7 @@ class CudaBackend final : public Backend {
   GemmEngine gemm_;
   ScratchBuffer scratch_;
   double* sum_partials_ = nullptr;  // (kSumSquaresBlocks + 1) the reduction's fixed partials
+  std::vector<std::uint16_t> staging_;  // host bf16 bits of uploads and downloads of activations
 };
 
 }  // namespace xtrain::cuda

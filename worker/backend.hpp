@@ -27,7 +27,8 @@
 //   micro-steps is just calling backward again).
 // - Results are deterministic: the same inputs give bitwise the same outputs on every call.
 // - Nothing is allocated per step: scratch that an operation needs is passed in, sized by the
-//   *_floats() queries below, and allocated once by the caller.
+//   *_floats() queries below, and allocated once by the caller; a backend's private scratch is
+//   sized by reserve_scratch before the first step.
 #pragma once
 
 #include <cstddef>
@@ -68,6 +69,9 @@ class Backend {
   virtual void convert(ActPtr dst, const float* src, size_t n) = 0;
   virtual void copy(float* dst, const float* src, size_t n) = 0;  // no overlap
   virtual void synchronize() = 0;
+  // Sizes the backend's private scratch for every operation on up to `rows` positions of up to
+  // `cols` channels (GPT: B*T and 4C), so that none allocates during a step.
+  virtual void reserve_scratch(int rows, int cols) = 0;
 
   // ---- operations ---------------------------------------------------------------------------
 

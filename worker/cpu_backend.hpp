@@ -44,6 +44,7 @@ class CpuBackend final : public Backend {
   void convert(ActPtr dst, const float* src, size_t n) override;
   void copy(float* dst, const float* src, size_t n) override;
   void synchronize() override {}
+  void reserve_scratch(int /*rows*/, int /*cols*/) override {}  // no private scratch
 
   void embedding_forward(ActPtr out, const int32_t* tokens, ConstActPtr wte, ConstActPtr wpe, int B, int T,
                          int C) override;

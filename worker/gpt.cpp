@@ -73,6 +73,7 @@ GPT::GPT(const ModelSpec& spec, Backend& backend, int max_batch)
   if (backend_.precision() == Precision::bf16) weight_copy_ = backend_.alloc_acts(layout_.total());
   grads_ = backend_.alloc_floats(layout_.total());
   allocate_activations();
+  backend_.reserve_scratch(max_batch_ * d.T, 4 * d.C);
   host_losses_.resize(static_cast<size_t>(max_batch_) * d.T);
 }
 

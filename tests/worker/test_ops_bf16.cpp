@@ -3,7 +3,7 @@
 // the exact result computed in double (tests/worker/op_references.hpp, central differences for
 // gradients), and, where the GPU stores bf16, that result rounded to bf16.
 //
-// Bounds. A stored output (an activation or activation gradient):
+// Bounds (tests/worker/bf16_check.hpp). A stored output (an activation or activation gradient):
 //   - is a bf16 value (the rounding point exists);
 //   - is within one bf16 ulp of the rounded reference, plus 1e-5 of the output's RMS: the CPU
 //     rounds its fp32 result, the reference rounds the exact one, and the two roundings part
@@ -20,6 +20,7 @@
 #include <random>
 #include <vector>
 
+#include "tests/worker/bf16_check.hpp"
 #include "tests/worker/op_references.hpp"
 #include "worker/cpu_backend.hpp"
 #include "worker/math/bf16.hpp"
@@ -47,29 +48,7 @@ Vec random_bf16(size_t n, std::mt19937& rng, double lo = -1.0, double hi = 1.0) 
   return rounded(random_vec(n, rng, lo, hi));
 }
 
-double bf16_ulp(double y) {
-  if (y == 0.0) return std::ldexp(1.0, -133);
-  int e = 0;
-  std::frexp(y, &e);  // |y| in [2^(e-1), 2^e)
-  return std::ldexp(1.0, std::max(e - 8, -133));
-}
-
-void check_stored(const Vec& got, const Vec& exact) {
-  REQUIRE(got.size() == exact.size());
-  double rms = 0.0;
-  for (double x : exact) rms += x * x;
-  rms = std::sqrt(rms / static_cast<double>(exact.size()));
-  size_t equal = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double want = bf16(exact[i]);
-    INFO("element " << i << ": got " << got[i] << ", exact " << exact[i] << ", rounded " << want);
-    REQUIRE(bf16(got[i]) == got[i]);
-    REQUIRE(std::abs(got[i] - want) <= bf16_ulp(want) + kFloorOfRms * rms);
-    equal += got[i] == want;
-  }
-  INFO(equal << " of " << got.size() << " elements equal the rounded reference");
-  CHECK(static_cast<double>(equal) >= kMinEqualShare * static_cast<double>(got.size()));
-}
+void check_stored(const Vec& got, const Vec& exact) { check_bf16_close(got, rounded(exact), kFloorOfRms, kMinEqualShare); }
 
 }  // namespace
 
