@@ -248,6 +248,8 @@ template <class V> void describe(V& v, NodesSpec& s) {
   v.integer("node_rank", s.node_rank, 0, 65535);
   v.string("rdzv_endpoint", s.rdzv_endpoint);
   v.number("rdzv_timeout_s", s.rdzv_timeout_s, 0, HUGE_VAL, true);
+  v.number("keepalive_interval_s", s.keepalive_interval_s, 0.01, 3600);
+  v.number("keepalive_timeout_s", s.keepalive_timeout_s, 0.02, 3600);
 }
 template <class V> void describe(V& v, ModelSpec& s) {
   v.integer("n_layer", s.n_layer, 1, 1024);
@@ -326,6 +328,11 @@ JobSpec parse_job_spec(const json& doc, const std::string& default_name) {
                                            std::to_string(spec.nodes.nnodes) + "), got " +
                                            std::to_string(spec.nodes.node_rank));
   }
+  if (spec.nodes.keepalive_timeout_s <= spec.nodes.keepalive_interval_s) {
+    throw SpecError("nodes.keepalive_timeout_s", "expected a number > nodes.keepalive_interval_s (" +
+                                                     format_number(spec.nodes.keepalive_interval_s) + "), got " +
+                                                     format_number(spec.nodes.keepalive_timeout_s));
+  }
   if (spec.train.min_lr > spec.train.lr) {
     throw SpecError("train.min_lr", "expected a number <= train.lr (" + format_number(spec.train.lr) +
                                         "), got " + format_number(spec.train.min_lr));
@@ -391,15 +398,6 @@ json to_json(const JobSpec& spec) {
   Writer writer(out);
   describe(writer, const_cast<JobSpec&>(spec));
   return out;
-}
-
-const char* precision_name(Precision p) {
-  switch (p) {
-    case Precision::bf16: return "bf16";
-    case Precision::tf32: return "tf32";
-    case Precision::fp32: return "fp32";
-  }
-  return "?";
 }
 
 Precision resolve_precision(const TrainSpec& train, const std::string& device) {

@@ -12,6 +12,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "common/precision.hpp"
+
 namespace xtrain {
 
 // A spec error names the field by JSON path and says what was expected:
@@ -45,6 +47,8 @@ struct NodesSpec {
   int node_rank = 0;
   std::string rdzv_endpoint;        // host:port of node 0's rendezvous store
   double rdzv_timeout_s = 300.0;
+  double keepalive_interval_s = 1.0;  // each node -> node 0's store (common/kv_lease.hpp)
+  double keepalive_timeout_s = 3.0;   // silence after which a node, or node 0, is lost
 };
 
 struct ModelSpec {
@@ -127,15 +131,6 @@ nlohmann::json to_json(const JobSpec& spec);
 // Checks that only make sense for our own worker and a known world size: batch divisibility,
 // head size, data paths present. Throws SpecError naming the field.
 void validate_for_training(const JobSpec& spec, int world_size);
-
-// How training computes (train.precision, resolved for the device the job runs on):
-//   fp32  everything in fp32;
-//   tf32  fp32 storage, matrix products on TF32 tensor cores (CUDA only);
-//   bf16  mixed precision: fp32 master weights, gradients and optimizer state; activations and
-//         a copy of the weights in bf16 for every operation; reductions in fp32. The CPU
-//         emulates it, rounding to bf16 wherever the GPU stores bf16.
-enum class Precision { fp32, tf32, bf16 };
-const char* precision_name(Precision p);
 
 // train.precision for `device` ("cuda" or "cpu"): "auto" is bf16 on CUDA and fp32 on CPU; tf32
 // on CPU throws SpecError naming train.precision.

@@ -218,19 +218,32 @@ bool KvClient::try_connect_once(Clock::time_point deadline, std::string& error) 
 }
 
 void KvClient::fail(const std::string& what) {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
+  {
+    std::lock_guard lock(abort_mutex_);
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
   broken_ = what;
   throw KvError(where() + ": " + what);
 }
 
+void KvClient::abort(const std::string& why) {
+  std::lock_guard lock(abort_mutex_);
+  if (aborted_.empty()) aborted_ = why;
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);  // wakes a poll() or recv() in progress
+}
+
 Response KvClient::call(const Request& request, milliseconds waits_for) {
+  return call_within(request, waits_for + options_.io_timeout);
+}
+
+Response KvClient::call_within(const Request& request, milliseconds limit) {
   std::lock_guard lock(mutex_);
   if (!broken_.empty()) {
     throw KvError(where() + ": " + describe(request) + ": not sent, the connection was lost earlier (" +
                   broken_ + ")");
   }
-  const auto deadline = Clock::now() + waits_for + options_.io_timeout;
+  const auto deadline = Clock::now() + limit;
   std::vector<char> frame;
   try {
     frame = encode_frame(request);
@@ -241,17 +254,25 @@ Response KvClient::call(const Request& request, milliseconds waits_for) {
     write_all(fd_, frame.data(), frame.size(), deadline);
     return receive(fd_, deadline);
   } catch (const IoFailure& e) {
-    const auto limit = waits_for + options_.io_timeout;
-    fail(describe(request) + ": " + e.what + (e.timed_out ? " (" + seconds(limit) + ")" : ""));
+    std::string why;
+    {
+      std::lock_guard aborting(abort_mutex_);
+      why = aborted_;
+    }
+    if (why.empty()) why = e.what + (e.timed_out ? " (" + seconds(limit) + ")" : "");
+    fail(describe(request) + ": " + why);
   } catch (const ProtocolError& e) {
     fail(describe(request) + ": malformed answer: " + e.what());
   }
 }
 
+void KvClient::expect_ok(const Request& request, const Response& response) const {
+  if (response.status != Status::kOk) throw KvError(where() + ": " + describe(request) + ": " + response.value);
+}
+
 void KvClient::set(const std::string& key, std::string_view value) {
   Request q{Op::kSet, {key}, std::string(value), 0, 0};
-  const Response r = call(q, milliseconds(0));
-  if (r.status != Status::kOk) throw KvError(where() + ": " + describe(q) + ": " + r.value);
+  expect_ok(q, call(q, milliseconds(0)));
 }
 
 std::string KvClient::get(const std::string& key, milliseconds timeout) {
@@ -262,19 +283,27 @@ std::string KvClient::get(const std::string& key, milliseconds timeout) {
                              key + "\" to be set",
                          {key});
   }
-  if (r.status != Status::kOk) throw KvError(where() + ": " + describe(q) + ": " + r.value);
+  expect_ok(q, r);
   return std::move(r.value);
 }
 
 std::int64_t KvClient::add(const std::string& key, std::int64_t delta) {
   Request q{Op::kAdd, {key}, {}, delta, 0};
   const Response r = call(q, milliseconds(0));
-  if (r.status != Status::kOk) throw KvError(where() + ": " + describe(q) + ": " + r.value);
+  expect_ok(q, r);
   return r.number;
 }
 
 void KvClient::wait(const std::vector<std::string>& keys, milliseconds timeout) {
-  Request q{Op::kWait, keys, {}, 0, to_wire_timeout(timeout)};
+  wait_for_keys(Op::kWait, keys, timeout);
+}
+
+std::vector<std::string> KvClient::get_many(const std::vector<std::string>& keys, milliseconds timeout) {
+  return wait_for_keys(Op::kMultiGet, keys, timeout).keys;
+}
+
+Response KvClient::wait_for_keys(Op op, const std::vector<std::string>& keys, milliseconds timeout) {
+  Request q{op, keys, {}, 0, to_wire_timeout(timeout)};
   Response r = call(q, timeout);
   if (r.status == Status::kTimeout) {
     const std::string message = where() + ": gave up after " + seconds(timeout) + " waiting for " +
@@ -282,21 +311,37 @@ void KvClient::wait(const std::vector<std::string>& keys, milliseconds timeout) 
                                 " keys; missing: " + quoted_list(r.keys);
     throw KvTimeoutError(message, std::move(r.keys));
   }
-  if (r.status != Status::kOk) throw KvError(where() + ": " + describe(q) + ": " + r.value);
+  expect_ok(q, r);
+  return r;
 }
 
 bool KvClient::check(const std::vector<std::string>& keys) {
   Request q{Op::kCheck, keys, {}, 0, 0};
   const Response r = call(q, milliseconds(0));
-  if (r.status != Status::kOk) throw KvError(where() + ": " + describe(q) + ": " + r.value);
+  expect_ok(q, r);
   return r.number != 0;
 }
 
 bool KvClient::remove(const std::string& key) {
   Request q{Op::kDelete, {key}, {}, 0, 0};
   const Response r = call(q, milliseconds(0));
-  if (r.status != Status::kOk) throw KvError(where() + ": " + describe(q) + ": " + r.value);
+  expect_ok(q, r);
   return r.number != 0;
+}
+
+void KvClient::lease(const std::string& name, std::string_view info, milliseconds silence_limit) {
+  Request q{Op::kLease, {name}, std::string(info), 0, to_wire_timeout(silence_limit)};
+  expect_ok(q, call(q, milliseconds(0)));
+}
+
+void KvClient::keepalive(milliseconds timeout) {
+  const Request q{Op::kKeepalive, {}, {}, 0, 0};
+  expect_ok(q, call_within(q, timeout));
+}
+
+void KvClient::release() {
+  const Request q{Op::kRelease, {}, {}, 0, 0};
+  expect_ok(q, call(q, milliseconds(0)));
 }
 
 }  // namespace xtrain::kv

@@ -4,7 +4,8 @@
 // others), then authenticates with the job token. Every call has a deadline; failures throw
 // KvError with one line naming the endpoint, the operation and what it waited for. The client
 // never retries a call behind the caller's back: after a lost connection every call throws, and
-// a new KvClient reconnects. Calls are serialised by a mutex, so threads may share one client.
+// a new KvClient reconnects. Calls are serialised by a mutex, so threads may share one client;
+// abort() is the one call that does not wait for the call in progress.
 #pragma once
 
 #include <chrono>
@@ -58,10 +59,22 @@ class KvClient {
   std::int64_t add(const std::string& key, std::int64_t delta);
   // Waits until every key exists; KvTimeoutError naming the missing ones after `timeout`.
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  // Like wait(), and returns their values in order (all must fit in one frame, kMaxFrameBytes).
+  std::vector<std::string> get_many(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
   // Whether every key exists now.
   bool check(const std::vector<std::string>& keys);
   // Removes `key`; whether it existed.
   bool remove(const std::string& key);
+
+  // Leases (kv_protocol.hpp): take `name` for this connection, the server reporting `info` when
+  // it is lost; renew it (answer due within `timeout`); end it cleanly. common/kv_lease.hpp keeps one.
+  void lease(const std::string& name, std::string_view info, std::chrono::milliseconds silence_limit);
+  void keepalive(std::chrono::milliseconds timeout);
+  void release();
+
+  // From any thread: fails the call in progress at once, and every later one, with `why` (the
+  // socket is shut down; the server sees the connection close).
+  void abort(const std::string& why);
 
   const Endpoint& endpoint() const { return endpoint_; }
   // This end's address on the connection (the interface through which the server is reached).
@@ -73,16 +86,22 @@ class KvClient {
   void connect_until(Clock::time_point deadline);
   bool try_connect_once(Clock::time_point deadline, std::string& error);  // false: retry later
   Response call(const Request& request, std::chrono::milliseconds waits_for);
+  Response call_within(const Request& request, std::chrono::milliseconds limit);  // waits_for + io
+  Response wait_for_keys(Op op, const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  void expect_ok(const Request& request, const Response& response) const;
   [[noreturn]] void fail(const std::string& what);  // closes the socket for good, throws KvError
   std::string where() const;                           // "rendezvous store at host:port"
 
   Endpoint endpoint_;
   std::string token_;
   KvClientOptions options_;
-  std::mutex mutex_;
+  std::mutex mutex_;  // one call at a time
   int fd_ = -1;
   std::string local_address_;
   std::string broken_;  // why the connection was lost; non-empty = every call fails
+  // fd_'s closing and abort()'s shutdown of it, which must not hit a reused descriptor number.
+  std::mutex abort_mutex_;
+  std::string aborted_;  // abort()'s reason
 };
 
 }  // namespace xtrain::kv

@@ -99,13 +99,17 @@ class Reader {
 // Key counts each op accepts: {min, max}.
 std::pair<size_t, size_t> key_count_range(Op op) {
   switch (op) {
-    case Op::kHello: return {0, 0};
+    case Op::kHello:
+    case Op::kKeepalive:
+    case Op::kRelease: return {0, 0};
     case Op::kSet:
     case Op::kGet:
     case Op::kAdd:
-    case Op::kDelete: return {1, 1};
+    case Op::kDelete:
+    case Op::kLease: return {1, 1};
     case Op::kWait:
-    case Op::kCheck: return {1, SIZE_MAX};
+    case Op::kCheck:
+    case Op::kMultiGet: return {1, SIZE_MAX};
   }
   throw ProtocolError("unknown op " + std::to_string(static_cast<int>(op)));
 }
@@ -121,6 +125,10 @@ const char* op_name(Op op) {
     case Op::kWait: return "WAIT";
     case Op::kCheck: return "CHECK";
     case Op::kDelete: return "DELETE";
+    case Op::kLease: return "LEASE";
+    case Op::kKeepalive: return "KEEPALIVE";
+    case Op::kRelease: return "RELEASE";
+    case Op::kMultiGet: return "MGET";
   }
   return "?";
 }
@@ -159,7 +167,7 @@ Request decode_request(std::span<const char> payload) {
   Reader r(payload);
   Request q;
   const std::uint8_t op = r.u8();
-  if (op < static_cast<std::uint8_t>(Op::kHello) || op > static_cast<std::uint8_t>(Op::kDelete)) {
+  if (op < static_cast<std::uint8_t>(Op::kHello) || op > static_cast<std::uint8_t>(Op::kMultiGet)) {
     throw ProtocolError("unknown op " + std::to_string(op));
   }
   q.op = static_cast<Op>(op);

@@ -6,6 +6,11 @@
 // kRefused and closes. After that the client sends one request and reads its response, one at a
 // time (a request sent before the previous response arrived is a protocol error).
 //
+// Leases make a client's death visible: after LEASE a connection must send a frame at least every
+// `timeout_ms` (KEEPALIVE, answered at once, is the cheapest). When it falls silent that long, or
+// closes, before RELEASE, the server reports the lease lost (common/kv_server.hpp's hook) and closes
+// it; the client, for its part, gives the server up when a KEEPALIVE goes unanswered that long.
+//
 // Request payload:  op u8 | timeout_ms u32 | number i64 | key count u32 | (len u32, bytes)* |
 //                   value len u32 | value bytes
 // Response payload: status u8 | number i64 | value len u32 | value bytes | key count u32 |
@@ -29,7 +34,7 @@
 
 namespace xtrain::kv {
 
-inline constexpr std::uint32_t kProtocolVersion = 1;
+inline constexpr std::uint32_t kProtocolVersion = 2;  // 2: LEASE, KEEPALIVE, RELEASE, MGET
 inline constexpr std::size_t kFrameHeaderBytes = 4;
 // Largest payload of any frame. Rendezvous data is small (Gloo's biggest value is one rank's
 // addresses to all peers, about 100 bytes per peer); the limit bounds a connection's memory.
@@ -45,13 +50,19 @@ enum class Op : std::uint8_t {
   kWait = 5,    // keys (one or more), timeout_ms: wait until all exist
   kCheck = 6,   // keys (one or more): do all exist now?
   kDelete = 7,  // keys = {key}
+  kLease = 8,      // keys = {name}, value = what the holder is (reported with its loss),
+                   // timeout_ms = the longest silence allowed (> 0); one lease per connection
+  kKeepalive = 9,  // no keys: renews the lease (any frame does); answered at once
+  kRelease = 10,   // no keys: ends the lease cleanly; number = 1 if one was held
+  kMultiGet = 11,  // keys (one or more), timeout_ms: like WAIT, and the answer has their values
 };
 
 enum class Status : std::uint8_t {
-  kOk = 0,       // GET: value; ADD: number = new value; CHECK/DELETE: number = 1 (yes) or 0 (no)
+  kOk = 0,       // GET: value; MGET: keys = the values, in the order asked; ADD: number = new
+                 // value; CHECK/DELETE: number = 1 (yes) or 0 (no)
   kTimeout = 1,  // GET/WAIT: keys = those still missing when the time was up
   kRefused = 2,  // HELLO: value = why (wrong token, other protocol version); the server closes
-  kError = 3,    // value = why (store full, ADD on a value that is not an integer)
+  kError = 3,    // value = why (store full, ADD on a value that is not an integer, lease refused)
 };
 
 struct Request {
@@ -66,7 +77,7 @@ struct Response {
   Status status = Status::kOk;
   std::int64_t number = 0;
   std::string value;              // GET's value, or the reason for kRefused/kError
-  std::vector<std::string> keys;  // kTimeout: the missing keys
+  std::vector<std::string> keys;  // kTimeout: the missing keys; MGET's kOk: the values
 };
 
 // A malformed or oversized frame. The server closes that connection; the client gives up.

@@ -17,6 +17,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 namespace xtrain::kv {
@@ -24,6 +25,7 @@ namespace xtrain::kv {
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using boost::system::error_code;
+using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -55,8 +57,9 @@ class Connection;
 using detail::Connection;
 
 struct detail::ServerState {
-  ServerState(asio::io_context& io, std::string token_, KvServerLimits limits_)
-      : strand(asio::make_strand(io)), acceptor(strand), accept_retry(strand), token(std::move(token_)), limits(limits_) {}
+  ServerState(asio::io_context& io, std::string token_, KvServerLimits limits_, LeaseLostHook lease_hook_)
+      : strand(asio::make_strand(io)), acceptor(strand), accept_retry(strand), token(std::move(token_)),
+        limits(limits_), lease_hook(std::move(lease_hook_)) {}
 
   void accept();
   void shutdown();
@@ -65,19 +68,23 @@ struct detail::ServerState {
   std::vector<std::string> missing(const std::vector<std::string>& keys) const;
   Response set(const std::string& key, std::string value);
   Response add(const std::string& key, std::int64_t delta);
+  void lease_lost(const LeaseLoss& loss);
 
   asio::strand<asio::io_context::executor_type> strand;
   tcp::acceptor acceptor;
   asio::steady_timer accept_retry;
   const std::string token;
   const KvServerLimits limits;
+  const LeaseLostHook lease_hook;
   std::weak_ptr<ServerState> self;  // for handlers, set by KvServer's constructor
   bool stopped = false;
 
   std::unordered_map<std::string, std::string> store;
   std::size_t store_bytes = 0;
   std::unordered_set<std::shared_ptr<Connection>> connections;  // every open one
+  // The requests waiting for each missing key; a key's entry goes when the key is set.
   std::unordered_map<std::string, std::unordered_set<std::shared_ptr<Connection>>> waiters;
+  std::unordered_map<std::string, std::string> leases;  // held lease name -> its holder's address
 };
 
 // One client. All its handlers run on the server's strand. At most one request is in progress
@@ -86,7 +93,7 @@ struct detail::ServerState {
 class detail::Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(std::shared_ptr<detail::ServerState> state, tcp::socket socket)
-      : state_(std::move(state)), socket_(std::move(socket)), timer_(state_->strand) {
+      : state_(std::move(state)), socket_(std::move(socket)), timer_(state_->strand), lease_timer_(state_->strand) {
     error_code ec;
     const auto remote = socket_.remote_endpoint(ec);
     peer_ = ec ? std::string("unknown peer") : remote.address().to_string() + ":" + std::to_string(remote.port());
@@ -109,12 +116,20 @@ class detail::Connection : public std::enable_shared_from_this<Connection> {
     error_code ignored;
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
+    if (lease_) {
+      const LeaseLoss loss{lease_->name, lease_->info, peer_, why.empty() ? "the connection closed" : why};
+      drop_lease();
+      state_->lease_lost(loss);
+    }
     state_->connections.erase(shared_from_this());
   }
 
-  // Called when one of the keys this connection waits for appeared.
-  void recheck_wait() {
-    if (!waiting_ || !state_->missing(waiting_->keys).empty()) return;
+  // One of the keys this connection waits for appeared; the server has already dropped it from
+  // that key's waiters. Only the last one costs a look at the whole key list.
+  void key_arrived() {
+    if (!waiting_ || --missing_count_ > 0) return;
+    const auto missing = state_->missing(waiting_->keys);
+    if (!missing.empty()) return wait_for(missing);  // a key that came and was deleted again
     cancel_timer();
     answer(stop_waiting());
   }
@@ -128,6 +143,7 @@ class detail::Connection : public std::enable_shared_from_this<Connection> {
   void on_header(error_code ec) {
     if (closed_) return;
     if (ec) return close(ec == asio::error::eof ? "" : ec.message());
+    last_frame_ = Clock::now();
     std::size_t length = 0;
     try {
       length = decode_frame_length(header_, authenticated_ ? kMaxFrameBytes : kMaxHelloFrameBytes);
@@ -170,7 +186,8 @@ class detail::Connection : public std::enable_shared_from_this<Connection> {
     switch (request.op) {
       case Op::kHello: return close("protocol error: HELLO twice");
       case Op::kGet:
-      case Op::kWait: return answer_or_wait(std::move(request));
+      case Op::kWait:
+      case Op::kMultiGet: return answer_or_wait(std::move(request));
       case Op::kSet: {
         Response r = state_->set(request.keys[0], std::move(request.value));
         reply(std::move(r));
@@ -198,23 +215,84 @@ class detail::Connection : public std::enable_shared_from_this<Connection> {
         }
         return reply(std::move(r));
       }
+      case Op::kLease: return take_lease(std::move(request));
+      case Op::kKeepalive: return reply(Response{});  // on_header has already renewed the lease
+      case Op::kRelease: {
+        Response r;
+        r.number = lease_ ? 1 : 0;
+        drop_lease();
+        return reply(std::move(r));
+      }
     }
   }
 
+  void take_lease(Request request) {
+    const std::string& name = request.keys[0];
+    if (lease_) return reply(error_response(Status::kError, "this connection holds the lease \"" + lease_->name + "\" already"));
+    if (request.timeout_ms == 0) return reply(error_response(Status::kError, "LEASE needs a silence limit (timeout_ms > 0)"));
+    if (const auto held = state_->leases.find(name); held != state_->leases.end()) {
+      return reply(error_response(Status::kError, "the lease \"" + name + "\" is held by " + held->second));
+    }
+    state_->leases.emplace(name, peer_);
+    lease_ = HeldLease{name, std::move(request.value), std::chrono::milliseconds(request.timeout_ms)};
+    watch_silence(lease_->limit);
+    reply(Response{});
+  }
+
+  // The lease's deadline. Frames do not touch the timer (they only stamp last_frame_): when it
+  // fires early it is re-armed for what is left of the limit. When it finds the holder silent,
+  // the holder may still have spoken while this server was busy (its frame waiting in the socket,
+  // or its read's handler in the queue before this one): the verdict is taken behind them.
+  void watch_silence(Clock::duration after) {
+    lease_timer_.expires_after(after);
+    lease_timer_.async_wait([self = shared_from_this()](error_code ec) {
+      if (ec || self->closed_ || !self->lease_) return;
+      const auto silent = Clock::now() - self->last_frame_;
+      if (silent < self->lease_->limit) return self->watch_silence(self->lease_->limit - silent);
+      asio::post(self->state_->strand, [self] { self->judge_silence(); });
+    });
+  }
+
+  void judge_silence() {
+    if (closed_ || !lease_) return;
+    error_code ignored;
+    const auto silent = Clock::now() - last_frame_;
+    if (silent < lease_->limit) return watch_silence(lease_->limit - silent);
+    if (socket_.available(ignored) > 0) return watch_silence(lease_->limit);  // read once this server catches up
+    close(fmt::format("silent for {:.1f} s, its lease's limit", std::chrono::duration<double>(lease_->limit).count()));
+  }
+
+  void drop_lease() {
+    if (!lease_) return;
+    state_->leases.erase(lease_->name);
+    lease_.reset();
+    lease_timer_.cancel();
+  }
+
   void answer_or_wait(Request request) {
-    if (state_->missing(request.keys).empty()) return answer(request);
+    const auto missing = state_->missing(request.keys);
+    if (missing.empty()) return answer(request);
     if (request.timeout_ms == 0) return reply_timeout(request);
     waiting_ = std::move(request);
-    for (const auto& key : waiting_->keys) state_->waiters[key].insert(shared_from_this());
+    wait_for(missing);
     arm_timer(std::chrono::milliseconds(waiting_->timeout_ms), [this] {
       if (waiting_) reply_timeout(stop_waiting());
     });
+  }
+
+  // Registers the waiting request for each distinct missing key.
+  void wait_for(const std::vector<std::string>& missing) {
+    missing_count_ = 0;
+    for (const auto& key : missing) missing_count_ += state_->waiters[key].insert(shared_from_this()).second ? 1 : 0;
   }
 
   // The keys of a GET or WAIT all exist now.
   void answer(const Request& request) {
     Response r;
     if (request.op == Op::kGet) r.value = state_->store.at(request.keys[0]);
+    if (request.op == Op::kMultiGet) {
+      for (const auto& key : request.keys) r.keys.push_back(state_->store.at(key));
+    }
     reply(std::move(r));
   }
 
@@ -249,7 +327,7 @@ class detail::Connection : public std::enable_shared_from_this<Connection> {
     if (closed_) return;
     try {
       out_ = encode_frame(response);
-    } catch (const ProtocolError& e) {  // cannot happen for answers to frames that fit; be safe
+    } catch (const ProtocolError& e) {  // MGET of more values than a frame holds
       out_ = encode_frame(error_response(Status::kError, e.what()));
     }
     asio::async_write(socket_, asio::buffer(out_),
@@ -276,15 +354,25 @@ class detail::Connection : public std::enable_shared_from_this<Connection> {
     timer_.cancel();
   }
 
+  struct HeldLease {
+    std::string name;
+    std::string info;
+    std::chrono::milliseconds limit;
+  };
+
   std::shared_ptr<detail::ServerState> state_;
   tcp::socket socket_;
   asio::steady_timer timer_;  // the handshake limit, then each waiting request's limit
   std::uint64_t timer_generation_ = 0;
+  asio::steady_timer lease_timer_;  // the lease's silence limit
+  std::optional<HeldLease> lease_;
+  Clock::time_point last_frame_;    // when the last frame began to arrive
   std::string peer_;
   std::array<char, kFrameHeaderBytes> header_{};
   std::vector<char> body_;
   std::vector<char> out_;
   std::optional<Request> waiting_;  // a GET or WAIT whose keys are not all there yet
+  std::size_t missing_count_ = 0;   // its distinct keys still missing
   bool authenticated_ = false;
   bool busy_ = false;  // a request is in progress: waiting, or its answer being written
   bool closed_ = false;
@@ -333,8 +421,34 @@ void detail::ServerState::shutdown() {
 void detail::ServerState::notify(const std::string& key) {
   const auto it = waiters.find(key);
   if (it == waiters.end()) return;
-  const auto waiting = it->second;  // recheck_wait() edits the map
-  for (const auto& c : waiting) c->recheck_wait();
+  const auto waiting = std::move(it->second);  // key_arrived() may register on other keys
+  waiters.erase(it);
+  for (const auto& c : waiting) c->key_arrived();
+}
+
+void detail::ServerState::lease_lost(const LeaseLoss& loss) {
+  if (stopped || !lease_hook) return;
+  StoreEditor editor(*this);
+  try {
+    lease_hook(editor, loss);
+  } catch (const std::exception& e) {
+    spdlog::error("rendezvous store: reporting the loss of lease \"{}\" failed: {}", loss.name, e.what());
+  }
+}
+
+bool StoreEditor::contains(const std::string& key) const { return state_.store.contains(key); }
+
+void StoreEditor::set(const std::string& key, std::string value) {
+  const Response r = state_.set(key, std::move(value));
+  if (r.status != Status::kOk) throw std::runtime_error(r.value);
+  state_.notify(key);
+}
+
+std::int64_t StoreEditor::add(const std::string& key, std::int64_t delta) {
+  const Response r = state_.add(key, delta);
+  if (r.status != Status::kOk) throw std::runtime_error(r.value);
+  state_.notify(key);
+  return r.number;
 }
 
 std::vector<std::string> detail::ServerState::missing(const std::vector<std::string>& keys) const {
@@ -376,9 +490,10 @@ Response detail::ServerState::add(const std::string& key, std::int64_t delta) {
   return r;
 }
 
-KvServer::KvServer(asio::io_context& io, const Endpoint& bind, std::string token, KvServerLimits limits) {
+KvServer::KvServer(asio::io_context& io, const Endpoint& bind, std::string token, KvServerLimits limits,
+                   LeaseLostHook on_lease_lost) {
   if (token.empty()) throw std::invalid_argument("rendezvous store: the job token is empty");
-  state_ = std::make_shared<detail::ServerState>(io, std::move(token), limits);
+  state_ = std::make_shared<detail::ServerState>(io, std::move(token), limits, std::move(on_lease_lost));
   state_->self = state_;
 
   tcp::resolver resolver(io);
@@ -427,9 +542,10 @@ struct KvServerThread::Impl {
   std::thread thread;
 };
 
-KvServerThread::KvServerThread(const Endpoint& bind, std::string token, KvServerLimits limits)
+KvServerThread::KvServerThread(const Endpoint& bind, std::string token, KvServerLimits limits,
+                               LeaseLostHook on_lease_lost)
     : impl_(std::make_unique<Impl>()) {
-  impl_->server = std::make_unique<KvServer>(impl_->io, bind, std::move(token), limits);
+  impl_->server = std::make_unique<KvServer>(impl_->io, bind, std::move(token), limits, std::move(on_lease_lost));
   impl_->thread = std::thread([io = &impl_->io] { io->run(); });
 }
 

@@ -11,11 +11,21 @@
 // Memory is bounded: at most max_connections connections, each holding at most one frame
 // (kMaxHelloFrameBytes before the handshake, kMaxFrameBytes after) and one answer; the stored
 // keys and values together at most max_store_bytes (a SET beyond it is answered kError).
+//
+// Cost per event, whatever the number of clients: a SET or ADD touches only the requests waiting
+// for that key, and a waiting WAIT counts its missing keys down (no rescan of its key list), so N
+// clients that each set one key and wait for all N cost O(N) in all, not O(N^2).
+//
+// Leases (kv_protocol.hpp): a lease's connection has its own deadline timer, pushed back by every
+// frame it sends; when the timer finds it silent for its limit, or the connection ends before
+// RELEASE, the server calls the lease hook and closes the connection. No timer runs for anything
+// else, and nothing is polled.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -31,6 +41,32 @@ namespace detail {
 struct ServerState;  // the store and its connections, shared with pending handlers
 }
 
+// A lease that ended without RELEASE: its holder closed the connection or fell silent.
+struct LeaseLoss {
+  std::string name;  // the LEASE's key
+  std::string info;  // the LEASE's value: what the holder said it is
+  std::string peer;  // the holder's address, host:port
+  std::string why;   // "the connection closed", "silent for 3.0 s (the lease's limit)", ...
+};
+
+// The store as a lease hook sees it: operations on the server's strand that wake waiting GET and
+// WAIT requests as a client's SET or ADD would. set and add throw std::runtime_error saying why
+// (the store is full, ADD on a value that is not an integer).
+class StoreEditor {
+ public:
+  explicit StoreEditor(detail::ServerState& state) : state_(state) {}
+  bool contains(const std::string& key) const;
+  void set(const std::string& key, std::string value);
+  std::int64_t add(const std::string& key, std::int64_t delta);
+
+ private:
+  detail::ServerState& state_;
+};
+
+// Called on the server's strand for each lost lease (never while the server is stopping). It must
+// not block: every connection waits while it runs.
+using LeaseLostHook = std::function<void(StoreEditor& store, const LeaseLoss& loss)>;
+
 struct KvServerLimits {
   std::size_t max_connections = 1024;
   std::size_t max_store_bytes = std::size_t{64} << 20;  // keys + values + 64 bytes per entry
@@ -43,7 +79,7 @@ class KvServer {
   // Throws std::runtime_error naming the address when it cannot listen there (in use, not an
   // address of this machine), and std::invalid_argument for an empty token.
   KvServer(boost::asio::io_context& io, const Endpoint& bind, std::string token,
-           KvServerLimits limits = {});
+           KvServerLimits limits = {}, LeaseLostHook on_lease_lost = {});
   // Closes everything at once. Like any asio object, destroy it on a thread that runs `io`, or
   // while `io` is not running (stopped or out of work).
   ~KvServer();
@@ -66,7 +102,8 @@ class KvServer {
 // blocking calls (xlaunch's rendezvous on node 0 uses a KvClient to its own server).
 class KvServerThread {
  public:
-  KvServerThread(const Endpoint& bind, std::string token, KvServerLimits limits = {});
+  KvServerThread(const Endpoint& bind, std::string token, KvServerLimits limits = {},
+                 LeaseLostHook on_lease_lost = {});
   ~KvServerThread();  // stops the server and joins the thread
   KvServerThread(const KvServerThread&) = delete;
   KvServerThread& operator=(const KvServerThread&) = delete;

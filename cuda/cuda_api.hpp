@@ -1,11 +1,13 @@
-// The CUDA backend's entry points for the worker. Plain C++: no CUDA headers, so worker/main.cpp
-// and the tests include it without nvcc.
+// The CUDA backend's entry points: the plugin (cuda/plugin.cpp) serves them to the worker, and the
+// [gpu] tests and the GPU benchmark, which link the backend statically, call them directly. Plain
+// C++: no CUDA headers, so the tests include it without nvcc.
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include "common/job_spec.hpp"  // Precision
+#include "common/precision.hpp"
+#include "worker/cuda_plugin.hpp"  // CudaDeviceCount, CudaDeviceInfo
 
 namespace xtrain {
 class Backend;
@@ -15,18 +17,28 @@ struct WorkerEnv;
 
 namespace xtrain::cuda {
 
-// GPUs this process can use; 0 when there is no GPU or no driver (cudaGetDeviceCount's
-// cudaErrorInsufficientDriver and cudaErrorNoDevice). Any other CUDA failure throws
-// std::runtime_error naming it (a broken driver is not "no GPU").
+// GPUs this process can use, or CUDA's error with the driver's and runtime's versions when it
+// cannot count them (no driver, a driver older than the runtime: cudaErrorInsufficientDriver).
+// cudaErrorNoDevice, a driver without GPUs, is a count of 0 and no error.
+CudaDeviceCount count_devices();
+
+// count_devices().count, or std::runtime_error with its error.
 int visible_device_count();
 
-// One line for the log, e.g. "GPU 0: NVIDIA H200, sm_90, 132 SMs, 140 GiB".
+// Name, compute capability, multiprocessors, free and total memory; leaves `device` the current
+// one (its context made). Throws std::invalid_argument when `device` is not visible.
+CudaDeviceInfo device_info(int device);
+
+// One line for the log, e.g. "GPU 0: NVIDIA H200, sm_90, 132 SMs, 139.2 of 139.8 GiB free".
 std::string describe_device(int device);
 
+// "driver CUDA 12.8, runtime CUDA 13.0", or "no NVIDIA driver, runtime CUDA 13.0".
+std::string versions();
+
 // The backend on GPU `device` (a worker uses its LOCAL_RANK) in `precision`: bf16 (mixed
-// precision, the default for training), tf32 (TF32 tensor cores for fp32 products) or fp32
-// (strict). Throws std::invalid_argument when `device` is not visible, and SpecError naming
-// train.precision for bf16 on a GPU before compute capability 8.0.
+// precision, the default for training; compute capability 8.0 or newer, which the worker checks
+// first: worker/device_choice.hpp), tf32 (TF32 tensor cores for fp32 products) or fp32 (strict).
+// Throws std::invalid_argument when `device` is not visible.
 std::unique_ptr<Backend> make_backend(int device, Precision precision);
 
 // The NCCL communicator of this rank, on `backend`'s device and ordered after its stream.

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -29,25 +30,29 @@ namespace {
 static_assert(sizeof(ncclUniqueId) == kNcclIdBytes, "NCCL's unique id size changed");
 
 struct NcclApi {
+  NcclLibrary library;
   decltype(&ncclGetUniqueId) get_unique_id = nullptr;
   decltype(&ncclGetErrorString) error_string = nullptr;
 };
 
-// Loaded once, on first use; the handle stays open for the life of the process.
-const NcclApi& nccl_api() {
-  static const NcclApi api = [] {
-    void* lib = dlopen(XTRAIN_NCCL_LIBRARY, RTLD_NOW | RTLD_LOCAL);
-    if (!lib) lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) launch_failure(std::string("backend \"nccl\": cannot load libnccl: ") + dlerror());
-    NcclApi loaded;
-    loaded.get_unique_id = reinterpret_cast<decltype(&ncclGetUniqueId)>(dlsym(lib, "ncclGetUniqueId"));
-    loaded.error_string = reinterpret_cast<decltype(&ncclGetErrorString)>(dlsym(lib, "ncclGetErrorString"));
-    if (!loaded.get_unique_id || !loaded.error_string) {
-      launch_failure("backend \"nccl\": libnccl lacks ncclGetUniqueId/ncclGetErrorString");
-    }
-    return loaded;
-  }();
-  return api;
+// Loaded once, on first use; the library stays open for the life of the process.
+const NcclApi& nccl_api(const NcclSearch& search) {
+  static std::optional<NcclApi> api;
+  if (api) return *api;
+  NcclApi loaded;
+  try {
+    loaded.library = load_nccl_library(search);
+  } catch (const std::exception& e) {
+    launch_failure(std::string("backend \"nccl\": ") + e.what());
+  }
+  void* lib = loaded.library.handle;
+  loaded.get_unique_id = reinterpret_cast<decltype(&ncclGetUniqueId)>(dlsym(lib, "ncclGetUniqueId"));
+  loaded.error_string = reinterpret_cast<decltype(&ncclGetErrorString)>(dlsym(lib, "ncclGetErrorString"));
+  if (!loaded.get_unique_id || !loaded.error_string) {
+    launch_failure("backend \"nccl\": " + loaded.library.path + " lacks ncclGetUniqueId/ncclGetErrorString");
+  }
+  api = std::move(loaded);
+  return *api;
 }
 #endif
 
@@ -71,14 +76,15 @@ int pick_free_port(const std::string& address) {
 }
 
 #ifdef XTRAIN_HAVE_NCCL
-void require_nccl() { nccl_api(); }
+const NcclLibrary& require_nccl(const std::map<std::string, std::string>& rank_env) {
+  return nccl_api(NcclSearch::from_environment(rank_env)).library;
+}
 
 std::string nccl_unique_id_hex() {
+  const NcclApi& api = nccl_api(NcclSearch::from_environment());
   ncclUniqueId id;
-  const ncclResult_t result = nccl_api().get_unique_id(&id);
-  if (result != ncclSuccess) {
-    launch_failure(std::string("ncclGetUniqueId failed: ") + nccl_api().error_string(result));
-  }
+  const ncclResult_t result = api.get_unique_id(&id);
+  if (result != ncclSuccess) launch_failure(std::string("ncclGetUniqueId failed: ") + api.error_string(result));
   NcclIdBytes bytes;
   std::memcpy(bytes.data(), id.internal, bytes.size());
   return encode_nccl_id(bytes);
@@ -86,7 +92,7 @@ std::string nccl_unique_id_hex() {
 #else
 constexpr const char* kNoNccl = "backend \"nccl\": this xlaunch was built without NCCL (CMake found no nccl.h/libnccl)";
 
-void require_nccl() { launch_failure(kNoNccl); }
+const NcclLibrary& require_nccl(const std::map<std::string, std::string>&) { launch_failure(kNoNccl); }
 
 std::string nccl_unique_id_hex() { launch_failure(kNoNccl); }
 #endif

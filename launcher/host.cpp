@@ -7,29 +7,14 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include "common/gpu_probe.hpp"
+
 extern char** environ;
 
 namespace xtrain::launcher {
 namespace {
 
 namespace fs = std::filesystem;
-
-// One directory per GPU under /proc/driver/nvidia/gpus; without the proc tree (some
-// containers), the /dev/nvidiaN device nodes.
-int count_physical_gpus() {
-  std::error_code ec;
-  const auto gpus = std::distance(fs::directory_iterator("/proc/driver/nvidia/gpus", ec), fs::directory_iterator());
-  if (gpus > 0) return static_cast<int>(gpus);
-  int count = 0;
-  for (const auto& entry : fs::directory_iterator("/dev", ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.size() > 6 && name.rfind("nvidia", 0) == 0 &&
-        name.find_first_not_of("0123456789", 6) == std::string::npos) {
-      ++count;
-    }
-  }
-  return count;
-}
 
 unsigned count_cores() {
   cpu_set_t set;
@@ -79,7 +64,7 @@ int visible_gpus(int physical_gpus, const std::optional<std::string>& cuda_visib
 
 HostInfo probe_host() {
   HostInfo host;
-  host.physical_gpus = count_physical_gpus();
+  host.physical_gpus = count_nvidia_gpus();
   host.environment = read_environment();
   if (auto it = host.environment.find("CUDA_VISIBLE_DEVICES"); it != host.environment.end()) {
     host.cuda_visible_devices = it->second;

@@ -71,8 +71,8 @@ std::optional<pid_t> detach(RunDir& run_dir) {
 }
 
 std::string describe_plan(const Plan& plan) {
-  return std::to_string(plan.ranks.size()) + " rank(s) on " + plan.device + " with " + plan.backend + ", run dir " +
-         plan.run_dir;
+  return std::to_string(plan.ranks.size()) + " rank(s) on " + plan.device + " with " + describe_backend(plan) +
+         ", run dir " + plan.run_dir;
 }
 
 }  // namespace
@@ -80,13 +80,15 @@ std::string describe_plan(const Plan& plan) {
 int run_job(const CliOptions& options) {
   block_handled_signals(true);  // until the supervisor's signal_set exists
   ::signal(SIGPIPE, SIG_IGN);   // a closed console must not kill the supervisor
+  for (const std::string& note : options.notes) std::cerr << "xlaunch: note: " << note << "\n";
   const Plan plan = make_plan(options, probe_host());
   if (options.dry_run) {
     std::cout << plan_to_json(plan).dump(2) << std::endl;
     return exit_code::kSuccess;
   }
   if (options.check) {
-    std::cout << "xlaunch: " << options.job_path << " is valid: " << describe_plan(plan) << std::endl;
+    const std::string what = options.job_path.empty() ? "the command line" : options.job_path;
+    std::cout << "xlaunch: " << what << " is valid: " << describe_plan(plan) << std::endl;
     return exit_code::kSuccess;
   }
   RunDir run_dir(plan.run_dir, to_json(plan.spec));

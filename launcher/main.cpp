@@ -4,9 +4,11 @@
 #include "common/exit_codes.hpp"
 #include "common/job_spec.hpp"
 #include "launcher/cli.hpp"
+#include "launcher/html_report.hpp"
 #include "launcher/inspect.hpp"
 #include "launcher/launch.hpp"
 #include "launcher/launch_error.hpp"
+#include "launcher/list_runs.hpp"
 
 namespace {
 
@@ -17,6 +19,8 @@ int dispatch(const xtrain::launcher::CliOptions& options) {
     case Command::kStatus: return xtrain::launcher::show_status(options);
     case Command::kLogs: return xtrain::launcher::show_logs(options);
     case Command::kStop: return xtrain::launcher::stop_run(options);
+    case Command::kList: return xtrain::launcher::list_runs(options);
+    case Command::kReport: return xtrain::launcher::report_command(options);
     case Command::kRun: break;
   }
   return xtrain::launcher::run_job(options);

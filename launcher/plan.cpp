@@ -12,6 +12,7 @@
 #include "launcher/attempt.hpp"
 #include "launcher/launch_error.hpp"
 #include "launcher/run_dir.hpp"
+#include "launcher/torchrun.hpp"
 
 namespace xtrain::launcher {
 namespace {
@@ -24,9 +25,8 @@ constexpr const char* kWorkerName = "xtrain-worker";
 // Inside a SLURM step (`srun xlaunch job.json`) a spec without a `nodes` section takes it from
 // SLURM's variables: node count, this node's index, node 0's host and a port from the job id.
 JobSpec read_spec(const CliOptions& options, const HostInfo& host, bool& nodes_from_slurm) {
-  json doc = read_job_json(options.job_path);
-  for (const std::string& assignment : options.overrides) apply_override(doc, assignment);
-  JobSpec spec = parse_job_spec(doc, fs::path(options.job_path).stem().string());
+  const json doc = torchrun::job_document(options, host);
+  JobSpec spec = parse_job_spec(doc, torchrun::default_name(options));
   nodes_from_slurm = false;
   if (doc.is_object() && !doc.contains("nodes")) {
     std::optional<SlurmStep> step;
@@ -44,7 +44,7 @@ JobSpec read_spec(const CliOptions& options, const HostInfo& host, bool& nodes_f
 }
 
 // Several nodes need node 0's store endpoint, with a port, and a shared job token.
-void check_nodes(Plan& plan) {
+void check_nodes(Plan& plan, const std::string& rdzv_id) {
   const NodesSpec& nodes = plan.spec.nodes;
   if (nodes.nnodes == 1) return;
   if (nodes.rdzv_endpoint.empty()) {
@@ -58,11 +58,13 @@ void check_nodes(Plan& plan) {
     throw SpecError("nodes.rdzv_endpoint", e.what());
   }
   if (endpoint.port == 0) throw SpecError("nodes.rdzv_endpoint", "expected a port other than 0 (every node must know it)");
-  const std::optional<std::string> token = resolve_job_token(plan.host.environment, ::getuid());
+  std::optional<std::string> token = resolve_job_token(plan.host.environment, ::getuid());
+  if (!token && !rdzv_id.empty()) token = "rdzv-id:" + rdzv_id;  // torchrun's job id: no secret, but no stranger
   if (!token) {
     throw SpecError("nodes.nnodes", "a job on " + std::to_string(nodes.nnodes) +
                                         " nodes needs a job token shared by every node: set " + kJobTokenVariable +
-                                        " (the same secret on every node), or run under SLURM");
+                                        " (the same secret on every node), pass the same --rdzv-id on every "
+                                        "node, or run under SLURM");
   }
   plan.job_token = *token;
 }
@@ -96,11 +98,8 @@ void resolve_world(Plan& plan) {
   }
 }
 
-bool is_own_worker(const JobSpec& spec) {
-  return spec.worker.command.empty() || fs::path(spec.worker.command.front()).filename() == kWorkerName;
-}
-
-void resolve_worker(Plan& plan) {
+// `what` names argv[0] in errors: the spec's field, or the command line's program.
+void resolve_worker(Plan& plan, const CliOptions& options) {
   const auto& command = plan.spec.worker.command;
   const auto path_env = plan.host.environment.count("PATH") ? plan.host.environment.at("PATH") : "";
   if (command.empty()) {
@@ -109,10 +108,23 @@ void resolve_worker(Plan& plan) {
     return;
   }
   plan.worker_argv = command;
-  plan.worker_argv.front() = resolve_command(command.front(), path_env, "worker.command[0]");
+  const bool python = !options.program.empty() && options.program_kind != ProgramKind::kExecutable;
+  const std::string what = options.program.empty() ? "worker.command[0]"
+                           : python ? std::string("the Python interpreter (") + torchrun::kPythonVariable + ")"
+                                    : "the program";
+  plan.worker_argv.front() = resolve_command(command.front(), path_env, what);
+  // torchrun would start every rank and let each fail with python's exit code 2: say it once, before.
+  if (!options.program.empty() && options.program_kind == ProgramKind::kPythonScript &&
+      !fs::is_regular_file(options.program.front())) {
+    throw LaunchError(exit_code::kNotFound, "the script \"" + options.program.front() + "\" is not a file");
+  }
 }
 
 }  // namespace
+
+bool is_own_worker(const JobSpec& spec) {
+  return spec.worker.command.empty() || fs::path(spec.worker.command.front()).filename() == kWorkerName;
+}
 
 std::string resolve_command(const std::string& command, const std::string& path_env, const std::string& what) {
   std::vector<std::string> candidates;
@@ -142,25 +154,37 @@ std::string resolve_command(const std::string& command, const std::string& path_
 Plan make_plan(const CliOptions& options, const HostInfo& host) {
   Plan plan;
   plan.host = host;
-  plan.spec = read_spec(options, host, plan.nodes_from_slurm);
-  check_nodes(plan);
-  plan.run_dir = fs::absolute(plan.spec.run_dir).lexically_normal().string();
-  if (plan.run_dir.size() > 1 && plan.run_dir.back() == '/') plan.run_dir.pop_back();
-  check_run_dir_creatable(plan.run_dir);
-  plan.own_worker = is_own_worker(plan.spec);
-  resolve_world(plan);
-  if (plan.own_worker) {
-    validate_for_training(plan.spec, static_cast<int>(plan.ranks.size()));
-    plan.precision = precision_name(resolve_precision(plan.spec.train, plan.device));
+  try {
+    plan.spec = read_spec(options, host, plan.nodes_from_slurm);
+    check_nodes(plan, options.rendezvous.rdzv_id);
+    plan.run_dir = fs::absolute(plan.spec.run_dir).lexically_normal().string();
+    if (plan.run_dir.size() > 1 && plan.run_dir.back() == '/') plan.run_dir.pop_back();
+    check_run_dir_creatable(plan.run_dir);
+    plan.own_worker = is_own_worker(plan.spec);
+    resolve_world(plan);
+    if (plan.own_worker) {
+      validate_for_training(plan.spec, static_cast<int>(plan.ranks.size()));
+      plan.precision = precision_name(resolve_precision(plan.spec.train, plan.device));
+    }
+  } catch (const SpecError& e) {
+    throw torchrun::attributed(e, options);
   }
-  resolve_worker(plan);  // spec errors (2) come first, then the command (126/127), then NCCL (125)
-  if (plan.backend == "nccl") require_nccl();
+  resolve_worker(plan, options);  // spec errors (2) come first, then the command (126/127), then NCCL (125)
+  if (plan.backend == "nccl") {
+    std::map<std::string, std::string> rank_env = plan.host.environment;
+    for (const auto& [name, value] : plan.spec.worker.env) rank_env[name] = value;
+    plan.nccl = require_nccl(rank_env);
+  }
   return plan;
 }
 
 std::map<std::string, std::string> rank_environment(const Plan& plan, const RankPlacement& where,
                                                     const AttemptEnv& attempt) {
   return build_worker_env(plan.spec, where, attempt, plan.host.environment, plan.host.cores);
+}
+
+std::string describe_backend(const Plan& plan) {
+  return plan.backend == "nccl" ? plan.backend + " (" + plan.nccl.describe() + ")" : plan.backend;
 }
 
 json plan_to_json(const Plan& plan) {
@@ -192,8 +216,13 @@ json plan_to_json(const Plan& plan) {
     ranks.push_back({{"rank", where.rank}, {"local_rank", where.local_rank}, {"argv", plan.worker_argv},
                      {"env", env}});
   }
+  json nccl = nullptr;
+  if (plan.backend == "nccl") {
+    nccl = {{"library", plan.nccl.path}, {"version", plan.nccl.version_string()}, {"found_by", plan.nccl.found_by}};
+  }
   return {{"spec", to_json(plan.spec)},
           {"run_dir", plan.run_dir},
+          {"nccl", nccl},
           {"world",
            {{"world_size", plan.ranks.empty() ? 0 : plan.ranks.front().world_size},
             {"nproc_per_node", plan.ranks.size()},

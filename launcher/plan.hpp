@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/job_spec.hpp"
+#include "common/nccl_library.hpp"
 #include "common/worker_env.hpp"
 #include "launcher/cli.hpp"
 #include "launcher/host.hpp"
@@ -28,11 +29,17 @@ struct Plan {
   HostInfo host;
   std::string job_token;                 // several nodes: the rendezvous store's token
   bool nodes_from_slurm = false;         // `nodes` came from SLURM's variables, not the spec
+  NcclLibrary nccl;                      // backend nccl: the libnccl that xlaunch and the ranks load
 };
 
 // Throws SpecError (exit 2) for an invalid spec or world, LaunchError for a worker command that
-// is missing (127) or not executable (126), or NCCL that cannot be loaded (125).
+// is missing (127) or not executable (126), or NCCL that cannot be loaded (125). With backend
+// nccl, loads libnccl by the workers' rule (common/nccl_library.hpp) and records which.
 Plan make_plan(const CliOptions& options, const HostInfo& host);
+
+// Whether the worker is xtrain-worker (the default, or a command named so): its training
+// sections are validated, and its metrics have a known shape.
+bool is_own_worker(const JobSpec& spec);
 
 // Resolves argv[0] the way execvp would. `what` names it in errors ("worker.command[0]").
 std::string resolve_command(const std::string& command, const std::string& path_env, const std::string& what);
@@ -41,6 +48,9 @@ std::string resolve_command(const std::string& command, const std::string& path_
 // then worker.env.
 std::map<std::string, std::string> rank_environment(const Plan& plan, const RankPlacement& where,
                                                     const AttemptEnv& attempt);
+
+// "gloo", or "nccl (NCCL 2.28.9 at /path/libnccl.so.2 (LD_LIBRARY_PATH))": for the log lines.
+std::string describe_backend(const Plan& plan);
 
 // --dry-run: the spec after defaults and overrides, the world, and for each rank its argv and
 // the variables xlaunch sets or changes (the rest of xlaunch's environment passes through).

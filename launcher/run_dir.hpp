@@ -1,5 +1,5 @@
 // The run directory (contract: "The run directory"): job.json, state.json, summary.json,
-// logs/rank-R.log, logs/xlaunch.log, ranks/. A live supervisor holds an flock on the directory
+// logs/rank-R.log, logs/xlaunch.log, ranks/, report.html (and the worker's metrics.jsonl). A live supervisor holds an flock on the directory
 // itself, so `status` and `stop` can tell a running supervisor from a dead one without trusting
 // a pid that may have been reused.
 #pragma once
@@ -18,6 +18,8 @@ inline std::string summary(const std::string& dir) { return dir + "/summary.json
 inline std::string logs(const std::string& dir) { return dir + "/logs"; }
 inline std::string ranks(const std::string& dir) { return dir + "/ranks"; }
 inline std::string supervisor_log(const std::string& dir) { return dir + "/logs/xlaunch.log"; }
+inline std::string metrics(const std::string& dir) { return dir + "/metrics.jsonl"; }
+inline std::string report(const std::string& dir) { return dir + "/report.html"; }
 inline std::string rank_log(const std::string& dir, int rank) {
   return dir + "/logs/rank-" + std::to_string(rank) + ".log";
 }

@@ -20,7 +20,7 @@ namespace {
 using nlohmann::json;
 using SteadyClock = std::chrono::steady_clock;
 
-constexpr int kHandledSignals[] = {SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+constexpr int kHandledSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
 // After every rank was reaped and its group SIGKILLed, output can stay open only if some
 // process left its group (setsid). Wait this long for it, then stop reading.
 constexpr double kDrainSeconds = 0.3;
@@ -74,7 +74,7 @@ const char* Supervisor::phase_name(Phase phase) {
 
 Supervisor::Supervisor(const Plan& plan, RunDir& run_dir, Console* console, Guard& guard)
     : plan_(plan), run_dir_(run_dir), console_(console), guard_(guard), signals_(io_), job_timer_(io_),
-      kill_timer_(io_), drain_timer_(io_) {
+      kill_timer_(io_), drain_timer_(io_), live_report_(io_, plan.run_dir) {
   for (const RankPlacement& where : plan.ranks) {
     log_fds_.push_back(run_dir.open_rank_log(where.rank));
     ranks_.emplace_back(where);
@@ -111,12 +111,13 @@ int Supervisor::run() {
     });
   }
   spdlog::info("run {}: {} on {} with {}; logs in {}", run_id_, plural(static_cast<int>(ranks_.size()), "rank"),
-               plan_.device, plan_.backend, run_files::logs(plan_.run_dir));
+               plan_.device, describe_backend(plan_), run_files::logs(plan_.run_dir));
   if (link_) {
     spdlog::info("node {} of {}{}: ranks {}-{} of {}; rendezvous at {}", link_->node(), link_->nnodes(),
                  plan_.nodes_from_slurm ? " (from SLURM)" : "", ranks_.front().record.where.rank,
                  ranks_.back().record.where.rank, ranks_.front().record.where.world_size, link_->endpoint().str());
   }
+  live_report_.start();
   start_attempt();
   io_.run();
   return outcome_->exit_code;
@@ -254,35 +255,50 @@ void Supervisor::on_store_lost(int attempt, const std::string& error) {
 }
 
 // The end of a round: every node reports its outcome; a root cause published by another node wins.
+// The exchange waits for the other nodes (up to timeout_s), so it runs on the helper thread while
+// the event loop goes on (signals, the job timeout); on_round_closed() takes the attempt on.
 void Supervisor::close_round() {
   round_met_ = false;
   const json mine = {{"status", outcome_name(outcome_->kind)}, {"exit_code", outcome_->exit_code},
                      {"reason", outcome_->reason}};
   const double timeout_s = std::max(plan_.spec.nodes.rdzv_timeout_s, plan_.spec.launcher.term_timeout_s + 5);
-  try {
-    const NodeLink::Closing closing = link_->close_attempt(attempt_, mine, phase_ != Phase::kRestarting, timeout_s);
-    if (closing.stop && !closing.stop->contains("end") && closing.stop->value("node", -1) != link_->node()) {
-      adopt_remote_stop(*closing.stop);
+  if (rendezvous_thread_.joinable()) rendezvous_thread_.join();
+  rendezvous_thread_ = std::thread([this, mine, timeout_s, attempt = attempt_, final = phase_ != Phase::kRestarting] {
+    std::optional<NodeLink::Closing> closing;
+    std::string error;
+    try {
+      closing = link_->close_attempt(attempt, mine, final, timeout_s);
+    } catch (const std::exception& e) {
+      error = e.what();
     }
-    if (!closing.silent_nodes.empty() && outcome_->kind == OutcomeKind::kSucceeded) {
+    boost::asio::post(io_, [this, closing, error, timeout_s] { on_round_closed(closing, error, timeout_s); });
+  });
+}
+
+void Supervisor::on_round_closed(const std::optional<NodeLink::Closing>& closing, const std::string& error,
+                                 double timeout_s) {
+  if (closing) {
+    if (closing->stop && closing->stop->value("node", -1) != link_->node()) adopt_remote_stop(*closing->stop);
+    if (!closing->silent_nodes.empty() && outcome_->kind == OutcomeKind::kSucceeded) {
       std::string nodes;
-      for (int n : closing.silent_nodes) nodes += (nodes.empty() ? "" : ", ") + std::to_string(n);
+      for (int n : closing->silent_nodes) nodes += (nodes.empty() ? "" : ", ") + std::to_string(n);
       outcome_ = Outcome{OutcomeKind::kNodeLost, exit_code::kLaunchFailure,
                          fmt::format("node(s) {} did not report the end of attempt {} within {} s", nodes, attempt_,
                                      timeout_s)};
-      remote_cause_ = json{{"node", closing.silent_nodes.front()}, {"rank", nullptr}, {"kind", "node_lost"},
+      remote_cause_ = json{{"node", closing->silent_nodes.front()}, {"rank", nullptr}, {"kind", "node_lost"},
                            {"message", outcome_->reason}};
       phase_ = Phase::kStopping;
     }
-  } catch (const std::exception& e) {
-    spdlog::error("rendezvous: the end of attempt {}: {}", attempt_, e.what());
+  } else {
+    spdlog::error("rendezvous: the end of attempt {}: {}", attempt_, error);
     if (outcome_->kind == OutcomeKind::kSucceeded) {
-      outcome_ = Outcome{OutcomeKind::kNodeLost, exit_code::kLaunchFailure, std::string("lost node 0: ") + e.what()};
-      remote_cause_ = json{{"node", 0}, {"rank", nullptr}, {"kind", "node_lost"}, {"message", e.what()}};
+      outcome_ = Outcome{OutcomeKind::kNodeLost, exit_code::kLaunchFailure, "lost node 0: " + error};
+      remote_cause_ = json{{"node", 0}, {"rank", nullptr}, {"kind", "node_lost"}, {"message", error}};
       phase_ = Phase::kStopping;
     }
   }
   if (watcher_thread_.joinable()) watcher_thread_.join();
+  conclude_attempt();
 }
 
 void Supervisor::join_helpers() {
@@ -380,20 +396,23 @@ void Supervisor::on_signal(int sig) {
     kill_stragglers();
     return;
   }
+  // A hang-up (the terminal closed) stops the ranks as SIGTERM does, so that they can end cleanly.
+  const int forward = sig == SIGHUP ? SIGTERM : sig;
   if (phase_ == Phase::kStopping) {  // the outcome is decided; pass the signal on
-    signal_groups(sig);
+    signal_groups(forward);
     return;
   }
   outcome_ = Outcome{OutcomeKind::kSignal, exit_code::kSignalBase + sig, "xlaunch received " + signal_name(sig)};
-  spdlog::warn("received {}; forwarding it to {} and stopping (SIGKILL after {} s)", signal_name(sig),
+  spdlog::warn("received {}; {} {} and stopping (SIGKILL after {} s)", signal_name(sig),
+               forward == sig ? "forwarding it to" : "sending " + signal_name(forward) + " to",
                plural(running_count(), "running rank"), plan_.spec.launcher.term_timeout_s);
   if (phase_ == Phase::kRestarting) {  // the gang is already stopping: just do not restart
     phase_ = Phase::kStopping;
-    signal_groups(sig);
+    signal_groups(forward);
     save_state();
     return;
   }
-  stop_gang(Phase::kStopping, sig);
+  stop_gang(Phase::kStopping, forward);
 }
 
 // scancel (and a terminal's Ctrl-C without job control) signals every process of the job, the
@@ -515,7 +534,11 @@ void Supervisor::check_attempt_over() {
 
 void Supervisor::end_attempt() {
   attempt_over_ = true;
-  if (round_met_) close_round();
+  if (round_met_) return close_round();  // on_round_closed() concludes it
+  conclude_attempt();
+}
+
+void Supervisor::conclude_attempt() {
   if (remote_cause_) spdlog::error("root cause on another node: {}", outcome_->reason);
   if (root_cause_) {
     const Rank& rank = rank_at(root_cause_->rank);
@@ -550,6 +573,7 @@ void Supervisor::finish() {
   } catch (const std::exception& e) {
     spdlog::error("cannot write the summary: {}", e.what());
   }
+  live_report_.finish();
   const Outcome& outcome = *outcome_;
   spdlog::info("job {} after {:.3f} s, {}: {}; xlaunch exits {}; summary in {}", outcome_name(outcome.kind),
                seconds_between(started_, SteadyClock::now()), plural(attempt_, "attempt"), outcome.reason,

@@ -15,8 +15,10 @@
 // thread, which posts its result to the loop; while ranks run, a watcher thread blocks on this
 // node's stop key in node 0's store and posts what it reads: another node's root cause (the gang
 // stops here too, with that cause) or the store's loss (node 0 is gone). A decisive local event
-// publishes the stop for every node. At the end of each attempt the nodes exchange outcomes, so
-// that every xlaunch reports the same root cause and makes the same restart decision.
+// publishes the stop for every node. At the end of each attempt the nodes exchange outcomes (on
+// the helper thread: the loop keeps running), so that every xlaunch reports the same root cause
+// and makes the same restart decision. A node lost mid-attempt reaches the watcher too: node 0's
+// store publishes its loss as the root cause (launcher/rendezvous.hpp).
 #pragma once
 
 #include <atomic>
@@ -34,6 +36,7 @@
 #include "launcher/guard.hpp"
 #include "launcher/heartbeat.hpp"
 #include "launcher/launch_error.hpp"
+#include "launcher/live_report.hpp"
 #include "launcher/log_stream.hpp"
 #include "launcher/plan.hpp"
 #include "launcher/rank_process.hpp"
@@ -43,7 +46,7 @@
 
 namespace xtrain::launcher {
 
-// SIGINT, SIGTERM, SIGUSR1, SIGUSR2: blocked from startup until the supervisor's handlers exist,
+// SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2: blocked from startup until the supervisor's handlers exist,
 // so that a signal that arrives early (an immediate `xlaunch stop`) waits instead of killing.
 void block_handled_signals(bool block);
 
@@ -77,6 +80,7 @@ class Supervisor {
   void kill_stragglers();
   void check_attempt_over();
   void end_attempt();
+  void conclude_attempt();
   void finish();
 
   // Events.
@@ -94,6 +98,7 @@ class Supervisor {
   void on_store_lost(int attempt, const std::string& error);
   void adopt_remote_stop(const nlohmann::json& record);
   void close_round();
+  void on_round_closed(const std::optional<NodeLink::Closing>& closing, const std::string& error, double timeout_s);
   void join_helpers();
   nlohmann::json root_cause_json() const;
 
@@ -120,6 +125,7 @@ class Supervisor {
   boost::asio::steady_timer kill_timer_;  // launcher.term_timeout_s after the stop signal
   boost::asio::steady_timer drain_timer_; // output still open after every rank was reaped
   std::unique_ptr<HeartbeatWatch> heartbeat_;
+  LiveReport live_report_;                // report.html: every 10 s while metrics change, and at the end
 
   Phase phase_ = Phase::kStarting;
   int attempt_ = 0;                 // 1-based
@@ -139,7 +145,7 @@ class Supervisor {
   bool state_error_reported_ = false;
 
   std::unique_ptr<NodeLink> link_;     // several nodes only
-  std::thread rendezvous_thread_;
+  std::thread rendezvous_thread_;     // the round's join, later its end-of-attempt exchange
   std::thread watcher_thread_;
   std::atomic<bool> cancel_rendezvous_{false};
   bool round_met_ = false;             // this attempt's round succeeded: close_round() is due

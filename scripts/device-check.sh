@@ -70,7 +70,7 @@ else
   say "no dist/xtrain-bundle.tar.xz: trying to build here (needs gloo, spdlog, fmt, boost, openblas, catch2)"
   if cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
        >"$logs/build.log" 2>&1 &&
-     cmake --build build-device -j "$(nproc)" --target xlaunch xtrain-worker xtrain-bench-gpu test_cuda \
+     cmake --build build-device -j "$(nproc)" --target xlaunch xtrain-worker xtrain-cuda xtrain-bench-gpu test_cuda \
        >>"$logs/build.log" 2>&1; then
     bin="$root/build-device/bin"
     libpath=""
@@ -110,7 +110,10 @@ for lib in libcudart.so.13 libcublasLt.so.13 libnccl.so.2; do
 done
 export XTRAIN_LD_LIBRARY_PATH="$libpath"
 run_ours() { LD_LIBRARY_PATH="$XTRAIN_LD_LIBRARY_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
-run_ours ldd "$bin"/* >"$logs/ldd.txt" 2>&1
+# The worker loads the CUDA plugin from ../lib beside its bin/ (worker/cuda_plugin_loader.hpp).
+plugin="$bin/../lib/libxtrain-cuda.so"
+[[ -f "$plugin" ]] || say "MISSING the CUDA plugin $plugin: the worker will train on the CPU (auto) or fail (cuda)"
+run_ours ldd "$bin"/* "$plugin" >"$logs/ldd.txt" 2>&1
 if grep -q 'not found' "$logs/ldd.txt"; then
   say "MISSING libraries:"
   grep 'not found' "$logs/ldd.txt" | sort -u | tee -a "$summary"

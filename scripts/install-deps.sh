@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs every Debian package xtrain needs to build, test and run the demo.
 # Idempotent and quiet when everything is already there. Usage: scripts/install-deps.sh [--test]
-#   --test   also install what the test suite needs (PyTorch for reference checks)
+#   --test   also install what the test suite needs (PyTorch for reference checks and the torchrun
+#            comparison; node and npm, which fetch the GPT-2 tokenizer's reference:
+#            scripts/fetch-gpt2-reference.sh; Chromium to render the run report headless; iproute2
+#            for the network-namespace tests)
 set -euo pipefail
 
 packages=(
@@ -14,7 +17,10 @@ packages=(
   time
 )
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(python3-torch python3-numpy)
+  packages+=(python3-torch python3-numpy chromium iproute2)
+  # Any node will do (a newer one may come from elsewhere): Debian's only where there is none.
+  command -v node >/dev/null || packages+=(nodejs)
+  command -v npm >/dev/null || packages+=(npm)
 fi
 
 missing=()

@@ -2,9 +2,11 @@
 # Makes the relocatable bundle that scripts/device-check.sh runs on a GPU machine that has the
 # NVIDIA driver and CUDA but none of our Debian packages and no network:
 #   dist/xtrain-bundle.tar.xz  ->  xtrain-bundle/bin/  xlaunch xtrain-worker xtrain-bench-gpu test_cuda
-#                                  xtrain-bundle/lib/  every shared library they need that is not
-#                                                      glibc, the GCC runtime, or CUDA/NCCL/driver
-#                                                      (gloo, openblas, gfortran, spdlog, fmt, ...)
+#                                  xtrain-bundle/lib/  libxtrain-cuda.so, the CUDA plugin (the worker
+#                                                      loads it from ../lib beside its bin/), and every
+#                                                      shared library they need that is not glibc, the
+#                                                      GCC runtime, or CUDA/NCCL/driver (gloo,
+#                                                      openblas, gfortran, spdlog, fmt, ...)
 #                                  xtrain-bundle/BUNDLE.json  what was built, from which sources
 # CUDA's own libraries (cudart, cublasLt, NCCL) are NOT bundled (over 700 MiB): device-check.sh
 # finds the GPU machine's (its CUDA toolkit, or PyTorch's nvidia-* wheels) and puts them with
@@ -35,7 +37,7 @@ if [[ ! -f "$build/build.ninja" ]]; then
 fi
 grep -q '^XTRAIN_HAVE_CUDA\|CMAKE_CUDA_COMPILER:' "$build/CMakeCache.txt" ||
   { echo "make-bundle: $build has no CUDA compiler configured" >&2; exit 1; }
-targets=()
+targets=(--target xtrain-cuda)
 for p in "${programs[@]}"; do targets+=(--target "$p"); done
 cmake --build "$build" -j "${XTRAIN_JOBS:-$(nproc)}" "${targets[@]}"
 
@@ -47,15 +49,18 @@ for p in "${programs[@]}"; do
   cp "$build/bin/$p" "$b/bin/"
   strip --strip-unneeded "$b/bin/$p"
 done
+cp "$build/lib/libxtrain-cuda.so" "$b/lib/"
+strip --strip-unneeded "$b/lib/libxtrain-cuda.so"
+ours=("$b"/bin/* "$b/lib/libxtrain-cuda.so")
 
 # Libraries the GPU machine has anyway, or must provide itself: the C library and loader, the
 # GCC runtime (the GPU machine's is as new or newer), and the driver, CUDA and NCCL.
 skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|librt\.|libpthread\.|libresolv\.|libstdc\+\+|libgcc_s|libcuda\.|libcudart|libcublas|libnccl|libnvidia)'
-ldd "$b"/bin/* | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u | while read -r name path; do
+ldd "${ours[@]}" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u | while read -r name path; do
   [[ "$name" =~ $skip ]] && continue
   cp -L "$path" "$b/lib/$name"
 done
-missing=$(ldd "$b"/bin/* | grep 'not found' || true)
+missing=$(ldd "${ours[@]}" | grep 'not found' || true)
 [[ -z "$missing" ]] || { echo "make-bundle: unresolved libraries here:"$'\n'"$missing" >&2; exit 1; }
 
 archs=$(grep -o 'code=\[[^]]*\]' "$build/compile_commands.json" | grep -o 'sm_[0-9a-z]*' | sort -u | tr '\n' ' ')
@@ -71,6 +76,7 @@ cat >"$b/BUNDLE.json" <<JSON
   "nvcc": "$nvcc_version",
   "built_with_glibc": "$(ldd --version | head -1 | awk '{print $NF}')",
   "programs": "$(cd "$b/bin" && echo *)",
+  "plugin": "lib/libxtrain-cuda.so",
   "libraries": "$(cd "$b/lib" && echo *)"
 }
 JSON

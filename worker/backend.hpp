@@ -11,7 +11,7 @@
 //   operations read (GPT passes its activation-dtype copy of the parameters). Parameter
 //   gradients, optimizer moments, layernorm statistics, losses and the attention's private
 //   buffers are float* (fp32) whatever the activation dtype.
-// - Precision (common/job_spec.hpp) is fixed when the backend is created. In bf16 every
+// - Precision (common/precision.hpp) is fixed when the backend is created. In bf16 every
 //   activation an operation writes is stored as bf16 (the CPU keeps fp32 storage but rounds to
 //   bf16 at exactly those points, round to nearest even, so a CPU run emulates the GPU's
 //   storage); products take bf16 inputs and accumulate in fp32; reductions (layernorm
@@ -35,7 +35,7 @@
 #include <cstdint>
 #include <string>
 
-#include "common/job_spec.hpp"  // Precision
+#include "common/precision.hpp"
 #include "worker/act_ptr.hpp"
 #include "worker/math/adamw.hpp"  // AdamWHyper
 

@@ -25,15 +25,9 @@
 #include "common/log.hpp"
 #include "common/worker_env.hpp"
 #include "worker/checkpoint.hpp"
-#include "worker/cpu_backend.hpp"
+#include "worker/device_choice.hpp"
 #include "worker/file_io.hpp"
-#include "worker/gloo_communicator.hpp"
-#include "worker/single_communicator.hpp"
 #include "worker/trainer.hpp"
-
-#ifdef XTRAIN_HAVE_CUDA
-#include "cuda/cuda_api.hpp"
-#endif
 
 namespace {
 
@@ -80,44 +74,6 @@ std::string job_path_from(int argc, char** argv, const WorkerEnv& env) {
   return path;
 }
 
-// spec.device: cpu, cuda, or auto (cuda when this build has CUDA and a GPU is visible), in the
-// precision train.precision resolves to on that device.
-std::unique_ptr<Backend> make_backend(const JobSpec& spec, const WorkerEnv& env) {
-  int gpus = 0;
-#ifdef XTRAIN_HAVE_CUDA
-  gpus = cuda::visible_device_count();
-#endif
-  const bool cuda = spec.device == "cuda" || (spec.device == "auto" && gpus > 0);
-  const Precision precision = resolve_precision(spec.train, cuda ? "cuda" : "cpu");
-  if (!cuda) return std::make_unique<CpuBackend>(precision);
-#ifdef XTRAIN_HAVE_CUDA
-  if (gpus == 0) throw SpecError("device", "\"cuda\" asked for, but no GPU is visible to this rank");
-  return cuda::make_backend(env.where.local_rank % gpus, precision);
-#else
-  (void)env;
-  throw SpecError("device", "\"cuda\" asked for, but this xtrain-worker was built without CUDA");
-#endif
-}
-
-// spec.backend: gloo (host memory), nccl (device memory), or auto (the one that fits the device).
-std::unique_ptr<Communicator> make_communicator(const JobSpec& spec, const WorkerEnv& env, Backend& backend) {
-  const bool on_gpu = backend.name() != "cpu";
-  if (spec.backend == "gloo" && on_gpu) {
-    throw SpecError("backend", "\"gloo\" reduces host memory; with device \"cuda\" use \"nccl\" or \"auto\"");
-  }
-  if (spec.backend == "nccl" && !on_gpu) {
-    throw SpecError("backend", "\"nccl\" needs device \"cuda\"; CPU ranks use \"gloo\" or \"auto\"");
-  }
-  if (env.where.world_size == 1) return std::make_unique<SingleCommunicator>();
-  const double timeout_s = spec.nodes.rdzv_timeout_s;
-  if (on_gpu) {
-#ifdef XTRAIN_HAVE_CUDA
-    return cuda::make_nccl_communicator(env, backend, timeout_s);
-#endif
-  }
-  return make_gloo_communicator(env, timeout_s);
-}
-
 bool is_bad_input(const std::exception& e) {
   return dynamic_cast<const SpecError*>(&e) || dynamic_cast<const FileError*>(&e) ||
          dynamic_cast<const CheckpointError*>(&e) || dynamic_cast<const BadInput*>(&e) ||
@@ -131,6 +87,7 @@ int main(int argc, char** argv) {
   // it must be destroyed first.
   int rank = 0;
   JobSpec spec;
+  DeviceChoice device;
   std::unique_ptr<RunReport> report;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Trainer> trainer;
@@ -171,13 +128,19 @@ int main(int argc, char** argv) {
   try {
     const std::string job_path = job_path_from(argc, argv, env);
     spec = parse_job_spec(read_job_json(job_path), std::filesystem::path(job_path).stem().string());
+    validate_for_training(spec, env.where.world_size);
+    device = choose_device(spec, env.where.local_rank, DeviceProbe::of_this_machine());
+    if (device.degraded) {
+      spdlog::warn("{}", device.summary);
+    } else {
+      spdlog::info("{}", device.summary);
+    }
     if (env.run_dir.empty()) {
       env.run_dir = spec.run_dir;
       std::filesystem::create_directories(env.run_dir);
       report = std::make_unique<RunReport>(rank, env.run_dir, env.heartbeat_file, env.result_file);
     }
-    validate_for_training(spec, env.where.world_size);
-    backend = make_backend(spec, env);
+    backend = make_backend(device);
     trainer = std::make_unique<Trainer>(spec, env.run_dir, rank, env.where.world_size, *backend, *report,
                                         FaultInjection::from_environment(env.restart_count));
   } catch (const std::exception& e) {
@@ -185,7 +148,7 @@ int main(int argc, char** argv) {
   }
 
   try {
-    auto comm = make_communicator(spec, env, *backend);
+    auto comm = make_communicator(device, spec, env, *backend);
     const RankResult result = trainer->run(*comm, g_stop_requested);
     report->write_result(result);
     return 0;

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Two "nodes" on one machine: two network namespaces joined by a veth pair.
-#   node 1: namespace $XT_NS1, address $XT_ADDR1 (10.77.0.1/24)
-#   node 2: namespace $XT_NS2, address $XT_ADDR2 (10.77.0.2/24)
+#   node 1: namespace $XT_NS1, address $XT_ADDR1 (10.77.0.1/24) on interface $XT_IF1
+#   node 2: namespace $XT_NS2, address $XT_ADDR2 (10.77.0.2/24) on interface $XT_IF2
 # The addresses exist only inside namespaces this script creates, so they touch nothing else;
 # the names carry this shell's pid, so concurrent runs do not collide.
 #
-# Run one command with them (it sees XT_NS1, XT_NS2, XT_ADDR1, XT_ADDR2 and runs things on a
-# node with `ip netns exec "$XT_NS1" ...`); its exit code is this script's:
+# Run one command with them (it sees XT_NS1, XT_NS2, XT_ADDR1, XT_ADDR2, XT_IF1, XT_IF2 and runs
+# things on a node with `ip netns exec "$XT_NS1" ...`); its exit code is this script's:
 #   scripts/netns/two_nodes.sh CMD ARGS...
 # Or source it from a test script:
 #   source scripts/netns/two_nodes.sh
 #   two_nodes_up                    # creates both; an EXIT trap runs two_nodes_down
 #   some_cmd & two_nodes_track $!   # background processes to stop before the namespaces go
+#   two_nodes_cut                   # node 2's end of the link goes down: packets vanish both ways,
+#                                   # and open connections fall silent (no reset, no FIN)
 # two_nodes_down stops the tracked processes (SIGTERM, SIGKILL after 5 s) and every process
 # still inside either namespace, then deletes the namespaces (the veth pair goes with them).
 # It runs on every exit, a failed test or Ctrl-C included.
@@ -23,10 +25,14 @@ XT_ADDR1=10.77.0.1
 XT_ADDR2=10.77.0.2
 XT_NS1="xt-$$-n1"
 XT_NS2="xt-$$-n2"
+XT_IF1="xtv$$a"
+XT_IF2="xtv$$b"
 XT_PIDS=()
 XT_UP=0
 
 two_nodes_track() { XT_PIDS+=("$@"); }
+
+two_nodes_cut() { ip -n "$XT_NS2" link set "$XT_IF2" down; }
 
 two_nodes_down() {
   local pid ns deadline
@@ -44,7 +50,7 @@ two_nodes_down() {
     for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
     ip netns del "$ns" 2>/dev/null || true
   done
-  ip link del "xtv$$a" 2>/dev/null || true  # only there if moving it into a namespace failed
+  ip link del "$XT_IF1" 2>/dev/null || true  # only there if moving it into a namespace failed
   XT_UP=0
 }
 
@@ -67,7 +73,7 @@ two_nodes_up() {
   fi
   XT_UP=1
   ip netns add "$XT_NS2"
-  local v1="xtv$$a" v2="xtv$$b"
+  local v1=$XT_IF1 v2=$XT_IF2
   ip link add "$v1" type veth peer name "$v2"
   ip link set "$v1" netns "$XT_NS1"
   ip link set "$v2" netns "$XT_NS2"
@@ -79,7 +85,7 @@ two_nodes_up() {
   done
   ip -n "$XT_NS1" link set "$v1" up
   ip -n "$XT_NS2" link set "$v2" up
-  export XT_NS1 XT_NS2 XT_ADDR1 XT_ADDR2
+  export XT_NS1 XT_NS2 XT_ADDR1 XT_ADDR2 XT_IF1 XT_IF2
 }
 
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -83,6 +84,10 @@ TEST_CASE("errors name the field by JSON path and say what was expected", "[spec
         "train.min_lr: expected a number <= train.lr (0.1), got 0.2");
   CHECK(error_of(json::parse(R"({"nodes": {"nnodes": 2, "node_rank": 2}})")) ==
         "nodes.node_rank: expected an integer < nodes.nnodes (2), got 2");
+  CHECK(error_of(json::parse(R"({"nodes": {"keepalive_interval_s": 5}})")) ==
+        "nodes.keepalive_timeout_s: expected a number > nodes.keepalive_interval_s (5), got 3");
+  CHECK(error_of(json::parse(R"({"nodes": {"keepalive_interval_s": 0}})")) ==
+        "nodes.keepalive_interval_s: expected a number >= 0.01 and <= 3600, got 0");
   CHECK(error_of(json::parse(R"({"name": "a/b"})")) == R"(name: expected a name without '/', got "a/b")");
   CHECK(error_of(json::parse(R"({"device": "cpu", "backend": "nccl"})")) ==
         R"(backend: "nccl" needs GPUs, but device is "cpu"; use "gloo" or "auto")");
@@ -204,4 +209,31 @@ TEST_CASE("docs/job-spec.md documents every key", "[spec][docs]") {
     INFO(key);
     CHECK(doc.find("`" + key + "`") != std::string::npos);
   }
+}
+
+TEST_CASE("every spec in configs/ is valid, at one rank and at its own nproc_per_node", "[spec][configs]") {
+  int specs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(XTRAIN_SOURCE_DIR) + "/configs")) {
+    if (entry.path().extension() != ".json") continue;
+    INFO(entry.path());
+    const JobSpec spec = parse_job_spec(read_job_json(entry.path().string()), entry.path().stem().string());
+    CHECK_NOTHROW(validate_for_training(spec, 1));
+    if (spec.nproc_per_node) CHECK_NOTHROW(validate_for_training(spec, *spec.nproc_per_node));
+    ++specs;
+  }
+  CHECK(specs >= 2);
+}
+
+TEST_CASE("configs/gpt2-124m.json is GPT-2 small with llm.c's batch of 0.5M tokens on 1 to 8 GPUs",
+          "[spec][configs]") {
+  const JobSpec spec = parse_job_spec(read_job_json(std::string(XTRAIN_SOURCE_DIR) + "/configs/gpt2-124m.json"));
+  CHECK(spec.model.n_layer == 12);
+  CHECK(spec.model.n_head == 12);
+  CHECK(spec.model.n_embd == 768);
+  CHECK(spec.model.seq_len == 1024);
+  CHECK(spec.model.vocab_size == 50257);
+  CHECK(spec.device == "cuda");
+  CHECK(spec.train.micro_batch_size == 16);
+  CHECK(spec.train.batch_size * spec.model.seq_len == 524288);
+  for (int gpus : {1, 2, 4, 8}) CHECK_NOTHROW(validate_for_training(spec, gpus));
 }

@@ -22,6 +22,7 @@
 
 using namespace xtrain;
 using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
 
 namespace {
 
@@ -65,13 +66,18 @@ TEST_CASE("the NCCL communicator refuses a backend that is not CUDA", "[nccl]") 
                     Contains("needs the CUDA backend, not \"cpu\""));
 }
 
-TEST_CASE("without a GPU: zero devices, and asking for one is a clear error", "[nccl][device]") {
+TEST_CASE("without the NVIDIA driver: CUDA's error and both versions, never a silent zero", "[nccl][device]") {
   if (machine_has_gpu_driver()) {
-    CHECK(cuda::visible_device_count() >= 0);
+    CHECK(cuda::count_devices().error.empty());
     return;  // the [gpu] cases cover this machine
   }
-  CHECK(cuda::visible_device_count() == 0);
-  CHECK_THROWS_WITH(cuda::make_backend(0, Precision::fp32), "GPU 0 was asked for (LOCAL_RANK), but 0 GPU(s) are visible");
+  const CudaDeviceCount devices = cuda::count_devices();
+  CHECK(devices.count == 0);
+  CHECK_THAT(devices.error, Contains("cudaGetDeviceCount: cudaErrorInsufficientDriver") &&
+                                Contains("no NVIDIA driver, runtime CUDA 1"));
+  CHECK_THROWS_WITH(cuda::visible_device_count(), devices.error);
+  CHECK_THROWS_WITH(cuda::make_backend(0, Precision::fp32), devices.error);
+  CHECK_THAT(cuda::versions(), StartsWith("no NVIDIA driver, runtime CUDA "));
 }
 
 TEST_CASE("a GPU that is not there is named in the error", "[gpu][device]") {

@@ -72,7 +72,8 @@ std::string write_spec(const TempDir& dir, const nlohmann::json& spec, const std
   return write_file(dir / name, spec.dump(2));
 }
 
-Process::Process(const std::vector<std::string>& argv, const std::map<std::string, std::string>* env) {
+Process::Process(const std::vector<std::string>& argv, const std::map<std::string, std::string>* env,
+                 bool own_group) {
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
   std::vector<std::string> env_entries;
@@ -87,11 +88,13 @@ Process::Process(const std::vector<std::string>& argv, const std::map<std::strin
   started_ = now_s();
   pid_ = ::fork();
   if (pid_ == 0) {
+    if (own_group) ::setpgid(0, 0);
     ::dup2(out[1], 1);
     ::dup2(err[1], 2);
     ::execve(c_argv[0], c_argv.data(), env ? c_env.data() : environ);
     ::_exit(127);
   }
+  if (own_group) ::setpgid(pid_, pid_);  // whichever runs first: the group exists before the test signals it
   ::close(out[1]);
   ::close(err[1]);
   out_fd_ = out[0];
@@ -216,6 +219,17 @@ double parse_iso_time(const std::string& text) {
   const char* rest = ::strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &parts);
   if (!rest) throw std::runtime_error("not an ISO time: " + text);
   return static_cast<double>(::timegm(&parts)) + std::atof(rest);  // rest: ".345Z"
+}
+
+std::map<std::string, std::string> environment_with(const std::map<std::string, std::string>& changes) {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e; ++e) {
+    const std::string entry = *e;
+    const auto eq = entry.find('=');
+    if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  for (const auto& [name, value] : changes) env[name] = value;
+  return env;
 }
 
 std::map<std::string, std::string> printed_env(const std::string& log_text) {

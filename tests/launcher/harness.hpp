@@ -47,8 +47,10 @@ struct Finished {
 // A running xlaunch (or any program) with stdout and stderr captured through pipes.
 class Process {
  public:
-  // `env` null: this process's environment.
-  Process(const std::vector<std::string>& argv, const std::map<std::string, std::string>* env = nullptr);
+  // `env` null: this process's environment. `own_group`: the process leads a new process group
+  // (as a shell's job does), so that a test can signal the whole group.
+  Process(const std::vector<std::string>& argv, const std::map<std::string, std::string>* env = nullptr,
+          bool own_group = false);
   ~Process();  // SIGKILLs a process still running
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;
@@ -92,6 +94,9 @@ nlohmann::json read_json(const std::string& path);
 bool exists(const std::string& path);
 double now_s();  // wall clock, seconds since the epoch
 double parse_iso_time(const std::string& text);  // "2026-11-30T10:41:12.345Z" -> seconds since the epoch
+
+// This process's environment with `changes` applied, for Process and run_xlaunch.
+std::map<std::string, std::string> environment_with(const std::map<std::string, std::string>& changes);
 
 // "ENV NAME=VALUE" lines printed by --print-env, for one rank's log.
 std::map<std::string, std::string> printed_env(const std::string& log_text);

@@ -89,6 +89,12 @@ TEST_CASE("launcher/plan: auto means one rank per visible GPU with NCCL", "[plan
   CHECK(plan.device == "cuda");
   CHECK(plan.backend == "nccl");
   CHECK(plan.ranks.size() == 2);
+  // --dry-run names the libnccl that xlaunch loaded by the workers' rule, and its version.
+  const nlohmann::json nccl = plan_to_json(plan).at("nccl");
+  CHECK(std::filesystem::exists(nccl.at("library").get<std::string>()));
+  CHECK_THAT(nccl.at("version").get<std::string>(), Catch::Matchers::Matches(R"(2\.\d+\.\d+)"));
+  CHECK(nccl.at("found_by") == plan.nccl.found_by);
+  CHECK(plan_to_json(f.plan(kTrue, {"backend=gloo"})).at("nccl").is_null());
 #else
   CHECK_THROWS_AS(f.plan(kTrue), LaunchError);
 #endif

@@ -57,7 +57,8 @@ TEST_CASE("launcher/specs: at least 20 kinds of invalid spec exit 2 naming the f
        "", {}, "model.n_embd: expected a multiple of model.n_head (4), got 130"},
       {"our worker, no data", {{"worker", {{"command", {"/nowhere/xtrain-worker"}}}}}, "", {}, "data.train:"},
       {"bad --set path", nullptr, "", {"--set", "name.x=1"}, "name: --set name.x=1: cannot set a field inside a string"},
-      {"bad --nproc-per-node", nullptr, "", {"--nproc-per-node", "many"}, "nproc_per_node: expected \"auto\""},
+      {"bad --nproc-per-node", nullptr, "", {"--nproc-per-node", "many"},
+       "--nproc-per-node: expected a number >= 1, auto, gpu or cpu"},
       {"bad --set value", nullptr, "", {"--set", "launcher.term_timeout_s=-1"}, "launcher.term_timeout_s: expected"},
   };
   REQUIRE(cases.size() >= 20);

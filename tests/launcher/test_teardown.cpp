@@ -4,6 +4,11 @@
 
 #include <csignal>
 
+#include <fcntl.h>
+#include <pty.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "harness.hpp"
 
 using namespace xtrain::test;
@@ -49,17 +54,82 @@ TEST_CASE("launcher/teardown: no process of the job survives a failure", "[integ
   CHECK(all_gone(job_pids(dir, 3, true, 0)));  // gone when xlaunch returns, not some time later
 }
 
-TEST_CASE("launcher/teardown: SIGTERM to xlaunch stops every rank and exits 143", "[integration][teardown]") {
+TEST_CASE("launcher/teardown: SIGTERM or SIGHUP to xlaunch stops every rank with SIGTERM and exits 128+N",
+          "[integration][teardown]") {
+  const int sig = GENERATE(SIGTERM, SIGHUP);  // SIGHUP: the terminal closed
+  const std::string name = std::string("SIG") + sigabbrev_np(sig);
+  INFO(name);
   TempDir dir;
   Process xlaunch = start_xlaunch(write_spec(dir, test_spec(dir, 3, {"--pid-dir", dir.path(), "--grandchild", "--hang"})));
   const auto pids = job_pids(dir, 3, true);
-  xlaunch.signal(SIGTERM);
+  xlaunch.signal(sig);
   const auto r = xlaunch.wait(10);
   REQUIRE(r);
-  CHECK(r->exit_code == 143);
+  CHECK(r->exit_code == 128 + sig);
+  if (sig == SIGHUP) CHECK_THAT(r->err, Contains("received SIGHUP; sending SIGTERM to 3 running ranks and stopping"));
   const auto summary = read_json(dir / "run/summary.json");
   CHECK(summary["status"] == "stopped");
-  CHECK(summary["exit_reason"] == "xlaunch received SIGTERM");
+  CHECK(summary["exit_code"] == 128 + sig);
+  CHECK(summary["exit_reason"] == "xlaunch received " + name);
+  for (const auto& rank : summary["ranks"]) CHECK(rank["signal"] == SIGTERM);
+  CHECK(all_gone(pids));
+}
+
+TEST_CASE("launcher/teardown: a hang-up of the whole process group (a closed terminal) accounts for every worker",
+          "[integration][teardown]") {
+  TempDir dir;
+  Process xlaunch({bin_path("xlaunch"), write_spec(dir, test_spec(dir, 2, {"--pid-dir", dir.path(), "--grandchild",
+                                                                           "--hang"}))},
+                  nullptr, /*own_group=*/true);
+  const auto pids = job_pids(dir, 2, true);
+  REQUIRE(::killpg(xlaunch.pid(), SIGHUP) == 0);  // what the kernel sends when the terminal goes
+  const auto r = xlaunch.wait(10);
+  REQUIRE(r);
+  CHECK(r->exit_code == 129);
+  const auto summary = read_json(dir / "run/summary.json");
+  CHECK(summary["exit_reason"] == "xlaunch received SIGHUP");
+  REQUIRE(summary["ranks"].size() == 2);
+  for (const auto& rank : summary["ranks"]) {
+    CHECK(rank["status"] == "stopped");
+    CHECK(rank["signal"] == SIGTERM);
+  }
+  CHECK(all_gone(pids));
+  CHECK(::killpg(xlaunch.pid(), 0) != 0);  // nothing is left in xlaunch's group (the guard has its own)
+  CHECK_THAT(read_file(dir / "run/report.html"), Contains("xlaunch received SIGHUP"));
+}
+
+TEST_CASE("launcher/teardown: closing xlaunch's terminal stops the job with 129 and a summary",
+          "[integration][teardown]") {
+  TempDir dir;
+  const std::string xlaunch = bin_path("xlaunch");
+  const std::string spec = write_spec(dir, test_spec(dir, 2, {"--pid-dir", dir.path(), "--grandchild", "--hang"}));
+  int terminal = -1;
+  const pid_t pid = ::forkpty(&terminal, nullptr, nullptr, nullptr);  // xlaunch leads a session on a pty
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::execl(xlaunch.c_str(), xlaunch.c_str(), spec.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::fcntl(terminal, F_SETFL, O_NONBLOCK);
+  const auto drain = [&] {
+    char buffer[4096];
+    while (::read(terminal, buffer, sizeof(buffer)) > 0) {
+    }
+  };
+  REQUIRE(wait_until([&] {
+    drain();
+    return read_pid(dir / "rank-1.pid") > 0 && read_pid(dir / "grandchild-1.pid") > 0;
+  }, 10));
+  const auto pids = job_pids(dir, 2, true);
+  ::close(terminal);  // the terminal goes away: the kernel hangs up xlaunch's session
+  int status = 0;
+  const bool exited = wait_until([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, 10);
+  if (!exited) ::kill(pid, SIGKILL), ::waitpid(pid, &status, 0);
+  REQUIRE(exited);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 129);
+  const auto summary = read_json(dir / "run/summary.json");
+  CHECK(summary["exit_reason"] == "xlaunch received SIGHUP");
   for (const auto& rank : summary["ranks"]) CHECK(rank["signal"] == SIGTERM);
   CHECK(all_gone(pids));
 }

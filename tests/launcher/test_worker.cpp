@@ -1,7 +1,7 @@
 // xtrain-test-worker: a stand-in rank for xlaunch's integration tests. Flags are read in order;
 // `--rank R` (or `--rank all`, the default) selects which ranks the following flags apply to.
 // Whatever applies runs in this order: pid file, ignore SIGTERM, grandchild, environment,
-// output, result file, heartbeat, sleep, then the end: fail-until-restart, signal, exit, hang.
+// output, metrics, result file, heartbeat, sleep, then the end: fail-until-restart, signal, exit, hang.
 //
 //   --pid-dir DIR              write DIR/rank-R.pid (and DIR/grandchild-R.pid)
 //   --ignore-term | --ignore-int   ignore SIGTERM | SIGINT
@@ -12,6 +12,8 @@
 //   --print-env                print "ENV NAME=VALUE" for every variable, sorted
 //   --print TEXT | --stderr TEXT | --print-partial TEXT (no newline)
 //   --lines N [--line-bytes B] print N numbered lines as fast as possible, padded to B bytes
+//   --metrics N                append steps 1..N to $XTRAIN_RUN_DIR/metrics.jsonl: loss 8/step,
+//                              lr, grad_norm, tokens_per_s, and rank_step_ms (10 + r ms for rank r)
 //   --result-error MESSAGE     write {"error": MESSAGE} to $XTRAIN_RESULT_FILE
 //   --heartbeat S [--heartbeat-for T]  touch $XTRAIN_HEARTBEAT_FILE every S s (for T s only)
 //   --sleep S                  sleep S seconds
@@ -46,6 +48,7 @@ struct Actions {
   std::vector<std::pair<int, std::string>> texts;  // fd (1 or 2, or -1 = stdout without '\n'), text
   long lines = 0;
   size_t line_bytes = 0;
+  long metrics = 0;
   std::string result_error;
   double heartbeat_every = 0;
   double heartbeat_for = -1;
@@ -97,6 +100,7 @@ Actions parse(int argc, char** argv, int rank) {
     else if (flag == "--print-partial") a.texts.emplace_back(-1, value);
     else if (flag == "--lines") a.lines = std::atol(value.c_str());
     else if (flag == "--line-bytes") a.line_bytes = std::strtoul(value.c_str(), nullptr, 10);
+    else if (flag == "--metrics") a.metrics = std::atol(value.c_str());
     else if (flag == "--result-error") a.result_error = value;
     else if (flag == "--heartbeat") a.heartbeat_every = std::atof(value.c_str());
     else if (flag == "--heartbeat-for") a.heartbeat_for = std::atof(value.c_str());
@@ -166,6 +170,20 @@ void print_lines(int rank, long count, size_t bytes) {
   write_all(1, batch);
 }
 
+void append_metrics(long steps) {
+  const char* dir = std::getenv("XTRAIN_RUN_DIR");
+  if (!dir) return;
+  const int world = env_int("WORLD_SIZE", 1);
+  std::ofstream out(std::string(dir) + "/metrics.jsonl", std::ios::app);
+  for (long step = 1; step <= steps; ++step) {
+    std::string ranks;
+    for (int r = 0; r < world; ++r) ranks += (r ? "," : "") + std::to_string(10 + r);
+    out << "{\"step\": " << step << ", \"loss\": " << 8.0 / static_cast<double>(step)
+        << ", \"lr\": 0.001, \"grad_norm\": 1.5, \"tokens_per_s\": 1000, \"ms_per_step\": 10, \"rank_step_ms\": ["
+        << ranks << "]}\n";
+  }
+}
+
 void heartbeat_loop(std::string path, double every, double for_s) {
   const auto start = std::chrono::steady_clock::now();
   for (long beat = 0;; ++beat) {
@@ -191,6 +209,7 @@ int main(int argc, char** argv) {
   if (a.print_env) print_environment();
   for (const auto& [fd, text] : a.texts) write_all(fd < 0 ? 1 : fd, fd < 0 ? text : text + "\n");
   if (a.lines > 0) print_lines(rank, a.lines, a.line_bytes);
+  if (a.metrics > 0) append_metrics(a.metrics);
   if (!a.result_error.empty()) {
     const char* path = std::getenv("XTRAIN_RESULT_FILE");
     if (path) std::ofstream(path) << "{\"error\": \"" << a.result_error << "\"}\n";

@@ -33,6 +33,9 @@ TEST_CASE("kv protocol: requests round-trip", "[kv][protocol]") {
       {Op::kWait, {"a", "b", "c"}, "", 0, 1500},
       {Op::kCheck, {"a", ""}, "", 0, 0},
       {Op::kDelete, {"gone"}, "", 0, 0},
+      {Op::kLease, {"xlaunch/a1/lease/3"}, R"({"node":3})", 0, 3000},
+      {Op::kKeepalive, {}, "", 0, 0},
+      {Op::kRelease, {}, "", 0, 0},
   };
   for (const auto& q : requests) {
     const Request back = decode_request(payload_of(encode_frame(q)));
@@ -118,6 +121,8 @@ TEST_CASE("kv protocol: malformed payloads are refused", "[kv][protocol]") {
     CHECK_THROWS_WITH(decode_request(shape_error({Op::kGet, {"a", "b"}, "", 0, 0})), "GET with 2 keys");
     CHECK_THROWS_WITH(decode_request(shape_error({Op::kWait, {}, "", 0, 0})), "WAIT with 0 keys");
     CHECK_THROWS_WITH(decode_request(shape_error({Op::kHello, {"x"}, "t", 1, 0})), "HELLO with 1 keys");
+    CHECK_THROWS_WITH(decode_request(shape_error({Op::kLease, {}, "", 0, 1000})), "LEASE with 0 keys");
+    CHECK_THROWS_WITH(decode_request(shape_error({Op::kKeepalive, {"k"}, "", 0, 0})), "KEEPALIVE with 1 keys");
   }
   SECTION("unknown status in a response") {
     auto frame = encode_frame(Response{});

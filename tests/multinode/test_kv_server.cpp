@@ -12,105 +12,16 @@
 #include <thread>
 #include <vector>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 
 #include "common/kv_client.hpp"
 #include "common/kv_server.hpp"
+#include "tests/multinode/kv_test_util.hpp"
 
 using namespace xtrain::kv;
+using namespace xtrain::kv::testing;
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
 
-namespace {
-
-const std::string kToken = "test-token-0123456789";
-
-Endpoint loopback_any_port() { return Endpoint{"127.0.0.1", 0}; }
-
-KvClientOptions quick(std::chrono::milliseconds connect = 5s) {
-  KvClientOptions o;
-  o.connect_timeout = connect;
-  o.io_timeout = 5s;
-  return o;
-}
-
-// A plain TCP socket for sending what a well-behaved client never would.
-class RawSocket {
- public:
-  explicit RawSocket(std::uint16_t port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-    REQUIRE(::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  }
-  ~RawSocket() { ::close(fd_); }
-
-  void send(const std::vector<char>& bytes) {
-    // The server may already have closed: a failed send is fine, closed_within() tells.
-    (void)::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-  }
-  void send(const Request& q) { send(encode_frame(q)); }
-  void hello(const std::string& token = kToken) {
-    send(Request{Op::kHello, {}, token, kProtocolVersion, 0});
-    const Response r = receive(2s);
-    REQUIRE(r.status == Status::kOk);
-  }
-
-  Response receive(std::chrono::milliseconds within) {
-    std::array<char, kFrameHeaderBytes> header{};
-    REQUIRE(read_exact(header.data(), header.size(), within));
-    std::vector<char> payload(decode_frame_length(header));
-    REQUIRE(read_exact(payload.data(), payload.size(), within));
-    return decode_response(payload);
-  }
-
-  // True when the server closed the connection (reading hits end of file or a reset) within
-  // `within`; answers that arrive first are skipped.
-  bool closed_within(std::chrono::milliseconds within) {
-    const auto deadline = Clock::now() + within;
-    char buf[4096];
-    while (Clock::now() < deadline) {
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, 50) <= 0) continue;
-      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-      if (n <= 0) return true;
-    }
-    return false;
-  }
-
- private:
-  bool read_exact(char* data, size_t n, std::chrono::milliseconds within) {
-    const auto deadline = Clock::now() + within;
-    while (n > 0) {
-      pollfd p{fd_, POLLIN, 0};
-      if (Clock::now() >= deadline) return false;
-      if (::poll(&p, 1, 50) <= 0) continue;
-      const ssize_t got = ::recv(fd_, data, n, 0);
-      if (got <= 0) return false;
-      data += got;
-      n -= static_cast<size_t>(got);
-    }
-    return true;
-  }
-
-  int fd_ = -1;
-};
-
-// A port nobody listens on right now (taken from a server that is gone again).
-std::uint16_t free_port() {
-  KvServerThread probe(loopback_any_port(), kToken);
-  return probe.local_endpoint().port;
-}
-
-}  // namespace
 
 TEST_CASE("kv server: every op through one client", "[kv][server]") {
   KvServerThread server(loopback_any_port(), kToken);
@@ -133,6 +44,8 @@ TEST_CASE("kv server: every op through one client", "[kv][server]") {
   client.set("huge", std::to_string(INT64_MAX));
   CHECK_THROWS_WITH(client.add("huge", 1), Catch::Contains("overflows"));
 
+  CHECK(client.get_many({"binary", "plain", "counter"}, 0ms) == std::vector<std::string>{binary, "replaced", "-2"});
+  CHECK_THROWS_AS(client.get_many({"plain", "absent"}, 0ms), KvTimeoutError);
   CHECK(client.check({"plain", "binary", "counter"}));
   CHECK_FALSE(client.check({"plain", "absent"}));
   client.wait({"plain", "counter"}, 0ms);
@@ -140,6 +53,11 @@ TEST_CASE("kv server: every op through one client", "[kv][server]") {
   CHECK(client.remove("plain"));
   CHECK_FALSE(client.remove("plain"));
   CHECK_FALSE(client.check({"plain"}));
+
+  // Values that add up to more than a frame: refused by the server, and the connection stays usable.
+  client.set("half", std::string(kMaxFrameBytes / 2, 'x'));
+  CHECK_THROWS_WITH(client.get_many({"half", "half", "half"}, 0ms), Catch::Contains("MGET") && Catch::Contains("frame limit"));
+  CHECK(client.get_many({"half"}, 0ms).front().size() == kMaxFrameBytes / 2);
 
   // Too large to send: refused locally, and the connection stays usable.
   CHECK_THROWS_WITH(client.set("big", std::string(kMaxFrameBytes, 'x')),
@@ -213,6 +131,32 @@ TEST_CASE("kv server: GET and WAIT are answered when a later SET arrives", "[kv]
 
   // The writer's own connection was never blocked by the waiters.
   CHECK(writer.get("late", 0ms) == "worth the wait");
+}
+
+TEST_CASE("kv server: a WAIT counts its keys down, repeated and deleted keys included", "[kv][server]") {
+  KvServerThread server(loopback_any_port(), kToken);
+  KvClient writer(server.local_endpoint(), kToken, quick());
+  auto waiter = std::async(std::launch::async, [&] {
+    KvClient client(server.local_endpoint(), kToken, quick());
+    client.wait({"a", "b", "a", "c"}, 10s);
+  });
+  std::vector<std::future<std::string>> getters;  // many requests waiting for one key
+  for (int i = 0; i < 16; ++i) {
+    getters.push_back(std::async(std::launch::async, [&] {
+      KvClient client(server.local_endpoint(), kToken, quick());
+      return client.get("b", 10s);
+    }));
+  }
+  std::this_thread::sleep_for(200ms);
+  writer.set("a", "1");
+  writer.set("b", "2");
+  for (auto& g : getters) CHECK(g.get() == "2");
+  CHECK(writer.remove("a"));  // gone again before the last key arrives
+  writer.set("c", "3");
+  CHECK(waiter.wait_for(300ms) == std::future_status::timeout);  // "a" is missing once more
+  writer.set("a", "back");
+  CHECK(waiter.wait_for(5s) == std::future_status::ready);
+  waiter.get();
 }
 
 TEST_CASE("kv server: timeouts say what was missing", "[kv][server]") {
@@ -297,8 +241,10 @@ TEST_CASE("kv server: a wrong token is refused at once", "[kv][server]") {
   CHECK(eager.closed_within(2s));
 
   RawSocket old_client(server.local_endpoint().port);
-  old_client.send(Request{Op::kHello, {}, kToken, kProtocolVersion + 1, 0});
-  CHECK_THAT(old_client.receive(2s).value, Catch::Contains("protocol version 2"));
+  old_client.send(Request{Op::kHello, {}, kToken, kProtocolVersion - 1, 0});
+  CHECK_THAT(old_client.receive(2s).value,
+             Catch::Contains("client speaks protocol version " + std::to_string(kProtocolVersion - 1) +
+                             ", this server speaks " + std::to_string(kProtocolVersion)));
 
   KvClient good(server.local_endpoint(), kToken, quick());
   good.set("still", "works");

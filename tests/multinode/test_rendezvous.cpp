@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/exit_codes.hpp"
+#include "common/kv_client.hpp"
 #include "launcher/launch_error.hpp"
 #include "launcher/rendezvous.hpp"
 
@@ -45,6 +46,14 @@ Plan node_plan(int node, int nnodes, int port, int nproc = 2, double timeout_s =
   return plan;
 }
 
+// Node 0 and node 1 meet for `attempt`, node 1 on a thread of its own.
+void meet(NodeLink& node0, NodeLink& node1, int attempt) {
+  std::atomic<bool> cancel{false};
+  auto round1 = std::async(std::launch::async, [&] { return node1.join(attempt, "run", cancel); });
+  node0.join(attempt, "run", cancel);
+  round1.get();
+}
+
 }  // namespace
 
 TEST_CASE("rendezvous: three nodes agree on offsets, node 0's run id and master port", "[rendezvous]") {
@@ -74,6 +83,19 @@ TEST_CASE("rendezvous: three nodes agree on offsets, node 0's run id and master 
     CHECK(r->store_endpoint == "127.0.0.1:" + std::to_string(port));
     CHECK(r->nccl_id_hex.empty());
   }
+}
+
+TEST_CASE("rendezvous: a node that arrives after several of node 0's waiting slices still meets", "[rendezvous]") {
+  const int port = free_port();
+  NodeLink node0(node_plan(0, 2, port));
+  std::atomic<bool> cancel{false};
+  auto node1 = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // node 0 waits in 500 ms slices
+    NodeLink link(node_plan(1, 2, port));
+    return link.join(1, "run", cancel);
+  });
+  CHECK(node0.join(1, "run", cancel).world_size == 4);
+  CHECK(node1.get().rank_offset == 2);
 }
 
 TEST_CASE("rendezvous: a node that never arrives fails the round on every node, named", "[rendezvous]") {
@@ -125,10 +147,7 @@ TEST_CASE("rendezvous: the first stop wins and reaches every node's watcher, and
   const int port = free_port();
   NodeLink node0(node_plan(0, 2, port));
   NodeLink node1(node_plan(1, 2, port));
-  std::atomic<bool> cancel{false};
-  auto round1 = std::async(std::launch::async, [&] { return node1.join(1, "run", cancel); });
-  node0.join(1, "run", cancel);
-  round1.get();
+  meet(node0, node1, 1);
   auto watch0 = std::async(std::launch::async, [&] { return node0.wait_stop(1); });
   auto watch1 = std::async(std::launch::async, [&] { return node1.wait_stop(1); });
   CHECK(node1.publish_stop(1, {{"node", 1}, {"why", "rank 3 failed"}}));
@@ -144,13 +163,84 @@ TEST_CASE("rendezvous: the first stop wins and reaches every node's watcher, and
   CHECK(closing0.silent_nodes.empty());
 
   // Attempt 2: nobody fails; closing releases each node's own watcher.
-  auto round2 = std::async(std::launch::async, [&] { return node1.join(2, "run", cancel); });
-  node0.join(2, "run", cancel);
-  round2.get();
+  meet(node0, node1, 2);
   auto watch = std::async(std::launch::async, [&] { return node1.wait_stop(2); });
   auto close0 = std::async(std::launch::async, [&] { return node0.close_attempt(2, {{"status", "succeeded"}}, true, 5); });
   const NodeLink::Closing quiet = node1.close_attempt(2, {{"status", "succeeded"}}, true, 5);
   CHECK_FALSE(quiet.stop);
   CHECK(watch.get().contains("end"));
   CHECK_FALSE(close0.get().stop);
+}
+
+namespace {
+
+// Node `node` of attempt 1 as its xlaunch speaks to the store, by hand, so that the test can kill
+// it: the lease, the registration, the plan.
+struct HandNode {
+  HandNode(int port, int node)
+      : lease(kv::Endpoint{"127.0.0.1", static_cast<std::uint16_t>(port)}, "test-token"),
+        control(kv::Endpoint{"127.0.0.1", static_cast<std::uint16_t>(port)}, "test-token") {
+    lease.lease("xlaunch/a1/lease/" + std::to_string(node), R"({"node":)" + std::to_string(node) + R"(,"attempt":1})",
+                std::chrono::seconds(3));
+    control.set("xlaunch/a1/node/" + std::to_string(node), R"({"addr":"127.0.0.1","local_world_size":2,"pid":1})");
+  }
+  kv::KvClient lease;
+  kv::KvClient control;
+};
+
+}  // namespace
+
+TEST_CASE("rendezvous: a node lost mid-attempt is every node's root cause, and nobody waits for it",
+          "[rendezvous]") {
+  const int port = free_port();
+  NodeLink node0(node_plan(0, 3, port));
+  NodeLink node1(node_plan(1, 3, port));
+  auto node2 = std::make_unique<HandNode>(port, 2);
+  meet(node0, node1, 1);
+  auto watch0 = std::async(std::launch::async, [&] { return node0.wait_stop(1); });
+  auto watch1 = std::async(std::launch::async, [&] { return node1.wait_stop(1); });
+  CHECK(watch0.wait_for(std::chrono::milliseconds(300)) == std::future_status::timeout);
+
+  const auto lost_at = std::chrono::steady_clock::now();
+  node2.reset();  // its connections close without RELEASE, as when its xlaunch is killed
+  for (auto* watch : {&watch0, &watch1}) {
+    const nlohmann::json record = watch->get();
+    CHECK(record.at("node") == 2);
+    CHECK(record.at("outcome").at("status") == "node_lost");
+    CHECK(record.at("outcome").at("exit_code") == exit_code::kLaunchFailure);
+    CHECK_THAT(record.at("outcome").at("reason").get<std::string>(),
+               Contains("its xlaunch is lost (127.0.0.1:") && Contains("the connection closed"));
+    CHECK(record.at("root_cause").at("kind") == "node_lost");
+    CHECK(record.at("root_cause").at("node") == 2);
+    CHECK(record.at("restart") == false);
+  }
+  CHECK(std::chrono::steady_clock::now() - lost_at < std::chrono::seconds(2));
+
+  // The end of the attempt: node 0 has node 2's report from its store, so neither node waits
+  // out the 30 s it would give a silent node.
+  const auto closing_from = std::chrono::steady_clock::now();
+  auto close1 = std::async(std::launch::async, [&] { return node1.close_attempt(1, {{"status", "node_lost"}}, true, 30); });
+  const NodeLink::Closing closing0 = node0.close_attempt(1, {{"status", "node_lost"}}, true, 30);
+  const NodeLink::Closing closing1 = close1.get();
+  CHECK(std::chrono::steady_clock::now() - closing_from < std::chrono::seconds(5));
+  for (const auto* closing : {&closing0, &closing1}) {
+    CHECK(closing->silent_nodes.empty());
+    REQUIRE(closing->stop);
+    CHECK(closing->stop->at("node") == 2);
+  }
+}
+
+TEST_CASE("rendezvous: a node that goes after reporting its end is not lost", "[rendezvous]") {
+  const int port = free_port();
+  NodeLink node0(node_plan(0, 2, port));
+  std::atomic<bool> cancel{false};
+  auto node1 = std::make_unique<HandNode>(port, 1);
+  node0.join(1, "run", cancel);
+  node1->control.set("xlaunch/a1/done/1", R"({"status":"succeeded"})");
+  node1.reset();  // gone without RELEASE and without waiting for the verdict
+  const auto closing_from = std::chrono::steady_clock::now();
+  const NodeLink::Closing closing = node0.close_attempt(1, {{"status", "succeeded"}}, true, 30);
+  CHECK(std::chrono::steady_clock::now() - closing_from < std::chrono::seconds(5));  // left/1 was written for it
+  CHECK_FALSE(closing.stop);
+  CHECK(closing.silent_nodes.empty());
 }

@@ -7,8 +7,17 @@
 #   absent     node 1 never starts: node 0 exits 125 after nodes.rdzv_timeout_s, naming node 1
 #   hang       rank 2 (node 1) stops its heartbeats: both xlaunch exit 124 naming node 1 rank 2
 #   lost       node 0's xlaunch is SIGKILLed: node 1 stops its ranks and exits 125 (node_lost)
+#   kill1      node 1's xlaunch is SIGKILLed: node 0 stops its ranks and exits 125 naming node 1
+#   cut        node 1's end of the link goes down (connections fall silent, no reset): both nodes
+#              stop their ranks and exit 125, each naming the other
+#              (lost, kill1, cut: within 5 s of the event, + 1 s margin for a loaded machine; the
+#              5 s are nodes.keepalive_timeout_s = 3 s to notice, then the ranks' SIGTERM and exit)
 #   training   (when XTRAIN_WORKER is given) a 2x2 job of the real xtrain-worker over Gloo: its
 #              losses match a single-process run of the same global batch (1e-5 relative)
+#   ddp        a PyTorch DDP script (tests/launcher/ddp_train.py) on 2 nodes x 1 rank under xlaunch
+#              with torchrun's static flags, with its c10d flags (--rdzv-id, no XTRAIN_JOB_TOKEN) and
+#              under torchrun itself: the same losses and parameter digest, bit for bit, as 2 ranks
+#              on one node
 #   two_node_launch.sh XLAUNCH TEST_WORKER KV_TOOL [XTRAIN_WORKER] [CASES...]
 # Needs root; exits 77 (skipped) where network namespaces are unavailable, and says why.
 set -euo pipefail
@@ -18,7 +27,7 @@ kv_tool=$(realpath "$3")
 xtrain_worker=${4:+$(realpath "$4")}
 shift $(($# < 4 ? $# : 4))
 cases=("$@")
-((${#cases[@]})) || cases=(token gang absent hang lost training)
+((${#cases[@]})) || cases=(token gang absent hang lost kill1 cut training ddp)
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../../scripts/netns/two_nodes.sh"
 two_nodes_up
@@ -64,6 +73,40 @@ launch_both() {  # launch_both NAME: node 0, then node 1; sets $node0 and $node1
 finish() {  # finish PID: sets $rc to its exit code (not in a subshell: only the parent can wait)
   rc=0
   wait "$1" || rc=$?
+}
+
+# A lost node ends the job on every other node within this long (see the header).
+bound_s=5
+margin_s=1
+declare -A rc_of
+
+# ended_after NAME NODE T0: seconds from the epoch time T0 to NODE's end, by its summary.json
+# (finished_at, written as xlaunch ends; a node that exits first need not be waited for first).
+ended_after() {
+  json_get "$tmp/$1-node$2/summary.json" \
+    "'%.2f' % (__import__('datetime').datetime.fromisoformat(d['finished_at'].replace('Z', '+00:00')).timestamp() - $3)"
+}
+
+within_bound() {  # within_bound SECONDS WHAT
+  awk -v t="$1" -v b="$((bound_s + margin_s))" 'BEGIN { exit !(t <= b) }' ||
+    fail "$2 took $1 s (bound: $bound_s s + $margin_s s margin)"
+}
+
+await_ranks() {  # await_ranks PID_DIR: until all 4 ranks have written their pid files (10 s at most)
+  local r
+  for r in 0 1 2 3; do
+    for _ in $(seq 100); do [[ -f $1/rank-$r.pid ]] && break; sleep 0.1; done
+    [[ -f $1/rank-$r.pid ]] || fail "rank $r never started"
+  done
+}
+
+no_rank_survives() {  # no_rank_survives PID_DIR WHAT
+  local r p
+  for r in 0 1 2 3; do
+    p=$(cat "$1/rank-$r.pid")
+    for _ in $(seq 30); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    ! kill -0 "$p" 2>/dev/null || fail "rank $r (pid $p) survived $2"
+  done
 }
 
 case_token() {
@@ -138,24 +181,64 @@ case_hang() {  # rank 2 (node 1) stops its heartbeats: both nodes exit 124 namin
   echo "two_node_launch: hang: passed (node 1 rank 2 hung; both nodes exit 124)"
 }
 
-case_lost() {  # node 0's xlaunch is killed with SIGKILL: node 1 stops its ranks and exits 125
-  spec lost "[\"$test_worker\", \"--pid-dir\", \"$tmp/lost-pids\", \"--sleep\", \"60\"]"
-  mkdir -p "$tmp/lost-pids"
-  launch_both lost
-  for _ in $(seq 100); do [[ -f $tmp/lost-pids/rank-3.pid ]] && break; sleep 0.1; done
-  kill -KILL "$node0"
-  { wait "$node0"; } 2>/dev/null || true  # without bash's "Killed" notice
-  local started=$SECONDS
-  finish "$node1"; expect_eq "$rc" 125 "node 1's exit code when node 0 is lost"
-  (((SECONDS - started) < 8)) || fail "node 1 took $((SECONDS - started)) s to stop"
-  expect_eq "$(json_get "$tmp/lost-node1/summary.json" 'd["status"]')" node_lost "node 1's summary (lost)"
-  for r in 0 1 2 3; do
-    local p
-    p=$(cat "$tmp/lost-pids/rank-$r.pid")
-    for _ in $(seq 30); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    ! kill -0 "$p" 2>/dev/null || fail "rank $r (pid $p) survived the loss of node 0"
+# lost_case NAME EVENT: both nodes run 2 sleeping ranks each; EVENT (a shell command) strikes at
+# $event_at; then waits for both xlaunch (rc_of[PID]).
+lost_case() {
+  spec "$1" "[\"$test_worker\", \"--pid-dir\", \"$tmp/$1-pids\", \"--sleep\", \"60\"]"
+  mkdir -p "$tmp/$1-pids"
+  launch_both "$1"
+  await_ranks "$tmp/$1-pids"
+  event_at=$(date +%s.%N)
+  eval "$2"
+  local pid
+  for pid in "$node0" "$node1"; do
+    rc_of[$pid]=0
+    { wait "$pid" || rc_of[$pid]=$?; } 2>/dev/null  # without bash's "Killed" notice
   done
-  echo "two_node_launch: lost: passed (node 0 killed; node 1 exits 125 node_lost, no rank survives)"
+}
+
+# expect_lost NAME NODE LOST_NODE: NODE exited 125 within the bound, and its summary and console
+# name LOST_NODE; sets $after (seconds from the event to NODE's end).
+expect_lost() {
+  local pid
+  pid=$([[ $2 == 0 ]] && echo "$node0" || echo "$node1")
+  expect_eq "${rc_of[$pid]}" 125 "$1: node $2's exit code"
+  after=$(ended_after "$1" "$2" "$event_at")
+  within_bound "$after" "$1: node $2"
+  expect_eq "$(json_get "$tmp/$1-node$2/summary.json" 'd["status"], d["exit_code"], d["root_cause"]["node"], d["root_cause"]["kind"]')" \
+    "('node_lost', 125, $3, 'node_lost')" "$1: node $2's summary (status, exit code, lost node, kind)"
+  grep -q "job node_lost .*xlaunch exits 125" "$tmp/$1-node$2.err" || fail "$1: node $2's console: $(tail -3 "$tmp/$1-node$2.err")"
+}
+
+case_lost() {  # node 0's xlaunch is killed with SIGKILL: node 1 stops its ranks and exits 125
+  lost_case lost 'kill -KILL "$node0"'
+  expect_lost lost 1 0
+  grep -q "lost node 0" "$tmp/lost-node1.err" || fail "node 1 does not name node 0: $(cat "$tmp/lost-node1.err")"
+  no_rank_survives "$tmp/lost-pids" "the loss of node 0"
+  echo "two_node_launch: lost: passed (node 0 killed; node 1 exits 125 node_lost after $after s, no rank survives)"
+}
+
+case_kill1() {  # node 1's xlaunch is killed with SIGKILL: node 0 stops its ranks and exits 125
+  lost_case kill1 'kill -KILL "$node1"'
+  expect_lost kill1 0 1
+  grep -q "node 1: its xlaunch is lost" "$tmp/kill1-node0.err" ||
+    fail "node 0 does not name node 1: $(cat "$tmp/kill1-node0.err")"
+  no_rank_survives "$tmp/kill1-pids" "the loss of node 1"
+  echo "two_node_launch: kill1: passed (node 1 killed; node 0 exits 125 node_lost after $after s, no rank survives)"
+}
+
+case_cut() {  # node 1's link goes down: silence both ways; each node gives the other up
+  lost_case cut two_nodes_cut
+  expect_lost cut 0 1
+  local after0=$after
+  expect_lost cut 1 0
+  grep -q "node 1: its xlaunch is lost (10.77.0.2:[0-9]*: silent for 3.0 s" "$tmp/cut-node0.err" ||
+    fail "node 0 does not say node 1 fell silent: $(cat "$tmp/cut-node0.err")"
+  grep -q "node 0's store is lost: no answer to keepalives for 3.0 s" "$tmp/cut-node1.err" ||
+    fail "node 1 does not say node 0 fell silent: $(cat "$tmp/cut-node1.err")"
+  no_rank_survives "$tmp/cut-pids" "the cut"
+  echo "two_node_launch: cut: passed (link down; node 0 exits 125 after $after0 s naming node 1," \
+    "node 1 after $after s naming node 0; no rank survives)"
 }
 
 case_training() {
@@ -196,6 +279,55 @@ for (step, a), (_, b) in zip(two, one):
     assert abs(a - b) <= 1e-5 * abs(b), f"step {step}: {a} vs {b}"
 EOF
   echo "two_node_launch: training: passed (2x2 Gloo losses match one process)"
+}
+
+case_ddp() {
+  local python=/usr/bin/python3 script="$here/../launcher/ddp_train.py" node ns if port_static port_c10d port_torchrun
+  "$python" -c 'import torch' 2>/dev/null || fail "ddp: $python cannot import torch (scripts/install-deps.sh --test)"
+  port_static=$((++port)) port_c10d=$((++port)) port_torchrun=$((++port))
+  # Rank 0's "step"/"digest" lines from a log file.
+  result() { sed -n -E 's/^((step|digest) .*)$/\1/p' "$@"; }
+  # Gloo binds where the host name resolves, which is not inside a namespace: name the veth.
+  on_node() {  # on_node NODE CMD...: in the background, output to $tmp/ddp-<tag>-node<NODE>.out
+    local n=$1
+    shift
+    ns=$([[ $n == 0 ]] && echo "$XT_NS1" || echo "$XT_NS2")
+    if=$([[ $n == 0 ]] && echo "xtv$$a" || echo "xtv$$b")
+    ip netns exec "$ns" env GLOO_SOCKET_IFNAME="$if" PYTHON_EXEC="$python" "$@" \
+      >"$tmp/ddp-$tag-node$n.out" 2>&1 &
+    pid=$!
+    two_nodes_track "$pid"
+  }
+  both() {  # both TAG FLAGS...: node 0 and node 1 with FLAGS plus --node-rank; waits for both
+    tag=$1
+    shift
+    local pids=() n
+    for n in 0 1; do
+      on_node "$n" "$@" --node_rank "$n" --nproc_per_node 1 --log_dir "$tmp/ddp-$tag-node$n" "$script" --steps 20
+      pids+=("$pid")
+    done
+    for n in 0 1; do finish "${pids[$n]}"; expect_eq "$rc" 0 "ddp $tag node $n: $(tail -5 "$tmp/ddp-$tag-node$n.out")"; done
+  }
+  both static "$xlaunch" --nnodes 2 --master_addr "$XT_ADDR1" --master_port "$port_static"
+  both c10d env -u XTRAIN_JOB_TOKEN "$xlaunch" --nnodes=2 --rdzv-backend=c10d --rdzv-endpoint="$XT_ADDR1:$port_c10d" \
+    --rdzv-id="ddp-$$"
+  both torchrun "$python" -m torch.distributed.run --nnodes 2 --master_addr "$XT_ADDR1" --master_port "$port_torchrun" \
+    --redirects 1 --tee 1
+  tag=single
+  on_node 0 "$xlaunch" --standalone --nproc_per_node 2 --log_dir "$tmp/ddp-single" "$script" --steps 20
+  finish "$pid"; expect_eq "$rc" 0 "ddp on one node: $(tail -5 "$tmp/ddp-single-node0.out")"
+  result "$tmp"/ddp-single/ddp_train-*/logs/rank-0.log >"$tmp/ddp-single.result"
+  [[ $(grep -c '^step ' "$tmp/ddp-single.result") == 20 ]] || fail "ddp on one node: $(cat "$tmp/ddp-single-node0.out")"
+  result "$tmp"/ddp-static-node0/ddp_train-*/logs/rank-0.log >"$tmp/ddp-static.result"
+  result "$tmp"/ddp-c10d-node0/ddp_train-*/logs/rank-0.log >"$tmp/ddp-c10d.result"
+  result "$tmp"/ddp-torchrun-node0/*/attempt_0/0/stdout.log >"$tmp/ddp-torchrun.result"
+  for tag in static c10d torchrun; do
+    diff -u "$tmp/ddp-single.result" "$tmp/ddp-$tag.result" >"$tmp/ddp-$tag.diff" ||
+      fail "ddp: 2 nodes ($tag) differ from one node: $(cat "$tmp/ddp-$tag.diff")"
+  done
+  grep -q "world 2" "$tmp/ddp-single.result" || fail "ddp: not a world of 2: $(cat "$tmp/ddp-single.result")"
+  echo "two_node_launch: ddp: passed (2 nodes under xlaunch static, xlaunch c10d --rdzv-id and torchrun:" \
+       "the same 20 losses and digest as one node: $(tail -1 "$tmp/ddp-single.result"))"
 }
 
 for c in "${cases[@]}"; do "case_$c"; done

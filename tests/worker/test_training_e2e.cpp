@@ -164,7 +164,9 @@ class Job {
 
   pid_t start(const std::string& run, int nproc, const std::vector<std::string>& sets = {},
               const std::map<std::string, std::string>& env = {}) {
-    const fs::path spec_path = dir_ / (run + ".json");  // one per run: two nodes start at once
+    // One spec file per run: the two nodes of launch_two_nodes start at once, and rewriting a
+    // shared file while the first xlaunch reads it would hand that one an empty spec.
+    const fs::path spec_path = dir_ / (run + ".json");
     std::ofstream(spec_path) << spec_.dump(2);
     std::vector<std::string> argv = {std::string(XTRAIN_BIN_DIR) + "/xlaunch", spec_path.string(),
                                      "--run-dir",  run_dir(run).string(),

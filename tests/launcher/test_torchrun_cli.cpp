@@ -1,0 +1,103 @@
+// Integration: torchrun's command line on the real xlaunch: a program as every rank, .py through
+// PYTHON_EXEC, notes for ignored flags, and bad command lines (exit 2, one line naming the flag).
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+
+#include "harness.hpp"
+
+using namespace xtrain::test;
+using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
+
+TEST_CASE("launcher/torchrun-cli: a program after -- runs as every rank with torchrun's variables",
+          "[integration][torchrun]") {
+  TempDir dir;
+  const auto r = run_xlaunch({"--nproc_per_node=2", "--max-restarts", "1", "--run-dir", dir / "run", "--",
+                              bin_path("xtrain-test-worker"), "--print-env", "--fail-until-restart", "1"});
+  REQUIRE(r);
+  CHECK(r->exit_code == 0);
+  const auto summary = read_json(dir / "run/summary.json");
+  CHECK(summary["status"] == "succeeded");
+  CHECK(summary["attempts"] == 2);
+  CHECK(summary["world_size"] == 2);
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto env = printed_env(read_file(dir / ("run/logs/rank-" + std::to_string(rank) + ".log")));
+    CHECK(env.at("RANK") == std::to_string(rank));
+    CHECK(env.at("LOCAL_RANK") == std::to_string(rank));
+    CHECK(env.at("WORLD_SIZE") == "2");
+    CHECK(env.at("MASTER_ADDR") == "127.0.0.1");
+    CHECK(std::stoi(env.at("MASTER_PORT")) > 0);
+  }
+  const auto job = read_json(dir / "run/job.json");
+  CHECK(job["name"] == "xtrain-test-worker");
+  CHECK(job["worker"]["command"][0] == bin_path("xtrain-test-worker"));
+}
+
+TEST_CASE("launcher/torchrun-cli: a .py program runs as $PYTHON_EXEC -u SCRIPT ARGS", "[integration][torchrun]") {
+  TempDir dir;
+  const std::string python = write_file(dir / "python", "#!/bin/sh\necho \"python argv: $*\"\n");
+  ::chmod(python.c_str(), 0755);
+  const std::string script = write_file(dir / "train.py", "print('never run by the fake python')\n");
+  const auto env = environment_with({{"PYTHON_EXEC", python}});
+  const auto r = run_xlaunch({"--run-dir", dir / "run", "--standalone", script, "--epochs", "3"}, 30, &env);
+  REQUIRE(r);
+  CHECK(r->exit_code == 0);
+  CHECK_THAT(read_file(dir / "run/logs/rank-0.log"), Contains("python argv: -u " + script + " --epochs 3\n"));
+  CHECK_THAT(r->out, Contains("[rank 0] python argv: -u " + script));
+  const auto module = run_xlaunch({"--run-dir", dir / "mod", "-m", "pkg.train", "x"}, 30, &env);
+  REQUIRE(module);
+  CHECK_THAT(read_file(dir / "mod/logs/rank-0.log"), Contains("python argv: -u -m pkg.train x\n"));
+}
+
+TEST_CASE("launcher/torchrun-cli: flags that do nothing here say so on stderr", "[integration][torchrun]") {
+  TempDir dir;
+  const auto r = run_xlaunch({"--monitor-interval", "5", "--redirects", "3", "--tee", "0:3", "--run-dir", dir / "run",
+                              "--nproc-per-node", "2", "--no-python", bin_path("xtrain-test-worker"), "--print", "hi"});
+  REQUIRE(r);
+  CHECK(r->exit_code == 0);
+  CHECK_THAT(r->err, Contains("xlaunch: note: --monitor-interval is ignored: xlaunch reacts to each rank's exit"));
+  CHECK_THAT(r->out, Contains("[rank 0] hi"));  // --redirects 3 --tee 0:3: rank 0 only
+  CHECK_THAT(r->out, !Contains("[rank 1]"));
+  CHECK_THAT(read_file(dir / "run/logs/rank-1.log"), Contains("hi"));
+}
+
+TEST_CASE("launcher/torchrun-cli: bad command lines exit 2 with one line naming the flag and start nothing",
+          "[integration][torchrun]") {
+  TempDir dir;
+  const std::string worker = bin_path("xtrain-test-worker");
+  const std::string two_nodes = write_spec(
+      dir, {{"worker", {{"command", {worker}}}}, {"nodes", {{"nnodes", 2}, {"rdzv_endpoint", "127.0.0.1:1"}}}},
+      "two_nodes.json");
+  const std::string run = dir / "run";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--frobnicate", "--", worker}, "unknown option --frobnicate"},
+      {{"--run-dir", run, "--"}, "--: expected PROGRAM [ARGS...] after it"},
+      {{"--nproc-per-node", "lots", worker}, "--nproc-per-node: expected a number >= 1, auto, gpu or cpu"},
+      {{"--max_restarts=x", worker}, "--max_restarts: expected an integer >= 0"},
+      {{"--nnodes", "1:4", worker}, "--nnodes 1:4: elastic ranges (MIN:MAX) are not supported"},
+      {{"--run-dir", run, "--nnodes", "2", worker}, "--nnodes 2: a job on 2 nodes needs node 0's address"},
+      {{"--run-dir", run, two_nodes, "--node-rank", "3"}, "--node-rank 3: expected an integer < nodes.nnodes (2)"},
+      {{"--standalone", "--nnodes", "2", worker}, "--standalone runs on one node; it excludes --nnodes 2"},
+      {{"--rdzv-backend", "etcd-v2", worker}, "--rdzv-backend etcd-v2: not supported"},
+      {{"--rdzv-conf", "timeout=5", worker}, "--rdzv-conf: \"timeout=5\" is not supported"},
+      {{"--local-addr", "10.0.0.1", worker}, "torchrun's --local-addr is not supported by xlaunch"},
+      {{"--tee", "rank0", "--redirects", "3", worker}, "--redirects takes torchrun's --tee values"},
+      {{"-m"}, "-m: expected the program after the options"},
+  };
+  for (const auto& [args, message] : cases) {
+    INFO("xlaunch " << [&] {
+      std::string line;
+      for (const auto& a : args) line += a + " ";
+      return line;
+    }());
+    const auto r = run_xlaunch(args);
+    REQUIRE(r);
+    CHECK(r->exit_code == 2);
+    CHECK(split_lines(r->err).size() == 1);
+    CHECK_THAT(r->err, StartsWith("xlaunch: error: "));
+    CHECK_THAT(r->err, Contains(message));
+    CHECK(r->out.empty());
+    CHECK_FALSE(exists(run));
+  }
+}

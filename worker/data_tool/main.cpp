@@ -1,0 +1,173 @@
+// xtrain-data: turns text into llm.c token shards for xtrain-worker (data.train / data.val), with
+// the GPT-2 tokenizer. Documents are text files or lines of JSON Lines files; each document's
+// tokens are preceded by <|endoftext|>, as llm.c's data scripts do. See --help and docs/data.md.
+//
+// Exit codes: 0 the shards are in place; 1 runtime failure (the file system failed); 2 bad input
+// (command line, vocabulary, input files, output directory), with one line "xtrain-data: error:
+// <file[:line]>: <what>"; 128+N stopped by signal N (SIGINT, SIGTERM), leaving nothing behind.
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/gpt2_tokenizer.hpp"
+#include "worker/data_tool/documents.hpp"
+#include "worker/data_tool/pipeline.hpp"
+#include "worker/data_tool/shard_set.hpp"
+
+namespace {
+
+using namespace xtrain;
+using namespace xtrain::data_tool;
+namespace fs = std::filesystem;
+
+constexpr int kExitRuntimeFailure = 1;
+constexpr int kExitBadInput = 2;
+constexpr int kMaxUint16Vocab = 65536;
+
+const char* const kUsage =
+    "usage: xtrain-data --vocab PATH --out DIR [options] INPUT...\n"
+    "  Encodes text with GPT-2's tokenizer into llm.c token shards DIR/PREFIX_val_000000.bin,\n"
+    "  DIR/PREFIX_train_000001.bin, ... Each document (a text file, or a line of a JSON Lines\n"
+    "  file) is preceded by <|endoftext|>, as in llm.c's shards. INPUT: files, or directories\n"
+    "  (read recursively in name order, skipping names that start with \".\").\n"
+    "options:\n"
+    "  --vocab PATH         GPT-2 vocabulary: a directory with encoder.json + vocab.bpe or\n"
+    "                       vocab.json + merges.txt, or one of those files\n"
+    "  --out DIR            output directory, replaced as a whole (it may hold only shards)\n"
+    "  --prefix NAME        shard name prefix (default: DIR's name)\n"
+    "  --jsonl-field NAME   inputs are JSON Lines; each line's string field NAME is a document\n"
+    "  --shard-tokens N     tokens per shard (default 100000000, as llm.c)\n"
+    "  --val-tokens N       the first documents, whole, until at least N tokens, are the validation\n"
+    "                       split (default: --shard-tokens, llm.c's first shard; 0: none)\n"
+    "  --threads N          encoding threads (default: the number of cores)\n"
+    "  --chunk-bytes N      text per unit of work (default 1048576; changes no output)\n"
+    "  --quiet              no progress line\n"
+    "exit codes: 0 done; 1 the file system failed; 2 bad input; 128+N stopped by signal N\n";
+
+struct Options {
+  std::string vocab, out, prefix;
+  std::uint64_t shard_tokens = 100'000'000;
+  std::uint64_t val_tokens = 0;
+  bool val_tokens_given = false;
+  PipelineOptions pipeline;
+  std::vector<std::string> inputs;
+};
+
+std::uint64_t parse_count(const std::string& flag, const std::string& value, std::uint64_t min, std::uint64_t max) {
+  char* end = nullptr;
+  errno = 0;
+  const double x = std::strtod(value.c_str(), &end);  // also "1e8"
+  if (value.empty() || *end != '\0' || errno != 0 || x != static_cast<double>(static_cast<std::uint64_t>(x)) ||
+      x < static_cast<double>(min) || x > static_cast<double>(max)) {
+    throw InputError("command line: " + flag + " expects an integer from " + std::to_string(min) + " to " +
+                     std::to_string(max) + ", got \"" + value + "\"");
+  }
+  return static_cast<std::uint64_t>(x);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  o.pipeline.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw InputError("command line: " + arg + " needs a value (see --help)");
+      return argv[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (arg == "--vocab") {
+      o.vocab = value();
+    } else if (arg == "--out") {
+      o.out = value();
+    } else if (arg == "--prefix") {
+      o.prefix = value();
+    } else if (arg == "--jsonl-field") {
+      o.pipeline.jsonl_field = value();
+      if (o.pipeline.jsonl_field.empty()) throw InputError("command line: --jsonl-field needs a field name");
+    } else if (arg == "--shard-tokens") {
+      o.shard_tokens = parse_count(arg, value(), 1, 0x7FFFFFFF);  // the header's count is an int32
+    } else if (arg == "--val-tokens") {
+      o.val_tokens = parse_count(arg, value(), 0, 1ull << 53);
+      o.val_tokens_given = true;
+    } else if (arg == "--threads") {
+      o.pipeline.threads = static_cast<int>(parse_count(arg, value(), 1, 1024));
+    } else if (arg == "--chunk-bytes") {
+      o.pipeline.chunk_bytes = parse_count(arg, value(), 1, 1ull << 30);
+    } else if (arg == "--quiet") {
+      o.pipeline.progress = false;
+    } else if (arg.starts_with("-") && arg != "-") {
+      throw InputError("command line: unknown option \"" + arg + "\" (see --help)");
+    } else {
+      o.inputs.push_back(arg);
+    }
+  }
+  if (o.vocab.empty()) throw InputError("command line: no vocabulary: give --vocab PATH (see --help)");
+  if (o.out.empty()) throw InputError("command line: no output directory: give --out DIR (see --help)");
+  if (o.inputs.empty()) throw InputError("command line: no input: give text files, directories or JSON Lines files");
+  if (!o.val_tokens_given) o.val_tokens = o.shard_tokens;
+  if (o.prefix.empty()) o.prefix = fs::path(o.out).lexically_normal().filename().string();
+  if (o.prefix.empty()) o.prefix = fs::path(o.out).lexically_normal().parent_path().filename().string();
+  if (o.prefix.empty() || o.prefix.find('/') != std::string::npos) {
+    throw InputError("command line: --prefix must be a file name; give one for --out " + o.out);
+  }
+  return o;
+}
+
+// An output directory inside an input directory would be read as input by the next run.
+void check_output_outside_inputs(const Options& o) {
+  const fs::path out = fs::weakly_canonical(o.out);
+  for (const std::string& input : o.inputs) {
+    if (!fs::is_directory(input)) continue;
+    const fs::path in = fs::weakly_canonical(input);
+    const auto [in_end, out_it] = std::mismatch(in.begin(), in.end(), out.begin(), out.end());
+    if (in_end == in.end()) throw InputError(o.out + ": the output directory is inside the input directory " + input);
+  }
+}
+
+extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+
+std::string summary(const char* name, const ShardSet::Split& s) {
+  return std::string(name) + " " + std::to_string(s.shards) + (s.shards == 1 ? " shard, " : " shards, ") +
+         std::to_string(s.tokens) + " tokens, " + std::to_string(s.documents) + " documents";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Options o = parse(argc, argv);
+    const std::vector<InputFile> files = list_inputs(o.inputs, !o.pipeline.jsonl_field.empty());
+    check_output_outside_inputs(o);
+    const Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(o.vocab);
+    if (tokenizer.vocab_size() > kMaxUint16Vocab) {
+      throw InputError(tokenizer.source() + ": " + std::to_string(tokenizer.vocab_size()) +
+                       " tokens, but llm.c shards store tokens as uint16 (at most " + std::to_string(kMaxUint16Vocab) +
+                       ")");
+    }
+    std::signal(SIGINT, on_stop_signal);
+    std::signal(SIGTERM, on_stop_signal);
+    ShardSet shards({o.out, o.prefix, o.shard_tokens, o.val_tokens, tokenizer.eot()});
+    run_pipeline(files, tokenizer, shards, o.pipeline);
+    std::fprintf(stderr, "xtrain-data: wrote %s: %s; %s\n", o.out.c_str(), summary("val", shards.val()).c_str(),
+                 summary("train", shards.train()).c_str());
+    return 0;
+  } catch (const Interrupted& i) {
+    std::fprintf(stderr, "xtrain-data: stopped by signal %d; no shard was left behind\n", i.signal);
+    return 128 + i.signal;
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "xtrain-data: error: %s\n", e.what());
+    return kExitBadInput;
+  } catch (const TokenizerError& e) {
+    std::fprintf(stderr, "xtrain-data: error: %s\n", e.what());
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "xtrain-data: error: %s\n", e.what());
+    return kExitRuntimeFailure;
+  }
+}
