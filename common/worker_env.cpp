@@ -47,6 +47,10 @@ std::string heartbeat_file_path(const std::string& run_dir, int rank) {
   return run_dir + "/ranks/rank-" + std::to_string(rank) + ".heartbeat";
 }
 
+std::string backtrace_file_path(const std::string& run_dir, int rank) {
+  return run_dir + "/ranks/rank-" + std::to_string(rank) + ".backtrace";
+}
+
 std::map<std::string, std::string> build_worker_env(const JobSpec& spec, const RankPlacement& where,
                                                     const AttemptEnv& attempt,
                                                     std::map<std::string, std::string> e, unsigned cores) {
@@ -66,7 +70,7 @@ std::map<std::string, std::string> build_worker_env(const JobSpec& spec, const R
   e[env::kRestartCount] = std::to_string(attempt.restart_count);
   e[env::kMaxRestarts] = std::to_string(attempt.max_restarts);
   e[env::kResultFile] = result_file_path(attempt.run_dir, where.rank);
-  if (attempt.heartbeat) e[env::kHeartbeatFile] = heartbeat_file_path(attempt.run_dir, where.rank);
+  e[env::kHeartbeatFile] = heartbeat_file_path(attempt.run_dir, where.rank);
   if (!attempt.store_endpoint.empty()) {
     e[env::kStoreEndpoint] = attempt.store_endpoint;
     e[env::kJobToken] = attempt.job_token;

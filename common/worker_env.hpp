@@ -52,7 +52,6 @@ struct AttemptEnv {
   std::string job_path;        // absolute path of the resolved job.json
   int restart_count = 0;
   int max_restarts = 0;
-  bool heartbeat = false;      // whether XTRAIN_HEARTBEAT_FILE is set
   std::string store_endpoint;  // empty on one node; else node 0's rendezvous store
   std::string job_token;       // with store_endpoint
   std::string node_addr;       // with store_endpoint
@@ -71,6 +70,7 @@ std::map<std::string, std::string> build_worker_env(const JobSpec& spec, const R
 // Files a rank writes in the run directory.
 std::string result_file_path(const std::string& run_dir, int rank);     // ranks/rank-R.json
 std::string heartbeat_file_path(const std::string& run_dir, int rank);  // ranks/rank-R.heartbeat
+std::string backtrace_file_path(const std::string& run_dir, int rank);  // ranks/rank-R.backtrace
 
 // What a worker learns from its environment. With no RANK set it is a world of one.
 struct WorkerEnv {

@@ -122,8 +122,12 @@ void NcclCommunicator::fail(const std::string& what, ncclResult_t result) {
     const char* last = ncclGetLastError(nullptr);
     if (last != nullptr && *last != '\0') detail = std::string(": ") + last;
   }
-  throw std::runtime_error("NCCL: rank " + std::to_string(rank_) + " of " + std::to_string(world_) + ": " + what +
-                           " failed with " + ncclGetErrorString(result) + detail);
+  const std::string message = "NCCL: rank " + std::to_string(rank_) + " of " + std::to_string(world_) + ": " + what +
+                              " failed with " + ncclGetErrorString(result) + detail;
+  // A peer that died or dropped off the network shows here as a remote or system error: the
+  // echo of a failure elsewhere (failure_kind "peer_lost"), not this rank's own.
+  if (result == ncclRemoteError || result == ncclSystemError) throw CommunicatorError(message);
+  throw std::runtime_error(message);
 }
 
 void NcclCommunicator::wait_issued(ncclResult_t issued, const char* call) {
@@ -143,7 +147,7 @@ void NcclCommunicator::wait_issued(ncclResult_t issued, const char* call) {
     if (Clock::now() > deadline) {
       ncclCommAbort(comm_);
       comm_ = nullptr;
-      throw std::runtime_error("NCCL: rank " + std::to_string(rank_) + " of " + std::to_string(world_) + " (GPU " +
+      throw CommunicatorError("NCCL: rank " + std::to_string(rank_) + " of " + std::to_string(world_) + " (GPU " +
                                std::to_string(device_) + "): " + call + " did not complete within " +
                                seconds(timeout_s_) +
                                "; aborted. A peer rank never started, died, or stopped answering, or the "

@@ -118,7 +118,6 @@ AttemptEnv make_attempt_env(const Plan& plan, const std::string& run_id, int res
   attempt.job_path = run_files::job(plan.run_dir);
   attempt.restart_count = restart_count;
   attempt.max_restarts = plan.spec.launcher.max_restarts;
-  attempt.heartbeat = plan.spec.launcher.heartbeat_timeout_s > 0;
   return attempt;
 }
 

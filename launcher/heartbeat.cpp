@@ -27,9 +27,9 @@ int heartbeat_rank_from_name(const std::string& name) {
 }
 
 HeartbeatWatch::HeartbeatWatch(boost::asio::io_context& io, const std::string& ranks_dir, int world_size,
-                               double timeout_s, std::function<void(int)> on_hung)
+                               double timeout_s, std::function<void(int)> on_hung, std::function<void(int)> on_beat)
     : timeout_(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s))),
-      on_hung_(std::move(on_hung)), inotify_(io), buffer_(kEventBufferBytes) {
+      on_hung_(std::move(on_hung)), on_beat_(std::move(on_beat)), inotify_(io), buffer_(kEventBufferBytes) {
   const int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   if (fd < 0) throw std::runtime_error(std::string("heartbeat watchdog: inotify_init1: ") + std::strerror(errno));
   inotify_.assign(fd);
@@ -44,9 +44,9 @@ HeartbeatWatch::~HeartbeatWatch() = default;
 
 void HeartbeatWatch::start(int rank) {
   RankClock& clock = *clocks_.at(rank);
-  clock.active = true;
   clock.last_beat = Clock::now();
-  arm(rank, clock.last_beat + timeout_);
+  clock.active = timeout_ > Clock::duration::zero();
+  if (clock.active) arm(rank, clock.last_beat + timeout_);
 }
 
 void HeartbeatWatch::stop(int rank) {
@@ -58,6 +58,7 @@ void HeartbeatWatch::stop(int rank) {
 void HeartbeatWatch::beat(int rank) {
   if (rank < 0 || rank >= static_cast<int>(clocks_.size())) return;
   clocks_[rank]->last_beat = Clock::now();  // the armed timer re-arms itself when it fires
+  on_beat_(rank);
 }
 
 // Fires at the deadline of the beat known when it was armed; a later beat moves the deadline.

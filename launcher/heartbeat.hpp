@@ -1,6 +1,8 @@
 // Heartbeat watchdog. inotify on ranks/ (an asio stream_descriptor, no polling) sees every
-// write, touch or rename of ranks/rank-R.heartbeat. Each rank's clock starts at its spawn and
-// restarts at every beat; a rank whose clock reaches the timeout is reported hung, once.
+// write, touch or rename of ranks/rank-R.heartbeat, and reports each beat (the supervisor then
+// reads the rank's progress record). With a timeout, each rank's clock starts at its spawn and
+// restarts at every beat; a rank whose clock reaches the timeout is reported hung, once. Without
+// one (timeout 0) it only reports beats.
 #pragma once
 
 #include <chrono>
@@ -19,7 +21,7 @@ class HeartbeatWatch {
  public:
   // Throws std::runtime_error when inotify cannot watch `ranks_dir`.
   HeartbeatWatch(boost::asio::io_context& io, const std::string& ranks_dir, int world_size, double timeout_s,
-                 std::function<void(int rank)> on_hung);
+                 std::function<void(int rank)> on_hung, std::function<void(int rank)> on_beat);
   ~HeartbeatWatch();
   HeartbeatWatch(const HeartbeatWatch&) = delete;
   HeartbeatWatch& operator=(const HeartbeatWatch&) = delete;
@@ -43,6 +45,7 @@ class HeartbeatWatch {
 
   const Clock::duration timeout_;
   std::function<void(int)> on_hung_;
+  std::function<void(int)> on_beat_;
   boost::asio::posix::stream_descriptor inotify_;
   std::vector<std::unique_ptr<RankClock>> clocks_;  // by rank
   std::vector<char> buffer_;

@@ -17,7 +17,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/exit_codes.hpp"
+#include "common/number_format.hpp"
 #include "launcher/launch_error.hpp"
+#include "launcher/live_status.hpp"
 #include "launcher/log_stream.hpp"
 #include "launcher/run_dir.hpp"
 
@@ -55,11 +57,37 @@ std::string outcome_line(const json& summary) {
                      text(summary, "attempts"));
 }
 
+// "step 412/1000 | loss 2.1345 | 12,345 tok/s | ETA 0:01:02"
+std::string progress_line(const json& p) {
+  std::string line = fmt::format("step {}/{}", text(p, "step"), text(p, "total_steps"));
+  if (p.value("loss", json()).is_number()) line += fmt::format(" | loss {:.4f}", p["loss"].get<double>());
+  const double tok_s = p.value("tokens_per_s", 0.0);
+  if (tok_s > 0) line += " | " + with_thousands(static_cast<long long>(tok_s + 0.5)) + " tok/s";
+  if (p.value("step", 0) < p.value("total_steps", 0)) line += " | ETA " + format_duration(p.value("eta_s", 0.0));
+  return line;
+}
+
+// "rank 3 (35% slower from step 300)"
+std::string stragglers_line(const json& stragglers) {
+  std::string line;
+  for (const json& s : stragglers) {
+    line += fmt::format("{}rank {} ({:.0f}% slower from step {})", line.empty() ? "" : ", ", text(s, "rank"),
+                        100 * s.value("slower_by", 0.0), text(s, "first_step"));
+  }
+  return line;
+}
+
 void print_ranks(const json& ranks) {
-  std::cout << fmt::format("{:>6}  {:>8}  {:<13} {}\n", "rank", "pid", "status", "exit");
+  std::cout << fmt::format("{:>6}  {:>8}  {:<13} {:<5} {:>9}  {}\n", "rank", "pid", "status", "exit", "heartbeat",
+                           "phase");
   for (const json& rank : ranks) {
-    std::cout << fmt::format("{:>6}  {:>8}  {:<13} {}\n", text(rank, "rank"), text(rank, "pid"),
-                             text(rank, "status"), exit_text(rank));
+    const bool running = text(rank, "status") == "running";
+    const json age = rank.value("heartbeat_age_s", json());
+    const json phase = rank.value("phase", json());
+    std::cout << fmt::format("{:>6}  {:>8}  {:<13} {:<5} {:>9}  {}\n", text(rank, "rank"), text(rank, "pid"),
+                             text(rank, "status"), exit_text(rank),
+                             running && age.is_number() ? fmt::format("{:.1f} s", age.get<double>()) : "-",
+                             phase.is_object() ? text(phase, "text") : "-");
   }
 }
 
@@ -82,8 +110,11 @@ void print_status(const std::string& dir, const json& run, bool finished, bool a
                              run.value("max_restarts", 0) + 1);
   } else {
     std::cout << "status:   lost: the supervisor (pid " << text(run, "supervisor_pid")
-              << ") is gone and left no summary.json\n";
+              << ") is gone and left no summary.json; its ranks are checked by pid and start time\n";
   }
+  if (run.value("progress", json()).is_object()) std::cout << "progress: " << progress_line(run["progress"]) << "\n";
+  const json stragglers = run.value("stragglers", json::array());
+  if (stragglers.is_array() && !stragglers.empty()) std::cout << "stragglers: " << stragglers_line(stragglers) << "\n";
   if (run.contains("ranks")) print_ranks(run.at("ranks"));
 }
 
@@ -159,9 +190,9 @@ void wait_for_change(int inotify_fd) {
 
 int show_status(const CliOptions& options) {
   const std::string& dir = options.run_dir;
-  const json run = read_run(dir);
   const bool finished = fs::exists(run_files::summary(dir));
   const bool alive = supervisor_running(dir);
+  const json run = with_live_state(dir, read_run(dir));
   if (options.json) {
     json out = run;
     out["source"] = finished ? "summary.json" : "state.json";

@@ -13,6 +13,8 @@
 #include "launcher/launch_error.hpp"
 #include "launcher/run_dir.hpp"
 #include "launcher/torchrun.hpp"
+#include "worker/checkpoint.hpp"
+#include "worker/token_source.hpp"
 
 namespace xtrain::launcher {
 namespace {
@@ -98,6 +100,18 @@ void resolve_world(Plan& plan) {
   }
 }
 
+// Our worker's inputs, through the worker's own readers but on headers and sizes only (fast for
+// any corpus): a missing, empty, too short, truncated or foreign data file, or a checkpoint.resume
+// that is not a sound checkpoint for this spec, fails here, before any rank starts (exit 2).
+void check_training_inputs(const JobSpec& spec) {
+  check_data_files(spec.data, spec.model, spec.train.eval_every > 0);
+  try {
+    check_resume_checkpoint(spec);
+  } catch (const CheckpointError& e) {
+    throw SpecError("checkpoint.resume", e.what());
+  }
+}
+
 // `what` names argv[0] in errors: the spec's field, or the command line's program.
 void resolve_worker(Plan& plan, const CliOptions& options) {
   const auto& command = plan.spec.worker.command;
@@ -165,6 +179,7 @@ Plan make_plan(const CliOptions& options, const HostInfo& host) {
     if (plan.own_worker) {
       validate_for_training(plan.spec, static_cast<int>(plan.ranks.size()));
       plan.precision = precision_name(resolve_precision(plan.spec.train, plan.device));
+      check_training_inputs(plan.spec);
     }
   } catch (const SpecError& e) {
     throw torchrun::attributed(e, options);
@@ -195,7 +210,6 @@ json plan_to_json(const Plan& plan) {
   attempt.run_dir = plan.run_dir;
   attempt.job_path = plan.run_dir + "/job.json";
   attempt.max_restarts = plan.spec.launcher.max_restarts;
-  attempt.heartbeat = plan.spec.launcher.heartbeat_timeout_s > 0;
   if (plan.spec.nodes.nnodes > 1) {
     attempt.master_addr = "<node 0's host, from nodes.rdzv_endpoint>";
     attempt.master_port = -1;

@@ -102,6 +102,7 @@ json to_json(const RankRecord& rank) {
           {"local_rank", rank.where.local_rank},
           {"node", rank.where.node_rank},
           {"pid", rank.pid > 0 ? json(rank.pid) : json(nullptr)},
+          {"start_time", rank.start_time > 0 ? json(rank.start_time) : json(nullptr)},
           {"status", status_name(rank.status)},
           {"exit_code", optional_exit_code(rank.exit)},
           {"signal", optional_signal(rank.exit)},

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@ struct RankRecord {
   std::optional<ExitStatus> exit;
   SteadyTime started{};
   SteadyTime ended{};
+  std::uint64_t start_time = 0;  // /proc's start time of pid: tells it from a later process with the same pid
   nlohmann::json result;  // the worker's ranks/rank-R.json, or null
 };
 

@@ -87,6 +87,7 @@ void RunDir::clear_rank_files(int world_size) const {
   for (int rank = 0; rank < world_size; ++rank) {
     ::unlink(result_file_path(dir_, rank).c_str());
     ::unlink(heartbeat_file_path(dir_, rank).c_str());
+    ::unlink(backtrace_file_path(dir_, rank).c_str());
   }
 }
 

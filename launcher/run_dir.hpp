@@ -42,7 +42,7 @@ class RunDir {
   const std::string& path() const { return dir_; }
   void write_state(const nlohmann::json& state) const;      // atomic; rewritten on every change
   void write_summary(const nlohmann::json& summary) const;  // atomic and fsynced; once
-  void clear_rank_files(int world_size) const;              // result and heartbeat files
+  void clear_rank_files(int world_size) const;              // result, heartbeat and backtrace files
   int open_rank_log(int rank) const;                        // O_APPEND; throws LaunchError
 
  private:

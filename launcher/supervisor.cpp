@@ -11,8 +11,10 @@
 #include <unistd.h>
 
 #include "common/exit_codes.hpp"
+#include "common/heartbeat_record.hpp"
 #include "launcher/attempt.hpp"
 #include "launcher/launch_error.hpp"
+#include "launcher/proc_info.hpp"
 
 namespace xtrain::launcher {
 namespace {
@@ -24,6 +26,12 @@ constexpr int kHandledSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
 // After every rank was reaped and its group SIGKILLed, output can stay open only if some
 // process left its group (setsid). Wait this long for it, then stop reading.
 constexpr double kDrainSeconds = 0.3;
+// How long a peer_lost failure waits for the primary failure it echoes (the primary rank may take
+// a moment to exit after its connections closed, or to be reaped).
+constexpr double kEchoWaitS = 2.0;
+// How long a hang report waits for the backtraces it asked for, and how often it looks.
+constexpr double kBacktraceWaitS = 1.0;
+constexpr double kBacktracePollS = 0.02;
 
 SteadyClock::duration seconds(double s) {
   return std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(s));
@@ -43,6 +51,11 @@ std::string make_run_id(const std::string& name) {
   char stamp[32];
   std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &parts);
   return fmt::format("{}-{}-{}", name, stamp, ::getpid());
+}
+
+// The worker says its failure is the echo of a peer's (worker/main.cpp: failure_kind).
+bool is_peer_lost(const json& result) {
+  return result.is_object() && result.value("failure_kind", json()) == "peer_lost";
 }
 
 std::string result_message(const json& result) {
@@ -65,6 +78,7 @@ const char* Supervisor::phase_name(Phase phase) {
   switch (phase) {
     case Phase::kStarting: return "starting";
     case Phase::kRunning: return "running";
+    case Phase::kDiagnosing: return "diagnosing";
     case Phase::kStopping: return "stopping";
     case Phase::kRestarting: return "restarting";
     case Phase::kFinished: return "finished";
@@ -74,20 +88,23 @@ const char* Supervisor::phase_name(Phase phase) {
 
 Supervisor::Supervisor(const Plan& plan, RunDir& run_dir, Console* console, Guard& guard)
     : plan_(plan), run_dir_(run_dir), console_(console), guard_(guard), signals_(io_), job_timer_(io_),
-      kill_timer_(io_), drain_timer_(io_), live_report_(io_, plan.run_dir) {
+      kill_timer_(io_), drain_timer_(io_), echo_timer_(io_), diagnosis_timer_(io_), live_report_(io_, plan.run_dir) {
   for (const RankPlacement& where : plan.ranks) {
     log_fds_.push_back(run_dir.open_rank_log(where.rank));
     ranks_.emplace_back(where);
   }
   if (plan.spec.nodes.nnodes > 1) link_ = std::make_unique<NodeLink>(plan);
+  // Beats are watched for the watchdog, and for our own worker's progress records (stragglers).
+  // Not otherwise: closing an inotify instance waits for an RCU grace period (~15 ms at exit).
   const double heartbeat_s = plan.spec.launcher.heartbeat_timeout_s;
-  if (heartbeat_s > 0) {
-    try {
-      heartbeat_ = std::make_unique<HeartbeatWatch>(io_, run_files::ranks(plan.run_dir), plan.ranks.front().world_size,
-                                                    heartbeat_s, [this](int rank) { on_hung(rank); });
-    } catch (const std::exception& e) {
-      throw LaunchError(exit_code::kLaunchFailure, e.what());
-    }
+  if (heartbeat_s <= 0 && !plan.own_worker) return;
+  try {
+    heartbeat_ = std::make_unique<HeartbeatWatch>(io_, run_files::ranks(plan.run_dir), plan.ranks.front().world_size,
+                                                  heartbeat_s, [this](int rank) { on_hung(rank); },
+                                                  [this](int rank) { on_beat(rank); });
+  } catch (const std::exception& e) {
+    if (heartbeat_s > 0) throw LaunchError(exit_code::kLaunchFailure, e.what());
+    spdlog::warn("{}: no straggler warnings for this run", e.what());
   }
 }
 
@@ -135,6 +152,7 @@ void Supervisor::start_attempt() {
   attempt_started_ = SteadyClock::now();
   for (Rank& rank : ranks_) rank = Rank(rank.record.where);
   run_dir_.clear_rank_files(ranks_.front().record.where.world_size);
+  stragglers_.new_attempt();
 
   const int attempts = plan_.spec.launcher.max_restarts + 1;
   const std::string restart = attempt_ > 1 ? fmt::format(" (restart {})", attempt_ - 1) : "";
@@ -239,6 +257,8 @@ void Supervisor::adopt_remote_stop(const json& record) {
                   plural(running_count(), "running rank"), plan_.spec.launcher.term_timeout_s,
                   restart ? ", then restarting" : "");
     stop_gang(restart ? Phase::kRestarting : Phase::kStopping, SIGTERM, false);
+  } else if (phase_ == Phase::kDiagnosing) {
+    after_diagnosis_ = restart ? Phase::kRestarting : Phase::kStopping;
   } else if (phase_ == Phase::kStopping || phase_ == Phase::kRestarting) {
     phase_ = restart ? Phase::kRestarting : Phase::kStopping;
   }
@@ -335,6 +355,7 @@ bool Supervisor::spawn(Rank& rank, const AttemptEnv& env) {
   record.pid = rank.process->pid();
   record.status = RankStatus::kRunning;
   record.started = SteadyClock::now();
+  if (const auto stat = read_proc_stat(record.pid)) record.start_time = stat->start_time;
   guard_.watch(record.pid);
   if (heartbeat_) heartbeat_->start(id);
   return true;
@@ -349,15 +370,60 @@ void Supervisor::on_exit(int id, ExitStatus status) {
   if (heartbeat_) heartbeat_->stop(id);
   if (phase_ == Phase::kRunning && !status.ok()) {
     record.status = RankStatus::kFailed;
-    rank_failed(RankFailure{FailureKind::kExited, id, record.pid, status, std::chrono::system_clock::now(),
-                            result_message(record.result), {}},
-                Outcome{OutcomeKind::kRankFailed, exit_code::from_outcome(status.exit_code, status.signal),
-                        fmt::format("rank {} failed: {}", id, describe(status))});
+    RankFailure failure{FailureKind::kExited, id, record.pid, status, std::chrono::system_clock::now(),
+                        result_message(record.result), {}};
+    Outcome outcome{OutcomeKind::kRankFailed, exit_code::from_outcome(status.exit_code, status.signal),
+                    fmt::format("rank {} failed: {}", id, describe(status))};
+    if (!is_peer_lost(record.result)) {
+      rank_failed(std::move(failure), std::move(outcome));
+    } else if (!held_echo_) {
+      hold_echo(std::move(failure), std::move(outcome));
+    }
+    if (held_echo_ && running_count() == 0) settle_echo();  // every rank is gone: nothing more will come
   } else if (record.status == RankStatus::kRunning) {
     record.status = status.ok() ? RankStatus::kSucceeded : RankStatus::kStopped;
   }
   save_state();
   check_attempt_over();
+}
+
+void Supervisor::hold_echo(RankFailure failure, Outcome outcome) {
+  spdlog::info("rank {} failed: {}, because a peer died (peer_lost); waiting up to {} s for the failure it echoes",
+               failure.rank, failure.exit ? describe(*failure.exit) : "?", kEchoWaitS);
+  held_echo_.emplace(std::move(failure), std::move(outcome));
+  echo_timer_.expires_after(seconds(kEchoWaitS));
+  echo_timer_.async_wait([this, attempt = attempt_](const boost::system::error_code& ec) {
+    if (!ec && attempt == attempt_) settle_echo();
+  });
+}
+
+// No primary failure came: the echo is all there is (a peer lost on another node, say).
+void Supervisor::settle_echo() {
+  if (!held_echo_) return;
+  auto [failure, outcome] = std::move(*held_echo_);
+  drop_echo();
+  rank_failed(std::move(failure), std::move(outcome));
+}
+
+void Supervisor::drop_echo() {
+  held_echo_.reset();
+  echo_timer_.cancel();
+}
+
+// Each beat brings the rank's progress record: its last step's busy time feeds the stragglers.
+void Supervisor::on_beat(int rank) {
+  const std::optional<HeartbeatRecord> record = read_heartbeat_record(heartbeat_file_path(plan_.run_dir, rank));
+  if (!record || record->last_step <= 0) return;
+  bool changed = false;
+  for (const StragglerDetector::Change& change : stragglers_.observe(rank, record->last_step, record->busy_ms)) {
+    if (change.warning) {
+      spdlog::warn("{}", change.message);
+    } else {
+      spdlog::info("{}", change.message);
+    }
+    changed = true;
+  }
+  if (changed) save_state();
 }
 
 void Supervisor::on_hung(int id) {
@@ -373,14 +439,75 @@ void Supervisor::on_hung(int id) {
 
 void Supervisor::rank_failed(RankFailure failure, Outcome outcome) {
   if (phase_ != Phase::kRunning && phase_ != Phase::kStarting) return;  // teardown already under way
+  drop_echo();  // a primary failure (or a hang) takes the place of a held echo
   const bool restart = outcome.kind != OutcomeKind::kLaunchFailed && attempt_ <= plan_.spec.launcher.max_restarts;
-  spdlog::error("{}; stopping {} (SIGTERM, then SIGKILL after {} s){}", outcome.reason,
-                plural(running_count(), "running rank"), plan_.spec.launcher.term_timeout_s,
-                restart ? fmt::format(", then restarting ({} of {})", attempt_, plan_.spec.launcher.max_restarts) : "");
+  const std::string stopping =
+      fmt::format("stopping {} (SIGTERM, then SIGKILL after {} s){}", plural(running_count(), "running rank"),
+                  plan_.spec.launcher.term_timeout_s,
+                  restart ? fmt::format(", then restarting ({} of {})", attempt_, plan_.spec.launcher.max_restarts) : "");
   failure.node = plan_.spec.nodes.node_rank;
+  const bool diagnose = failure.kind == FailureKind::kHung && phase_ == Phase::kRunning;
+  if (diagnose) {  // the rank whose clock ran out first is not necessarily the one the others wait for
+    spdlog::error("rank {} sent no heartbeat for {} s; finding where every rank is, then {}", failure.rank,
+                  plan_.spec.launcher.heartbeat_timeout_s, stopping);
+  } else {
+    spdlog::error("{}; {}", outcome.reason, stopping);
+  }
   root_cause_ = std::move(failure);
   outcome_ = std::move(outcome);
-  stop_gang(restart ? Phase::kRestarting : Phase::kStopping, SIGTERM);
+  const Phase next = restart ? Phase::kRestarting : Phase::kStopping;
+  if (diagnose) return begin_diagnosis(next, "heartbeat");
+  stop_gang(next, SIGTERM);
+}
+
+void Supervisor::begin_diagnosis(Phase next, const char* trigger) {
+  drop_echo();
+  std::vector<HangReport::Target> targets;
+  for (const Rank& rank : ranks_) {
+    if (rank.running()) targets.push_back({rank.record.where.rank, rank.record.pid});
+  }
+  diagnosis_ = std::make_unique<HangReport>(plan_.run_dir, targets, trigger);
+  phase_ = Phase::kDiagnosing;
+  after_diagnosis_ = next;
+  diagnosis_deadline_ = SteadyClock::now() + seconds(kBacktraceWaitS);
+  save_state();
+  poll_diagnosis();
+}
+
+void Supervisor::poll_diagnosis() {
+  if (diagnosis_->backtraces_complete() || SteadyClock::now() >= diagnosis_deadline_) return end_diagnosis();
+  diagnosis_timer_.expires_after(seconds(kBacktracePollS));
+  diagnosis_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec && phase_ == Phase::kDiagnosing) poll_diagnosis();
+  });
+}
+
+// The report is complete (or out of time): log it, let it name the rank behind, then stop.
+void Supervisor::end_diagnosis() {
+  diagnosis_timer_.cancel();
+  diagnosis_->collect_backtraces();
+  hang_report_ = diagnosis_->to_json();
+  hang_report_["attempt"] = attempt_;
+  const std::string summary = summarize(diagnosis_->ranks());
+  const std::vector<int> behind = ranks_behind(diagnosis_->ranks());
+  diagnosis_.reset();
+  if (!summary.empty()) spdlog::error("where the ranks are: {}", summary);
+  if (root_cause_ && root_cause_->kind == FailureKind::kHung && !summary.empty()) {
+    // The watchdog fires for whichever rank's clock runs out first; the rank the others wait for
+    // is the cause.
+    if (behind.size() == 1 && behind.front() != root_cause_->rank) {
+      Rank& watched = rank_at(root_cause_->rank);
+      if (watched.record.status == RankStatus::kHung) watched.record.status = RankStatus::kRunning;
+      Rank& stuck = rank_at(behind.front());
+      stuck.record.status = RankStatus::kHung;
+      root_cause_->rank = behind.front();
+      root_cause_->pid = stuck.record.pid;
+      outcome_->reason = fmt::format("rank {} hung: no heartbeat for {} s", behind.front(),
+                                     plan_.spec.launcher.heartbeat_timeout_s);
+    }
+    root_cause_->message += "; " + summary;
+  }
+  stop_gang(after_diagnosis_, SIGTERM);
 }
 
 void Supervisor::on_signal(int sig) {
@@ -398,6 +525,11 @@ void Supervisor::on_signal(int sig) {
   }
   // A hang-up (the terminal closed) stops the ranks as SIGTERM does, so that they can end cleanly.
   const int forward = sig == SIGHUP ? SIGTERM : sig;
+  if (phase_ == Phase::kDiagnosing) {  // the outcome is decided: report with what there is, then stop
+    end_diagnosis();
+    signal_groups(forward);
+    return;
+  }
   if (phase_ == Phase::kStopping) {  // the outcome is decided; pass the signal on
     signal_groups(forward);
     return;
@@ -434,7 +566,7 @@ bool Supervisor::signaled_with_ranks(int sig) {
 }
 
 void Supervisor::on_job_timeout() {
-  if (phase_ == Phase::kStopping || phase_ == Phase::kFinished) return;
+  if (phase_ == Phase::kStopping || phase_ == Phase::kFinished || phase_ == Phase::kDiagnosing) return;
   const double limit = plan_.spec.launcher.timeout_s;
   outcome_ = Outcome{OutcomeKind::kJobTimeout, exit_code::kTimeout,
                      fmt::format("the job ran longer than launcher.timeout_s = {} s", limit)};
@@ -445,10 +577,15 @@ void Supervisor::on_job_timeout() {
     save_state();
     return;
   }
+  if (phase_ == Phase::kRunning) {
+    begin_diagnosis(Phase::kStopping, "job_timeout");
+    return;
+  }
   stop_gang(Phase::kStopping, SIGTERM);
 }
 
 void Supervisor::stop_gang(Phase next, int sig, bool announce) {
+  drop_echo();
   phase_ = next;
   stop_signal_ = sig;
   cancel_rendezvous_ = true;
@@ -467,6 +604,7 @@ void Supervisor::stop_gang(Phase next, int sig, bool announce) {
     }
   }
   signal_groups(sig);
+  signal_groups(SIGCONT);  // a stopped rank (SIGSTOP) acts on the signal now, not at SIGKILL time
   if (heartbeat_) {
     for (const Rank& rank : ranks_) heartbeat_->stop(rank.record.where.rank);
   }
@@ -497,7 +635,7 @@ void Supervisor::signal_groups(int sig) {
 }
 
 void Supervisor::check_attempt_over() {
-  if (attempt_over_) return;
+  if (attempt_over_ || phase_ == Phase::kDiagnosing) return;  // end_diagnosis comes back here
   for (const Rank& rank : ranks_) {
     if (rank.running()) return;
   }
@@ -622,7 +760,8 @@ json Supervisor::state_json() const {
           {"world_size", ranks_.front().record.where.world_size},
           {"device", plan_.device},
           {"backend", plan_.backend},
-          {"ranks", ranks}};
+          {"ranks", ranks},
+          {"stragglers", stragglers_.to_json()}};
 }
 
 json Supervisor::summary_json() const {
@@ -647,6 +786,8 @@ json Supervisor::summary_json() const {
           {"device", plan_.device},
           {"backend", plan_.backend},
           {"ranks", ranks},
+          {"stragglers", stragglers_.to_json()},
+          {"hang_report", hang_report_},
           {"attempt_history", attempt_history_}};
 }
 

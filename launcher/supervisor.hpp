@@ -1,15 +1,26 @@
 // The supervisor: one asio event loop that takes a job's ranks through its attempts.
 //
-//   Starting --> Running --> Stopping --> Finished
-//                   |            ^
-//                   v            | (a signal or the job timeout while restarting)
-//               Restarting --> Starting      (a rank failed or hung, restarts left)
+//   Starting --> Running -----------------> Stopping --> Finished
+//                   |   \                       ^
+//                   |    +--> Diagnosing -------+    (a hang or the job timeout: where every rank
+//                   |              |                  is gets recorded before the stop begins;
+//                   v              v                  launcher/hang_report.hpp)
+//               Restarting <-------+                 (a rank failed or hung, restarts left)
+//                   |                                 (a signal or the job timeout meanwhile: Stopping)
+//                   v
+//               Starting
 //
 // Events, none of them polled: a rank exits (Boost.Process), a rank's output ends (pipe EOF), a
 // heartbeat deadline passes (inotify + timers), a signal arrives (signal_set), the job timeout
-// or the SIGTERM grace period ends (timers). The first rank to fail while Running is the root
+// or the SIGTERM grace period ends (timers); the one poll is the hang report's bounded wait for
+// backtrace files. The first rank to fail while Running is the root
 // cause; everything after it is teardown. An attempt is over when every rank is reaped, every
 // rank's process group is killed, and every rank's output is drained.
+//
+// A failure that a worker reports as "peer_lost" (a collective failed because a peer died) is the
+// echo of another failure: it is held for up to kEchoWaitS while the primary failure is looked
+// for, and becomes the root cause only when none appears. Every heartbeat brings the rank's
+// progress record, whose busy time feeds the straggler detector (launcher/stragglers.hpp).
 //
 // On several nodes (launcher/rendezvous.hpp) Starting begins with a rendezvous round on a helper
 // thread, which posts its result to the loop; while ranks run, a watcher thread blocks on this
@@ -34,6 +45,7 @@
 
 #include "launcher/console.hpp"
 #include "launcher/guard.hpp"
+#include "launcher/hang_report.hpp"
 #include "launcher/heartbeat.hpp"
 #include "launcher/launch_error.hpp"
 #include "launcher/live_report.hpp"
@@ -43,6 +55,7 @@
 #include "launcher/rendezvous.hpp"
 #include "launcher/report.hpp"
 #include "launcher/run_dir.hpp"
+#include "launcher/stragglers.hpp"
 
 namespace xtrain::launcher {
 
@@ -61,7 +74,7 @@ class Supervisor {
   int run();  // blocks until Finished; returns xlaunch's exit code
 
  private:
-  enum class Phase { kStarting, kRunning, kStopping, kRestarting, kFinished };
+  enum class Phase { kStarting, kRunning, kDiagnosing, kStopping, kRestarting, kFinished };
 
   struct Rank {
     explicit Rank(const RankPlacement& where) { record.where = where; }
@@ -86,10 +99,21 @@ class Supervisor {
   // Events.
   void on_exit(int index, ExitStatus status);
   void on_hung(int index);
+  void on_beat(int rank);
   void on_signal(int signal);
   bool signaled_with_ranks(int signal);
   void on_job_timeout();
   void rank_failed(RankFailure failure, Outcome outcome);
+
+  // A peer_lost failure waits for the primary one.
+  void hold_echo(RankFailure failure, Outcome outcome);
+  void settle_echo();
+  void drop_echo();
+
+  // Hangs and the job timeout: where every rank is, before the stop.
+  void begin_diagnosis(Phase next, const char* trigger);
+  void poll_diagnosis();
+  void end_diagnosis();
 
   // Several nodes.
   void begin_rendezvous();
@@ -124,7 +148,9 @@ class Supervisor {
   boost::asio::steady_timer job_timer_;   // launcher.timeout_s
   boost::asio::steady_timer kill_timer_;  // launcher.term_timeout_s after the stop signal
   boost::asio::steady_timer drain_timer_; // output still open after every rank was reaped
-  std::unique_ptr<HeartbeatWatch> heartbeat_;
+  boost::asio::steady_timer echo_timer_;  // how long a peer_lost failure waits for the primary one
+  boost::asio::steady_timer diagnosis_timer_;
+  std::unique_ptr<HeartbeatWatch> heartbeat_;  // null: no watchdog and not our worker (or inotify failed)
   LiveReport live_report_;                // report.html: every 10 s while metrics change, and at the end
 
   Phase phase_ = Phase::kStarting;
@@ -136,6 +162,12 @@ class Supervisor {
   std::optional<Outcome> outcome_;  // this attempt's, set by its first decisive event
   std::optional<RankFailure> root_cause_;   // a rank of this node
   std::optional<nlohmann::json> remote_cause_;  // or another node's root cause, as it reported it
+  std::optional<std::pair<RankFailure, Outcome>> held_echo_;  // a peer_lost failure, waiting
+  std::unique_ptr<HangReport> diagnosis_;  // while Diagnosing
+  Phase after_diagnosis_ = Phase::kStopping;
+  SteadyTime diagnosis_deadline_;
+  nlohmann::json hang_report_;             // summary.json's "hang_report": the last attempt's that had one, or null
+  StragglerDetector stragglers_;
   std::string run_id_;
   WallTime started_at_;
   SteadyTime started_;

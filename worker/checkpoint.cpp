@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -104,7 +105,7 @@ json hf_config(const ModelDims& d) {
           {"torch_dtype", "float32"}};
 }
 
-void write_model_file(const std::string& path, const ParamLayout& layout, const float* params) {
+FileChecksum write_model_file(const std::string& path, const ParamLayout& layout, const float* params) {
   size_t transposed_floats = 0;
   for (const auto& t : layout.tensors()) transposed_floats += t.hf_transposed ? t.count : 0;
   std::vector<float> transposed(transposed_floats);  // Conv1D weights in (in, out)
@@ -119,30 +120,37 @@ void write_model_file(const std::string& path, const ParamLayout& layout, const 
     }
     tensors.push_back({t.name, hf_shape(layout, t), data});
   }
-  write_safetensors(path, tensors, {{"format", "pt"}});  // transformers refuses files without "format"
+  return write_safetensors(path, tensors, {{"format", "pt"}});  // transformers refuses files without "format"
 }
 
-void write_optimizer_file(const std::string& path, const ParamLayout& layout, const float* params, const float* m,
-                          const float* v, std::int64_t adam_t) {
+FileChecksum write_optimizer_file(const std::string& path, const ParamLayout& layout, const float* params,
+                                  const float* m, const float* v, std::int64_t adam_t) {
   const ModelDims& d = layout.dims();
   const auto total = static_cast<std::int64_t>(layout.total());
   std::vector<SafetensorsTensor> tensors = {{"m", {total}, m}, {"v", {total}, v}};
   if (d.Vp > d.V) {
     tensors.push_back({kWtePadding, wte_padding_shape(d), params + layout.wte() + static_cast<size_t>(d.V) * d.C});
   }
-  write_safetensors(path, tensors, {{"adam_step", std::to_string(adam_t)}, {"layout", "xtrain flat parameter buffer"}});
+  return write_safetensors(path, tensors,
+                           {{"adam_step", std::to_string(adam_t)}, {"layout", "xtrain flat parameter buffer"}});
 }
 
-json state_json(const JobSpec& spec, const TrainState& state) {
+// state.json's "files": {"model.safetensors": {"bytes": N, "crc32c": "8 hex digits"}, ...}.
+using FileChecksums = std::map<std::string, FileChecksum>;
+
+json state_json(const JobSpec& spec, const TrainState& state, const FileChecksums& files) {
   json words = json::array();
   for (auto w : state.sampler.words) words.push_back(to_hex(w));
+  json sums = json::object();
+  for (const auto& [name, sum] : files) sums[name] = {{"bytes", sum.bytes}, {"crc32c", crc32c_hex(sum.crc32c)}};
   return {{"format", kFormat},
           {"format_version", kCheckpointFormatVersion},
           {"step", state.step},
           {"sampler", {{"algorithm", "xoshiro256**"}, {"state", words}}},
           {"model", spec_section(spec, "model")},
           {"train", spec_section(spec, "train")},
-          {"data", {{"train", spec.data.train}, {"train_tokens", state.train_tokens}}}};
+          {"data", {{"train", spec.data.train}, {"train_tokens", state.train_tokens}}},
+          {"files", sums}};
 }
 
 // Removes a directory so that no crash leaves it half-deleted under a complete-looking name:
@@ -209,12 +217,75 @@ SafetensorsFile open_tensor_file(const std::string& dir, const char* name) {
   }
 }
 
-// Everything resume "auto" checks before picking a checkpoint: the files exist, state.json
-// parses, and the tensor files' headers agree with their sizes (which catches truncation).
-void verify_structure(const std::string& dir) {
-  read_state(dir);
+// The headers: the files exist, state.json parses, and the tensor files' headers agree with
+// their sizes (which catches truncation). Reads no tensor data. Returns state.json.
+json verify_structure(const std::string& dir) {
+  json state = read_state(dir);
   open_tensor_file(dir, kModelFile);
   open_tensor_file(dir, kOptimizerFile);
+  return state;
+}
+
+// Every file state.json lists has its recorded size and CRC-32C (a flipped bit in the weights
+// changes no size and no header). Reads every file once. Checkpoints written before checksums
+// were recorded pass with a note.
+void verify_checksums(const std::string& dir, const json& state) {
+  const json files = state.value("files", json());
+  if (!files.is_object()) {
+    spdlog::info("resume: {} records no checksums (an older checkpoint): its files are checked by their headers only",
+                 dir);
+    return;
+  }
+  for (const auto& [name, recorded] : files.items()) {
+    const json bytes = recorded.is_object() ? recorded.value("bytes", json()) : json();
+    const json crc = recorded.is_object() ? recorded.value("crc32c", json()) : json();
+    if (!bytes.is_number_unsigned() || !crc.is_string()) {
+      throw CheckpointError(dir, std::string(kStateFile) + ": /files/" + name + " is not {bytes, crc32c}");
+    }
+    FileChecksum actual;
+    try {
+      actual = checksum_file((fs::path(dir) / name).string());
+    } catch (const FileError& e) {
+      throw CheckpointError(dir, name + ": " + e.message());
+    }
+    if (actual.bytes != bytes.get<std::uint64_t>()) {
+      throw CheckpointError(dir, name + ": " + std::to_string(actual.bytes) + " bytes, but state.json recorded " +
+                                     bytes.dump() + " (truncated or overwritten)");
+    }
+    if (crc32c_hex(actual.crc32c) != crc.get<std::string>()) {
+      throw CheckpointError(dir, name + ": damaged: its CRC-32C is " + crc32c_hex(actual.crc32c) +
+                                     " but state.json recorded " + crc.get<std::string>());
+    }
+  }
+}
+
+// The spec fields a resumed run must keep (model shape, the train settings of a bit-exact resume).
+void check_against_spec(const json& state, const std::string& dir, const JobSpec& spec) {
+  const json model_now = spec_section(spec, "model");
+  const json train_now = spec_section(spec, "train");
+  const json& model_then = state_field(state, dir, "/model", &json::is_object);
+  const json& train_then = state_field(state, dir, "/train", &json::is_object);
+  for (const char* key : kModelKeys) {
+    if (model_then.value(key, json()) != model_now[key]) {
+      throw CheckpointError(dir, std::string("model.") + key + " is " + model_then.value(key, json()).dump() +
+                                     " but the spec says " + model_now[key].dump());
+    }
+  }
+  for (const char* key : kTrainKeys) {
+    if (train_then.value(key, json()) != train_now[key]) {
+      throw CheckpointError(dir, std::string("train.") + key + " is " + train_then.value(key, json()).dump() +
+                                     " but the spec says " + train_now[key].dump() +
+                                     "; a resumed run must keep it to continue the same training");
+    }
+  }
+}
+
+// An explicit checkpoint.resume path: a directory, or CheckpointError.
+void require_directory(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    throw CheckpointError(dir, fs::exists(dir, ec) ? "is not a directory" : "No such file or directory");
+  }
 }
 
 }  // namespace
@@ -230,6 +301,7 @@ std::string save_checkpoint(const std::string& run_dir, const JobSpec& spec, con
   const fs::path root = fs::path(run_dir) / "checkpoints";
   const fs::path final_dir = root / checkpoint_dir_name(state.step);
   const fs::path tmp = final_dir.string() + kTmpMarker + std::to_string(::getpid());
+  FileChecksums sums;
   try {
     fs::create_directories(root);
     for (const auto& entry : fs::directory_iterator(root)) {
@@ -239,10 +311,12 @@ std::string save_checkpoint(const std::string& run_dir, const JobSpec& spec, con
       }
     }
     fs::create_directory(tmp);
-    write_model_file((tmp / kModelFile).string(), layout, params);
-    write_optimizer_file((tmp / kOptimizerFile).string(), layout, params, m, v, state.adam_t);
-    write_file_atomic((tmp / kConfigFile).string(), hf_config(layout.dims()).dump(2) + "\n");
-    write_file_atomic((tmp / kStateFile).string(), state_json(spec, state).dump(2) + "\n");
+    sums[kModelFile] = write_model_file((tmp / kModelFile).string(), layout, params);
+    sums[kOptimizerFile] = write_optimizer_file((tmp / kOptimizerFile).string(), layout, params, m, v, state.adam_t);
+    const std::string config = hf_config(layout.dims()).dump(2) + "\n";
+    write_file_atomic((tmp / kConfigFile).string(), config);
+    sums[kConfigFile] = {config.size(), crc32c(config.data(), config.size())};
+    write_file_atomic((tmp / kStateFile).string(), state_json(spec, state, sums).dump(2) + "\n");
     fsync_directory(tmp.string());
     if (fs::exists(final_dir)) remove_checkpoint_dir(final_dir);  // the same step saved again
     fs::rename(tmp, final_dir);
@@ -270,22 +344,26 @@ std::string save_checkpoint(const std::string& run_dir, const JobSpec& spec, con
 std::optional<std::string> find_resume_checkpoint(const std::string& run_dir, const std::string& resume) {
   if (resume == "never") return std::nullopt;
   if (resume != "auto") {
-    std::error_code ec;
-    if (!fs::is_directory(resume, ec)) {
-      throw CheckpointError(resume, fs::exists(resume, ec) ? "is not a directory" : "No such file or directory");
-    }
-    verify_structure(resume);
+    require_directory(resume);
+    verify_checksums(resume, verify_structure(resume));
     return resume;
   }
   for (const auto& [step, dir] : complete_checkpoints(fs::path(run_dir) / "checkpoints")) {
     try {
-      verify_structure(dir.string());
+      verify_checksums(dir.string(), verify_structure(dir.string()));
       return dir.string();
     } catch (const CheckpointError& e) {
-      spdlog::warn("resume: skipping damaged {}", e.what());
+      spdlog::warn("resume: skipping damaged {}; trying the previous checkpoint", e.what());
     }
   }
   return std::nullopt;
+}
+
+void check_resume_checkpoint(const JobSpec& spec) {
+  const std::string& resume = spec.checkpoint.resume;
+  if (resume == "auto" || resume == "never") return;
+  require_directory(resume);
+  check_against_spec(verify_structure(resume), resume, spec);
 }
 
 TrainState load_checkpoint(const std::string& dir, const JobSpec& spec, const ParamLayout& layout,
@@ -294,23 +372,7 @@ TrainState load_checkpoint(const std::string& dir, const JobSpec& spec, const Pa
   const ModelDims& d = layout.dims();
 
   // The spec first: a mismatch there is the likeliest mistake and the clearest message.
-  const json model_now = spec_section(spec, "model");
-  const json train_now = spec_section(spec, "train");
-  const json& model_then = state_field(state, dir, "/model", &json::is_object);
-  const json& train_then = state_field(state, dir, "/train", &json::is_object);
-  for (const char* key : kModelKeys) {
-    if (model_then.value(key, json()) != model_now[key]) {
-      throw CheckpointError(dir, std::string("model.") + key + " is " + model_then.value(key, json()).dump() +
-                                     " but the spec says " + model_now[key].dump());
-    }
-  }
-  for (const char* key : kTrainKeys) {
-    if (train_then.value(key, json()) != train_now[key]) {
-      throw CheckpointError(dir, std::string("train.") + key + " is " + train_then.value(key, json()).dump() +
-                                     " but the spec says " + train_now[key].dump() +
-                                     "; a resumed run must keep it to continue the same training");
-    }
-  }
+  check_against_spec(state, dir, spec);
   TrainState out;
   out.train_tokens = state_field(state, dir, "/data/train_tokens", &json::is_number_unsigned).get<std::uint64_t>();
   if (out.train_tokens != train_tokens) {

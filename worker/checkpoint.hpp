@@ -7,7 +7,8 @@
 //                          wte (which model.safetensors has no room for), the AdamW step count in
 //                          the metadata;
 //   state.json             format version, step, the sampler state, the model spec, the train
-//                          settings and the training-token count, checked again on resume.
+//                          settings and the training-token count, checked again on resume, and
+//                          each other file's size and CRC-32C ("files"), verified before a resume.
 // Together exactly what is needed to continue bit for bit. Rank 0 writes one under
 // step-NNNNNNNN.tmp-PID, fsyncs every file and the directory, renames it, fsyncs the parent: a
 // directory with a final name is always complete, and a crashed writer leaves only a .tmp-* that
@@ -59,8 +60,14 @@ std::string save_checkpoint(const std::string& run_dir, const JobSpec& spec, con
 // Which checkpoint to resume from: `resume` is "never" (none), "auto" (the newest complete
 // checkpoint under run_dir/checkpoints/ whose files are intact, or none; damaged ones are
 // skipped with a warning) or the path of a checkpoint directory (which must be intact, else
-// CheckpointError).
+// CheckpointError). Intact: the headers agree with the sizes and every file has the size and
+// CRC-32C that state.json recorded (so this reads the checkpoint's files once).
 std::optional<std::string> find_resume_checkpoint(const std::string& run_dir, const std::string& resume);
+
+// What the launcher checks before starting anything, when checkpoint.resume names a path: it is
+// a checkpoint directory whose state.json and tensor headers are sound and whose model and train
+// settings match the spec. Reads headers only. Throws CheckpointError; "auto" and "never" pass.
+void check_resume_checkpoint(const JobSpec& spec);
 
 // Loads checkpoint `dir` into params, m, v (layout.total() floats each) after checking it against
 // the spec (model shape, the train settings a bit-exact resume needs unchanged: batch_size,

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <stdexcept>
 #include <string>
 
 namespace xtrain {
@@ -12,6 +14,15 @@ namespace xtrain {
 struct GradBucket {
   float* data = nullptr;
   size_t count = 0;
+  int id = -1;  // for progress reports: the layer, or n_layer for the embeddings' span
+};
+
+// A collective failed: a peer died or stopped answering, or the rendezvous failed. The message is
+// one line saying which rank, what it waited for and for how long. Such a failure is the echo of
+// a problem elsewhere, and the worker says so in its result file (failure_kind "peer_lost").
+class CommunicatorError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 class Communicator {
@@ -33,6 +44,14 @@ class Communicator {
   virtual void all_reduce_average(float* data, size_t count) = 0;
   virtual void broadcast(float* data, size_t count, int root) = 0;
   virtual void barrier() = 0;
+
+  // Progress reports (worker/heartbeat.hpp): where the communication side runs the buckets'
+  // all-reduces (Gloo's communication thread), it calls `observer` with a bucket's id when its
+  // all-reduce begins and with -1 when it ends. Set before the first bucket; must be cheap.
+  void set_bucket_observer(std::function<void(int bucket_id)> observer) { bucket_observer_ = std::move(observer); }
+
+ protected:
+  std::function<void(int)> bucket_observer_;
 };
 
 }  // namespace xtrain

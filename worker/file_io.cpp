@@ -5,9 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "common/atomic_file.hpp"
 
@@ -35,6 +37,19 @@ int open_regular_file(const std::string& path, std::uint64_t& size) {
 }  // namespace
 
 std::string errno_text(int err) { return std::strerror(err); }
+
+FileChecksum checksum_file(const std::string& path) {
+  constexpr std::uint64_t kBlock = 4 << 20;
+  InputFile in(path);
+  std::unique_ptr<char[]> block(new char[kBlock]);
+  Crc32c crc;
+  for (std::uint64_t at = 0; at < in.size(); at += kBlock) {
+    const std::uint64_t n = std::min(kBlock, in.size() - at);
+    in.read_at(at, block.get(), n);
+    crc.update(block.get(), n);
+  }
+  return {in.size(), crc.value()};
+}
 
 InputFile::InputFile(const std::string& path) : path_(path) { fd_ = open_regular_file(path, size_); }
 
@@ -70,6 +85,8 @@ OutputFile::~OutputFile() {
 }
 
 void OutputFile::write(const void* data, std::uint64_t count) {
+  crc_.update(data, count);
+  written_ += count;
   const auto* src = static_cast<const char*>(data);
   std::uint64_t done = 0;
   while (done < count) {

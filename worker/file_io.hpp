@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "worker/crc32c.hpp"
+
 namespace xtrain {
 
 // A file that cannot be read, written or parsed. what() is "PATH: MESSAGE", one line.
@@ -24,6 +26,15 @@ class FileError : public std::runtime_error {
 
 // errno as text, for messages: "No such file or directory".
 std::string errno_text(int err);
+
+// A file's size and CRC-32C, as a checkpoint's state.json records them.
+struct FileChecksum {
+  std::uint64_t bytes = 0;
+  std::uint32_t crc32c = 0;
+};
+
+// Reads the whole file in large blocks; throws FileError.
+FileChecksum checksum_file(const std::string& path);
 
 // A regular file opened for reading; a directory or other non-file is refused.
 class InputFile {
@@ -46,6 +57,7 @@ class InputFile {
 
 // A file created (or truncated) for writing. finish() fsyncs and closes it; a writer destroyed
 // without finish() removes its file, so an exception never leaves a half-written one behind.
+// It checksums what it writes on the way (CRC-32C, several GB/s: small next to the write).
 class OutputFile {
  public:
   explicit OutputFile(std::string path);  // throws FileError
@@ -56,10 +68,13 @@ class OutputFile {
   const std::string& path() const { return path_; }
   void write(const void* data, std::uint64_t count);
   void finish();
+  FileChecksum checksum() const { return {written_, crc_.value()}; }  // of everything written
 
  private:
   std::string path_;
   int fd_ = -1;
+  std::uint64_t written_ = 0;
+  Crc32c crc_;
 };
 
 // Writes `path` through a temporary name in the same directory, fsyncs it, renames it into place

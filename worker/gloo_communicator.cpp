@@ -158,7 +158,11 @@ void GlooCommunicator::sum_then_scale(float* data, size_t count, std::uint32_t t
 }
 
 void GlooCommunicator::start_all_reduce_average(GradBucket bucket) {
-  enqueue([this, bucket](std::uint32_t tag) { sum_then_scale(bucket.data, bucket.count, tag); });
+  enqueue([this, bucket](std::uint32_t tag) {
+    if (bucket_observer_) bucket_observer_(bucket.id);
+    sum_then_scale(bucket.data, bucket.count, tag);
+    if (bucket_observer_) bucket_observer_(-1);
+  });
 }
 
 void GlooCommunicator::finish_all_reduces() { wait_idle(); }

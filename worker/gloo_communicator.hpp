@@ -33,13 +33,6 @@ class Store;
 
 namespace xtrain {
 
-// A collective or the rendezvous failed; the message is one line saying which rank, what it
-// waited for and for how long.
-class CommunicatorError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
 struct GlooOptions {
   std::string prefix;                    // store key prefix: unique per run and attempt
   std::string store_name;                // the store, for messages: a directory or host:port

@@ -193,9 +193,11 @@ void GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
     check_token_range(targets, BT, d.V, "targets");
     k.upload(a.targets, targets, BT);
   }
+  if (layer_observer_) layer_observer_(Pass::kForward, -1);
   k.embedding_forward(a.encoded, a.tokens, p + layout_.wte(), p + layout_.wpe(), B, T, C);
   ConstActPtr residual = a.encoded;
   for (int l = 0; l < d.L; ++l) {
+    if (layer_observer_) layer_observer_(Pass::kForward, l);
     const LayerOffsets& o = layout_.layer(l);
     const ActPtr ln1 = a.ln1 + l * btc;
     const ActPtr qkv = a.qkv + 3 * l * btc;
@@ -217,6 +219,7 @@ void GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
     k.residual_forward(residual3, residual2, a.proj_out, static_cast<size_t>(BT) * C);
     residual = residual3;
   }
+  if (layer_observer_) layer_observer_(Pass::kForward, d.L);
   k.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p + layout_.lnf_w(), p + layout_.lnf_b(), BT, C);
   k.matmul_forward(a.logits, a.lnf, p + layout_.wte(), nullptr, BT, C, d.Vp);
   last_B_ = B;
@@ -252,11 +255,13 @@ void GPT::backward(float loss_scale, const std::function<void(Span)>& on_bucket_
   auto residual_in = [&](int l) -> ConstActPtr { return l == 0 ? a.encoded : a.residual3 + (l - 1) * btc; };
 
   // Output layer (tied to wte) and the final layernorm; dresidual then holds d loss / d residual3[L-1].
+  if (layer_observer_) layer_observer_(Pass::kBackward, d.L);
   k.fill_zero(a.dresidual, static_cast<size_t>(BT) * C);
   k.matmul_backward(a.dbtc, g + layout_.wte(), nullptr, a.logits, a.lnf, p + layout_.wte(), BT, C, d.Vp, loss_scale);
   k.layernorm_backward(a.dresidual, g + layout_.lnf_w(), g + layout_.lnf_b(), a.dbtc, residual_in(d.L),
                        p + layout_.lnf_w(), a.lnf_mean, a.lnf_rstd, BT, C);
   for (int l = d.L - 1; l >= 0; --l) {
+    if (layer_observer_) layer_observer_(Pass::kBackward, l);
     const LayerOffsets& o = layout_.layer(l);
     const ConstActPtr qkv = a.qkv + 3 * l * btc;
     const ConstActPtr atty = a.atty + l * btc;
@@ -277,6 +282,7 @@ void GPT::backward(float loss_scale, const std::function<void(Span)>& on_bucket_
                          a.ln1_mean + l * bt, a.ln1_rstd + l * bt, BT, C);
     if (on_bucket_ready) on_bucket_ready(layout_.layer_span(l));
   }
+  if (layer_observer_) layer_observer_(Pass::kBackward, -1);
   k.embedding_backward(g + layout_.wte(), g + layout_.wpe(), a.dresidual, a.tokens, B, T, C);
   if (on_bucket_ready) on_bucket_ready(layout_.embedding_span());
 }

@@ -99,6 +99,13 @@ class GPT {
 
   void zero_grads();
 
+  // Progress reports: called as each layer of forward and backward begins, with the layer index,
+  // -1 for the embeddings and n_layer for the output layer (final layernorm and logits). On an
+  // asynchronous backend this marks what the host issues, not what the device runs.
+  enum class Pass { kForward, kBackward };
+  using LayerObserver = std::function<void(Pass, int layer)>;
+  void set_layer_observer(LayerObserver observer) { layer_observer_ = std::move(observer); }
+
   // (B,T,Vp) of the last forward without targets, backend memory. Only the first V columns are
   // logits of tokens; the padded ones are 0 (wte's padded rows start at 0 and never get gradient).
   ConstActPtr logits() const { return acts_.logits; }
@@ -136,6 +143,7 @@ class GPT {
   bool backward_ready_ = false;
   size_t loss_positions_ = 0;       // positions summed into acts_.losses since the last take_loss
   std::vector<float> host_losses_;  // (max_batch*T) staging for take_loss
+  LayerObserver layer_observer_;
 };
 
 }  // namespace xtrain

@@ -11,19 +11,25 @@
 //   2  "failed", bad input given to the worker: command line, environment, job spec, data,
 //      checkpoint, or a device that is not there; retrying cannot help
 // SIGTERM and SIGINT keep their default action: the rank dies at once (the launcher's way to stop
-// a gang). Every failure prints one line "error: <field or file>: <what>" on stderr.
+// a gang). SIGUSR2 makes the receiving thread write its backtrace (worker/backtrace.hpp). Every
+// failure prints one line "error: <field or file>: <what>" on stderr, and the result file says
+// whether the failure is this rank's own ("primary") or a collective that failed because a peer
+// died or stopped answering ("peer_lost": xlaunch then looks for the primary one elsewhere).
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
 #include "common/job_spec.hpp"
 #include "common/log.hpp"
 #include "common/worker_env.hpp"
+#include "worker/backtrace.hpp"
 #include "worker/checkpoint.hpp"
 #include "worker/device_choice.hpp"
 #include "worker/file_io.hpp"
@@ -100,6 +106,7 @@ int main(int argc, char** argv) {
       r.status = "failed";
       r.step = trainer ? trainer->completed_steps() : 0;
       r.error = e.what();
+      r.failure_kind = dynamic_cast<const CommunicatorError*>(&e) ? "peer_lost" : "primary";
       r.extra = {{"exit_code", code}};
       report->write_result(r);
     }
@@ -115,7 +122,9 @@ int main(int argc, char** argv) {
   rank = env.where.rank;
   init_logging("", "", /*quiet=*/rank != 0);
   report = std::make_unique<RunReport>(rank, env.run_dir, env.heartbeat_file, env.result_file);
-  report->heartbeat();
+  report->heartbeat().beat();
+  install_backtrace_handler(env.heartbeat_file.empty() ? "" : backtrace_file_path(env.run_dir, rank));
+  report->heartbeat().set_backtrace_signal(kBacktraceSignal);
 
   struct sigaction sa = {};
   sa.sa_handler = on_sigusr1;
@@ -148,10 +157,15 @@ int main(int argc, char** argv) {
   }
 
   try {
+    report->heartbeat().phase(WorkerPhase::kConnecting);
     auto comm = make_communicator(device, spec, env, *backend);
     const RankResult result = trainer->run(*comm, g_stop_requested);
     report->write_result(result);
     return 0;
+  } catch (const FaultExit& e) {  // its connections closed with `comm`; the exit comes later
+    const int code = fail(e, e.code);
+    std::this_thread::sleep_for(std::chrono::duration<double>(e.linger_s));
+    return code;
   } catch (const SpecError& e) {
     return fail(e, kExitBadInput);
   } catch (const std::exception& e) {

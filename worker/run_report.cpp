@@ -4,10 +4,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <spdlog/spdlog.h>
 
 #include "common/atomic_file.hpp"
@@ -26,37 +22,12 @@ std::string fnv1a_hex(const void* data, size_t bytes) {
   return out;
 }
 
-std::string with_thousands(long long n) {
-  std::string digits = std::to_string(n < 0 ? -n : n);
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return n < 0 ? "-" + out : out;
-}
-
-std::string format_duration(double seconds) {
-  const long long s = seconds > 0 ? static_cast<long long>(seconds + 0.5) : 0;
-  char out[32];
-  std::snprintf(out, sizeof out, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
-  return out;
-}
-
-RunReport::RunReport(int rank, std::string run_dir, std::string heartbeat_file, std::string result_file)
+RunReport::RunReport(int rank, std::string run_dir, const std::string& heartbeat_file, std::string result_file)
     : rank_(rank),
       run_dir_(std::move(run_dir)),
-      heartbeat_file_(std::move(heartbeat_file)),
+      heartbeat_(heartbeat_file),
       result_file_(std::move(result_file)),
       started_(std::chrono::steady_clock::now()) {}
-
-void RunReport::heartbeat() const {
-  if (heartbeat_file_.empty()) return;
-  const int fd = ::open(heartbeat_file_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return;
-  ::futimens(fd, nullptr);  // mtime = now
-  ::close(fd);
-}
 
 void RunReport::start_training(long first_step, long total_steps, long tokens_per_step, int log_every) {
   first_step_ = first_step;
@@ -66,7 +37,10 @@ void RunReport::start_training(long first_step, long total_steps, long tokens_pe
   started_ = std::chrono::steady_clock::now();
   steps_timed_ = 0;
   interval_ms_ = 0;
+  interval_busy_ms_.clear();
   interval_steps_ = 0;
+  recent_ms_ = 0;
+  if (rank_ == 0 && !run_dir_.empty()) drop_metrics_after(run_dir_ + "/metrics.jsonl", first_step);
 }
 
 double RunReport::training_seconds() const {
@@ -82,6 +56,14 @@ void RunReport::step(const StepStats& s) {
   ++steps_timed_;
   interval_ms_ += s.step_ms;
   ++interval_steps_;
+  interval_busy_ms_.resize(s.rank_busy_ms.size());
+  for (size_t r = 0; r < s.rank_busy_ms.size(); ++r) interval_busy_ms_[r] += s.rank_busy_ms[r];
+  recent_ms_ = recent_ms_ > 0 ? 0.9 * recent_ms_ + 0.1 * s.step_ms : s.step_ms;
+  const double remaining_s = training_seconds() / static_cast<double>(steps_timed_) *
+                             static_cast<double>(total_steps_ - s.step);
+  heartbeat_.end_step({s.step, s.loss, s.busy_ms, s.step_ms,
+                       recent_ms_ > 0 ? static_cast<double>(tokens_per_step_) * 1000.0 / recent_ms_ : 0.0,
+                       remaining_s});
   if (rank_ != 0) return;
   // The first step of a run is always shown, so a person sees where the loss starts.
   const bool first = s.step == first_step_ + 1;
@@ -89,20 +71,22 @@ void RunReport::step(const StepStats& s) {
 
   const double ms = interval_ms_ / static_cast<double>(interval_steps_);
   const double tok_s = ms > 0 ? static_cast<double>(tokens_per_step_) * 1000.0 / ms : 0.0;
-  const double avg_s = training_seconds() / static_cast<double>(steps_timed_);
-  const double eta_s = avg_s * static_cast<double>(total_steps_ - s.step);
+  nlohmann::json rank_ms = nlohmann::json::array();
+  for (double sum : interval_busy_ms_) rank_ms.push_back(sum / static_cast<double>(interval_steps_));
   interval_ms_ = 0;
+  interval_busy_ms_.assign(interval_busy_ms_.size(), 0.0);
   interval_steps_ = 0;
 
   spdlog::info("step {}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {} tok/s | {:.1f} ms/step | ETA {}", s.step,
                total_steps_, s.loss, s.lr, s.grad_norm, with_thousands(static_cast<long long>(tok_s + 0.5)), ms,
-               format_duration(eta_s));
+               format_duration(remaining_s));
   append_metrics({{"step", s.step},
                   {"loss", s.loss},
                   {"lr", s.lr},
                   {"grad_norm", s.grad_norm},
                   {"tokens_per_s", tok_s},
                   {"ms_per_step", ms},
+                  {"rank_step_ms", rank_ms},
                   {"elapsed_s", training_seconds()}});
 }
 
@@ -135,12 +119,35 @@ void RunReport::write_result(const RankResult& r) const {
   if (r.val_loss) doc["val_loss"] = *r.val_loss;
   if (!r.param_digest.empty()) doc["param_digest"] = r.param_digest;
   if (!r.error.empty()) doc["error"] = r.error;
+  if (!r.failure_kind.empty()) doc["failure_kind"] = r.failure_kind;
   try {
     const auto parent = std::filesystem::path(result_file_).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent);
     write_file_atomic(result_file_, doc.dump(2) + "\n");
   } catch (const std::exception& e) {
     spdlog::warn("result file: {}", e.what());
+  }
+}
+
+void drop_metrics_after(const std::string& path, long step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept;
+  bool dropped = false;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const bool torn = record.is_discarded() || !record.is_object();
+    if (torn || (record.contains("step") && record["step"].is_number() && record["step"].get<long>() > step)) {
+      dropped = true;
+      continue;
+    }
+    kept += line + '\n';
+  }
+  if (!dropped) return;
+  try {
+    write_file_atomic(path, kept);
+  } catch (const std::exception& e) {
+    spdlog::warn("{}: could not drop the records after step {}: {}", path, step, e.what());
   }
 }
 

@@ -1,16 +1,22 @@
 // What a rank tells the people and programs watching it:
 //   - rank 0: a progress line every log_every steps, validation and checkpoint lines, and the same
-//     numbers appended to <run dir>/metrics.jsonl (one JSON object per line);
+//     numbers appended to <run dir>/metrics.jsonl (one JSON object per line; a resumed run first
+//     drops the records of the steps it is about to repeat, so each step appears once);
 //   - every rank: heartbeats (the mtime of $XTRAIN_HEARTBEAT_FILE) so xlaunch's watchdog can tell
-//     a slow rank from a hung one, and at exit $XTRAIN_RESULT_FILE, written atomically.
+//     a slow rank from a hung one, the progress record in the same file (worker/heartbeat.hpp), and
+//     at exit $XTRAIN_RESULT_FILE, written atomically.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "common/number_format.hpp"
+#include "worker/heartbeat.hpp"
 
 namespace xtrain {
 
@@ -20,6 +26,8 @@ struct StepStats {
   double lr = 0;
   double grad_norm = 0;      // global norm before clipping
   double step_ms = 0;        // wall time of this step
+  double busy_ms = 0;        // this rank's step time minus its time blocked in collectives
+  std::vector<double> rank_busy_ms;  // every rank's busy_ms, by rank (rank 0 only; else empty)
 };
 
 // The result a rank leaves in $XTRAIN_RESULT_FILE (and that xlaunch merges into summary.json).
@@ -31,21 +39,27 @@ struct RankResult {
   std::optional<double> val_loss;
   std::string param_digest;  // FNV-1a 64 of the parameter bytes, 16 hex digits
   std::string error;         // when failed: the one-line reason
+  // When failed: "primary" (this rank's own failure) or "peer_lost" (a collective failed because a
+  // peer died or stopped answering: the echo of a failure elsewhere, never the root cause).
+  std::string failure_kind;
   nlohmann::json extra = nlohmann::json::object();  // more fields (world size, backends, timing)
 };
 
 class RunReport {
  public:
   // `run_dir` may be empty (no metrics file). Only rank 0 prints progress and writes metrics.
-  RunReport(int rank, std::string run_dir, std::string heartbeat_file, std::string result_file);
+  RunReport(int rank, std::string run_dir, const std::string& heartbeat_file, std::string result_file);
 
-  // Touches the heartbeat file (creating it): call at least once per step and between long
-  // startup phases. Failures are ignored: a missing heartbeat is the watchdog's business.
-  void heartbeat() const;
+  // The heartbeat file: beat() at least once per step and between long startup phases (failures
+  // are ignored: a missing heartbeat is the watchdog's business); phases as they change.
+  Heartbeat& heartbeat() { return heartbeat_; }
 
   // Starts the step clock for throughput and ETA (after setup, before the first step to time).
+  // Rank 0 drops the records of steps after `first_step` from metrics.jsonl: a resumed run is
+  // about to log them again.
   void start_training(long first_step, long total_steps, long tokens_per_step, int log_every);
-  // Prints and records a step when it falls on log_every (or is the last one).
+  // Updates the progress record; prints and records the step when it falls on log_every (or is
+  // the first or the last one).
   void step(const StepStats& s);
   void validation(long step, double val_loss, double seconds);
   void checkpoint(long step, const std::string& path, double seconds);
@@ -60,7 +74,7 @@ class RunReport {
 
   int rank_;
   std::string run_dir_;
-  std::string heartbeat_file_;
+  Heartbeat heartbeat_;
   std::string result_file_;
   long first_step_ = 0;
   long total_steps_ = 0;
@@ -69,15 +83,16 @@ class RunReport {
   std::chrono::steady_clock::time_point started_;
   long steps_timed_ = 0;
   double interval_ms_ = 0;   // step time summed since the last printed line
+  std::vector<double> interval_busy_ms_;  // each rank's busy time summed since the last printed line
   long interval_steps_ = 0;
+  double recent_ms_ = 0;     // moving average of the step time, for the progress record
 };
+
+// Rewrites the metrics file at `path` without the records of steps after `step` (and without a
+// torn last line), atomically; leaves it untouched when there is nothing to drop.
+void drop_metrics_after(const std::string& path, long step);
 
 // FNV-1a 64-bit over raw bytes, as 16 lowercase hex digits: cheap, and any differing bit changes it.
 std::string fnv1a_hex(const void* data, size_t bytes);
-
-// "1,234,567"
-std::string with_thousands(long long n);
-// "1:02:03" (h:mm:ss)
-std::string format_duration(double seconds);
 
 }  // namespace xtrain

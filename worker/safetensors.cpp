@@ -50,7 +50,7 @@ std::string format_shape(const std::vector<std::int64_t>& shape) {
   return s + "]";
 }
 
-void write_safetensors(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
+FileChecksum write_safetensors(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
                        std::map<std::string, std::string> metadata) {
   json header = json::object();
   Digest digest;
@@ -74,6 +74,7 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
   out.write(text.data(), text.size());
   for (const auto& t : tensors) out.write(t.data, element_count(t.shape) * sizeof(float));
   out.finish();
+  return out.checksum();
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {

@@ -24,8 +24,9 @@ struct SafetensorsTensor {
 };
 
 // Writes the tensors in the given order; fsyncs the file. Not atomic by itself: checkpoints
-// write into a temporary directory that is renamed once every file is complete.
-void write_safetensors(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
+// write into a temporary directory that is renamed once every file is complete. Returns the
+// written file's size and checksum.
+FileChecksum write_safetensors(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
                        std::map<std::string, std::string> metadata);
 
 struct SafetensorsEntry {

@@ -85,4 +85,21 @@ struct DataSplit {
 // `need_val` (validation is on): a validation split too small for one window is an error.
 DataSplit load_data(const DataSpec& data, const ModelSpec& model, bool need_val);
 
+// What a data file holds, known from its size and, for a shard, its 1 KiB header.
+struct TokenFileInfo {
+  std::string path;
+  bool text = true;         // byte-level text, else an llm.c token shard
+  std::uint64_t tokens = 0;
+};
+
+// Reads the header only. Throws DataError naming `field` and the file: missing or unreadable, a
+// *.bin that is not a shard, a shard of another version, or one whose size disagrees with the
+// token count in its header (truncated).
+TokenFileInfo inspect_token_file(const std::string& path, const std::string& field);
+
+// Everything load_data checks except the tokens themselves (their range against vocab_size):
+// the files, their kinds and headers, and the split sizes, from headers and sizes alone, so it
+// costs the same for a 1 KB file and a 100 GB corpus. The launcher runs it before any rank starts.
+void check_data_files(const DataSpec& data, const ModelSpec& model, bool need_val);
+
 }  // namespace xtrain

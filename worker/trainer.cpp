@@ -1,8 +1,7 @@
 #include "worker/trainer.hpp"
 
+#include <algorithm>
 #include <chrono>
-#include <csignal>
-#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <type_traits>
@@ -28,21 +27,6 @@ std::vector<float> to_host(Backend& backend, const float* src, size_t n) {
 
 }  // namespace
 
-FaultInjection FaultInjection::from_environment(int restart_count) {
-  FaultInjection f;
-  const char* v = std::getenv("XTRAIN_FAULT_KILL");
-  if (!v || !*v || restart_count != 0) return f;
-  int rank = -1;
-  long step = -1;
-  char tail = 0;
-  if (std::sscanf(v, "%d:%ld%c", &rank, &step, &tail) != 2 || rank < 0 || step < 1) {
-    throw std::invalid_argument(std::string("XTRAIN_FAULT_KILL: expected RANK:STEP, got \"") + v + "\"");
-  }
-  f.rank = rank;
-  f.step = step;
-  return f;
-}
-
 Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_size, Backend& backend,
                  RunReport& report, FaultInjection fault)
     : spec_(spec),
@@ -56,7 +40,7 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
       fault_(fault) {
   const auto& t = spec_.train;
   data_ = load_data(spec_.data, spec_.model, t.eval_every > 0);
-  report_.heartbeat();
+  report_.heartbeat().beat();
   if (spec_.sample.tokens > 0 && data_.byte_level) {
     for (unsigned char c : spec_.sample.prompt) {
       if (c >= spec_.model.vocab_size) {
@@ -74,13 +58,21 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
 
   model_ = std::make_unique<GPT>(spec_.model, backend_, micro_batch_);
   adamw_ = std::make_unique<AdamW>(backend_, model_->layout(), AdamWConfig::from(t));
-  scalars_ = backend_.alloc_floats(2);
+  host_scalars_.resize(2 + static_cast<size_t>(world_));
+  scalars_ = backend_.alloc_floats(host_scalars_.size());
   const size_t bt = static_cast<size_t>(micro_batch_) * static_cast<size_t>(spec_.model.seq_len);
   inputs_.resize(bt);
   targets_.resize(bt);
 
   model_->init_weights(spec_.model.init_seed);
-  report_.heartbeat();
+  report_.heartbeat().beat();
+  model_->set_layer_observer([this](GPT::Pass pass, int layer) {
+    if (!in_step_) return;  // validation and sampling run forward too: they report their own phase
+    Heartbeat& live = report_.heartbeat();
+    if (pass == GPT::Pass::kForward) return live.phase(WorkerPhase::kForward, layer);
+    live.phase(WorkerPhase::kBackward, layer);
+    fault_.at_backward_layer(rank_, current_step_, layer);
+  });
 
   if (auto dir = find_resume_checkpoint(run_dir_, spec_.checkpoint.resume)) {
     const size_t n = model_->layout().total();
@@ -95,7 +87,7 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
     start_step_ = state.step;
     completed_steps_ = state.step;
     resumed_from_ = *dir;
-    report_.heartbeat();
+    report_.heartbeat().beat();
   }
 }
 
@@ -186,32 +178,61 @@ double Trainer::average_scalar(Communicator& comm, double value) {
   return out;
 }
 
+int Trainer::bucket_id(Span span) const {
+  const ParamLayout& layout = model_->layout();
+  for (int l = 0; l < spec_.model.n_layer; ++l) {
+    if (layout.layer_span(l).offset == span.offset) return l;
+  }
+  return spec_.model.n_layer;
+}
+
 Trainer::StepOutcome Trainer::train_step(Communicator& comm, long step, bool stop_here) {
+  using Clock = std::chrono::steady_clock;
+  Heartbeat& live = report_.heartbeat();
+  const auto t0 = Clock::now();
   const int T = spec_.model.seq_len;
   const std::vector<std::uint64_t> starts = sampler_->draw(spec_.train.batch_size);
   model_->zero_grads();
   float* grads = model_->grads();
-  const auto start_bucket = [&](Span s) { comm.start_all_reduce_average(GradBucket{grads + s.offset, s.count}); };
+  const auto start_bucket = [&](Span s) {
+    comm.start_all_reduce_average(GradBucket{grads + s.offset, s.count, bucket_id(s)});
+  };
+  in_step_ = true;
   for (int micro = 0; micro < accum_; ++micro) {
+    live.micro_step(micro);
     gather_micro_batch(data_.train, T, starts, rank_, world_, micro, micro_batch_, inputs_.data(), targets_.data());
+    const auto c0 = Clock::now();
     model_->forward(inputs_.data(), targets_.data(), micro_batch_);
     const bool last = micro + 1 == accum_;
     // no_sync: the earlier micro-steps only accumulate locally; the last one hands each layer's
     // finished gradient to the communicator, so every parameter is all-reduced once per step.
     model_->backward(1.0f / static_cast<float>(accum_), last ? start_bucket : std::function<void(Span)>{});
+    fault_.after_micro_step(rank_, seconds_since(c0));
   }
+  in_step_ = false;
+  // The device finishes this rank's own backward first, so that what is timed next is waiting.
+  backend_.synchronize();
+  live.phase(WorkerPhase::kGradientWait);
+  const auto wait_began = Clock::now();
   comm.finish_all_reduces();
 
-  // One small all-reduce carries the loss and whether any rank was asked to stop.
-  const float local[2] = {static_cast<float>(model_->take_loss()), stop_here ? 1.0f : 0.0f};
-  backend_.upload(scalars_, local, 2);
-  comm.all_reduce_average(scalars_, 2);
-  float global[2] = {0, 0};
-  backend_.download(global, scalars_, 2);
-
+  // One small all-reduce carries the loss, whether any rank was asked to stop, and every rank's
+  // busy time (each rank fills its own slot, scaled by the world size so the average is exact).
   StepOutcome out;
-  out.loss = global[0];
-  out.stop = global[1] > 0;
+  out.busy_ms = std::chrono::duration<double, std::milli>(wait_began - t0).count();
+  std::fill(host_scalars_.begin(), host_scalars_.end(), 0.0f);
+  host_scalars_[0] = static_cast<float>(model_->take_loss());  // the losses' one download per step
+  host_scalars_[1] = stop_here ? 1.0f : 0.0f;
+  host_scalars_[2 + static_cast<size_t>(rank_)] = static_cast<float>(out.busy_ms * world_);
+  backend_.upload(scalars_, host_scalars_.data(), host_scalars_.size());
+  live.phase(WorkerPhase::kStepSync);
+  comm.all_reduce_average(scalars_, host_scalars_.size());
+  backend_.download(host_scalars_.data(), scalars_, host_scalars_.size());
+
+  out.loss = host_scalars_[0];
+  out.stop = host_scalars_[1] > 0;
+  out.rank_busy_ms.assign(host_scalars_.begin() + 2, host_scalars_.end());
+  live.phase(WorkerPhase::kOptimizer);
   out.grad_norm = grad_norm(backend_, grads, model_->layout().total());
   const float clip = clip_scale(out.grad_norm, spec_.train.grad_clip);
   const double lr = learning_rate(spec_.train, step);
@@ -239,6 +260,7 @@ void Trainer::save(Communicator& comm, long step) {
     const std::vector<float> params = to_host(backend_, model_->params(), n);
     const std::vector<float> m = to_host(backend_, adamw_->m(), n);
     const std::vector<float> v = to_host(backend_, adamw_->v(), n);
+    report_.heartbeat().phase(WorkerPhase::kCheckpoint);
     TrainState state;
     state.step = step;
     state.adam_t = adamw_->step_count();
@@ -247,6 +269,7 @@ void Trainer::save(Communicator& comm, long step) {
     dir = save_checkpoint(run_dir_, spec_, model_->layout(), params.data(), m.data(), v.data(), state);
   }
   // Nobody runs ahead (and nobody exits) before the checkpoint is complete.
+  report_.heartbeat().phase(WorkerPhase::kCheckpointWait);
   comm.barrier();
   report_.checkpoint(step, dir, seconds_since(t0));
 }
@@ -270,6 +293,7 @@ void Trainer::print_sample() {
   o.top_k = s.top_k;
   o.prompt = s.prompt;
   o.seed = static_cast<std::uint64_t>(spec_.train.seed);
+  report_.heartbeat().phase(WorkerPhase::kSampling);
   const auto t0 = std::chrono::steady_clock::now();
   const std::string text = sample_text(*model_, o);
   spdlog::info("sample: {} bytes at temperature {}, top-k {}, {:.1f} s:", s.tokens, s.temperature, s.top_k,
@@ -284,9 +308,13 @@ RankResult Trainer::run(Communicator& comm, const std::atomic<bool>& stop_reques
     spdlog::info("{}", describe());
     if (!resumed_from_.empty()) spdlog::info("resumed from {} at step {}", resumed_from_, start_step_);
   }
+  Heartbeat& live = report_.heartbeat();
+  live.set_plan(t.steps, accum_, spec_.model.n_layer);
+  comm.set_bucket_observer([&live](int bucket) { live.set_comm_bucket(bucket); });
+  live.phase(WorkerPhase::kConnecting);
   adopt_rank0_start(comm);
   verify_replicas(comm);
-  report_.heartbeat();
+  live.beat();
 
   RankResult result;
   result.rank = rank_;
@@ -299,19 +327,20 @@ RankResult Trainer::run(Communicator& comm, const std::atomic<bool>& stop_reques
   }
 
   for (long step = start_step_ + 1; step <= t.steps; ++step) {
-    report_.heartbeat();
-    if (fault_.rank == rank_ && fault_.step == step) {
-      spdlog::warn("XTRAIN_FAULT_KILL: rank {} kills itself at step {}", rank_, step);
-      std::raise(SIGKILL);
-    }
+    current_step_ = step;
+    live.begin_step(step);
+    live.beat();
+    fault_.at_step_start(rank_, step);
     const auto t0 = std::chrono::steady_clock::now();
-    const StepOutcome o = train_step(comm, step - 1, stop_requested.load());
+    StepOutcome o = train_step(comm, step - 1, stop_requested.load());
     completed_steps_ = step;
     result.step = step;
     result.loss = o.loss;
-    report_.step({step, o.loss, learning_rate(t, step - 1), o.grad_norm, seconds_since(t0) * 1000.0});
+    report_.step({step, o.loss, learning_rate(t, step - 1), o.grad_norm, seconds_since(t0) * 1000.0, o.busy_ms,
+                  rank_ == 0 ? std::move(o.rank_busy_ms) : std::vector<double>{}});
 
     if (t.eval_every > 0 && (step % t.eval_every == 0 || step == t.steps)) {
+      live.phase(WorkerPhase::kValidation);
       const auto v0 = std::chrono::steady_clock::now();
       result.val_loss = evaluate(comm);
       report_.validation(step, *result.val_loss, seconds_since(v0));
@@ -334,6 +363,7 @@ RankResult Trainer::run(Communicator& comm, const std::atomic<bool>& stop_reques
                   {"tokens_per_s", report_.tokens_per_second()},
                   {"train_s", report_.training_seconds()}};
   if (result.status == "completed") print_sample();
+  live.phase(WorkerPhase::kDone);
   return result;
 }
 

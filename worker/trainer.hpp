@@ -10,8 +10,18 @@
 //     backward with loss scale 1/accum, adding into the gradient buffer; on the LAST micro-step
 //     only, each finished layer's gradient span is handed to the communicator at once, so its
 //     average overlaps the rest of backward (no_sync: one all-reduce per parameter per step)
-//   finish_all_reduces; average [loss, stop request] across ranks in one small all-reduce
+//   finish_all_reduces; average [loss, stop request, each rank's busy time] across ranks in one
+//   small all-reduce
 //   global grad norm (identical everywhere, as the averaged grads are), clip, lr, AdamW
+//
+// Busy time: a rank's step time up to the small all-reduce, minus the time it waited in
+// finish_all_reduces. In synchronous data parallelism every rank's wall time per step is the
+// same; the busy time is what shows a straggler (xlaunch watches it in the heartbeat records,
+// metrics.jsonl has every rank's as rank_step_ms). Each rank fills its own slot of the small
+// all-reduce with its busy time times the world size, so the average hands every rank all of them.
+//
+// Progress: the training thread marks each phase and layer in the heartbeat record
+// (worker/heartbeat.hpp), the communication thread the bucket it reduces.
 //
 // Where training continues is rank 0's decision: a rank whose checkpoint state differs (on several
 // nodes without a shared filesystem only node 0 sees the checkpoints) takes rank 0's step,
@@ -34,20 +44,12 @@
 #include "worker/backend.hpp"
 #include "worker/batch_sampler.hpp"
 #include "worker/communicator.hpp"
+#include "worker/fault_injection.hpp"
 #include "worker/gpt.hpp"
 #include "worker/run_report.hpp"
 #include "worker/token_source.hpp"
 
 namespace xtrain {
-
-// Fault injection for the restart tests: rank `rank` SIGKILLs itself when about to run step
-// `step` (1-based), in the first attempt only (XTRAIN_RESTART_COUNT 0), so a restarted attempt
-// runs clean. Read from XTRAIN_FAULT_KILL="RANK:STEP"; off when unset.
-struct FaultInjection {
-  int rank = -1;
-  long step = -1;
-  static FaultInjection from_environment(int restart_count);
-};
 
 class Trainer {
  public:
@@ -74,12 +76,15 @@ class Trainer {
     double loss = 0;       // mean over all ranks
     double grad_norm = 0;  // global, before clipping
     bool stop = false;     // some rank was asked to stop
+    double busy_ms = 0;    // this rank's
+    std::vector<double> rank_busy_ms;  // every rank's, by rank
   };
 
   void adopt_rank0_start(Communicator& comm);
   void verify_replicas(Communicator& comm);
   // Optimizer step `step` (0-based); `stop_here`: this rank was asked to stop.
   StepOutcome train_step(Communicator& comm, long step, bool stop_here);
+  int bucket_id(Span span) const;  // the layer whose gradients `span` holds, n_layer for the embeddings'
   double evaluate(Communicator& comm);
   double average_scalar(Communicator& comm, double value);
   void save(Communicator& comm, long step);
@@ -102,11 +107,14 @@ class Trainer {
   std::vector<std::uint64_t> val_starts_;
   std::unique_ptr<GPT> model_;
   std::unique_ptr<AdamW> adamw_;
-  float* scalars_ = nullptr;          // (2) backend memory: what the per-step all-reduce carries
+  float* scalars_ = nullptr;          // (2 + world) backend memory: what the per-step all-reduce carries
   std::vector<std::int32_t> inputs_;  // (B,T) host
   std::vector<std::int32_t> targets_; // (B,T) host
+  std::vector<float> host_scalars_;   // (2 + world) host staging of scalars_
   long start_step_ = 0;
   long completed_steps_ = 0;
+  long current_step_ = 0;             // 1-based, the step in progress (for progress reports)
+  bool in_step_ = false;              // the model's layers are a training step's (not validation's)
   std::string resumed_from_;
 };
 

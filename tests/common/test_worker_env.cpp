@@ -27,7 +27,6 @@ TEST_CASE("the env builder sets exactly the contract's variables", "[env]") {
   JobSpec spec = parse_job_spec(nlohmann::json::parse(R"({"worker": {"env": {"EXTRA": "1"}}})"));
   RankPlacement where{5, 1, 8, 4, 1};
   AttemptEnv attempt = sample_attempt();
-  attempt.heartbeat = true;
   attempt.nccl_id_hex = std::string(256, 'a');
   const auto e = build_worker_env(spec, where, attempt, {{"PATH", "/bin"}, {"RANK", "stale"}}, 16);
   const std::map<std::string, std::string> expected = {
@@ -57,7 +56,7 @@ TEST_CASE("optional variables appear only when they apply", "[env]") {
   const JobSpec spec = parse_job_spec(nlohmann::json::object());
   const auto e = build_worker_env(spec, {0, 0, 3, 3, 0}, sample_attempt(), {{"OMP_NUM_THREADS", "7"}}, 2);
   CHECK_FALSE(e.count("XTRAIN_NCCL_ID"));
-  CHECK_FALSE(e.count("XTRAIN_HEARTBEAT_FILE"));
+  CHECK(e.at("XTRAIN_HEARTBEAT_FILE") == "/runs/job/ranks/rank-0.heartbeat");  // always: the progress record
   CHECK(e.at("OMP_NUM_THREADS") == "7");  // the user's choice passes through
   const auto fewer_cores = build_worker_env(spec, {0, 0, 3, 3, 0}, sample_attempt(), {}, 2);
   CHECK(fewer_cores.at("OMP_NUM_THREADS") == "1");  // 2 cores / 3 ranks, at least 1

@@ -156,12 +156,20 @@ TEST_CASE("launcher/plan: our own worker is checked against the world", "[plan]"
   Fixture f;
   std::ofstream(f.dir / "xtrain-worker") << "#!/bin/sh\n";
   fs::permissions(f.dir / "xtrain-worker", fs::perms::owner_all);
-  const std::string spec = R"({"nproc_per_node": 3, "data": {"train": "x.txt"}})";
+  const std::string data = (f.dir / "x.txt").string();
+  std::ofstream(data) << std::string(1000, 'x');
+  const std::string spec = R"({"nproc_per_node": 3, "data": {"train": ")" + data + R"("}})";
   CHECK_THROWS_WITH(f.plan(spec), Contains("train.batch_size: expected a multiple of world size"));
   const Plan plan = f.plan(spec, {"train.batch_size=12"});
   CHECK(plan.own_worker);
   CHECK(plan.worker_argv == std::vector<std::string>{(f.dir / "xtrain-worker").string()});
   CHECK_THROWS_WITH(f.plan(R"({"nproc_per_node": 1})"), Contains("data.train"));
+  // The inputs are read (headers and sizes) before anything starts: bad ones are spec errors.
+  CHECK_THROWS_AS(f.plan(spec, {"train.batch_size=12", "data.train=\"/no/such.txt\""}), SpecError);
+  CHECK_THROWS_WITH(f.plan(spec, {"train.batch_size=12", "data.train=\"/no/such.txt\""}),
+                    "data.train: /no/such.txt: No such file or directory");
+  CHECK_THROWS_WITH(f.plan(spec, {"train.batch_size=12", "checkpoint.resume=\"/no/ckpt\""}),
+                    "checkpoint.resume: checkpoint /no/ckpt: No such file or directory");
 }
 
 TEST_CASE("launcher/plan: the worker command must exist (127) and be executable (126)", "[plan]") {
@@ -182,7 +190,9 @@ TEST_CASE("launcher/plan: the worker command must exist (127) and be executable 
   CHECK(code_of(R"({"worker": {"command": [")" + script + R"("]}})") == exit_code::kNotExecutable);
   CHECK(code_of(R"({"worker": {"command": [")" + (f.dir / "adir").string() + R"("]}})") == exit_code::kNotExecutable);
   // the default worker, xtrain-worker beside xlaunch, is missing
-  CHECK(code_of(R"({"data": {"train": "x.txt"}})") == exit_code::kNotFound);
+  const std::string data = (f.dir / "x.txt").string();
+  std::ofstream(data) << std::string(1000, 'x');
+  CHECK(code_of(R"({"data": {"train": ")" + data + R"("}})") == exit_code::kNotFound);
   CHECK_THROWS_WITH(f.plan(R"({"worker": {"command": ["no-such-program-xyz"]}})"),
                     Contains("worker.command[0]: \"no-such-program-xyz\" not found in PATH"));
   CHECK_THROWS_WITH(f.plan(R"({"worker": {"command": [")" + script + R"("]}})"), Contains("is not executable"));
@@ -261,7 +271,7 @@ TEST_CASE("launcher/plan: --dry-run shows the spec and the world and what each r
   CHECK(env["MASTER_PORT"] == "<a free port, picked per attempt>");
   CHECK_FALSE(env.contains("PATH"));             // passed through unchanged: not shown
   CHECK_FALSE(env.contains("OMP_NUM_THREADS"));  // already set: kept
-  CHECK_FALSE(env.contains("XTRAIN_HEARTBEAT_FILE"));
+  CHECK(env["XTRAIN_HEARTBEAT_FILE"] == plan.run_dir + "/ranks/rank-1.heartbeat");
 }
 
 #ifdef XTRAIN_HAVE_NCCL

@@ -12,6 +12,7 @@
 
 #include "test_files.hpp"
 #include "worker/checkpoint.hpp"
+#include "worker/crc32c.hpp"
 #include "worker/llmc_model.hpp"
 #include "worker/safetensors.hpp"
 
@@ -316,6 +317,89 @@ TEST_CASE("resume picks the newest intact checkpoint, never a partial one", "[ch
     CHECK(error_message<CheckpointError>([&] {
             find_resume_checkpoint(run.path(), cut);
           }).rfind("checkpoint " + cut + ": model.safetensors: truncated: tensor ", 0) == 0);
+  }
+}
+
+TEST_CASE("state.json records every file's size and CRC-32C", "[checkpoint]") {
+  ScratchDir run;
+  Model model;
+  const std::string dir = model.save(run.path(), 1);
+  const nlohmann::json files = nlohmann::json::parse(read_bytes(dir + "/state.json")).at("files");
+  CHECK(files.size() == 3);
+  for (const char* name : {"model.safetensors", "optimizer.safetensors", "config.json"}) {
+    INFO(name);
+    const std::string bytes = read_bytes(dir + "/" + name);
+    CHECK(files.at(name).at("bytes") == bytes.size());
+    // The table-driven CRC, independent of the hardware instruction the writer used.
+    CHECK(files.at(name).at("crc32c") == crc32c_hex(crc32c_portable(bytes.data(), bytes.size())));
+  }
+}
+
+TEST_CASE("a flipped bit (size unchanged): auto falls back, and an explicit path is refused naming the file",
+          "[checkpoint][errors]") {
+  ScratchDir run;
+  Model model;
+  model.save(run.path(), 1);
+  const std::string newest = model.save(run.path(), 2);
+  const auto flip = [](const std::string& path, size_t from_end) {
+    std::string bytes = read_bytes(path);
+    bytes[bytes.size() - from_end] ^= 0x10;
+    write_bytes(path, bytes);
+  };
+  SECTION("in the weights' data") { flip(newest + "/model.safetensors", 100); }
+  SECTION("in the optimizer's data") { flip(newest + "/optimizer.safetensors", 5); }
+  SECTION("in config.json") { flip(newest + "/config.json", 3); }
+  CHECK(find_resume_checkpoint(run.path(), "auto") == run / "checkpoints/step-00000001");
+  const std::string error = error_message<CheckpointError>([&] { find_resume_checkpoint(run.path(), newest); });
+  INFO(error);
+  CHECK(error.rfind("checkpoint " + newest + ": ", 0) == 0);
+  CHECK(error.find(": damaged: its CRC-32C is ") != std::string::npos);
+}
+
+TEST_CASE("a checkpoint written before checksums were recorded still resumes", "[checkpoint]") {
+  ScratchDir run;
+  Model model;
+  const std::string dir = model.save(run.path(), 3);
+  nlohmann::json state = nlohmann::json::parse(read_bytes(dir + "/state.json"));
+  state.erase("files");
+  write_bytes(dir + "/state.json", state.dump(2));
+  CHECK(find_resume_checkpoint(run.path(), "auto") == dir);
+  CHECK(find_resume_checkpoint(run.path(), dir) == dir);
+  std::vector<float> p(model.layout.total()), m(p), v(p);
+  CHECK(load_checkpoint(dir, model.spec, model.layout, 12345, p.data(), m.data(), v.data()).step == 3);
+  CHECK(p == model.params);
+}
+
+TEST_CASE("the launcher's check of checkpoint.resume reads headers and compares the spec", "[checkpoint][errors]") {
+  ScratchDir run;
+  Model model;
+  const std::string dir = model.save(run.path(), 4);
+  JobSpec spec = model.spec;
+  for (const char* mode : {"auto", "never"}) {
+    spec.checkpoint.resume = mode;
+    CHECK_NOTHROW(check_resume_checkpoint(spec));
+  }
+  spec.checkpoint.resume = dir;
+  CHECK_NOTHROW(check_resume_checkpoint(spec));
+  SECTION("a path that does not exist") {
+    spec.checkpoint.resume = run / "nope";
+    CHECK(error_message<CheckpointError>([&] { check_resume_checkpoint(spec); }) ==
+          "checkpoint " + run / "nope" + ": No such file or directory");
+  }
+  SECTION("a corrupt state.json") {
+    write_bytes(dir + "/state.json", "{\"format\": \"xtrain-chec");
+    CHECK(error_message<CheckpointError>([&] { check_resume_checkpoint(spec); }) ==
+          "checkpoint " + dir + ": state.json: not a JSON object (truncated or corrupt)");
+  }
+  SECTION("another model shape") {
+    spec.model.n_embd = 16;
+    CHECK(error_message<CheckpointError>([&] { check_resume_checkpoint(spec); }) ==
+          "checkpoint " + dir + ": model.n_embd is 8 but the spec says 16");
+  }
+  SECTION("a truncated tensor file") {
+    truncate_file(dir + "/model.safetensors", 8);
+    CHECK(error_message<CheckpointError>([&] { check_resume_checkpoint(spec); })
+              .rfind("checkpoint " + dir + ": model.safetensors: truncated: ", 0) == 0);
   }
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <numeric>
@@ -233,6 +234,69 @@ TEST_CASE("without data.val the tail of the training data is held out for valida
     CHECK(both.val.count == 40);
     CHECK(all_tokens(both.val) == std::vector<std::int32_t>(40, 'v'));
   }
+}
+
+TEST_CASE("the header-only data check refuses what load_data refuses, with the same message", "[data][errors]") {
+  ScratchDir dir;
+  write_bytes(dir / "empty.txt", "");
+  write_bytes(dir / "short.txt", "short");
+  write_bytes(dir / "ok.txt", std::string(100, 'x'));
+  write_shard(dir / "magic.bin", iota_tokens(10, 0), 20240326);
+  write_shard(dir / "version.bin", iota_tokens(10, 0), kShardMagic, 2);
+  write_shard(dir / "cut.bin", iota_tokens(10, 0), kShardMagic, kShardVersion, 12);
+  write_bytes(dir / "stub.bin", std::string("\x88\xd8\x34\x01", 4) + std::string(100, '\0'));
+  write_shard(dir / "shard.bin", iota_tokens(100, 0));
+  struct Case {
+    const char* name;
+    DataSpec data;
+    bool need_val;
+  };
+  const Case cases[] = {
+      {"a missing file", data_spec(dir / "nope.txt"), false},
+      {"a directory", data_spec(dir.path()), false},
+      {"a glob matching nothing", data_spec(dir / "*.none"), false},
+      {"an empty file", data_spec(dir / "empty.txt", "", 0.0), false},
+      {"a file shorter than one window", data_spec(dir / "short.txt", "", 0.0), false},
+      {"a .bin without the magic", data_spec(dir / "magic.bin"), false},
+      {"a shard of another version", data_spec(dir / "version.bin"), false},
+      {"a shard shorter than its header says", data_spec(dir / "cut.bin"), false},
+      {"a shard cut inside its header", data_spec(dir / "stub.bin"), false},
+      {"a glob mixing text and shards", data_spec(dir / "s*"), false},
+      {"validation data of another kind", data_spec(dir / "ok.txt", dir / "shard.bin"), true},
+      {"validation data too short", data_spec(dir / "ok.txt", dir / "short.txt"), true},
+      {"a held-out split too small", data_spec(dir / "ok.txt", "", 0.05), true},
+      {"training left too short by the held-out split", data_spec(dir / "ok.txt", "", 0.95), false},
+  };
+  for (const Case& c : cases) {
+    DYNAMIC_SECTION(c.name) {
+      const ModelSpec model = model_spec(8, 256);
+      const std::string expected = error_message<DataError>([&] { load_data(c.data, model, c.need_val); });
+      CHECK(expected != "(no error)");
+      CHECK(error_message<DataError>([&] { check_data_files(c.data, model, c.need_val); }) == expected);
+    }
+  }
+  SECTION("good data passes both") {
+    CHECK_NOTHROW(check_data_files(data_spec(dir / "ok.txt"), model_spec(8, 256), true));
+    CHECK_NOTHROW(load_data(data_spec(dir / "ok.txt"), model_spec(8, 256), true));
+    CHECK_NOTHROW(check_data_files(data_spec(dir / "shard.bin", dir / "shard.bin"), model_spec(8, 256), true));
+  }
+}
+
+TEST_CASE("inspecting a data file reads its header, not its tokens", "[data]") {
+  ScratchDir dir;
+  write_shard(dir / "shard.bin", iota_tokens(100, 7));
+  const TokenFileInfo shard = inspect_token_file(dir / "shard.bin", "data.train");
+  CHECK_FALSE(shard.text);
+  CHECK(shard.tokens == 100);
+  write_bytes(dir / "a.txt", "twelve bytes");
+  const TokenFileInfo text = inspect_token_file(dir / "a.txt", "data.train");
+  CHECK(text.text);
+  CHECK(text.tokens == 12);
+  // 2 GB of tokens that are never written (a sparse file): only the header is read.
+  const std::uint64_t tokens = 1ull << 30;
+  write_shard(dir / "big.bin", {}, kShardMagic, kShardVersion, static_cast<std::int64_t>(tokens));
+  std::filesystem::resize_file(dir / "big.bin", kShardHeaderBytes + 2 * tokens);
+  CHECK(inspect_token_file(dir / "big.bin", "data.train").tokens == tokens);
 }
 
 TEST_CASE("xoshiro256** matches its reference output and bounds without bias", "[sampler]") {

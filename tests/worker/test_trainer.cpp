@@ -99,8 +99,10 @@ TEST_CASE("with 4 micro-steps, each parameter is all-reduced exactly once per op
     }
     CHECK(covered == layout.total());
   }
-  // One small all-reduce per step carries [loss, stop flag].
-  CHECK(comm.blocking_floats == std::vector<size_t>{2, 2, 2});
+  // One small all-reduce per step carries [loss, stop flag, each rank's busy time] (one rank here).
+  CHECK(comm.blocking_floats == std::vector<size_t>{3, 3, 3});
+  // Each bucket says which layer it holds (L for the embeddings), for the progress record.
+  for (int j = 0; j <= L; ++j) CHECK(comm.buckets[static_cast<size_t>(j)].id == (j < L ? L - 1 - j : L));
 }
 
 TEST_CASE("a stop request checkpoints at the end of the current step and reports preempted") {

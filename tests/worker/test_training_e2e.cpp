@@ -7,7 +7,6 @@
 // Tolerances: runs with different world sizes or micro-batch splits compute the same batch with
 // the matrix products split differently, so float sums are ordered differently; over 20 AdamW
 // steps the losses must agree to 1e-5 relative. Resumed runs must agree bit for bit.
-#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -19,225 +18,16 @@
 #include <set>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
-
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "tests/worker/run_metrics.hpp"
+#include "tests/worker/e2e_job.hpp"
 
-namespace fs = std::filesystem;
-using nlohmann::json;
-using namespace std::chrono_literals;
+using namespace xtrain::test;
 
 namespace {
-
-struct Outcome {
-  int exit_code = -1;
-  std::string output;  // xlaunch's stdout and stderr, in order
-};
-
-// Starts argv in its own process group with stdout+stderr to `log`; returns its pid.
-pid_t spawn(const std::vector<std::string>& argv, const fs::path& log, const std::map<std::string, std::string>& env) {
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    std::perror("execv");
-    ::_exit(127);
-  }
-  return pid;
-}
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Waits for pid; kills its whole group after `limit` (a hung test must not hang CI).
-int wait_for(pid_t pid, std::chrono::seconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  int status = 0;
-  for (;;) {
-    const pid_t r = ::waitpid(pid, &status, WNOHANG);
-    if (r == pid) break;
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::killpg(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      FAIL("timed out after " << limit.count() << " s");
-    }
-    std::this_thread::sleep_for(20ms);
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-// A text corpus of English-like lines, made here so the test needs no data files.
-void write_corpus(const fs::path& path, size_t bytes) {
-  static const char* const words[] = {"the", "model", "learns", "a", "simple", "pattern", "of", "words", "and",
-                                      "every", "rank", "sees", "same", "batch", "while", "loss", "falls", "slowly",
-                                      "gloo", "averages", "gradients", "in", "order"};
-  std::ofstream out(path, std::ios::binary);
-  std::uint64_t x = 88172645463325252ull;
-  size_t n = 0;
-  while (n < bytes) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    std::string w = words[x % (sizeof words / sizeof *words)];
-    w += (x >> 20) % 9 == 0 ? ".\n" : " ";
-    out << w;
-    n += w.size();
-  }
-}
-
-// A TCP port that was free a moment ago on 127.0.0.1.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-class Job {
- public:
-  explicit Job(const std::string& name) {
-    for (const char* program : {"xlaunch", "xtrain-worker"}) {
-      INFO("build the " << program << " target first");
-      REQUIRE(fs::exists(fs::path(XTRAIN_BIN_DIR) / program));
-    }
-    dir_ = fs::temp_directory_path() /
-           ("xtrain-e2e-" + name + "-" + std::to_string(::getpid()) + "-" +
-            std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-    fs::create_directories(dir_);
-    corpus_ = dir_ / "corpus.txt";
-    write_corpus(corpus_, 60'000);
-    spec_ = {
-        {"name", name},
-        {"device", "cpu"},
-        {"backend", "auto"},
-        {"launcher", {{"term_timeout_s", 2}, {"timeout_s", 120}}},
-        {"nodes", {{"rdzv_timeout_s", 20}}},
-        {"model", {{"n_layer", 2}, {"n_head", 2}, {"n_embd", 32}, {"seq_len", 16}, {"vocab_size", 256}, {"init_seed", 5}}},
-        {"data", {{"train", corpus_.string()}}},
-        {"train",
-         {{"steps", 20}, {"batch_size", 8}, {"micro_batch_size", 2}, {"lr", 3e-3}, {"min_lr", 3e-4},
-          {"warmup_steps", 3}, {"log_every", 1}, {"seed", 11}}},
-        {"checkpoint", {{"every", 0}, {"keep", 3}, {"resume", "auto"}}},
-    };
-  }
-  ~Job() { fs::remove_all(dir_); }
-
-  json& spec() { return spec_; }
-  const fs::path& dir() const { return dir_; }
-  fs::path run_dir(const std::string& run) const { return dir_ / "runs" / run; }
-
-  // xlaunch SPEC --run-dir RUN --nproc-per-node N --tee rank0 [--set ...]
-  Outcome launch(const std::string& run, int nproc, const std::vector<std::string>& sets = {},
-                 const std::map<std::string, std::string>& env = {}) {
-    const pid_t pid = start(run, nproc, sets, env);
-    Outcome o;
-    o.exit_code = wait_for(pid, 150s);
-    o.output = read_text(dir_ / (run + ".out"));
-    return o;
-  }
-
-  pid_t start(const std::string& run, int nproc, const std::vector<std::string>& sets = {},
-              const std::map<std::string, std::string>& env = {}) {
-    // One spec file per run: the two nodes of launch_two_nodes start at once, and rewriting a
-    // shared file while the first xlaunch reads it would hand that one an empty spec.
-    const fs::path spec_path = dir_ / (run + ".json");
-    std::ofstream(spec_path) << spec_.dump(2);
-    std::vector<std::string> argv = {std::string(XTRAIN_BIN_DIR) + "/xlaunch", spec_path.string(),
-                                     "--run-dir",  run_dir(run).string(),
-                                     "--nproc-per-node", std::to_string(nproc),
-                                     "--tee", "rank0"};
-    for (const auto& s : sets) {
-      argv.push_back("--set");
-      argv.push_back(s);
-    }
-    return spawn(argv, dir_ / (run + ".out"), env);
-  }
-
-  // The same job as two nodes of one rank each, on this machine: one xlaunch per node, run dirs
-  // RUN-n0 and RUN-n1 (not shared), meeting through node 0's store on a free port.
-  std::pair<Outcome, Outcome> launch_two_nodes(const std::string& run, std::vector<std::string> sets,
-                                               std::map<std::string, std::string> env = {}) {
-    sets.push_back("nodes.nnodes=2");
-    sets.push_back("nodes.rdzv_endpoint=127.0.0.1:" + std::to_string(free_port()));
-    sets.push_back("nodes.rdzv_timeout_s=20");
-    env["XTRAIN_JOB_TOKEN"] = "e2e-token";
-    pid_t pids[2];
-    for (int node = 0; node < 2; ++node) {
-      auto node_sets = sets;
-      node_sets.push_back("nodes.node_rank=" + std::to_string(node));
-      pids[node] = start(run + "-n" + std::to_string(node), 1, node_sets, env);
-    }
-    std::pair<Outcome, Outcome> out;
-    out.first.exit_code = wait_for(pids[0], 150s);
-    out.second.exit_code = wait_for(pids[1], 150s);
-    out.first.output = read_text(dir_ / (run + "-n0.out"));
-    out.second.output = read_text(dir_ / (run + "-n1.out"));
-    return out;
-  }
-
-  std::map<long, double> losses(const std::string& run) const { return xtrain::test::read_losses(run_dir(run)); }
-
-  json result(const std::string& run, int rank) const {
-    return json::parse(read_text(run_dir(run) / "ranks" / ("rank-" + std::to_string(rank) + ".json")));
-  }
-
-  // Every rank's result, checking they agree on the step and the parameter digest.
-  std::string common_digest(const std::string& run, int nproc) const {
-    const json r0 = result(run, 0);
-    for (int r = 1; r < nproc; ++r) {
-      const json rr = result(run, r);
-      INFO("run " << run << " rank " << r);
-      CHECK(rr.at("param_digest") == r0.at("param_digest"));
-      CHECK(rr.at("step") == r0.at("step"));
-    }
-    return r0.at("param_digest").get<std::string>();
-  }
-
-  std::vector<std::string> checkpoints(const std::string& run) const {
-    std::vector<std::string> names;
-    const fs::path d = run_dir(run) / "checkpoints";
-    if (!fs::exists(d)) return names;
-    for (const auto& e : fs::directory_iterator(d)) names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  fs::path dir_;
-  fs::path corpus_;
-  json spec_;
-};
-
-void require_ok(const Outcome& o) {
-  INFO(o.output);
-  REQUIRE(o.exit_code == 0);
-}
 
 void check_close(const std::map<long, double>& a, const std::map<long, double>& b, double rel) {
   REQUIRE(a.size() == b.size());
@@ -247,14 +37,16 @@ void check_close(const std::map<long, double>& a, const std::map<long, double>& 
   }
 }
 
-// The line of `output` that contains "error: ", for messages checked by content.
-std::string error_line(const std::string& output) {
-  std::istringstream in(output);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.find("error: ") != std::string::npos) return line;
-  }
-  return "";
+// Flips one bit of the byte `from_end` bytes before the end of `path`; the size stays.
+void flip_byte(const fs::path& path, std::uintmax_t from_end) {
+  const auto size = fs::file_size(path);
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(size - from_end));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x40);
+  f.seekp(static_cast<std::streamoff>(size - from_end));
+  f.write(&c, 1);
 }
 
 }  // namespace
@@ -313,6 +105,11 @@ TEST_CASE("resume is bit-exact: after a rerun and after an xlaunch restart", "[e
     CHECK(job.result("rerun", 0).at("start_step") == 10);
     CHECK(job.losses("rerun") == straight);  // bit for bit
     CHECK(job.common_digest("rerun", 2) == digest);
+    // Steps 11 and 12 were logged before the kill and again after the resume: kept once.
+    for (const auto& [step, records] : loss_record_counts(job.run_dir("rerun"))) {
+      INFO("step " << step);
+      CHECK(records == 1);
+    }
   }
   SECTION("rank 1 killed at step 13, xlaunch restarts the gang (max_restarts 1)") {
     const Outcome o = job.launch("restart", 2, {"checkpoint.every=10", "launcher.max_restarts=1"},
@@ -323,6 +120,8 @@ TEST_CASE("resume is bit-exact: after a rerun and after an xlaunch restart", "[e
     CHECK(job.result("restart", 1).at("start_step") == 10);
     CHECK(job.losses("restart") == straight);
     CHECK(job.common_digest("restart", 2) == digest);
+    CHECK(loss_record_counts(job.run_dir("restart")).size() == 20);
+    for (const auto& [step, records] : loss_record_counts(job.run_dir("restart"))) CHECK(records == 1);
   }
 }
 
@@ -473,30 +272,46 @@ TEST_CASE("bad input: one error line naming the field or file, nonzero exit, no 
     std::string name;
     std::vector<std::string> sets;
     std::string expect;  // in the error line
+    bool in_headers = true;  // found by xlaunch's check, before any rank starts
   };
   std::vector<Case> cases;
   cases.push_back({"missing data file", {"data.train=" + (dir / "nope.txt").string()}, "nope.txt"});
+  std::ofstream(dir / "empty.txt").flush();
+  cases.push_back({"empty data file", {"data.train=" + (dir / "empty.txt").string()}, "empty.txt: 0 tokens"});
   write_shard(dir / "magic.bin", 12345, 3000, tokens);
   cases.push_back({"wrong shard magic", {"data.train=" + (dir / "magic.bin").string()}, "magic.bin"});
   write_shard(dir / "short.bin", 20240520, 5000, tokens);
   cases.push_back({"shard shorter than its header says", {"data.train=" + (dir / "short.bin").string()}, "short.bin"});
-  tokens[100] = 300;
-  write_shard(dir / "vocab.bin", 20240520, 3000, tokens);
-  cases.push_back({"token beyond the vocabulary", {"data.train=" + (dir / "vocab.bin").string()}, "vocab.bin"});
   std::ofstream(dir / "tiny.txt") << "far too short";
   cases.push_back({"text shorter than one window", {"data.train=" + (dir / "tiny.txt").string()}, "model.seq_len"});
   cases.push_back({"batch that does not divide across ranks", {"train.batch_size=6"}, "train.batch_size"});
+  cases.push_back({"a checkpoint to resume that does not exist", {"checkpoint.resume=" + (dir / "ckpt").string()},
+                   "checkpoint.resume: checkpoint " + (dir / "ckpt").string() + ": No such file or directory"});
+  fs::create_directories(dir / "broken");
+  std::ofstream(dir / "broken" / "state.json") << "{\"format\": \"xtrain-che";
+  cases.push_back({"a checkpoint to resume whose state.json is corrupt",
+                   {"checkpoint.resume=" + (dir / "broken").string()}, "broken: state.json: not a JSON object"});
   cases.push_back({"tf32 on CPU ranks", {"train.precision=tf32"}, "train.precision: \"tf32\" is a tensor-core mode"});
   cases.push_back({"the old precision key", {"train.matmul_precision=fp32"}, "was replaced by train.precision"});
+  tokens[100] = 300;
+  write_shard(dir / "vocab.bin", 20240520, 3000, tokens);
+  cases.push_back({"token beyond the vocabulary", {"data.train=" + (dir / "vocab.bin").string()}, "vocab.bin", false});
 
-  for (const auto& c : cases) {
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const std::string run = "bad" + std::to_string(i);
     DYNAMIC_SECTION(c.name) {
-      const Outcome o = job.launch("bad", 2, c.sets);
+      const Outcome checked = job.check(run, 2, c.sets);
+      INFO(checked.output);
+      CHECK(checked.exit_code == (c.in_headers ? 2 : 0));
+      if (c.in_headers) CHECK(error_line(checked.output).find(c.expect) != std::string::npos);
+      const Outcome o = job.launch(run, 2, c.sets);
       INFO(o.output);
       CHECK(o.exit_code == 2);
       const std::string line = error_line(o.output);
       CHECK(line.find(c.expect) != std::string::npos);
-      CHECK(job.checkpoints("bad").empty());
+      CHECK(job.checkpoints(run).empty());
+      CHECK(fs::exists(job.run_dir(run) / "logs") == !c.in_headers);  // nothing was started, or it was
     }
   }
 }
@@ -515,20 +330,26 @@ TEST_CASE("bad checkpoints: corrupt or mismatched, a clear error and nothing ove
     CHECK(job.checkpoints("shape").empty());
   }
   SECTION("a flipped byte in the weights") {
-    const fs::path weights = ckpt / "model.safetensors";
-    const auto size = fs::file_size(weights);
-    std::fstream f(weights, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(static_cast<std::streamoff>(size - 100));
-    char c = 0;
-    f.read(&c, 1);
-    c = static_cast<char>(c ^ 0x40);
-    f.seekp(static_cast<std::streamoff>(size - 100));
-    f.write(&c, 1);
-    f.close();
+    flip_byte(ckpt / "model.safetensors", 100);
     const Outcome o = job.launch("corrupt", 2, {"checkpoint.resume=" + ckpt.string()});
     INFO(o.output);
     CHECK(o.exit_code == 2);
-    CHECK(error_line(o.output).find("step-00000010") != std::string::npos);
+    CHECK(error_line(o.output).find("step-00000010: model.safetensors: damaged: its CRC-32C is ") !=
+          std::string::npos);
     CHECK(job.checkpoints("corrupt").empty());
   }
+}
+
+TEST_CASE("resume auto skips a checkpoint with a flipped bit and continues from the one before", "[e2e]") {
+  Job job("flipped");
+  require_ok(job.launch("run", 2, {"train.steps=20", "checkpoint.every=10"}));
+  REQUIRE(job.checkpoints("run") == std::vector<std::string>{"step-00000010", "step-00000020"});
+  flip_byte(job.run_dir("run") / "checkpoints" / "step-00000020" / "model.safetensors", 100);  // same size
+  const Outcome o = job.launch("run", 2, {"train.steps=20", "checkpoint.every=10"});
+  INFO(o.output);
+  REQUIRE(o.exit_code == 0);
+  CHECK(o.output.find("resume: skipping damaged checkpoint ") != std::string::npos);
+  CHECK(o.output.find("step-00000020: model.safetensors: damaged") != std::string::npos);
+  CHECK(job.result("run", 0).at("start_step") == 10);
+  CHECK(job.result("run", 1).at("step") == 20);
 }
