@@ -152,6 +152,12 @@ class Reader {
       else throw SpecError(where, "expected a string, number or boolean, got " + show(value));
     }
   }
+  // A key that was renamed: its presence is an error that names the new key.
+  void replaced(const char* key, const char* new_key, const char* new_values) {
+    if (object_.contains(key)) {
+      throw SpecError(field(key), std::string("was replaced by ") + field(new_key) + ": " + new_values);
+    }
+  }
   template <class Section>
   void section(const char* key, Section& out) {
     const json* v = take(key);
@@ -214,6 +220,7 @@ class Writer {
     if (!v.empty()) out_[key] = v;
   }
   void string_map(const char* key, const std::map<std::string, std::string>& v) { out_[key] = v; }
+  void replaced(const char*, const char*, const char*) {}
   template <class Section>
   void section(const char* key, const Section& v) {
     Writer nested(out_[key]);
@@ -274,7 +281,8 @@ template <class V> void describe(V& v, TrainSpec& s) {
   v.integer("eval_every", s.eval_every, 0);
   v.integer("eval_batches", s.eval_batches, 1);
   v.integer("log_every", s.log_every, 1);
-  v.string("matmul_precision", s.matmul_precision, {"tf32", "fp32"});
+  v.string("precision", s.precision, {"auto", "bf16", "tf32", "fp32"});
+  v.replaced("matmul_precision", "precision", "\"auto\" (bf16 on CUDA, fp32 on CPU), \"bf16\", \"tf32\" or \"fp32\"");
 }
 template <class V> void describe(V& v, SampleSpec& s) {
   v.integer("tokens", s.tokens, 0, 1 << 20);
@@ -392,6 +400,18 @@ json to_json(const JobSpec& spec) {
   Writer writer(out);
   describe(writer, const_cast<JobSpec&>(spec));
   return out;
+}
+
+Precision resolve_precision(const TrainSpec& train, const std::string& device) {
+  const bool cuda = device == "cuda";
+  if (train.precision == "auto") return cuda ? Precision::bf16 : Precision::fp32;
+  if (train.precision == "bf16") return Precision::bf16;
+  if (train.precision == "fp32") return Precision::fp32;
+  if (!cuda) {
+    throw SpecError("train.precision", "\"tf32\" is a tensor-core mode of CUDA GPUs, and this job runs on CPU ranks; "
+                                       "use \"fp32\" (or \"auto\"), or \"bf16\" to emulate the GPU's mixed precision");
+  }
+  return Precision::tf32;
 }
 
 void validate_for_training(const JobSpec& spec, int world_size) {

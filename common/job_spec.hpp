@@ -12,6 +12,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "common/precision.hpp"
+
 namespace xtrain {
 
 // A spec error names the field by JSON path and says what was expected:
@@ -81,7 +83,7 @@ struct TrainSpec {
   int eval_every = 0;               // 0 = no validation
   int eval_batches = 4;             // batches of batch_size sequences per validation
   int log_every = 1;
-  std::string matmul_precision = "tf32";  // CUDA products: tf32 (tensor cores) | fp32 (strict)
+  std::string precision = "auto";   // auto (bf16 on CUDA, fp32 on CPU) | bf16 | tf32 | fp32
 };
 
 struct SampleSpec {
@@ -131,5 +133,9 @@ nlohmann::json to_json(const JobSpec& spec);
 // Checks that only make sense for our own worker and a known world size: batch divisibility,
 // head size, data paths present. Throws SpecError naming the field.
 void validate_for_training(const JobSpec& spec, int world_size);
+
+// train.precision for `device` ("cuda" or "cpu"): "auto" is bf16 on CUDA and fp32 on CPU; tf32
+// on CPU throws SpecError naming train.precision.
+Precision resolve_precision(const TrainSpec& train, const std::string& device);
 
 }  // namespace xtrain

@@ -75,9 +75,9 @@ std::string describe_device(int device) { return device_info(device).describe(de
 
 std::string versions() { return driver_and_runtime(); }
 
-std::unique_ptr<Backend> make_backend(int device, bool tf32) {
+std::unique_ptr<Backend> make_backend(int device, Precision precision) {
   require_visible(device);
-  return std::make_unique<CudaBackend>(device, tf32);
+  return std::make_unique<CudaBackend>(device, precision);
 }
 
 std::unique_ptr<Communicator> make_nccl_communicator(const WorkerEnv& env, Backend& backend, double init_timeout_s) {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "common/precision.hpp"
 #include "worker/cuda_plugin.hpp"  // CudaDeviceCount, CudaDeviceInfo
 
 namespace xtrain {
@@ -34,10 +35,11 @@ std::string describe_device(int device);
 // "driver CUDA 12.8, runtime CUDA 13.0", or "no NVIDIA driver, runtime CUDA 13.0".
 std::string versions();
 
-// The backend on GPU `device` (a worker uses its LOCAL_RANK). tf32: TF32 tensor cores for the
-// matrix products (the default for training); false: strict fp32. Throws
-// std::invalid_argument when `device` is not visible.
-std::unique_ptr<Backend> make_backend(int device, bool tf32);
+// The backend on GPU `device` (a worker uses its LOCAL_RANK) in `precision`: bf16 (mixed
+// precision, the default for training; compute capability 8.0 or newer, which the worker checks
+// first: worker/device_choice.hpp), tf32 (TF32 tensor cores for fp32 products) or fp32 (strict).
+// Throws std::invalid_argument when `device` is not visible.
+std::unique_ptr<Backend> make_backend(int device, Precision precision);
 
 // The NCCL communicator of this rank, on `backend`'s device and ordered after its stream.
 // Throws std::invalid_argument before any NCCL call when XTRAIN_NCCL_ID is missing (world > 1)

@@ -4,7 +4,9 @@
 #include "cuda/cuda_backend.hpp"
 
 #include <new>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "cuda/check.hpp"
 #include "cuda/kernels/adamw.cuh"
@@ -14,6 +16,7 @@
 #include "cuda/kernels/elementwise.cuh"
 #include "cuda/kernels/layernorm.cuh"
 #include "cuda/kernels/sum_squares.cuh"
+#include "worker/math/bf16.hpp"
 
 namespace xtrain::cuda {
 namespace {
@@ -63,8 +66,12 @@ void* ScratchBuffer::reserve(size_t bytes) {
 
 // ---- memory -------------------------------------------------------------------------------------
 
-CudaBackend::CudaBackend(int device, bool tf32)
-    : device_(device), stream_(select_device_and_create_stream(device)), gemm_(stream_, tf32), scratch_(stream_) {
+CudaBackend::CudaBackend(int device, Precision precision)
+    : device_(device),
+      precision_(precision),
+      stream_(select_device_and_create_stream(device)),
+      gemm_(stream_, precision == Precision::tf32),
+      scratch_(stream_) {
   XTRAIN_CUDA_CHECK(cudaMalloc(&sum_partials_, (kSumSquaresBlocks + 1) * sizeof(double)));
 }
 
@@ -88,6 +95,7 @@ void* CudaBackend::alloc_zeroed(size_t bytes) {
 
 float* CudaBackend::alloc_floats(size_t n) { return static_cast<float*>(alloc_zeroed(n * sizeof(float))); }
 int32_t* CudaBackend::alloc_ints(size_t n) { return static_cast<int32_t*>(alloc_zeroed(n * sizeof(int32_t))); }
+ActPtr CudaBackend::alloc_acts(size_t n) { return {alloc_zeroed(n * dtype_bytes(act_dtype())), act_dtype()}; }
 
 void CudaBackend::free(void* p) {
   if (p != nullptr) XTRAIN_CUDA_CHECK(cudaFree(p));
@@ -109,8 +117,38 @@ void CudaBackend::download(int32_t* host_dst, const int32_t* src, size_t n) {
   XTRAIN_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
   XTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
+// bf16 activations are converted on the host, with the rounding the kernels use (bit-identical
+// to __float2bfloat16_rn), and cross the bus at half the size.
+void CudaBackend::upload(ActPtr dst, const float* host_src, size_t n) {
+  if (dst.dtype() == DType::f32) return upload(dst.as<float>(), host_src, n);
+  staging_.resize(n);
+  for (size_t i = 0; i < n; ++i) staging_[i] = math::bf16_bits_from_float(host_src[i]);
+  XTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst.as<__nv_bfloat16>(), staging_.data(), n * sizeof(std::uint16_t),
+                                    cudaMemcpyHostToDevice, stream_));
+}
+void CudaBackend::download(float* host_dst, ConstActPtr src, size_t n) {
+  if (src.dtype() == DType::f32) return download(host_dst, src.as<float>(), n);
+  staging_.resize(n);
+  XTRAIN_CUDA_CHECK(cudaMemcpyAsync(staging_.data(), src.as<__nv_bfloat16>(), n * sizeof(std::uint16_t),
+                                    cudaMemcpyDeviceToHost, stream_));
+  XTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (size_t i = 0; i < n; ++i) host_dst[i] = math::float_from_bf16_bits(staging_[i]);
+}
 void CudaBackend::fill_zero(float* p, size_t n) {
   XTRAIN_CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(float), stream_));
+}
+void CudaBackend::fill_zero(ActPtr p, size_t n) {
+  XTRAIN_CUDA_CHECK(cudaMemsetAsync(p.data(), 0, n * dtype_bytes(p.dtype()), stream_));
+}
+void CudaBackend::convert(ActPtr dst, const float* src, size_t n) {
+  with_storage(dst.dtype(), [&](auto type) {
+    using T = decltype(type);
+    if constexpr (std::is_same_v<T, float>) {
+      if (dst.as<float>() != src) copy(dst.as<float>(), src, n);
+    } else {
+      cuda::convert(stream_, dst.as<T>(), src, n);
+    }
+  });
 }
 void CudaBackend::copy(float* dst, const float* src, size_t n) {
   XTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
@@ -118,72 +156,139 @@ void CudaBackend::copy(float* dst, const float* src, size_t n) {
 void CudaBackend::synchronize() { XTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
 // ---- operations ---------------------------------------------------------------------------------
+// Each dispatches on the activations' storage type (with_storage); as<T>() checks every pointer.
 
-void CudaBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                                    const float* bias, int N, int C) {
-  cuda::layernorm_forward(stream_, out, mean, rstd, inp, weight, bias, N, C);
+void CudaBackend::layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp, ConstActPtr weight,
+                                    ConstActPtr bias, int N, int C) {
+  with_storage(act_dtype(), [&](auto type) {
+    using T = decltype(type);
+    cuda::layernorm_forward(stream_, out.as<T>(), mean, rstd, inp.as<T>(), weight.as<T>(), bias.as<T>(), N, C);
+  });
 }
 
-void CudaBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                                     const float* weight, const float* mean, const float* rstd, int N, int C) {
+void CudaBackend::layernorm_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                                     ConstActPtr weight, const float* mean, const float* rstd, int N, int C) {
   float* partials = static_cast<float*>(scratch_.reserve(layernorm_backward_scratch_floats(N, C) * sizeof(float)));
-  cuda::layernorm_backward(stream_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, partials);
+  with_storage(act_dtype(), [&](auto type) {
+    using T = decltype(type);
+    cuda::layernorm_backward(stream_, dinp.as<T>(), dweight, dbias, dout.as<T>(), inp.as<T>(), weight.as<T>(), mean,
+                             rstd, N, C, partials);
+  });
 }
 
-void CudaBackend::matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+namespace {
+template <class T>
+constexpr cudaDataType_t cuda_type() {
+  return std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_16BF;
+}
+}  // namespace
+
+// out (N,OC) = inp (N,C) @ weight^T (C,OC) + bias. The bias goes into the product's epilogue when
+// it is 16-byte aligned (cuBLASLt's requirement); otherwise it is broadcast into out first and
+// the product adds onto it (beta = 1), the CPU backend's way: one rounding of (product + bias)
+// either way.
+void CudaBackend::matmul_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, ConstActPtr bias, int N, int C,
                                  int OC) {
-  // out (N,OC) = inp (N,C) @ weight^T (C,OC) + bias, the bias in the product's epilogue
-  gemm_.run(N, OC, C, 1.0f, {inp, C, false}, {weight, C, true}, 0.0f, out, OC, 0, 1, bias);
+  with_storage(act_dtype(), [&](auto type) {
+    using T = decltype(type);
+    constexpr cudaDataType_t t = cuda_type<T>();
+    const T* b = bias.as<T>();
+    const bool fused = b == nullptr || aligned16(b);
+    if (!fused) broadcast_rows(stream_, out.as<T>(), b, N, OC);
+    gemm_.run(N, OC, C, 1.0f, {inp.as<T>(), C, false, 0, t}, {weight.as<T>(), C, true, 0, t}, fused ? 0.0f : 1.0f,
+              out.as<T>(), OC, 0, 1, fused ? b : nullptr, t);
+  });
 }
 
-void CudaBackend::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                                  const float* weight, int N, int C, int OC, float dout_scale) {
-  // dinp (N,C) = s * dout (N,OC) @ weight (OC,C)
-  gemm_.run(N, C, OC, dout_scale, {dout, OC, false}, {weight, C, false}, 0.0f, dinp, C);
-  // dweight (OC,C) += s * dout^T (OC,N) @ inp (N,C)
-  gemm_.run(OC, C, N, dout_scale, {dout, OC, true}, {inp, C, false}, 1.0f, dweight, C);
-  if (dbias != nullptr) {
-    float* partials = static_cast<float*>(scratch_.reserve(column_reduce_scratch_floats(1, N, OC) * sizeof(float)));
-    column_reduce<1>(stream_, {{dbias}}, partials, N, OC, dout_scale, MatrixValues{dout, OC});
+void CudaBackend::matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                                  ConstActPtr weight, int N, int C, int OC, float dout_scale) {
+  with_storage(act_dtype(), [&](auto type) {
+    using T = decltype(type);
+    constexpr cudaDataType_t t = cuda_type<T>();
+    const T* g = dout.as<T>();
+    // dinp (N,C) = s * dout (N,OC) @ weight (OC,C), stored as T
+    gemm_.run(N, C, OC, dout_scale, {g, OC, false, 0, t}, {weight.as<T>(), C, false, 0, t}, 0.0f, dinp.as<T>(), C, 0,
+              1, nullptr, t);
+    // dweight (OC,C) += s * dout^T (OC,N) @ inp (N,C), accumulated into fp32
+    gemm_.run(OC, C, N, dout_scale, {g, OC, true, 0, t}, {inp.as<T>(), C, false, 0, t}, 1.0f, dweight, C);
+    if (dbias != nullptr) {
+      float* partials =
+          static_cast<float*>(scratch_.reserve(column_reduce_scratch_floats(1, N, OC) * sizeof(float)));
+      column_reduce<1>(stream_, {{dbias}}, partials, N, OC, dout_scale, MatrixValues<T>{g, OC});
+    }
+  });
+}
+
+// Attention in bf16 waits for the fused flash-attention kernel; until then the fp32 kernels
+// (the (B,NH,T,T) probabilities, fp32 storage) serve fp32 and tf32 only.
+namespace {
+void require_fp32_attention(Precision p) {
+  if (p == Precision::bf16) {
+    throw std::logic_error(
+        "the CUDA backend has no bf16 attention yet (the fused flash-attention kernel brings it); "
+        "set train.precision to \"tf32\" or \"fp32\" on CUDA until then");
   }
 }
+}  // namespace
 
 size_t CudaBackend::attention_saved_floats(int B, int T, int C, int NH) const {
+  require_fp32_attention(precision_);
   return cuda::attention_saved_floats({B, T, C, NH});
 }
 
 size_t CudaBackend::attention_scratch_floats(int B, int T, int C, int NH) const {
+  require_fp32_attention(precision_);
   return cuda::attention_scratch_floats({B, T, C, NH});
 }
 
-void CudaBackend::attention_forward(float* out, float* saved, const float* qkv, float* scratch, int B, int T, int C,
+void CudaBackend::attention_forward(ActPtr out, float* saved, ConstActPtr qkv, float* scratch, int B, int T, int C,
                                     int NH) {
-  cuda::attention_forward(stream_, gemm_, out, saved, qkv, scratch, {B, T, C, NH});
+  require_fp32_attention(precision_);
+  cuda::attention_forward(stream_, gemm_, out.as<float>(), saved, qkv.as<float>(), scratch, {B, T, C, NH});
 }
 
-void CudaBackend::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* /*out*/,
+void CudaBackend::attention_backward(ActPtr dqkv, ConstActPtr dout, ConstActPtr qkv, ConstActPtr /*out*/,
                                      const float* saved, float* scratch, int B, int T, int C, int NH) {
-  cuda::attention_backward(stream_, gemm_, dqkv, dout, qkv, saved, scratch, {B, T, C, NH});
+  require_fp32_attention(precision_);
+  cuda::attention_backward(stream_, gemm_, dqkv.as<float>(), dout.as<float>(), qkv.as<float>(), saved, scratch,
+                           {B, T, C, NH});
 }
 
-void CudaBackend::gelu_forward(float* out, const float* inp, size_t n) { cuda::gelu_forward(stream_, out, inp, n); }
-
-void CudaBackend::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
-  cuda::gelu_backward(stream_, dinp, inp, dout, n);
+void CudaBackend::gelu_forward(ActPtr out, ConstActPtr inp, size_t n) {
+  with_storage(act_dtype(), [&](auto type) {
+    using T = decltype(type);
+    cuda::gelu_forward(stream_, out.as<T>(), inp.as<T>(), n);
+  });
 }
 
-void CudaBackend::residual_forward(float* out, const float* a, const float* b, size_t n) {
-  cuda::residual_forward(stream_, out, a, b, n);
+void CudaBackend::gelu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, size_t n) {
+  with_storage(act_dtype(), [&](auto type) {
+    using T = decltype(type);
+    cuda::gelu_backward(stream_, dinp.as<T>(), inp.as<T>(), dout.as<T>(), n);
+  });
 }
 
-void CudaBackend::softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, float dloss, int N,
+void CudaBackend::residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n) {
+  with_storage(act_dtype(), [&](auto type) {
+    using T = decltype(type);
+    cuda::residual_forward(stream_, out.as<T>(), a.as<T>(), b.as<T>(), n);
+  });
+}
+
+void CudaBackend::softmax_cross_entropy(ActPtr logits, float* losses, const int32_t* targets, float dloss, int N,
                                         int V, int Vp) {
-  cuda::softmax_cross_entropy(stream_, logits, losses, targets, dloss, N, V, Vp);
+  with_storage(act_dtype(), [&](auto type) {
+    using T = decltype(type);
+    cuda::softmax_cross_entropy(stream_, logits.as<T>(), losses, targets, dloss, N, V, Vp);
+  });
 }
 
-void CudaBackend::adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
+void CudaBackend::adamw_update(float* params, ActPtr weights, const float* grads, float* m, float* v, size_t n,
                                const AdamWHyper& h) {
-  cuda::adamw_update(stream_, params, grads, m, v, n, h);
+  with_storage(weights ? weights.dtype() : DType::f32, [&](auto type) {
+    using T = decltype(type);
+    cuda::adamw_update(stream_, params, weights.as<T>(), grads, m, v, n, h);
+  });
 }
 
 double CudaBackend::sum_squares(const float* x, size_t n) {

@@ -1,11 +1,16 @@
 // The CUDA backend: every Backend operation as kernels (cuda/kernels/*.cuh) and cuBLASLt
 // products (cuda/gemm.hpp) issued in order on one compute stream of one device.
 //
-// Memory: alloc_floats/alloc_ints are plain cudaMalloc calls; GPT and AdamW make a handful of
-// them once (parameters, gradients, moments, activations). The few operations that need
-// scratch beyond what the interface passes in (the deterministic column sums of layernorm and
-// bias gradients, the token sort of embedding backward) share one grow-only device buffer that
-// reaches its final size during the first step and is never reallocated after.
+// Precision: bf16 stores activations as __nv_bfloat16 (act_dtype bf16) and runs every product
+// on bf16 tensor cores with fp32 accumulation; tf32 and fp32 store fp32. Kernels are templates
+// on the storage type (cuda/kernels/common.cuh). bf16 needs compute capability 8.0 or newer.
+//
+// Memory: alloc_floats/alloc_ints/alloc_acts are plain cudaMalloc calls; GPT and AdamW make a
+// handful of them once (parameters, the weights' copy, gradients, moments, activations). The few
+// operations that need scratch beyond what the interface passes in (the deterministic column
+// sums of layernorm and bias gradients, the token sort of embedding backward) share one device
+// buffer, sized by reserve_scratch before the first step (GPT calls it at construction); an
+// operation on a bigger shape than reserved grows it, waiting for the stream first.
 //
 // Plain C++ (no CUDA kernels here) so the NCCL communicator can reach the stream.
 #pragma once
@@ -16,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cuda/gemm.hpp"
 #include "worker/backend.hpp"
@@ -24,7 +30,7 @@ namespace xtrain::cuda {
 
 // A device buffer that only grows: reserve(bytes) returns storage of at least that size, valid
 // until the next reserve. Growing waits for the stream (earlier work may still read the old
-// buffer), so it must only happen while warming up, never in steady state.
+// buffer) and frees device memory, so it must happen before the first step, never in one.
 class ScratchBuffer {
  public:
   explicit ScratchBuffer(cudaStream_t stream) : stream_(stream) {}
@@ -44,52 +50,60 @@ class ScratchBuffer {
 class CudaBackend final : public Backend {
  public:
   // Selects `device` for the calling thread and creates the stream, cuBLASLt handle and the
-  // fixed buffers. tf32 selects TF32 tensor cores for every product (else strict fp32).
-  CudaBackend(int device, bool tf32);
+  // fixed buffers. tf32 selects TF32 tensor cores for every product, fp32 strict fp32.
+  CudaBackend(int device, Precision precision);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override { return "cuda"; }
   int device() const { return device_; }
-  bool tf32() const { return gemm_.tf32(); }
+  Precision precision() const override { return precision_; }
   cudaStream_t stream() const { return stream_; }  // every operation runs on it, in order
+
+  DType act_dtype() const override { return precision_ == Precision::bf16 ? DType::bf16 : DType::f32; }
 
   float* alloc_floats(size_t n) override;
   int32_t* alloc_ints(size_t n) override;
+  ActPtr alloc_acts(size_t n) override;
   void free(void* p) override;
   void upload(float* dst, const float* host_src, size_t n) override;
   void upload(int32_t* dst, const int32_t* host_src, size_t n) override;
   void download(float* host_dst, const float* src, size_t n) override;
   void download(int32_t* host_dst, const int32_t* src, size_t n) override;
+  void upload(ActPtr dst, const float* host_src, size_t n) override;
+  void download(float* host_dst, ConstActPtr src, size_t n) override;
   void fill_zero(float* p, size_t n) override;
+  void fill_zero(ActPtr p, size_t n) override;
+  void convert(ActPtr dst, const float* src, size_t n) override;
   void copy(float* dst, const float* src, size_t n) override;
   void synchronize() override;
+  void reserve_scratch(int rows, int cols) override;
 
-  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
+  void embedding_forward(ActPtr out, const int32_t* tokens, ConstActPtr wte, ConstActPtr wpe, int B, int T,
                          int C) override;
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
+  void embedding_backward(float* dwte, float* dwpe, ConstActPtr dout, const int32_t* tokens, int B, int T,
                           int C) override;
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                         const float* bias, int N, int C) override;
-  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                          const float* weight, const float* mean, const float* rstd, int N, int C) override;
-  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+  void layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp, ConstActPtr weight,
+                         ConstActPtr bias, int N, int C) override;
+  void layernorm_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                          ConstActPtr weight, const float* mean, const float* rstd, int N, int C) override;
+  void matmul_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, ConstActPtr bias, int N, int C,
                       int OC) override;
-  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                       const float* weight, int N, int C, int OC, float dout_scale) override;
+  void matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                       ConstActPtr weight, int N, int C, int OC, float dout_scale) override;
   size_t attention_saved_floats(int B, int T, int C, int NH) const override;
   size_t attention_scratch_floats(int B, int T, int C, int NH) const override;
-  void attention_forward(float* out, float* saved, const float* qkv, float* scratch, int B, int T, int C,
+  void attention_forward(ActPtr out, float* saved, ConstActPtr qkv, float* scratch, int B, int T, int C,
                          int NH) override;
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* saved,
+  void attention_backward(ActPtr dqkv, ConstActPtr dout, ConstActPtr qkv, ConstActPtr out, const float* saved,
                           float* scratch, int B, int T, int C, int NH) override;
-  void gelu_forward(float* out, const float* inp, size_t n) override;
-  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override;
-  void residual_forward(float* out, const float* a, const float* b, size_t n) override;
-  void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, float dloss, int N, int V,
+  void gelu_forward(ActPtr out, ConstActPtr inp, size_t n) override;
+  void gelu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, size_t n) override;
+  void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n) override;
+  void softmax_cross_entropy(ActPtr logits, float* losses, const int32_t* targets, float dloss, int N, int V,
                              int Vp) override;
-  void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
+  void adamw_update(float* params, ActPtr weights, const float* grads, float* m, float* v, size_t n,
                     const AdamWHyper& h) override;
   double sum_squares(const float* x, size_t n) override;
   void scale(float* x, float s, size_t n) override;
@@ -98,10 +112,12 @@ class CudaBackend final : public Backend {
   void* alloc_zeroed(size_t bytes);
 
   int device_;
+  Precision precision_;
   cudaStream_t stream_ = nullptr;
   GemmEngine gemm_;
   ScratchBuffer scratch_;
   double* sum_partials_ = nullptr;  // (kSumSquaresBlocks + 1) the reduction's fixed partials
+  std::vector<std::uint16_t> staging_;  // host bf16 bits of uploads and downloads of activations
 };
 
 }  // namespace xtrain::cuda

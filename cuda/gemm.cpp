@@ -12,16 +12,22 @@ namespace {
 // 32 MiB: what NVIDIA recommends for cuBLASLt on Hopper; enough for any split-K it picks.
 constexpr size_t kWorkspaceBytes = 32u << 20;
 
+size_t type_bytes(cudaDataType_t t) {
+  if (t == CUDA_R_32F) return 4;
+  if (t == CUDA_R_16BF) return 2;
+  throw std::invalid_argument("GemmEngine: only fp32 and bf16 matrices");
+}
+
 // The largest power of two (up to 256) that divides the address of every matrix of the batch.
-unsigned alignment_of(const void* p, long long stride_floats) {
+unsigned alignment_of(const void* p, long long stride, cudaDataType_t type) {
   std::uintptr_t bits = reinterpret_cast<std::uintptr_t>(p) | 256u;
-  if (stride_floats != 0) bits |= static_cast<std::uintptr_t>(stride_floats) * sizeof(float);
+  if (stride != 0) bits |= static_cast<std::uintptr_t>(stride) * type_bytes(type);
   return static_cast<unsigned>(bits & (~bits + 1));
 }
 
-cublasLtMatrixLayout_t make_layout(int rows, int cols, int ld, int batch, long long stride) {
+cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int rows, int cols, int ld, int batch, long long stride) {
   cublasLtMatrixLayout_t layout = nullptr;
-  XTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, CUDA_R_32F, static_cast<uint64_t>(rows),
+  XTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, type, static_cast<uint64_t>(rows),
                                                  static_cast<uint64_t>(cols), ld));
   if (batch > 1) {
     XTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
@@ -55,12 +61,13 @@ GemmEngine::~GemmEngine() {
 // cuBLASLt is column-major. A row-major (R,C) matrix is the column-major (C,R) one with the same
 // stride, so row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the product is
 // issued with B first, A second, and m = N, n = M.
-const GemmEngine::Plan& GemmEngine::plan_for(const PlanKey& k) {
+const GemmEngine::Plan& GemmEngine::plan_for(const PlanKey& k, const void* bias) {
   auto found = plans_.find(k);
   if (found != plans_.end()) return found->second;
 
   Plan plan;
-  const cublasComputeType_t compute = tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const bool fast_tf32 = tf32_ && k.typeAB == CUDA_R_32F;
+  const cublasComputeType_t compute = fast_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   XTRAIN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, compute, CUDA_R_32F));
   const cublasOperation_t op_first = k.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_second = k.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -72,16 +79,19 @@ const GemmEngine::Plan& GemmEngine::plan_for(const PlanKey& k) {
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     XTRAIN_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    const cudaDataType_t bias_type = CUDA_R_32F;
+    const cudaDataType_t bias_type = k.typeC;
     XTRAIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                        sizeof(bias_type)));
+    XTRAIN_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   }
   // Column-major shapes as stored (before the op): first is op(B)^T's source, second op(A)^T's.
-  plan.first = k.transB ? make_layout(k.K, k.N, k.ldb, k.batch, k.strideB)   // B stored (N,K) row-major
-                        : make_layout(k.N, k.K, k.ldb, k.batch, k.strideB);  // B stored (K,N) row-major
-  plan.second = k.transA ? make_layout(k.M, k.K, k.lda, k.batch, k.strideA)  // A stored (K,M) row-major
-                         : make_layout(k.K, k.M, k.lda, k.batch, k.strideA); // A stored (M,K) row-major
-  plan.out = make_layout(k.N, k.M, k.ldc, k.batch, k.strideC);
+  const cudaDataType_t ab = k.typeAB;
+  plan.first = k.transB ? make_layout(ab, k.K, k.N, k.ldb, k.batch, k.strideB)   // B stored (N,K) row-major
+                        : make_layout(ab, k.N, k.K, k.ldb, k.batch, k.strideB);  // B stored (K,N) row-major
+  plan.second = k.transA ? make_layout(ab, k.M, k.K, k.lda, k.batch, k.strideA)  // A stored (K,M) row-major
+                         : make_layout(ab, k.K, k.M, k.lda, k.batch, k.strideA); // A stored (M,K) row-major
+  plan.out = make_layout(k.typeC, k.N, k.M, k.ldc, k.batch, k.strideC);
 
   cublasLtMatmulPreference_t pref = nullptr;
   XTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -116,8 +126,12 @@ const GemmEngine::Plan& GemmEngine::plan_for(const PlanKey& k) {
 }
 
 void GemmEngine::run(int M, int N, int K, float alpha, const GemmOperand& A, const GemmOperand& B, float beta,
-                     float* C, int ldc, long long strideC, int batch, const float* bias) {
+                     void* C, int ldc, long long strideC, int batch, const void* bias, cudaDataType_t c_type) {
   if (bias != nullptr && batch != 1) throw std::invalid_argument("GemmEngine::run: a bias needs batch == 1");
+  if (bias != nullptr && alignment_of(bias, 0, c_type) < 16) {
+    throw std::invalid_argument("GemmEngine::run: the fused bias must be 16-byte aligned");
+  }
+  if (A.type != B.type) throw std::invalid_argument("GemmEngine::run: A and B must have the same type");
   PlanKey key{};
   key.M = M;
   key.N = N;
@@ -132,11 +146,14 @@ void GemmEngine::run(int M, int N, int K, float alpha, const GemmOperand& A, con
   key.strideA = batch > 1 ? A.stride : 0;
   key.strideB = batch > 1 ? B.stride : 0;
   key.strideC = batch > 1 ? strideC : 0;
-  key.alignA = alignment_of(A.data, key.strideA);
-  key.alignB = alignment_of(B.data, key.strideB);
-  key.alignC = alignment_of(C, key.strideC);
-  key.alignBias = bias != nullptr ? alignment_of(bias, 0) : 0;
-  const Plan& plan = plan_for(key);
+  key.typeAB = A.type;
+  key.typeC = c_type;
+  key.alignA = alignment_of(A.data, key.strideA, A.type);
+  key.alignB = alignment_of(B.data, key.strideB, B.type);
+  key.alignC = alignment_of(C, key.strideC, c_type);
+  key.alignBias = bias != nullptr ? alignment_of(bias, 0, c_type) : 0;
+  const Plan& plan = plan_for(key, bias);
+  // A cached plan was found with another bias of the same alignment: point it at this one.
   if (bias != nullptr) {
     XTRAIN_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));

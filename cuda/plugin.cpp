@@ -21,11 +21,11 @@ class Plugin final : public CudaPlugin {
   std::string versions() const override { return cuda::versions(); }
 
   std::unique_ptr<Backend> make_backend(int device, const std::string& precision) const override {
-    if (precision != "tf32" && precision != "fp32") {
-      throw std::invalid_argument("train.matmul_precision: the CUDA backend computes in \"tf32\" or \"fp32\", not \"" +
-                                  precision + "\"");
+    for (const Precision p : {Precision::bf16, Precision::tf32, Precision::fp32}) {
+      if (precision == precision_name(p)) return cuda::make_backend(device, p);
     }
-    return cuda::make_backend(device, precision == "tf32");
+    throw std::invalid_argument("train.precision: the CUDA backend computes in \"bf16\", \"tf32\" or \"fp32\", not \"" +
+                                precision + "\"");
   }
 
   std::unique_ptr<Communicator> make_nccl_communicator(const WorkerEnv& env, Backend& backend,

@@ -183,6 +183,7 @@ Plan make_plan(const CliOptions& options, const HostInfo& host) {
       // from), so the job.json every rank reads carries the resolved shape.
       resolve_model_source(plan.spec, doc, plan.run_dir);
       validate_for_training(plan.spec, static_cast<int>(plan.ranks.size()));
+      plan.precision = precision_name(resolve_precision(plan.spec.train, plan.device));
       check_training_inputs(plan.spec);
     }
   } catch (const SpecError& e) {
@@ -246,6 +247,7 @@ json plan_to_json(const Plan& plan) {
             {"nproc_per_node", plan.ranks.size()},
             {"device", plan.device},
             {"backend", plan.backend},
+            {"precision", plan.precision},
             {"visible_gpus", plan.visible_gpus},
             {"nnodes", plan.spec.nodes.nnodes},
             {"node_rank", plan.spec.nodes.node_rank},

@@ -21,6 +21,7 @@ struct Plan {
   std::string run_dir;                   // absolute
   std::string device;                    // resolved: "cuda" | "cpu"
   std::string backend;                   // resolved: "nccl" | "gloo"
+  std::string precision;                 // resolved train.precision for our worker, else empty
   int visible_gpus = 0;
   std::vector<std::string> worker_argv;  // argv[0] resolved to an absolute path
   bool own_worker = false;               // xtrain-worker: its training sections were validated

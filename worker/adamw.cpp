@@ -44,7 +44,7 @@ AdamW::~AdamW() {
   backend_.free(m_);
 }
 
-void AdamW::step(float* params, const float* grads, float lr, float grad_scale) {
+void AdamW::step(float* params, ActPtr weights, const float* grads, float lr, float grad_scale) {
   ++t_;
   AdamWHyper h;
   h.lr = lr;
@@ -57,10 +57,12 @@ void AdamW::step(float* params, const float* grads, float lr, float grad_scale) 
   for (const Run& r : runs_) {
     h.weight_decay = r.decay ? config_.weight_decay : 0.0f;
     const size_t o = r.span.offset;
-    backend_.adamw_update(params + o, grads + o, m_ + o, v_ + o, r.span.count, h);
+    backend_.adamw_update(params + o, weights ? weights + o : weights, grads + o, m_ + o, v_ + o, r.span.count, h);
   }
 }
 
-void AdamW::step(GPT& model, float lr, float grad_scale) { step(model.params(), model.grads(), lr, grad_scale); }
+void AdamW::step(GPT& model, float lr, float grad_scale) {
+  step(model.params(), model.weight_copy(), model.grads(), lr, grad_scale);
+}
 
 }  // namespace xtrain

@@ -37,8 +37,9 @@ class AdamW {
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
 
-  // One update of every parameter: t += 1, then params -= AdamW(grad_scale * grads) at rate lr.
-  void step(float* params, const float* grads, float lr, float grad_scale);
+  // One update of every parameter: t += 1, then params -= AdamW(grad_scale * grads) at rate lr,
+  // and the activation-dtype copy `weights` (or null) refreshed in the same pass.
+  void step(float* params, ActPtr weights, const float* grads, float lr, float grad_scale);
   void step(GPT& model, float lr, float grad_scale);
 
   float* m() { return m_; }                  // (layout.total()) backend memory

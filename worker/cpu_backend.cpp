@@ -9,6 +9,7 @@
 #include <new>
 #include <stdexcept>
 
+#include "worker/math/bf16.hpp"
 #include "worker/math/gelu.hpp"
 #include "worker/math/layernorm.hpp"
 #include "worker/math/softmax.hpp"
@@ -29,12 +30,22 @@ void* alloc_zeroed(size_t bytes) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(int attention_row_block) : attention_row_block_(attention_row_block) {
+CpuBackend::CpuBackend(Precision precision, int attention_row_block)
+    : precision_(precision), attention_row_block_(attention_row_block) {
+  if (precision == Precision::tf32) {
+    throw std::invalid_argument("CpuBackend: tf32 is a GPU tensor-core mode; the CPU computes in fp32 or emulates bf16");
+  }
   if (attention_row_block < 1) throw std::invalid_argument("CpuBackend: attention_row_block must be >= 1");
+}
+
+void CpuBackend::store(float* x, size_t n) const {
+  if (precision_ != Precision::bf16) return;
+  for (size_t i = 0; i < n; ++i) x[i] = math::round_to_bf16(x[i]);
 }
 
 float* CpuBackend::alloc_floats(size_t n) { return static_cast<float*>(alloc_zeroed(n * sizeof(float))); }
 int32_t* CpuBackend::alloc_ints(size_t n) { return static_cast<int32_t*>(alloc_zeroed(n * sizeof(int32_t))); }
+ActPtr CpuBackend::alloc_acts(size_t n) { return alloc_floats(n); }
 void CpuBackend::free(void* p) { std::free(p); }
 
 void CpuBackend::upload(float* dst, const float* host_src, size_t n) { std::memcpy(dst, host_src, n * sizeof(float)); }
@@ -47,11 +58,22 @@ void CpuBackend::download(float* host_dst, const float* src, size_t n) {
 void CpuBackend::download(int32_t* host_dst, const int32_t* src, size_t n) {
   std::memcpy(host_dst, src, n * sizeof(int32_t));
 }
+void CpuBackend::upload(ActPtr dst, const float* host_src, size_t n) { convert(dst, host_src, n); }
+void CpuBackend::download(float* host_dst, ConstActPtr src, size_t n) { download(host_dst, src.as<float>(), n); }
 void CpuBackend::fill_zero(float* p, size_t n) { std::memset(p, 0, n * sizeof(float)); }
+void CpuBackend::fill_zero(ActPtr p, size_t n) { fill_zero(p.as<float>(), n); }
+void CpuBackend::convert(ActPtr dst, const float* src, size_t n) {
+  float* d = dst.as<float>();
+  if (d != src) std::memcpy(d, src, n * sizeof(float));
+  store(d, n);
+}
 void CpuBackend::copy(float* dst, const float* src, size_t n) { std::memcpy(dst, src, n * sizeof(float)); }
 
-void CpuBackend::embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                                   int T, int C) {
+void CpuBackend::embedding_forward(ActPtr out_act, const int32_t* tokens, ConstActPtr wte_act, ConstActPtr wpe_act,
+                                   int B, int T, int C) {
+  float* out = out_act.as<float>();
+  const float* wte = wte_act.as<float>();
+  const float* wpe = wpe_act.as<float>();
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
       float* o = out + (static_cast<size_t>(b) * T + t) * C;
@@ -60,10 +82,12 @@ void CpuBackend::embedding_forward(float* out, const int32_t* tokens, const floa
       for (int i = 0; i < C; ++i) o[i] = w[i] + p[i];
     }
   }
+  store(out, static_cast<size_t>(B) * T * C);
 }
 
-void CpuBackend::embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+void CpuBackend::embedding_backward(float* dwte, float* dwpe, ConstActPtr dout_act, const int32_t* tokens, int B,
                                     int T, int C) {
+  const float* dout = dout_act.as<float>();
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
       const float* d = dout + (static_cast<size_t>(b) * T + t) * C;
@@ -77,8 +101,12 @@ void CpuBackend::embedding_backward(float* dwte, float* dwpe, const float* dout,
   }
 }
 
-void CpuBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                                   const float* bias, int N, int C) {
+void CpuBackend::layernorm_forward(ActPtr out_act, float* mean, float* rstd, ConstActPtr inp_act,
+                                   ConstActPtr weight_act, ConstActPtr bias_act, int N, int C) {
+  float* out = out_act.as<float>();
+  const float* inp = inp_act.as<float>();
+  const float* weight = weight_act.as<float>();
+  const float* bias = bias_act.as<float>();
   for (int n = 0; n < N; ++n) {
     const float* x = inp + static_cast<size_t>(n) * C;
     const math::RowStats s = math::layernorm_row_stats(x, C);
@@ -86,19 +114,30 @@ void CpuBackend::layernorm_forward(float* out, float* mean, float* rstd, const f
     mean[n] = s.mean;
     rstd[n] = s.rstd;
   }
+  store(out, static_cast<size_t>(N) * C);
 }
 
-void CpuBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                                    const float* weight, const float* mean, const float* rstd, int N, int C) {
+void CpuBackend::layernorm_backward(ActPtr dinp_act, float* dweight, float* dbias, ConstActPtr dout_act,
+                                    ConstActPtr inp_act, ConstActPtr weight_act, const float* mean, const float* rstd,
+                                    int N, int C) {
+  float* dinp = dinp_act.as<float>();
+  const float* dout = dout_act.as<float>();
+  const float* inp = inp_act.as<float>();
+  const float* weight = weight_act.as<float>();
   for (int n = 0; n < N; ++n) {
     const size_t row = static_cast<size_t>(n) * C;
     math::layernorm_row_backward(dinp + row, dweight, dbias, dout + row, inp + row, weight, {mean[n], rstd[n]},
                                  C);
   }
+  store(dinp, static_cast<size_t>(N) * C);
 }
 
-void CpuBackend::matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
-                                int OC) {
+void CpuBackend::matmul_forward(ActPtr out_act, ConstActPtr inp_act, ConstActPtr weight_act, ConstActPtr bias_act,
+                                int N, int C, int OC) {
+  float* out = out_act.as<float>();
+  const float* inp = inp_act.as<float>();
+  const float* weight = weight_act.as<float>();
+  const float* bias = bias_act.as<float>();
   float beta = 0.0f;
   if (bias != nullptr) {
     for (int n = 0; n < N; ++n) std::memcpy(out + static_cast<size_t>(n) * OC, bias, OC * sizeof(float));
@@ -106,12 +145,18 @@ void CpuBackend::matmul_forward(float* out, const float* inp, const float* weigh
   }
   // out (N,OC) = inp (N,C) @ weight^T (C,OC) [+ out]
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+  store(out, static_cast<size_t>(N) * OC);
 }
 
-void CpuBackend::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                                 const float* weight, int N, int C, int OC, float dout_scale) {
+void CpuBackend::matmul_backward(ActPtr dinp_act, float* dweight, float* dbias, ConstActPtr dout_act,
+                                 ConstActPtr inp_act, ConstActPtr weight_act, int N, int C, int OC, float dout_scale) {
+  float* dinp = dinp_act.as<float>();
+  const float* dout = dout_act.as<float>();
+  const float* inp = inp_act.as<float>();
+  const float* weight = weight_act.as<float>();
   // dinp (N,C) = s * dout (N,OC) @ weight (OC,C)
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, dout_scale, dout, OC, weight, C, 0.0f, dinp, C);
+  store(dinp, static_cast<size_t>(N) * C);
   // dweight (OC,C) += s * dout^T (OC,N) @ inp (N,C)
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, dout_scale, dout, OC, inp, C, 1.0f, dweight, C);
   if (dbias != nullptr) {
@@ -132,8 +177,10 @@ size_t CpuBackend::attention_scratch_floats(int /*B*/, int T, int /*C*/, int /*N
 
 // Per (b, h), with Q, K, V the head's (T,hs) slices of qkv (row stride 3C) and P (T,T):
 //   P = causal_softmax(Q K^T / sqrt(hs)),  out_h = P V.
-void CpuBackend::attention_forward(float* out, float* saved, const float* qkv, float* /*scratch*/, int B, int T,
-                                   int C, int NH) {
+void CpuBackend::attention_forward(ActPtr out_act, float* saved, ConstActPtr qkv_act, float* /*scratch*/, int B,
+                                   int T, int C, int NH) {
+  float* out = out_act.as<float>();
+  const float* qkv = qkv_act.as<float>();
   const int hs = C / NH;
   const int ld = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -158,13 +205,17 @@ void CpuBackend::attention_forward(float* out, float* saved, const float* qkv, f
       }
     }
   }
+  store(out, static_cast<size_t>(B) * T * C);
 }
 
 // Per (b, h): dP = dout_h V^T; dV = P^T dout_h; dS = softmax backward of dP (times the scale);
 // dQ = dS K; dK = dS^T Q. Row blocks as in forward: block [r0, r1) touches keys [0, r1) only, so
 // dK and dV are summed over the blocks.
-void CpuBackend::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* /*out*/,
+void CpuBackend::attention_backward(ActPtr dqkv_act, ConstActPtr dout_act, ConstActPtr qkv_act, ConstActPtr /*out*/,
                                     const float* saved, float* scratch, int B, int T, int C, int NH) {
+  float* dqkv = dqkv_act.as<float>();
+  const float* dout = dout_act.as<float>();
+  const float* qkv = qkv_act.as<float>();
   const int hs = C / NH;
   const int ld = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -211,30 +262,52 @@ void CpuBackend::attention_backward(float* dqkv, const float* dout, const float*
       }
     }
   }
+  store(dqkv, static_cast<size_t>(B) * T * 3 * C);
 }
 
-void CpuBackend::gelu_forward(float* out, const float* inp, size_t n) {
+void CpuBackend::gelu_forward(ActPtr out_act, ConstActPtr inp_act, size_t n) {
+  float* out = out_act.as<float>();
+  const float* inp = inp_act.as<float>();
   for (size_t i = 0; i < n; ++i) out[i] = math::gelu(inp[i]);
+  store(out, n);
 }
 
-void CpuBackend::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+void CpuBackend::gelu_backward(ActPtr dinp_act, ConstActPtr inp_act, ConstActPtr dout_act, size_t n) {
+  float* dinp = dinp_act.as<float>();
+  const float* inp = inp_act.as<float>();
+  const float* dout = dout_act.as<float>();
   for (size_t i = 0; i < n; ++i) dinp[i] = math::gelu_grad(inp[i]) * dout[i];
+  store(dinp, n);
 }
 
-void CpuBackend::residual_forward(float* out, const float* a, const float* b, size_t n) {
+void CpuBackend::residual_forward(ActPtr out_act, ConstActPtr a_act, ConstActPtr b_act, size_t n) {
+  float* out = out_act.as<float>();
+  const float* a = a_act.as<float>();
+  const float* b = b_act.as<float>();
   for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  store(out, n);
 }
 
-void CpuBackend::softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, float dloss, int N,
+void CpuBackend::softmax_cross_entropy(ActPtr logits_act, float* losses, const int32_t* targets, float dloss, int N,
                                        int V, int Vp) {
+  float* logits = logits_act.as<float>();
   for (int n = 0; n < N; ++n) {
-    losses[n] = math::softmax_cross_entropy_row(logits + static_cast<size_t>(n) * Vp, targets[n], dloss, V, Vp);
+    losses[n] += math::softmax_cross_entropy_row(logits + static_cast<size_t>(n) * Vp, targets[n], dloss, V, Vp);
   }
+  store(logits, static_cast<size_t>(N) * Vp);
 }
 
-void CpuBackend::adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
+void CpuBackend::adamw_update(float* params, ActPtr weights, const float* grads, float* m, float* v, size_t n,
                               const AdamWHyper& h) {
-  for (size_t i = 0; i < n; ++i) params[i] = math::adamw_element(params[i], grads[i], m[i], v[i], h);
+  float* w = weights.as<float>();
+  if (w == nullptr) {
+    for (size_t i = 0; i < n; ++i) params[i] = math::adamw_element(params[i], grads[i], m[i], v[i], h);
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    params[i] = math::adamw_element(params[i], grads[i], m[i], v[i], h);
+    w[i] = precision_ == Precision::bf16 ? math::round_to_bf16(params[i]) : params[i];
+  }
 }
 
 double CpuBackend::sum_squares(const float* x, size_t n) {

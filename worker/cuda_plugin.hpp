@@ -67,9 +67,9 @@ class CudaPlugin {
   virtual CudaDeviceInfo device_info(int device) const = 0;
   // "driver CUDA 12.8, runtime CUDA 13.0", for the log.
   virtual std::string versions() const = 0;
-  // The backend on GPU `device`, its products computed in `precision`, the resolved value of the
-  // spec's precision ("fp32" or "tf32"). Throws std::invalid_argument for a device that is not
-  // visible or a precision it does not know.
+  // The backend on GPU `device` in `precision`, the resolved value of the spec's train.precision
+  // ("bf16", "tf32" or "fp32", precision_name's words). Throws std::invalid_argument for a device
+  // that is not visible or a precision it does not know.
   virtual std::unique_ptr<Backend> make_backend(int device, const std::string& precision) const = 0;
   // The NCCL communicator of this rank on `backend` (made by make_backend). Throws
   // std::invalid_argument for a missing or malformed XTRAIN_NCCL_ID, std::runtime_error when the

@@ -9,12 +9,10 @@
 namespace xtrain {
 namespace {
 
-// The precision the CUDA backend computes in, from the spec.
-std::string cuda_precision(const JobSpec& spec) { return spec.train.matmul_precision; }
-
-DeviceChoice on_cpu(const std::string& why, bool degraded = false) {
+DeviceChoice on_cpu(const JobSpec& spec, const std::string& why, bool degraded = false) {
   DeviceChoice choice;
-  choice.summary = why;
+  choice.precision = resolve_precision(spec.train, "cpu");
+  choice.summary = why + "; " + precision_name(choice.precision);
   choice.degraded = degraded;
   return choice;
 }
@@ -23,24 +21,24 @@ DeviceChoice on_cpu(const std::string& why, bool degraded = false) {
 
 DeviceProbe DeviceProbe::of_this_machine() { return {count_nvidia_gpus(), cuda_plugin_path()}; }
 
-void require_precision_support(const std::string& precision, const CudaDeviceInfo& gpu) {
-  if (precision == "bf16" && gpu.major < 8) {
-    throw SpecError("train.precision", "\"bf16\" needs a GPU of compute capability 8.0 or newer; " + gpu.name +
-                                           " is " + std::to_string(gpu.major) + "." + std::to_string(gpu.minor) +
-                                           " (use \"fp32\")");
+void require_precision_support(Precision precision, const CudaDeviceInfo& gpu) {
+  if (precision == Precision::bf16 && gpu.major < 8) {
+    throw SpecError("train.precision", "\"bf16\" (what \"auto\" means on CUDA) needs a GPU of compute capability "
+                                       "8.0 or newer; " + gpu.name + " is " + std::to_string(gpu.major) + "." +
+                                           std::to_string(gpu.minor) + " (use \"fp32\")");
   }
 }
 
 DeviceChoice choose_device(const JobSpec& spec, int local_rank, const DeviceProbe& probe) {
-  if (spec.device == "cpu") return on_cpu("device cpu: training on the CPU");
+  if (spec.device == "cpu") return on_cpu(spec, "device cpu: training on the CPU");
   const bool required = spec.device == "cuda";
   if (!required && probe.nvidia_gpus == 0) {
-    return on_cpu("device auto: training on the CPU (no NVIDIA GPU on this machine: no CUDA library loaded)");
+    return on_cpu(spec, "device auto: training on the CPU (no NVIDIA GPU on this machine: no CUDA library loaded)");
   }
   // From here on "auto" falls back to the CPU where "cuda" fails, for the same reason.
   auto unusable = [&](const std::string& why) {
     if (required) throw SpecError("device", "\"cuda\" asked for, but " + why);
-    return on_cpu("device auto: training on the CPU (" + why + ")", /*degraded=*/true);
+    return on_cpu(spec, "device auto: training on the CPU (" + why + ")", /*degraded=*/true);
   };
   const CudaPluginLoad load = load_cuda_plugin(probe.plugin_path);
   if (load.plugin == nullptr) return unusable(load.failure);
@@ -51,17 +49,17 @@ DeviceChoice choose_device(const JobSpec& spec, int local_rank, const DeviceProb
   DeviceChoice choice;
   choice.cuda = load.plugin;
   choice.gpu = local_rank % devices.count;
-  choice.precision = cuda_precision(spec);
+  choice.precision = resolve_precision(spec.train, "cuda");
   const CudaDeviceInfo gpu = load.plugin->device_info(choice.gpu);
   require_precision_support(choice.precision, gpu);
   choice.summary = "device " + spec.device + ": " + gpu.describe(choice.gpu) + "; " + load.plugin->versions() +
-                   "; " + load.nccl + "; products in " + choice.precision;
+                   "; " + load.nccl + "; " + precision_name(choice.precision);
   return choice;
 }
 
 std::unique_ptr<Backend> make_backend(const DeviceChoice& device) {
-  if (device.cuda == nullptr) return std::make_unique<CpuBackend>();
-  return device.cuda->make_backend(device.gpu, device.precision);
+  if (device.cuda == nullptr) return std::make_unique<CpuBackend>(device.precision);
+  return device.cuda->make_backend(device.gpu, precision_name(device.precision));
 }
 
 std::unique_ptr<Communicator> make_communicator(const DeviceChoice& device, const JobSpec& spec,

@@ -31,7 +31,7 @@ struct DeviceProbe {
 struct DeviceChoice {
   const CudaPlugin* cuda = nullptr;  // null: the CPU
   int gpu = -1;                      // on CUDA: LOCAL_RANK modulo the GPUs CUDA sees
-  std::string precision;             // on CUDA: what the products compute in ("tf32", "fp32")
+  Precision precision = Precision::fp32;  // train.precision resolved for the device
   std::string summary;               // one log line: the device, and why
   bool degraded = false;             // "auto" on a machine with GPUs it cannot use: log a warning
 };
@@ -41,7 +41,7 @@ DeviceChoice choose_device(const JobSpec& spec, int local_rank, const DeviceProb
 // Throws SpecError naming train.precision when `precision` needs more than `gpu` has: bf16
 // tensor cores need compute capability 8.0 (Ampere). TF32 is a permission, not a need: before
 // sm_80 cuBLAS computes those products in fp32.
-void require_precision_support(const std::string& precision, const CudaDeviceInfo& gpu);
+void require_precision_support(Precision precision, const CudaDeviceInfo& gpu);
 
 std::unique_ptr<Backend> make_backend(const DeviceChoice& device);
 

@@ -70,19 +70,53 @@ GPT::GPT(const ModelSpec& spec, Backend& backend, int max_batch)
   }
   if (max_batch < 1) throw std::invalid_argument("GPT: max_batch must be >= 1");
   params_ = backend_.alloc_floats(layout_.total());
+  if (backend_.precision() == Precision::bf16) weight_copy_ = backend_.alloc_acts(layout_.total());
   grads_ = backend_.alloc_floats(layout_.total());
   allocate_activations();
+  backend_.reserve_scratch(max_batch_ * d.T, 4 * d.C);
   host_losses_.resize(static_cast<size_t>(max_batch_) * d.T);
 }
 
 GPT::~GPT() {
   backend_.free(int_memory_);
-  backend_.free(act_memory_);
+  backend_.free(float_memory_);
+  backend_.free(act_memory_.data());
   backend_.free(grads_);
+  backend_.free(weight_copy_.data());
   backend_.free(params_);
 }
 
-// One allocation for every float activation, then a pointer into it per tensor.
+namespace {
+
+// Elements of `bytes` each that keep every tensor on a 64-byte boundary.
+size_t padded(size_t n, size_t bytes) {
+  const size_t per_line = 64 / bytes;
+  return (n + per_line - 1) / per_line * per_line;
+}
+
+// Carves consecutive tensors out of one allocation: the sizes first, then the slots.
+template <class Slot>
+struct Carve {
+  Slot* slot;
+  size_t count;
+};
+
+template <class Slot, size_t N, class Alloc>
+Slot carve(const Carve<Slot> (&tensors)[N], size_t bytes, Alloc alloc) {
+  size_t total = 0;
+  for (const auto& t : tensors) total += padded(t.count, bytes);
+  const Slot base = alloc(total);
+  size_t offset = 0;
+  for (const auto& t : tensors) {
+    *t.slot = base + offset;
+    offset += padded(t.count, bytes);
+  }
+  return base;
+}
+
+}  // namespace
+
+// One allocation per storage type, then a pointer into it per tensor.
 void GPT::allocate_activations() {
   const ModelDims& d = layout_.dims();
   const size_t L = d.L, C = d.C, Vp = d.Vp;
@@ -90,33 +124,24 @@ void GPT::allocate_activations() {
   att_saved_per_layer_ = backend_.attention_saved_floats(max_batch_, d.T, d.C, d.NH);
   const size_t att_scratch = backend_.attention_scratch_floats(max_batch_, d.T, d.C, d.NH);
   Activations& a = acts_;
-  const struct {
-    float** slot;
-    size_t floats;
-  } tensors[] = {
-      {&a.encoded, BT * C},          {&a.ln1, L * BT * C},           {&a.ln1_mean, L * BT},
-      {&a.ln1_rstd, L * BT},         {&a.qkv, L * BT * 3 * C},       {&a.atty, L * BT * C},
-      {&a.att_saved, L * att_saved_per_layer_},                      {&a.residual2, L * BT * C},
-      {&a.ln2, L * BT * C},          {&a.ln2_mean, L * BT},          {&a.ln2_rstd, L * BT},
-      {&a.fch, L * BT * 4 * C},      {&a.fch_gelu, L * BT * 4 * C},  {&a.residual3, L * BT * C},
-      {&a.lnf, BT * C},              {&a.lnf_mean, BT},              {&a.lnf_rstd, BT},
-      {&a.logits, BT * Vp},          {&a.losses, BT},                {&a.proj_out, BT * C},
-      {&a.att_scratch, att_scratch}, {&a.dresidual, BT * C},         {&a.dbtc, BT * C},
-      {&a.dqkv, BT * 3 * C},         {&a.dfch, BT * 4 * C},
+  const Carve<ActPtr> acts[] = {
+      {&a.encoded, BT * C},      {&a.ln1, L * BT * C},          {&a.qkv, L * BT * 3 * C},
+      {&a.atty, L * BT * C},     {&a.residual2, L * BT * C},    {&a.ln2, L * BT * C},
+      {&a.fch, L * BT * 4 * C},  {&a.fch_gelu, L * BT * 4 * C}, {&a.residual3, L * BT * C},
+      {&a.lnf, BT * C},          {&a.logits, BT * Vp},          {&a.proj_out, BT * C},
+      {&a.dresidual, BT * C},    {&a.dbtc, BT * C},             {&a.dqkv, BT * 3 * C},
+      {&a.dfch, BT * 4 * C},
   };
-  // Each tensor starts on a 64-byte boundary (16 floats).
-  auto padded = [](size_t n) { return (n + 15) / 16 * 16; };
-  size_t total = 0;
-  for (const auto& t : tensors) total += padded(t.floats);
-  act_memory_ = backend_.alloc_floats(total);
-  size_t offset = 0;
-  for (const auto& t : tensors) {
-    *t.slot = act_memory_ + offset;
-    offset += padded(t.floats);
-  }
-  int_memory_ = backend_.alloc_ints(2 * padded(BT));
+  act_memory_ = carve(acts, dtype_bytes(backend_.act_dtype()), [&](size_t n) { return backend_.alloc_acts(n); });
+  const Carve<float*> floats[] = {
+      {&a.ln1_mean, L * BT}, {&a.ln1_rstd, L * BT}, {&a.att_saved, L * att_saved_per_layer_},
+      {&a.ln2_mean, L * BT}, {&a.ln2_rstd, L * BT}, {&a.lnf_mean, BT},
+      {&a.lnf_rstd, BT},     {&a.losses, BT},       {&a.att_scratch, att_scratch},
+  };
+  float_memory_ = carve(floats, sizeof(float), [&](size_t n) { return backend_.alloc_floats(n); });
+  int_memory_ = backend_.alloc_ints(2 * padded(BT, sizeof(int32_t)));
   a.tokens = int_memory_;
-  a.targets = int_memory_ + padded(BT);
+  a.targets = int_memory_ + padded(BT, sizeof(int32_t));
 }
 
 void GPT::init_weights(std::int64_t seed) {
@@ -136,10 +161,19 @@ void GPT::init_weights(std::int64_t seed) {
       for (size_t i = 0; i < t.count; ++i) p[i] = 1.0f;
     }
   }
-  backend_.upload(params_, host.data(), host.size());
+  set_params(host.data());
 }
 
-float GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
+void GPT::set_params(const float* host) {
+  backend_.upload(params_, host, layout_.total());
+  refresh_weights();
+}
+
+void GPT::refresh_weights() {
+  if (weight_copy_) backend_.convert(weight_copy_, params_, layout_.total());
+}
+
+void GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
   const ModelDims& d = layout_.dims();
   if (B < 1 || B > max_batch_) {
     throw std::invalid_argument("GPT::forward: batch " + std::to_string(B) + " outside [1, " +
@@ -151,7 +185,7 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
   const size_t bt = static_cast<size_t>(max_batch_) * T;
   Backend& k = backend_;
   const Activations& a = acts_;
-  const float* p = params_;
+  const ConstActPtr p = weights();
 
   check_token_range(tokens, BT, d.V, "tokens");
   k.upload(a.tokens, tokens, BT);
@@ -161,18 +195,18 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
   }
   if (layer_observer_) layer_observer_(Pass::kForward, -1);
   k.embedding_forward(a.encoded, a.tokens, p + layout_.wte(), p + layout_.wpe(), B, T, C);
-  const float* residual = a.encoded;
+  ConstActPtr residual = a.encoded;
   for (int l = 0; l < d.L; ++l) {
     if (layer_observer_) layer_observer_(Pass::kForward, l);
     const LayerOffsets& o = layout_.layer(l);
-    float* ln1 = a.ln1 + l * btc;
-    float* qkv = a.qkv + 3 * l * btc;
-    float* atty = a.atty + l * btc;
-    float* residual2 = a.residual2 + l * btc;
-    float* ln2 = a.ln2 + l * btc;
-    float* fch = a.fch + 4 * l * btc;
-    float* fch_gelu = a.fch_gelu + 4 * l * btc;
-    float* residual3 = a.residual3 + l * btc;
+    const ActPtr ln1 = a.ln1 + l * btc;
+    const ActPtr qkv = a.qkv + 3 * l * btc;
+    const ActPtr atty = a.atty + l * btc;
+    const ActPtr residual2 = a.residual2 + l * btc;
+    const ActPtr ln2 = a.ln2 + l * btc;
+    const ActPtr fch = a.fch + 4 * l * btc;
+    const ActPtr fch_gelu = a.fch_gelu + 4 * l * btc;
+    const ActPtr residual3 = a.residual3 + l * btc;
     k.layernorm_forward(ln1, a.ln1_mean + l * bt, a.ln1_rstd + l * bt, residual, p + o.ln1_w, p + o.ln1_b, BT, C);
     k.matmul_forward(qkv, ln1, p + o.qkv_w, p + o.qkv_b, BT, C, 3 * C);
     k.attention_forward(atty, a.att_saved + l * att_saved_per_layer_, qkv, a.att_scratch, B, T, C, NH);
@@ -190,14 +224,22 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
   k.matmul_forward(a.logits, a.lnf, p + layout_.wte(), nullptr, BT, C, d.Vp);
   last_B_ = B;
   backward_ready_ = targets != nullptr;
-  if (targets == nullptr) return 0.0f;
+  if (targets == nullptr) return;
 
   // Gradient of the mean loss; backward folds in the caller's loss scale.
   k.softmax_cross_entropy(a.logits, a.losses, a.targets, 1.0f / static_cast<float>(BT), BT, d.V, d.Vp);
-  k.download(host_losses_.data(), a.losses, BT);
+  loss_positions_ += static_cast<size_t>(BT);
+}
+
+double GPT::take_loss() {
+  if (loss_positions_ == 0) throw std::logic_error("GPT::take_loss needs a forward with targets first");
+  backend_.download(host_losses_.data(), acts_.losses, host_losses_.size());
   double sum = 0.0;
-  for (int i = 0; i < BT; ++i) sum += host_losses_[i];
-  return static_cast<float>(sum / BT);
+  for (float x : host_losses_) sum += x;
+  backend_.fill_zero(acts_.losses, host_losses_.size());
+  const double mean = sum / static_cast<double>(loss_positions_);
+  loss_positions_ = 0;
+  return mean;
 }
 
 void GPT::backward(float loss_scale, const std::function<void(Span)>& on_bucket_ready) {
@@ -208,9 +250,9 @@ void GPT::backward(float loss_scale, const std::function<void(Span)>& on_bucket_
   const size_t bt = static_cast<size_t>(max_batch_) * T;
   Backend& k = backend_;
   const Activations& a = acts_;
-  const float* p = params_;
+  const ConstActPtr p = weights();
   float* g = grads_;
-  auto residual_in = [&](int l) -> const float* { return l == 0 ? a.encoded : a.residual3 + (l - 1) * btc; };
+  auto residual_in = [&](int l) -> ConstActPtr { return l == 0 ? a.encoded : a.residual3 + (l - 1) * btc; };
 
   // Output layer (tied to wte) and the final layernorm; dresidual then holds d loss / d residual3[L-1].
   if (layer_observer_) layer_observer_(Pass::kBackward, d.L);
@@ -221,8 +263,8 @@ void GPT::backward(float loss_scale, const std::function<void(Span)>& on_bucket_
   for (int l = d.L - 1; l >= 0; --l) {
     if (layer_observer_) layer_observer_(Pass::kBackward, l);
     const LayerOffsets& o = layout_.layer(l);
-    const float* qkv = a.qkv + 3 * l * btc;
-    const float* atty = a.atty + l * btc;
+    const ConstActPtr qkv = a.qkv + 3 * l * btc;
+    const ConstActPtr atty = a.atty + l * btc;
     // MLP: dresidual is the gradient of residual3 = residual2 + fc_proj(gelu(fc(ln2))).
     k.matmul_backward(a.dfch, g + o.fc_proj_w, g + o.fc_proj_b, a.dresidual, a.fch_gelu + 4 * l * btc,
                       p + o.fc_proj_w, BT, 4 * C, C, 1.0f);

@@ -3,9 +3,12 @@
 // embedding, trained with cross-entropy. Written once against the Backend interface, so the
 // same code runs on the CPU and CUDA backends.
 //
-// Parameters live in one flat backend buffer laid out by ParamLayout (worker/param_layout.hpp);
-// gradients in a second buffer with the same layout. Activations for up to `max_batch`
-// sequences are allocated once, at construction.
+// Parameters live in one flat backend buffer laid out by ParamLayout (worker/param_layout.hpp),
+// in fp32 (the master weights); gradients in a second fp32 buffer with the same layout. Every
+// operation reads the weights in the activation dtype: in bf16 precision from a third buffer,
+// the master rounded to bf16, which AdamW refreshes in the same pass that updates the master
+// and every upload refreshes too; in fp32 and tf32 the master itself (no copy, no memory).
+// Activations for up to `max_batch` sequences are allocated once, at construction.
 #pragma once
 
 #include <cstddef>
@@ -20,34 +23,37 @@
 namespace xtrain {
 
 // Everything forward keeps for backward, plus backward's own buffers; all backend memory, carved
-// from one allocation. Per-layer tensors are stacked: ln1 is (L,B,T,C), layer l at l*B*T*C.
+// from three allocations (activations in the backend's activation dtype, fp32, int32).
+// Per-layer tensors are stacked: ln1 is (L,B,T,C), layer l at l*B*T*C.
 struct Activations {
-  float* encoded = nullptr;     // (B,T,C) embedding output = the residual stream into layer 0
-  float* ln1 = nullptr;         // (L,B,T,C)
+  // In the activation dtype.
+  ActPtr encoded;               // (B,T,C) embedding output = the residual stream into layer 0
+  ActPtr ln1;                   // (L,B,T,C)
+  ActPtr qkv;                   // (L,B,T,3C)
+  ActPtr atty;                  // (L,B,T,C) attention output, before the projection
+  ActPtr residual2;             // (L,B,T,C) residual + attention projection
+  ActPtr ln2;                   // (L,B,T,C)
+  ActPtr fch;                   // (L,B,T,4C) MLP hidden, before GELU
+  ActPtr fch_gelu;              // (L,B,T,4C)
+  ActPtr residual3;             // (L,B,T,C) block output
+  ActPtr lnf;                   // (B,T,C)
+  ActPtr logits;                // (B,T,Vp) logits, or after a forward with targets their gradient
+  // fp32.
   float* ln1_mean = nullptr;    // (L,B,T)
   float* ln1_rstd = nullptr;    // (L,B,T)
-  float* qkv = nullptr;         // (L,B,T,3C)
-  float* atty = nullptr;        // (L,B,T,C) attention output, before the projection
   float* att_saved = nullptr;   // (L, attention_saved_floats) the backend's attention state
-  float* residual2 = nullptr;   // (L,B,T,C) residual + attention projection
-  float* ln2 = nullptr;         // (L,B,T,C)
   float* ln2_mean = nullptr;    // (L,B,T)
   float* ln2_rstd = nullptr;    // (L,B,T)
-  float* fch = nullptr;         // (L,B,T,4C) MLP hidden, before GELU
-  float* fch_gelu = nullptr;    // (L,B,T,4C)
-  float* residual3 = nullptr;   // (L,B,T,C) block output
-  float* lnf = nullptr;         // (B,T,C)
   float* lnf_mean = nullptr;    // (B,T)
   float* lnf_rstd = nullptr;    // (B,T)
-  float* logits = nullptr;      // (B,T,Vp) logits, or after a forward with targets their gradient
   float* losses = nullptr;      // (B,T) per-position cross-entropy
   // Scratch shared by forward and backward.
-  float* proj_out = nullptr;    // (B,T,C) a projection's output before its residual add
+  ActPtr proj_out;              // (B,T,C) a projection's output before its residual add
+  ActPtr dresidual;             // (B,T,C) gradient of the residual stream
+  ActPtr dbtc;                  // (B,T,C) gradient of a layernorm output or of atty
+  ActPtr dqkv;                  // (B,T,3C)
+  ActPtr dfch;                  // (B,T,4C)
   float* att_scratch = nullptr; // (attention_scratch_floats)
-  float* dresidual = nullptr;   // (B,T,C) gradient of the residual stream
-  float* dbtc = nullptr;        // (B,T,C) gradient of a layernorm output or of atty
-  float* dqkv = nullptr;        // (B,T,3C)
-  float* dfch = nullptr;        // (B,T,4C)
   int32_t* tokens = nullptr;    // (B,T) of the last forward
   int32_t* targets = nullptr;   // (B,T) of the last forward
 };
@@ -66,12 +72,22 @@ class GPT {
   // biases 0, layernorm weights 1, padded wte rows 0. Generated on the host, then uploaded.
   void init_weights(std::int64_t seed);
 
+  // Uploads the master weights from the host (layout().total() floats) and refreshes the copy.
+  void set_params(const float* host);
+  // Refreshes the weights' copy after params() was written in place (a broadcast from rank 0).
+  void refresh_weights();
+
   // Runs the model on B <= max_batch sequences. tokens and targets are host arrays (B,T), each
   // token in [0, V) (std::out_of_range otherwise; std::invalid_argument for a bad B). With
-  // targets: returns the mean cross-entropy over the B*T positions (this waits for the backend)
-  // and prepares backward (logits() then holds the logits' gradient). Without targets (nullptr):
-  // returns 0 and keeps the logits.
-  float forward(const int32_t* tokens, const int32_t* targets, int B);
+  // targets: adds each position's cross-entropy to the loss sums (take_loss) and prepares
+  // backward (logits() then holds the logits' gradient). Without targets (nullptr): keeps the
+  // logits. Nothing here waits for the backend.
+  void forward(const int32_t* tokens, const int32_t* targets, int B);
+
+  // The mean cross-entropy per position over every forward with targets since the last call,
+  // then a fresh sum. The sums stay on the backend until here: one wait per optimizer step, not
+  // one per micro-step. std::logic_error when no forward with targets came first.
+  double take_loss();
 
   // ADDS to grads() the gradient of loss_scale * (mean loss of the last forward with targets),
   // e.g. loss_scale = 1/accumulation_steps. Calls on_bucket_ready(layout().layer_span(l)) for
@@ -92,11 +108,15 @@ class GPT {
 
   // (B,T,Vp) of the last forward without targets, backend memory. Only the first V columns are
   // logits of tokens; the padded ones are 0 (wte's padded rows start at 0 and never get gradient).
-  const float* logits() const { return acts_.logits; }
-  const float* losses() const { return acts_.losses; }  // (B,T) of the last forward with targets
+  ConstActPtr logits() const { return acts_.logits; }
+  const float* losses() const { return acts_.losses; }  // (B,T) sums since the last take_loss
 
-  float* params() { return params_; }              // (layout().total()) backend memory
+  float* params() { return params_; }              // (layout().total()) backend memory, fp32
   const float* params() const { return params_; }
+  // The parameters as the operations read them, in the activation dtype (layout().total()).
+  ConstActPtr weights() const { return weight_copy_ ? ConstActPtr(weight_copy_) : ConstActPtr(params_); }
+  // The copy that AdamW refreshes, or null when the operations read params() itself.
+  ActPtr weight_copy() { return weight_copy_; }
   float* grads() { return grads_; }                // (layout().total()) backend memory
   const float* grads() const { return grads_; }
   const ParamLayout& layout() const { return layout_; }
@@ -112,14 +132,17 @@ class GPT {
   ParamLayout layout_;
   int max_batch_;
   float* params_ = nullptr;
+  ActPtr weight_copy_;      // (layout().total()) in bf16 precision only
   float* grads_ = nullptr;
-  float* act_memory_ = nullptr;
+  ActPtr act_memory_;
+  float* float_memory_ = nullptr;
   int32_t* int_memory_ = nullptr;
   size_t att_saved_per_layer_ = 0;
   Activations acts_;
   int last_B_ = 0;
   bool backward_ready_ = false;
-  std::vector<float> host_losses_;  // (max_batch*T) staging for the mean loss
+  size_t loss_positions_ = 0;       // positions summed into acts_.losses since the last take_loss
+  std::vector<float> host_losses_;  // (max_batch*T) staging for take_loss
   LayerObserver layer_observer_;
 };
 

@@ -84,7 +84,7 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
     std::vector<float> params(n), m(n), v(n);
     const TrainState state = load_checkpoint(*dir, spec_, model_->layout(), data_.train.count, params.data(),
                                              m.data(), v.data());
-    backend_.upload(model_->params(), params.data(), n);
+    model_->set_params(params.data());
     backend_.upload(adamw_->m(), m.data(), n);
     backend_.upload(adamw_->v(), v.data(), n);
     adamw_->set_step_count(state.adam_t);
@@ -169,6 +169,7 @@ void Trainer::adopt_rank0_start(Communicator& comm) {
   }
   const size_t n = model_->layout().total();
   comm.broadcast(model_->params(), n, 0);
+  model_->refresh_weights();
   comm.broadcast(adamw_->m(), n, 0);
   comm.broadcast(adamw_->v(), n, 0);
   start_step_ = completed_steps_ = root.step;
@@ -226,13 +227,12 @@ Trainer::StepOutcome Trainer::train_step(Communicator& comm, long step, bool sto
   const auto start_bucket = [&](Span s) {
     comm.start_all_reduce_average(GradBucket{grads + s.offset, s.count, bucket_id(s)});
   };
-  double loss_sum = 0;
   in_step_ = true;
   for (int micro = 0; micro < accum_; ++micro) {
     live.micro_step(micro);
     gather_micro_batch(data_.train, T, starts, rank_, world_, micro, micro_batch_, inputs_.data(), targets_.data());
     const auto c0 = Clock::now();
-    loss_sum += model_->forward(inputs_.data(), targets_.data(), micro_batch_);
+    model_->forward(inputs_.data(), targets_.data(), micro_batch_);
     const bool last = micro + 1 == accum_;
     // no_sync: the earlier micro-steps only accumulate locally; the last one hands each layer's
     // finished gradient to the communicator, so every parameter is all-reduced once per step.
@@ -251,7 +251,7 @@ Trainer::StepOutcome Trainer::train_step(Communicator& comm, long step, bool sto
   StepOutcome out;
   out.busy_ms = std::chrono::duration<double, std::milli>(wait_began - t0).count();
   std::fill(host_scalars_.begin(), host_scalars_.end(), 0.0f);
-  host_scalars_[0] = static_cast<float>(loss_sum / accum_);
+  host_scalars_[0] = static_cast<float>(model_->take_loss());  // the losses' one download per step
   host_scalars_[1] = stop_here ? 1.0f : 0.0f;
   host_scalars_[2 + static_cast<size_t>(rank_)] = static_cast<float>(out.busy_ms * world_);
   backend_.upload(scalars_, host_scalars_.data(), host_scalars_.size());
@@ -274,13 +274,12 @@ Trainer::StepOutcome Trainer::train_step(Communicator& comm, long step, bool sto
 double Trainer::evaluate(Communicator& comm) {
   const int T = spec_.model.seq_len;
   const int micro_steps = static_cast<int>(val_starts_.size()) / (world_ * micro_batch_);
-  double sum = 0;
   for (int micro = 0; micro < micro_steps; ++micro) {
     gather_micro_batch(data_.val, T, val_starts_, rank_, world_, micro, micro_batch_, inputs_.data(),
                        targets_.data());
-    sum += model_->forward(inputs_.data(), targets_.data(), micro_batch_);
+    model_->forward(inputs_.data(), targets_.data(), micro_batch_);
   }
-  return average_scalar(comm, sum / micro_steps);
+  return average_scalar(comm, model_->take_loss());
 }
 
 void Trainer::save(Communicator& comm, long step) {

@@ -93,11 +93,14 @@ void column_reduce(cudaStream_t stream, ColumnOutputs<K> outs, float* partials, 
   XTRAIN_LAUNCH_CHECK();
 }
 
-// The bias gradient's values: dout itself.
+// The bias gradient's values: dout itself, as fp32.
+template <class T>
 struct MatrixValues {
-  const float* m;  // (rows, cols)
+  const T* m;  // (rows, cols)
   int cols;
-  __device__ void operator()(int row, int col, float (&v)[1]) const { v[0] = m[static_cast<size_t>(row) * cols + col]; }
+  __device__ void operator()(int row, int col, float (&v)[1]) const {
+    v[0] = load_f32(m[static_cast<size_t>(row) * cols + col]);
+  }
 };
 
 }  // namespace xtrain::cuda

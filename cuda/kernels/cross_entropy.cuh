@@ -2,7 +2,8 @@
 //   pass 1: each thread streams its strided share of the V real logits through an online
 //           (max, sum) accumulator (math::OnlineSoftmax); the block merges them in a fixed order;
 //   pass 2: the row is overwritten by dloss * (p - onehot(target)), 0 in the padding.
-// The normalised probabilities are never stored: the row is read twice and written once.
+// The normalised probabilities are never stored: the row is read twice and written once. The
+// logits and their gradient are T (float or bf16); the softmax and the loss are fp32.
 #pragma once
 
 #include "cuda/check.hpp"
@@ -22,17 +23,18 @@ __device__ inline math::OnlineSoftmax warp_merge(math::OnlineSoftmax a) {
   return a;
 }
 
+template <class T>
 __global__ void __launch_bounds__(kCrossEntropyThreads)
-    softmax_cross_entropy_kernel(float* logits, float* __restrict__ losses, const int32_t* __restrict__ targets,
+    softmax_cross_entropy_kernel(T* logits, float* __restrict__ losses, const int32_t* __restrict__ targets,
                                  float dloss, int V, int Vp) {
   __shared__ math::OnlineSoftmax warp_acc[kCrossEntropyThreads / kWarp];
   __shared__ math::OnlineSoftmax row_acc;
   const int row = blockIdx.x;
-  float* x = logits + static_cast<size_t>(row) * Vp;
+  T* x = logits + static_cast<size_t>(row) * Vp;
   const int target = targets[row];
 
   math::OnlineSoftmax acc = math::online_softmax_init();
-  for (int j = threadIdx.x; j < V; j += kCrossEntropyThreads) acc = math::online_softmax_push(acc, x[j]);
+  for (int j = threadIdx.x; j < V; j += kCrossEntropyThreads) acc = math::online_softmax_push(acc, load_f32(x[j]));
   acc = warp_merge(acc);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   if (lane == 0) warp_acc[warp] = acc;
@@ -41,7 +43,7 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
     math::OnlineSoftmax total = warp_acc[0];
     for (int w = 1; w < kCrossEntropyThreads / kWarp; ++w) total = math::online_softmax_merge(total, warp_acc[w]);
     row_acc = total;
-    losses[row] = logf(total.sum) + total.max - x[target];  // read before pass 2 overwrites it
+    losses[row] += logf(total.sum) + total.max - load_f32(x[target]);  // read before pass 2 overwrites it
   }
   __syncthreads();
   const float mx = row_acc.max;
@@ -49,17 +51,18 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
   for (int j = threadIdx.x; j < Vp; j += kCrossEntropyThreads) {
     float g = 0.0f;
     if (j < V) {
-      g = dloss * expf(x[j] - mx) * inv;
+      g = dloss * expf(load_f32(x[j]) - mx) * inv;
       if (j == target) g -= dloss;
     }
-    x[j] = g;
+    x[j] = store_as<T>(g);
   }
 }
 
-inline void softmax_cross_entropy(cudaStream_t stream, float* logits, float* losses, const int32_t* targets,
-                                  float dloss, int N, int V, int Vp) {
+template <class T>
+void softmax_cross_entropy(cudaStream_t stream, T* logits, float* losses, const int32_t* targets, float dloss, int N,
+                           int V, int Vp) {
   if (N <= 0) return;
-  softmax_cross_entropy_kernel<<<N, kCrossEntropyThreads, 0, stream>>>(logits, losses, targets, dloss, V, Vp);
+  softmax_cross_entropy_kernel<T><<<N, kCrossEntropyThreads, 0, stream>>>(logits, losses, targets, dloss, V, Vp);
   XTRAIN_LAUNCH_CHECK();
 }
 

@@ -1,7 +1,9 @@
-// Elementwise operations: GELU forward/backward, residual add, scale. Memory-bound: each thread
-// handles 4 consecutive floats with 16-byte loads and stores when every pointer is 16-byte
-// aligned (the common case: offsets into the flat buffers are multiples of C), scalar otherwise.
-// Outputs may alias inputs (each element is read before it is written by the same thread).
+// Elementwise operations: GELU forward/backward, residual add, scale, conversion of fp32 to the
+// activation type, and a bias broadcast. Memory-bound: each thread handles 16 bytes (4 floats or
+// 8 bf16) with one vector load per input and one store when every pointer is 16-byte aligned
+// (the common case: offsets into the flat buffers are multiples of C), element by element
+// otherwise. Outputs may alias inputs (each element is read before it is written by the same
+// thread). Arithmetic in fp32; the result stored as T (store_as: bf16 rounds once).
 #pragma once
 
 #include "cuda/check.hpp"
@@ -10,47 +12,49 @@
 
 namespace xtrain::cuda {
 
-template <int kIn>
+template <class T, int kIn>
 struct Inputs {
-  const float* p[kIn];
+  const T* p[kIn];
 };
 
 // out[i] = f(in_0[i], ..., in_{kIn-1}[i])
-template <int kIn, class F>
-__global__ void map_kernel(float* out, Inputs<kIn> in, size_t n, bool vectorised, F f) {
-  const size_t i = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
+template <class T, int kIn, class F>
+__global__ void map_kernel(T* out, Inputs<T, kIn> in, size_t n, bool vectorised, F f) {
+  constexpr int kPer = Pack<T>::kCount;
+  const size_t i = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kPer;
   if (i >= n) return;
-  if (vectorised && i + 4 <= n) {
-    float4 x[kIn];
+  if (vectorised && i + kPer <= n) {
+    Pack<T> x[kIn];
 #pragma unroll
-    for (int k = 0; k < kIn; ++k) x[k] = *reinterpret_cast<const float4*>(in.p[k] + i);
-    float a[kIn], b[kIn], c[kIn], d[kIn];
+    for (int k = 0; k < kIn; ++k) x[k] = *reinterpret_cast<const Pack<T>*>(in.p[k] + i);
+    Pack<T> y;
 #pragma unroll
-    for (int k = 0; k < kIn; ++k) {
-      a[k] = x[k].x;
-      b[k] = x[k].y;
-      c[k] = x[k].z;
-      d[k] = x[k].w;
+    for (int j = 0; j < kPer; ++j) {
+      float a[kIn];
+#pragma unroll
+      for (int k = 0; k < kIn; ++k) a[k] = load_f32(x[k].v[j]);
+      y.v[j] = store_as<T>(f(a));
     }
-    *reinterpret_cast<float4*>(out + i) = make_float4(f(a), f(b), f(c), f(d));
+    *reinterpret_cast<Pack<T>*>(out + i) = y;
     return;
   }
-  const size_t end = i + 4 < n ? i + 4 : n;
+  const size_t end = i + kPer < n ? i + kPer : n;
   for (size_t j = i; j < end; ++j) {
-    float x[kIn];
+    float a[kIn];
 #pragma unroll
-    for (int k = 0; k < kIn; ++k) x[k] = in.p[k][j];
-    out[j] = f(x);
+    for (int k = 0; k < kIn; ++k) a[k] = load_f32(in.p[k][j]);
+    out[j] = store_as<T>(f(a));
   }
 }
 
-template <int kIn, class F>
-void launch_map(cudaStream_t stream, float* out, Inputs<kIn> in, size_t n, F f) {
+template <class T, int kIn, class F>
+void launch_map(cudaStream_t stream, T* out, Inputs<T, kIn> in, size_t n, F f) {
   if (n == 0) return;
   bool vectorised = aligned16(out);
   for (int k = 0; k < kIn; ++k) vectorised = vectorised && aligned16(in.p[k]);
   constexpr unsigned kThreads = 256;
-  map_kernel<kIn><<<blocks_for((n + 3) / 4, kThreads), kThreads, 0, stream>>>(out, in, n, vectorised, f);
+  constexpr size_t kPer = Pack<T>::kCount;
+  map_kernel<T, kIn><<<blocks_for((n + kPer - 1) / kPer, kThreads), kThreads, 0, stream>>>(out, in, n, vectorised, f);
   XTRAIN_LAUNCH_CHECK();
 }
 
@@ -68,15 +72,49 @@ struct Scale {
   __device__ float operator()(const float (&x)[1]) const { return x[0] * s; }
 };
 
-inline void gelu_forward(cudaStream_t stream, float* out, const float* inp, size_t n) {
-  launch_map<1>(stream, out, {{inp}}, n, GeluForward{});
+template <class T>
+void gelu_forward(cudaStream_t stream, T* out, const T* inp, size_t n) {
+  launch_map<T, 1>(stream, out, {{inp}}, n, GeluForward{});
 }
-inline void gelu_backward(cudaStream_t stream, float* dinp, const float* inp, const float* dout, size_t n) {
-  launch_map<2>(stream, dinp, {{inp, dout}}, n, GeluBackward{});
+template <class T>
+void gelu_backward(cudaStream_t stream, T* dinp, const T* inp, const T* dout, size_t n) {
+  launch_map<T, 2>(stream, dinp, {{inp, dout}}, n, GeluBackward{});
 }
-inline void residual_forward(cudaStream_t stream, float* out, const float* a, const float* b, size_t n) {
-  launch_map<2>(stream, out, {{a, b}}, n, Add{});
+template <class T>
+void residual_forward(cudaStream_t stream, T* out, const T* a, const T* b, size_t n) {
+  launch_map<T, 2>(stream, out, {{a, b}}, n, Add{});
 }
-inline void scale(cudaStream_t stream, float* x, float s, size_t n) { launch_map<1>(stream, x, {{x}}, n, Scale{s}); }
+inline void scale(cudaStream_t stream, float* x, float s, size_t n) { launch_map<float, 1>(stream, x, {{x}}, n, Scale{s}); }
+
+// dst = src stored as T (the weights' copy from the fp32 master).
+template <class T>
+__global__ void convert_kernel(T* __restrict__ dst, const float* __restrict__ src, size_t n) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = store_as<T>(src[i]);
+}
+
+template <class T>
+void convert(cudaStream_t stream, T* dst, const float* src, size_t n) {
+  if (n == 0) return;
+  constexpr unsigned kThreads = 256;
+  convert_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(dst, src, n);
+  XTRAIN_LAUNCH_CHECK();
+}
+
+// out[r, c] = bias[c] for every row: a product's C operand when its bias cannot be fused.
+template <class T>
+__global__ void broadcast_rows_kernel(T* __restrict__ out, const T* __restrict__ bias, size_t rows, int cols) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < rows * cols) out[i] = bias[i % cols];
+}
+
+template <class T>
+void broadcast_rows(cudaStream_t stream, T* out, const T* bias, int rows, int cols) {
+  const size_t n = static_cast<size_t>(rows) * cols;
+  if (n == 0) return;
+  constexpr unsigned kThreads = 256;
+  broadcast_rows_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(out, bias, static_cast<size_t>(rows), cols);
+  XTRAIN_LAUNCH_CHECK();
+}
 
 }  // namespace xtrain::cuda

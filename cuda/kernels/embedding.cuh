@@ -1,15 +1,25 @@
-// Token + position embedding, forward and a deterministic backward.
+// Token + position embedding, forward and a deterministic, parallel backward. Activations
+// (out, dout) and the weights' copy (wte, wpe in forward) are T, float or bf16; the gradients
+// dwte, dwpe are fp32 and every sum is fp32.
 //
-// Backward must add each position's gradient into the row of its token; several positions
-// share a token, so a plain scatter would need float atomics (bits depend on scheduling).
-// Instead each token row is owned by one warp that adds its positions in ascending order:
+// Backward must add each position's gradient into the row of its token; several positions share
+// a token, so a plain scatter would need float atomics (bits depend on scheduling). Frequent
+// tokens (in GPT-2 text a few tokens fill a large share of positions) must not serialise either.
 //   1. key[i] = token[i] << position_bits | i (unique keys, so any sort orders them the same);
-//   2. cub::DeviceRadixSort sorts the keys (stable, deterministic);
-//   3. one warp per sorted index; the warp at the first index of a token's run walks the run
-//      in position order and adds into dwte[token], lanes striding the channels.
-// The additions happen in the CPU backend's order (position by position onto the existing
-// gradient), so only the rounding of single adds differs between the backends: none.
-// dwpe is a plain per-(t, c) sum over b, also in the CPU's order.
+//      cub::DeviceRadixSort sorts them (stable, deterministic): a token's positions become one
+//      run of the sorted array, in position order;
+//   2. the sorted array is cut into chunks of kEmbeddingChunk entries, fixed by B*T alone. One
+//      thread per (chunk, channel) walks its chunk: a run that lies wholly inside the chunk is
+//      added to dwte[token] there, onto the existing value in position order (as the CPU does);
+//      the pieces of runs that cross a chunk boundary (at most the first and the last run of a
+//      chunk) go to two partial sums per chunk;
+//   3. one thread per (chunk, channel) where a crossing run starts adds that run's partials to
+//      dwte[token] in chunk order.
+// Every row of dwte is written by one thread per channel, in an order fixed by the tokens alone:
+// deterministic, no atomics, and a token seen 10,000 times costs 10,000 / kEmbeddingChunk adds
+// in pass 3 instead of 10,000 in one warp. Runs within one chunk match the CPU bit for bit;
+// crossing runs differ from it by the grouping of their fp32 sum only.
+// dwpe is a plain per-(t, c) sum over b, in the CPU's order.
 #pragma once
 
 #include <cub/device/device_radix_sort.cuh>
@@ -19,23 +29,25 @@
 
 namespace xtrain::cuda {
 
-__global__ void embedding_forward_kernel(float* __restrict__ out, const int32_t* __restrict__ tokens,
-                                         const float* __restrict__ wte, const float* __restrict__ wpe, int BT, int T,
-                                         int C) {
+template <class T>
+__global__ void embedding_forward_kernel(T* __restrict__ out, const int32_t* __restrict__ tokens,
+                                         const T* __restrict__ wte, const T* __restrict__ wpe, int BT, int T_, int C) {
   const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= static_cast<size_t>(BT) * C) return;
   const int c = static_cast<int>(idx % C);
   const int bt = static_cast<int>(idx / C);
-  const int t = bt % T;
-  out[idx] = wte[static_cast<size_t>(tokens[bt]) * C + c] + wpe[static_cast<size_t>(t) * C + c];
+  const int t = bt % T_;
+  out[idx] = store_as<T>(load_f32(wte[static_cast<size_t>(tokens[bt]) * C + c]) +
+                         load_f32(wpe[static_cast<size_t>(t) * C + c]));
 }
 
 // dwpe[t, c] += dout[0, t, c], then dout[1, t, c], ...
-__global__ void position_grad_kernel(float* __restrict__ dwpe, const float* __restrict__ dout, int B, int T, int C) {
+template <class T>
+__global__ void position_grad_kernel(float* __restrict__ dwpe, const T* __restrict__ dout, int B, int T_, int C) {
   const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<size_t>(T) * C) return;
+  if (idx >= static_cast<size_t>(T_) * C) return;
   float acc = dwpe[idx];
-  for (int b = 0; b < B; ++b) acc += dout[static_cast<size_t>(b) * T * C + idx];
+  for (int b = 0; b < B; ++b) acc += load_f32(dout[static_cast<size_t>(b) * T_ * C + idx]);
   dwpe[idx] = acc;
 }
 
@@ -46,24 +58,66 @@ __global__ void token_keys_kernel(unsigned long long* __restrict__ keys, const i
   keys[i] = (static_cast<unsigned long long>(tokens[i]) << position_bits) | static_cast<unsigned long long>(i);
 }
 
-constexpr int kTokenGradWarps = 8;
+constexpr int kEmbeddingChunk = 64;     // sorted entries per chunk
+constexpr int kEmbeddingChannels = 128;  // channels (threads) per block
 
-__global__ void token_grad_kernel(float* __restrict__ dwte, const float* __restrict__ dout,
-                                  const unsigned long long* __restrict__ sorted, int BT, int C, int position_bits) {
-  const int i = blockIdx.x * kTokenGradWarps + threadIdx.x / kWarp;
-  const int lane = threadIdx.x % kWarp;
-  if (i >= BT) return;
-  const unsigned long long token = sorted[i] >> position_bits;
-  if (i > 0 && (sorted[i - 1] >> position_bits) == token) return;  // not the first of its run
-  const unsigned long long position_mask = (1ull << position_bits) - 1;
-  float* row = dwte + token * C;
-  for (int c = lane; c < C; c += kWarp) {
-    float acc = row[c];
-    for (int j = i; j < BT && (sorted[j] >> position_bits) == token; ++j) {
-      acc += dout[(sorted[j] & position_mask) * C + c];
+// The sorted array of keys, read as (token, position) pairs.
+struct SortedTokens {
+  const unsigned long long* keys;
+  int n;
+  int position_bits;
+  __device__ unsigned long long token(int i) const { return keys[i] >> position_bits; }
+  __device__ size_t position(int i) const { return keys[i] & ((1ull << position_bits) - 1); }
+  // Does the run of entry i's token continue before i / after i?
+  __device__ bool continues_before(int i) const { return i > 0 && token(i - 1) == token(i); }
+  __device__ bool continues_after(int i) const { return i + 1 < n && token(i + 1) == token(i); }
+};
+
+// Pass 2. partials: (chunks, 2, C), slot 0 for the chunk's first run, slot 1 for its last.
+template <class T>
+__global__ void token_grad_chunks_kernel(float* __restrict__ dwte, float* __restrict__ partials,
+                                         const T* __restrict__ dout, SortedTokens s, int C) {
+  const int chunk = blockIdx.x;
+  const int c = blockIdx.y * kEmbeddingChannels + threadIdx.x;
+  if (c >= C) return;
+  const int begin = chunk * kEmbeddingChunk;
+  const int end = min(s.n, begin + kEmbeddingChunk);
+  for (int i = begin; i < end;) {
+    int j = i + 1;
+    while (j < end && s.token(j) == s.token(i)) ++j;  // the run's piece in this chunk: [i, j)
+    const bool crosses = (i == begin && s.continues_before(i)) || (j == end && s.continues_after(j - 1));
+    float* row = dwte + s.token(i) * C;
+    float acc = crosses ? 0.0f : row[c];
+    for (int k = i; k < j; ++k) acc += load_f32(dout[s.position(k) * C + c]);
+    if (crosses) {
+      partials[(static_cast<size_t>(chunk) * 2 + (i == begin ? 0 : 1)) * C + c] = acc;
+    } else {
+      row[c] = acc;
     }
-    row[c] = acc;
+    i = j;
   }
+}
+
+// Pass 3: the chunk where a crossing run starts adds the run's pieces, in chunk order.
+__global__ void token_grad_runs_kernel(float* __restrict__ dwte, const float* __restrict__ partials, SortedTokens s,
+                                       int C) {
+  const int chunk = blockIdx.x;
+  const int c = blockIdx.y * kEmbeddingChannels + threadIdx.x;
+  if (c >= C) return;
+  const int begin = chunk * kEmbeddingChunk;
+  const int last = min(s.n, begin + kEmbeddingChunk) - 1;
+  if (!s.continues_after(last)) return;  // the chunk's last run ends here
+  int start = last;
+  while (start > begin && s.token(start - 1) == s.token(last)) --start;
+  if (start == begin && s.continues_before(begin)) return;  // the run started in an earlier chunk
+  float* row = dwte + s.token(last) * C;
+  float acc = row[c] + partials[(static_cast<size_t>(chunk) * 2 + (start == begin ? 0 : 1)) * C + c];
+  for (int k = chunk + 1;; ++k) {  // each later chunk's first piece, while the run goes on
+    acc += partials[static_cast<size_t>(k) * 2 * C + c];
+    const int k_last = min(s.n, (k + 1) * kEmbeddingChunk) - 1;
+    if (s.token(k_last) != s.token(last) || !s.continues_after(k_last)) break;
+  }
+  row[c] = acc;
 }
 
 inline int bits_for(unsigned long long values) {  // bits to hold 0 .. values-1
@@ -72,12 +126,13 @@ inline int bits_for(unsigned long long values) {  // bits to hold 0 .. values-1
   return bits;
 }
 
-inline void embedding_forward(cudaStream_t stream, float* out, const int32_t* tokens, const float* wte,
-                              const float* wpe, int B, int T, int C) {
-  const size_t n = static_cast<size_t>(B) * T * C;
+template <class T>
+void embedding_forward(cudaStream_t stream, T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_,
+                       int C) {
+  const size_t n = static_cast<size_t>(B) * T_ * C;
   if (n == 0) return;
   constexpr unsigned kThreads = 256;
-  embedding_forward_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(out, tokens, wte, wpe, B * T, T, C);
+  embedding_forward_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(out, tokens, wte, wpe, B * T_, T_, C);
   XTRAIN_LAUNCH_CHECK();
 }
 
@@ -85,10 +140,9 @@ inline void embedding_forward(cudaStream_t stream, float* out, const int32_t* to
 // the radix sort then makes a pass or two more than strictly needed, microseconds.)
 constexpr int kTokenBits = 31;
 
-// Scratch layout: keys (BT), sorted keys (BT), then CUB's temporary storage, each 256-aligned.
-inline size_t key_array_bytes(int BT) {
-  return (static_cast<size_t>(BT) * sizeof(unsigned long long) + 255) / 256 * 256;
-}
+inline size_t aligned256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+inline int embedding_chunks(int BT) { return (BT + kEmbeddingChunk - 1) / kEmbeddingChunk; }
 
 inline size_t sort_temp_bytes(int BT, int end_bit, cudaStream_t stream) {
   size_t bytes = 0;
@@ -97,33 +151,44 @@ inline size_t sort_temp_bytes(int BT, int end_bit, cudaStream_t stream) {
   return bytes;
 }
 
-// Scratch bytes for embedding_backward with B*T positions.
-inline size_t embedding_backward_scratch_bytes(int BT) {
+// Scratch layout, each part 256-aligned: keys (BT), sorted keys (BT), the partial sums
+// (chunks, 2, C), then CUB's temporary storage.
+inline size_t embedding_backward_scratch_bytes(int BT, int C) {
   const int end_bit = bits_for(static_cast<unsigned long long>(BT)) + kTokenBits;
-  return 2 * key_array_bytes(BT) + sort_temp_bytes(BT, end_bit, nullptr);
+  return 2 * aligned256(static_cast<size_t>(BT) * sizeof(unsigned long long)) +
+         aligned256(static_cast<size_t>(embedding_chunks(BT)) * 2 * C * sizeof(float)) +
+         sort_temp_bytes(BT, end_bit, nullptr);
 }
 
-// `scratch` holds embedding_backward_scratch_bytes(B*T) bytes, 256-byte aligned.
-inline void embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const float* dout,
-                               const int32_t* tokens, int B, int T, int C, void* scratch) {
-  const int BT = B * T;
+// `scratch` holds embedding_backward_scratch_bytes(B*T, C) bytes, 256-byte aligned.
+template <class T>
+void embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const T* dout, const int32_t* tokens, int B,
+                        int T_, int C, void* scratch) {
+  const int BT = B * T_;
   if (BT == 0) return;
   constexpr unsigned kThreads = 256;
-  position_grad_kernel<<<blocks_for(static_cast<size_t>(T) * C, kThreads), kThreads, 0, stream>>>(dwpe, dout, B, T,
-                                                                                                  C);
+  position_grad_kernel<T><<<blocks_for(static_cast<size_t>(T_) * C, kThreads), kThreads, 0, stream>>>(dwpe, dout, B,
+                                                                                                     T_, C);
   XTRAIN_LAUNCH_CHECK();
 
   const int position_bits = bits_for(static_cast<unsigned long long>(BT));
   const int end_bit = position_bits + kTokenBits;
-  auto* keys = static_cast<unsigned long long*>(scratch);
-  auto* sorted = reinterpret_cast<unsigned long long*>(static_cast<char*>(scratch) + key_array_bytes(BT));
-  void* sort_temp = static_cast<char*>(scratch) + 2 * key_array_bytes(BT);
+  const size_t key_bytes = aligned256(static_cast<size_t>(BT) * sizeof(unsigned long long));
+  char* base = static_cast<char*>(scratch);
+  auto* keys = reinterpret_cast<unsigned long long*>(base);
+  auto* sorted = reinterpret_cast<unsigned long long*>(base + key_bytes);
+  auto* partials = reinterpret_cast<float*>(base + 2 * key_bytes);
+  void* sort_temp = base + 2 * key_bytes + aligned256(static_cast<size_t>(embedding_chunks(BT)) * 2 * C * sizeof(float));
   size_t sort_bytes = sort_temp_bytes(BT, end_bit, stream);
   token_keys_kernel<<<blocks_for(BT, kThreads), kThreads, 0, stream>>>(keys, tokens, BT, position_bits);
   XTRAIN_LAUNCH_CHECK();
   XTRAIN_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(sort_temp, sort_bytes, keys, sorted, BT, 0, end_bit, stream));
-  token_grad_kernel<<<blocks_for(BT, kTokenGradWarps), kTokenGradWarps * kWarp, 0, stream>>>(dwte, dout, sorted, BT,
-                                                                                            C, position_bits);
+
+  const SortedTokens s{sorted, BT, position_bits};
+  const dim3 grid(static_cast<unsigned>(embedding_chunks(BT)), blocks_for(C, kEmbeddingChannels));
+  token_grad_chunks_kernel<T><<<grid, kEmbeddingChannels, 0, stream>>>(dwte, partials, dout, s, C);
+  XTRAIN_LAUNCH_CHECK();
+  token_grad_runs_kernel<<<grid, kEmbeddingChannels, 0, stream>>>(dwte, partials, s, C);
   XTRAIN_LAUNCH_CHECK();
 }
 

@@ -11,7 +11,7 @@
 // Each is the median over --steps steps after --warmup. Rank 0 prints one JSON line (and writes
 // it to --out FILE when given); scripts/bench/gpu_bench.py and gpu_scaling.py read it.
 // Usage: xtrain-bench-gpu [--layers N] [--heads N] [--embd N] [--seq N] [--vocab N] [--batch N]
-//                         [--steps N] [--warmup N] [--fp32] [--out FILE]
+//                         [--steps N] [--warmup N] [--precision bf16|tf32|fp32] [--out FILE]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -44,15 +44,15 @@ using Clock = std::chrono::steady_clock;
 
 struct Options : bench::BenchShape {
   Options() : BenchShape{12, 12, 768, 1024, 50257, 8, 10, 3} {}
-  bool tf32 = true;
+  std::string precision = "tf32";
   std::string out;
 };
 
 Options parse(int argc, char** argv) {
   Options o;
   bench::parse_bench_flags("xtrain-bench-gpu", argc, argv, o, [&](int& i) {
-    if (std::strcmp(argv[i], "--fp32") == 0) {
-      o.tf32 = false;
+    if (std::strcmp(argv[i], "--precision") == 0 && i + 1 < argc) {
+      o.precision = argv[++i];
       return true;
     }
     if (std::strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
@@ -61,6 +61,10 @@ Options parse(int argc, char** argv) {
     }
     return false;
   });
+  if (o.precision != "bf16" && o.precision != "tf32" && o.precision != "fp32") {
+    std::fprintf(stderr, "xtrain-bench-gpu: --precision must be bf16, tf32 or fp32\n");
+    std::exit(2);
+  }
   if (o.steps < 1 || o.warmup < 0) {
     std::fprintf(stderr, "xtrain-bench-gpu: --steps must be >= 1 and --warmup >= 0\n");
     std::exit(2);
@@ -105,7 +109,9 @@ int main(int argc, char** argv) {
     const int device = env.where.local_rank % gpus;
     if (cudaSetDevice(device) != cudaSuccess) throw std::runtime_error("cannot select GPU " + std::to_string(device));
     const size_t bytes_before = device_bytes_in_use();  // the context only
-    auto backend = cuda::make_backend(device, o.tf32);
+    TrainSpec train;
+    train.precision = o.precision;
+    auto backend = cuda::make_backend(device, resolve_precision(train, "cuda"));
     std::unique_ptr<Communicator> comm;
     if (world > 1) {
       comm = cuda::make_nccl_communicator(env, *backend, 120.0);
@@ -122,16 +128,17 @@ int main(int argc, char** argv) {
     for (auto& t : tokens) t = static_cast<int32_t>(rng() % static_cast<unsigned>(o.vocab));
     for (auto& t : targets) t = static_cast<int32_t>(rng() % static_cast<unsigned>(o.vocab));
 
-    float loss = 0.0f;
+    double loss = 0.0;
     auto step = [&](bool communicate) {
       gpt.zero_grads();
-      loss = gpt.forward(tokens.data(), targets.data(), o.batch);
+      gpt.forward(tokens.data(), targets.data(), o.batch);
       if (communicate) {
         gpt.backward(1.0f, [&](Span s) { comm->start_all_reduce_average({gpt.grads() + s.offset, s.count}); });
         comm->finish_all_reduces();
       } else {
         gpt.backward(1.0f);
       }
+      loss = gpt.take_loss();
       const double norm = grad_norm(*backend, gpt.grads(), gpt.layout().total());
       adamw.step(gpt, 3e-4f, clip_scale(norm, 1.0));
     };
@@ -162,7 +169,7 @@ int main(int argc, char** argv) {
     const double params = static_cast<double>(gpt.layout().total()) - static_cast<double>(d.Vp - d.V) * d.C;
     const double tokens_per_step = static_cast<double>(bt) * world;
     nlohmann::json r = {{"impl", "xtrain"},
-                        {"precision", o.tf32 ? "tf32" : "fp32"},
+                        {"precision", o.precision},
                         {"gpu", cuda::describe_device(device)},
                         {"world", world},
                         {"layers", o.layers},

@@ -178,8 +178,7 @@ def main():
             cmd = [os.path.join(a.bin, "xtrain-bench-gpu"), "--steps", str(a.steps), "--warmup", str(a.warmup)]
             for k in ("layers", "heads", "embd", "seq", "vocab", "batch"):
                 cmd += ["--" + k, str(s[k])]
-            if prec == "fp32":
-                cmd.append("--fp32")
+            cmd += ["--precision", prec]
         else:
             cfg = {"shape": s, "mode": impl, "precision": prec, "steps": a.steps, "warmup": a.warmup}
             cmd = [sys.executable, os.path.abspath(__file__), "--torch-one", json.dumps(cfg)]

@@ -65,6 +65,7 @@ double time_step(GPT& model, Communicator& comm, Mode mode, const std::vector<in
       }
     }
     comm.finish_all_reduces();
+    model.take_loss();  // as the trainer does once per step
   }
   comm.barrier();
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();

@@ -3,7 +3,8 @@
 // world size 1 without data loading. Prints one JSON line with the median step time
 // (scripts/bench/worker_cpu.py reads it).
 // Usage: xtrain-bench-cpu [--layers N] [--heads N] [--embd N] [--seq N] [--vocab N] [--batch N]
-//                         [--steps N] [--warmup N] [--threads N]
+//                         [--steps N] [--warmup N] [--threads N] [--precision fp32|bf16]
+// (bf16: the emulation of the GPU's storage, to measure what its rounding passes cost)
 #include <cblas.h>
 
 #include <algorithm>
@@ -27,17 +28,22 @@ namespace {
 struct Options : xtrain::bench::BenchShape {
   Options() : BenchShape{4, 4, 128, 64, 256, 4, 10, 2} {}
   int threads = 2;
+  std::string precision = "fp32";
 };
 
 Options parse(int argc, char** argv) {
   Options o;
   xtrain::bench::parse_bench_flags("xtrain-bench-cpu", argc, argv, o, [&](int& i) {
-    if (std::strcmp(argv[i], "--threads") != 0 || i + 1 >= argc) return false;
-    o.threads = std::atoi(argv[++i]);
+    if (i + 1 >= argc) return false;
+    if (std::strcmp(argv[i], "--threads") == 0) o.threads = std::atoi(argv[++i]);
+    else if (std::strcmp(argv[i], "--precision") == 0) o.precision = argv[++i];
+    else return false;
     return true;
   });
-  if (o.steps < 1 || o.warmup < 0 || o.threads < 1 || o.batch < 1) {
-    std::fprintf(stderr, "xtrain-bench-cpu: --steps, --threads and --batch must be >= 1, --warmup >= 0\n");
+  if (o.steps < 1 || o.warmup < 0 || o.threads < 1 || o.batch < 1 ||
+      (o.precision != "fp32" && o.precision != "bf16")) {
+    std::fprintf(stderr, "xtrain-bench-cpu: --steps, --threads and --batch must be >= 1, --warmup >= 0, "
+                         "--precision fp32 or bf16\n");
     std::exit(2);
   }
   return o;
@@ -53,7 +59,7 @@ int main(int argc, char** argv) try {
   TrainSpec t;
   t.steps = o.warmup + o.steps;
 
-  CpuBackend backend;
+  CpuBackend backend(o.precision == "bf16" ? Precision::bf16 : Precision::fp32);
   GPT gpt(m, backend, o.batch);
   gpt.init_weights(0);
   AdamW adamw(backend, gpt.layout(), AdamWConfig::from(t));
@@ -68,11 +74,12 @@ int main(int argc, char** argv) try {
     targets.insert(targets.end(), row + 1, row + o.seq + 1);
   }
 
-  float loss = 0.0f;
+  double loss = 0.0;
   auto step = [&](int s) {
     gpt.zero_grads();
-    loss = gpt.forward(tokens.data(), targets.data(), o.batch);
+    gpt.forward(tokens.data(), targets.data(), o.batch);
     gpt.backward(1.0f);
+    loss = gpt.take_loss();
     const double norm = grad_norm(backend, gpt.grads(), gpt.layout().total());
     adamw.step(gpt, static_cast<float>(learning_rate(t, s)), clip_scale(norm, t.grad_clip));
   };
@@ -87,9 +94,9 @@ int main(int argc, char** argv) try {
   std::sort(ms.begin(), ms.end());
   const double median = ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
   std::printf(
-      "{\"impl\": \"xtrain-cpu\", \"threads\": %d, \"steps\": %d, \"ms_per_step\": %.3f, \"tokens_per_s\": %.1f, "
-      "\"loss\": %.6f, \"params\": %zu}\n",
-      openblas_get_num_threads(), o.steps, median, static_cast<double>(o.batch) * o.seq * 1000.0 / median, loss,
+      "{\"impl\": \"xtrain-cpu\", \"precision\": \"%s\", \"threads\": %d, \"steps\": %d, \"ms_per_step\": %.3f, "
+      "\"tokens_per_s\": %.1f, \"loss\": %.6f, \"params\": %zu}\n",
+      o.precision.c_str(), openblas_get_num_threads(), o.steps, median, static_cast<double>(o.batch) * o.seq * 1000.0 / median, loss,
       gpt.layout().total());
   return 0;
 } catch (const std::exception& e) {

@@ -100,6 +100,28 @@ TEST_CASE("unknown keys are errors, with a suggestion when one is close", "[spec
   CHECK_THAT(far, Catch::StartsWith("colour: unknown key; expected one of: name, run_dir,"));
 }
 
+TEST_CASE("train.precision is resolved per device, and the old key and tf32 on CPU are errors naming the field",
+          "[spec][precision]") {
+  CHECK(error_of(json::parse(R"({"train": {"matmul_precision": "tf32"}})")) ==
+        R"(train.matmul_precision: was replaced by train.precision: "auto" (bf16 on CUDA, fp32 on CPU), "bf16", "tf32" or "fp32")");
+  CHECK(error_of(json::parse(R"({"train": {"precision": "fp16"}})")) ==
+        R"(train.precision: expected one of "auto", "bf16", "tf32", "fp32", got "fp16")");
+  const auto resolved = [](const char* value, const char* device) {
+    TrainSpec t;
+    t.precision = value;
+    return resolve_precision(t, device);
+  };
+  CHECK(resolved("auto", "cuda") == Precision::bf16);
+  CHECK(resolved("auto", "cpu") == Precision::fp32);
+  CHECK(resolved("bf16", "cpu") == Precision::bf16);  // the emulation
+  CHECK(resolved("tf32", "cuda") == Precision::tf32);
+  CHECK(resolved("fp32", "cuda") == Precision::fp32);
+  CHECK_THROWS_WITH(resolved("tf32", "cpu"),
+                    Catch::StartsWith(R"(train.precision: "tf32" is a tensor-core mode of CUDA GPUs)") &&
+                        Catch::Contains(R"(use "fp32")"));
+  CHECK(std::string(precision_name(Precision::bf16)) == "bf16");
+}
+
 TEST_CASE("overrides set fields by dotted path, as JSON or a plain string", "[spec][override]") {
   json doc = json::parse(R"({"launcher": {"term_timeout_s": 10}})");
   apply_override(doc, "launcher.term_timeout_s=2");

@@ -106,12 +106,42 @@ class DeviceArray {
 using DeviceFloats = DeviceArray<float>;
 using DeviceInts = DeviceArray<int32_t>;
 
-// The two precisions every CUDA op is checked in, and the tolerance each allows.
-struct Precision {
-  bool tf32;
-  const char* name;
+// Activations in the backend's activation dtype, crossing to and from the host as floats (an
+// upload to bf16 rounds, as every bf16 store does).
+class DeviceActs {
+ public:
+  DeviceActs(Backend& b, const std::vector<float>& host) : b_(b), n_(host.size()), p_(b.alloc_acts(n_)) {
+    b.upload(p_, host.data(), n_);
+  }
+  static DeviceActs poisoned(Backend& b, size_t n) {
+    return DeviceActs(b, std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()));
+  }
+  ~DeviceActs() { b_.free(p_.data()); }
+  DeviceActs(const DeviceActs&) = delete;
+  DeviceActs& operator=(const DeviceActs&) = delete;
+  DeviceActs(DeviceActs&& o) noexcept : b_(o.b_), n_(o.n_), p_(o.p_) { o.p_ = nullptr; }
+
+  ActPtr get() const { return p_; }
+  std::vector<float> host() const {
+    std::vector<float> v(n_);
+    b_.download(v.data(), p_, n_);
+    return v;
+  }
+
+ private:
+  Backend& b_;
+  size_t n_;
+  ActPtr p_;
 };
-inline constexpr Precision kStrictFp32{false, "strict fp32"};
-inline constexpr Precision kTf32{true, "tf32"};
+
+// The precisions the CUDA ops and training steps are checked in.
+struct GpuMode {
+  Precision precision;
+  const char* name;
+  bool tf32() const { return precision == Precision::tf32; }
+};
+inline constexpr GpuMode kStrictFp32{Precision::fp32, "strict fp32"};
+inline constexpr GpuMode kTf32{Precision::tf32, "tf32"};
+inline constexpr GpuMode kBf16{Precision::bf16, "bf16"};
 
 }  // namespace xtrain::test

@@ -63,7 +63,7 @@ class GpuJob {
           {"warmup_steps", 3},
           {"log_every", 1},
           {"seed", 11},
-          {"matmul_precision", "fp32"}}},  // the CPU-trajectory tolerance assumes strict fp32
+          {"precision", "fp32"}}},  // the CPU-trajectory tolerance assumes strict fp32
         {"checkpoint", {{"every", 0}, {"resume", "never"}}},
     };
   }

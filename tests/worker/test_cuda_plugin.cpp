@@ -56,7 +56,7 @@ bool is_loaded(const std::string& path) { return dlopen(path.c_str(), RTLD_NOW |
 TEST_CASE("device cpu looks at nothing of CUDA", "[plugin]") {
   const DeviceChoice choice = choose_device(spec_on("cpu"), 0, gpu_machine(kFake));
   CHECK(choice.cuda == nullptr);
-  CHECK(choice.summary == "device cpu: training on the CPU");
+  CHECK(choice.summary == "device cpu: training on the CPU; fp32");
   CHECK_FALSE(choice.degraded);
   CHECK_FALSE(is_loaded(kFake));
 }
@@ -112,15 +112,15 @@ TEST_CASE("a GPU: LOCAL_RANK modulo the GPUs, the spec's precision, one line wit
           "[plugin]") {
   Pretend pretend("h200");
   JobSpec spec = spec_on("cuda");
-  spec.train.matmul_precision = "fp32";
+  spec.train.precision = "fp32";
   const DeviceChoice choice = choose_device(spec, 3, gpu_machine(kFake));
   REQUIRE(choice.cuda != nullptr);
   CHECK(choice.gpu == 1);
-  CHECK(choice.precision == "fp32");
+  CHECK(choice.precision == Precision::fp32);
   CHECK_FALSE(choice.degraded);
   CHECK_THAT(choice.summary, StartsWith("device cuda: GPU 1: NVIDIA H200, sm_90, 132 SMs, 139.0 of 140.0 GiB free; "
                                         "driver CUDA 12.8, runtime CUDA 13.0; NCCL ") &&
-                                 Contains("; products in fp32"));
+                                 Contains("; fp32"));
   CHECK_THROWS_WITH(make_backend(choice), "fake CUDA plugin: no backend (GPU 1, fp32)");
   // "auto" on the same machine is the same GPU.
   CHECK(choose_device(spec_on("auto"), 3, gpu_machine(kFake)).cuda == choice.cuda);
@@ -129,15 +129,19 @@ TEST_CASE("a GPU: LOCAL_RANK modulo the GPUs, the spec's precision, one line wit
 TEST_CASE("bf16 needs compute capability 8.0: an error naming train.precision and the GPU", "[plugin]") {
   const CudaDeviceInfo v100{"Tesla V100-SXM2-16GB", 7, 0, 80, 0, 0};
   const CudaDeviceInfo a100{"NVIDIA A100-SXM4-40GB", 8, 0, 108, 0, 0};
-  CHECK(test::error_message<SpecError>([&] { require_precision_support("bf16", v100); }) ==
-        "train.precision: \"bf16\" needs a GPU of compute capability 8.0 or newer; Tesla V100-SXM2-16GB is 7.0 "
-        "(use \"fp32\")");
-  CHECK_NOTHROW(require_precision_support("bf16", a100));
-  CHECK_NOTHROW(require_precision_support("tf32", v100));  // cuBLAS computes those in fp32 there
-  CHECK_NOTHROW(require_precision_support("fp32", v100));
+  CHECK(test::error_message<SpecError>([&] { require_precision_support(Precision::bf16, v100); }) ==
+        "train.precision: \"bf16\" (what \"auto\" means on CUDA) needs a GPU of compute capability 8.0 or newer; "
+        "Tesla V100-SXM2-16GB is 7.0 (use \"fp32\")");
+  CHECK_NOTHROW(require_precision_support(Precision::bf16, a100));
+  CHECK_NOTHROW(require_precision_support(Precision::tf32, v100));  // cuBLAS computes those in fp32 there
+  CHECK_NOTHROW(require_precision_support(Precision::fp32, v100));
 
   Pretend pretend("sm70");  // the check runs in the choice, before any backend exists
-  const DeviceChoice choice = choose_device(spec_on("cuda"), 0, gpu_machine(kFake));
+  JobSpec spec = spec_on("cuda");  // precision "auto": bf16 on CUDA
+  CHECK_THAT(test::error_message<SpecError>([&] { choose_device(spec, 0, gpu_machine(kFake)); }),
+             StartsWith("train.precision: \"bf16\"") && Contains("Tesla V100-SXM2-16GB is 7.0"));
+  spec.train.precision = "fp32";
+  const DeviceChoice choice = choose_device(spec, 0, gpu_machine(kFake));
   CHECK(choice.gpu == 0);
   CHECK_THAT(choice.summary, Contains("Tesla V100-SXM2-16GB, sm_70"));
 }

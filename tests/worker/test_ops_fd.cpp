@@ -1,7 +1,7 @@
 // Every backend operation against an independent double-precision reference.
 //
-// Method: for each operation we write its forward again in double (plain loops, below), take a
-// random projection of the output, f(x) = sum_i w_i y_i(x), and differentiate f by central
+// Method: for each operation its forward is written again in double (tests/worker/op_references.hpp),
+// a random projection of the output, f(x) = sum_i w_i y_i(x), is differentiated by central
 // differences in double, (f(x + h) - f(x - h)) / 2h with h = 1e-5: truncation error ~ h^2 ~ 1e-10
 // and rounding ~ 1e-16 / h ~ 1e-11, so the reference gradient is exact to far below float
 // precision. The CPU backend runs the operation in float with dout = w and must match it.
@@ -14,193 +14,20 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <functional>
 #include <random>
 #include <vector>
 
+#include "tests/worker/op_references.hpp"
 #include "worker/cpu_backend.hpp"
 #include "worker/math/softmax.hpp"
 
 namespace {
 
-using xtrain::Backend;
+using namespace xtrain::test;
 using xtrain::CpuBackend;
-using Vec = std::vector<double>;
 
 constexpr double kForwardTol = 2e-6;
 constexpr double kGradTol = 1e-5;
-constexpr double kFdStep = 1e-5;
-
-Vec random_vec(size_t n, std::mt19937& rng, double lo = -1.0, double hi = 1.0) {
-  std::uniform_real_distribution<double> u(lo, hi);
-  Vec v(n);
-  for (double& x : v) x = u(rng);
-  return v;
-}
-
-// Backend memory holding a float copy of a double vector.
-class DeviceVec {
- public:
-  DeviceVec(Backend& k, const Vec& host) : k_(k), n_(host.size()) {
-    p_ = k_.alloc_floats(n_);
-    std::vector<float> f(host.begin(), host.end());
-    k_.upload(p_, f.data(), n_);
-  }
-  DeviceVec(Backend& k, size_t n) : DeviceVec(k, Vec(n, 0.0)) {}
-  ~DeviceVec() { k_.free(p_); }
-  DeviceVec(const DeviceVec&) = delete;
-  float* get() { return p_; }
-  Vec read() const {
-    std::vector<float> f(n_);
-    k_.download(f.data(), p_, n_);
-    return Vec(f.begin(), f.end());
-  }
-
- private:
-  Backend& k_;
-  size_t n_;
-  float* p_;
-};
-
-class DeviceInts {
- public:
-  DeviceInts(Backend& k, const std::vector<int32_t>& host) : k_(k) {
-    p_ = k_.alloc_ints(host.size());
-    k_.upload(p_, host.data(), host.size());
-  }
-  ~DeviceInts() { k_.free(p_); }
-  DeviceInts(const DeviceInts&) = delete;
-  const int32_t* get() const { return p_; }
-
- private:
-  Backend& k_;
-  int32_t* p_;
-};
-
-double rel_error(const Vec& got, const Vec& want) {
-  REQUIRE(got.size() == want.size());
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    num += (got[i] - want[i]) * (got[i] - want[i]);
-    den += want[i] * want[i];
-  }
-  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
-}
-
-#define CHECK_REL(got, want, tol)                          \
-  do {                                                     \
-    const double err_ = rel_error((got), (want));          \
-    INFO(#got << " vs " << #want << ": rel error " << err_); \
-    CHECK(err_ < (tol));                                   \
-  } while (0)
-
-Vec add(const Vec& a, const Vec& b) {
-  Vec r(a.size());
-  for (size_t i = 0; i < a.size(); ++i) r[i] = a[i] + b[i];
-  return r;
-}
-
-double dot(const Vec& a, const Vec& b) {
-  double s = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
-// Central-difference gradient of f at x, in double.
-Vec fd_grad(const std::function<double(const Vec&)>& f, Vec x) {
-  Vec g(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double x0 = x[i];
-    x[i] = x0 + kFdStep;
-    const double fp = f(x);
-    x[i] = x0 - kFdStep;
-    const double fm = f(x);
-    x[i] = x0;
-    g[i] = (fp - fm) / (2.0 * kFdStep);
-  }
-  return g;
-}
-
-// ---- double-precision references ---------------------------------------------------------------
-
-Vec ref_embedding(const std::vector<int32_t>& tok, const Vec& wte, const Vec& wpe, int B, int T, int C) {
-  Vec y(static_cast<size_t>(B) * T * C);
-  for (int b = 0; b < B; ++b)
-    for (int t = 0; t < T; ++t)
-      for (int c = 0; c < C; ++c)
-        y[(b * T + t) * C + c] = wte[tok[b * T + t] * C + c] + wpe[t * C + c];
-  return y;
-}
-
-Vec ref_layernorm(const Vec& x, const Vec& w, const Vec& bias, int N, int C) {
-  Vec y(x.size());
-  for (int n = 0; n < N; ++n) {
-    double mean = 0.0, var = 0.0;
-    for (int c = 0; c < C; ++c) mean += x[n * C + c];
-    mean /= C;
-    for (int c = 0; c < C; ++c) var += (x[n * C + c] - mean) * (x[n * C + c] - mean);
-    var /= C;
-    const double rstd = 1.0 / std::sqrt(var + 1e-5);
-    for (int c = 0; c < C; ++c) y[n * C + c] = (x[n * C + c] - mean) * rstd * w[c] + bias[c];
-  }
-  return y;
-}
-
-Vec ref_matmul(const Vec& x, const Vec& w, const Vec* bias, int N, int C, int OC) {
-  Vec y(static_cast<size_t>(N) * OC);
-  for (int n = 0; n < N; ++n)
-    for (int o = 0; o < OC; ++o) {
-      double s = bias ? (*bias)[o] : 0.0;
-      for (int c = 0; c < C; ++c) s += x[n * C + c] * w[o * C + c];
-      y[n * OC + o] = s;
-    }
-  return y;
-}
-
-Vec ref_attention(const Vec& qkv, int B, int T, int C, int NH) {
-  const int hs = C / NH;
-  Vec y(static_cast<size_t>(B) * T * C);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
-  for (int b = 0; b < B; ++b)
-    for (int h = 0; h < NH; ++h)
-      for (int t = 0; t < T; ++t) {
-        const double* q = &qkv[(b * T + t) * 3 * C + h * hs];
-        Vec s(t + 1);
-        double mx = -1e300;
-        for (int j = 0; j <= t; ++j) {
-          const double* k = &qkv[(b * T + j) * 3 * C + C + h * hs];
-          double d = 0.0;
-          for (int i = 0; i < hs; ++i) d += q[i] * k[i];
-          s[j] = d * scale;
-          mx = std::max(mx, s[j]);
-        }
-        double sum = 0.0;
-        for (int j = 0; j <= t; ++j) sum += (s[j] = std::exp(s[j] - mx));
-        for (int i = 0; i < hs; ++i) {
-          double o = 0.0;
-          for (int j = 0; j <= t; ++j) o += s[j] / sum * qkv[(b * T + j) * 3 * C + 2 * C + h * hs + i];
-          y[(b * T + t) * C + h * hs + i] = o;
-        }
-      }
-  return y;
-}
-
-double ref_gelu(double x) {
-  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-}
-
-Vec ref_losses(const Vec& logits, const std::vector<int32_t>& targets, int N, int V, int Vp) {
-  Vec loss(N);
-  for (int n = 0; n < N; ++n) {
-    const double* l = &logits[static_cast<size_t>(n) * Vp];
-    double mx = -1e300;
-    for (int j = 0; j < V; ++j) mx = std::max(mx, l[j]);
-    double sum = 0.0;
-    for (int j = 0; j < V; ++j) sum += std::exp(l[j] - mx);
-    loss[n] = std::log(sum) + mx - l[targets[n]];
-  }
-  return loss;
-}
 
 }  // namespace
 
@@ -288,7 +115,7 @@ TEST_CASE("causal attention forward and backward match double references", "[ops
   // Row block 4 on T = 9 covers the multi-block path (3 blocks, the last one partial); 128 the
   // single-block path used for short sequences.
   const int row_block = GENERATE(128, 4);
-  CpuBackend k(row_block);
+  CpuBackend k(xtrain::Precision::fp32, row_block);
   std::mt19937 rng(4);
   const int B = 2, T = 9, C = 8, NH = 2;
   Vec qkv = random_vec(static_cast<size_t>(B) * T * 3 * C, rng, -1.5, 1.5);
@@ -385,7 +212,7 @@ TEST_CASE("adamw update matches PyTorch's formula in double", "[ops]") {
     DeviceVec dg(k, g);
     h.bias_correction1 = static_cast<float>(1.0 - std::pow(0.9, t));
     h.bias_correction2 = static_cast<float>(1.0 - std::pow(0.95, t));
-    k.adamw_update(dp.get(), dg.get(), dm.get(), dv.get(), n, h);
+    k.adamw_update(dp.get(), nullptr, dg.get(), dm.get(), dv.get(), n, h);
     // torch.optim.AdamW: p *= 1 - lr*wd; m, v updated; p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
     const double b1 = 0.9f, b2 = 0.95f, lr = 1e-2f, wd = 0.1f, eps = 1e-8f;
     for (size_t i = 0; i < n; ++i) {
