@@ -1,6 +1,7 @@
 // CudaBackend: memory, and every operation except the embedding's (cuda/embedding.cu, kept apart
 // because CUB's radix sort is the slowest code to compile). Each operation is a launcher from
-// cuda/kernels/*.cuh or a product through GemmEngine, all on stream_.
+// cuda/kernels/*.cuh, the flash attention's entry points (cuda/flash_attention.hpp), or a product
+// through GemmEngine, all on stream_.
 #include "cuda/cuda_backend.hpp"
 
 #include <new>
@@ -9,8 +10,8 @@
 #include <type_traits>
 
 #include "cuda/check.hpp"
+#include "cuda/flash_attention.hpp"
 #include "cuda/kernels/adamw.cuh"
-#include "cuda/kernels/attention.cuh"
 #include "cuda/kernels/column_reduce.cuh"
 #include "cuda/kernels/cross_entropy.cuh"
 #include "cuda/kernels/elementwise.cuh"
@@ -219,39 +220,34 @@ void CudaBackend::matmul_backward(ActPtr dinp, float* dweight, float* dbias, Con
   });
 }
 
-// Attention in bf16 waits for the fused flash-attention kernel; until then the fp32 kernels
-// (the (B,NH,T,T) probabilities, fp32 storage) serve fp32 and tf32 only.
-namespace {
-void require_fp32_attention(Precision p) {
-  if (p == Precision::bf16) {
-    throw std::logic_error(
-        "the CUDA backend has no bf16 attention yet (the fused flash-attention kernel brings it); "
-        "set train.precision to \"tf32\" or \"fp32\" on CUDA until then");
-  }
-}
-}  // namespace
-
+// Flash attention (cuda/flash_attention.hpp) in the activations' storage type: fp32 kernels for
+// fp32 and tf32, tensor-core kernels for bf16; lse saved per row, D = dO . O as scratch. The shape
+// check runs when GPT sizes its buffers, before any step.
 size_t CudaBackend::attention_saved_floats(int B, int T, int C, int NH) const {
-  require_fp32_attention(precision_);
-  return cuda::attention_saved_floats({B, T, C, NH});
+  check_flash_attention_shape({B, T, C, NH});
+  return flash_attention_saved_floats({B, T, C, NH});
 }
 
 size_t CudaBackend::attention_scratch_floats(int B, int T, int C, int NH) const {
-  require_fp32_attention(precision_);
-  return cuda::attention_scratch_floats({B, T, C, NH});
+  check_flash_attention_shape({B, T, C, NH});
+  return flash_attention_scratch_floats({B, T, C, NH});
 }
 
-void CudaBackend::attention_forward(ActPtr out, float* saved, ConstActPtr qkv, float* scratch, int B, int T, int C,
-                                    int NH) {
-  require_fp32_attention(precision_);
-  cuda::attention_forward(stream_, gemm_, out.as<float>(), saved, qkv.as<float>(), scratch, {B, T, C, NH});
+void CudaBackend::attention_forward(ActPtr out, float* saved, ConstActPtr qkv, float* /*scratch*/, int B, int T,
+                                    int C, int NH) {
+  with_storage(act_dtype(), [&](auto type) {
+    using S = decltype(type);
+    flash_attention_forward(stream_, out.as<S>(), saved, qkv.as<S>(), {B, T, C, NH});
+  });
 }
 
-void CudaBackend::attention_backward(ActPtr dqkv, ConstActPtr dout, ConstActPtr qkv, ConstActPtr /*out*/,
+void CudaBackend::attention_backward(ActPtr dqkv, ConstActPtr dout, ConstActPtr qkv, ConstActPtr out,
                                      const float* saved, float* scratch, int B, int T, int C, int NH) {
-  require_fp32_attention(precision_);
-  cuda::attention_backward(stream_, gemm_, dqkv.as<float>(), dout.as<float>(), qkv.as<float>(), saved, scratch,
-                           {B, T, C, NH});
+  with_storage(act_dtype(), [&](auto type) {
+    using S = decltype(type);
+    flash_attention_backward(stream_, dqkv.as<S>(), dout.as<S>(), qkv.as<S>(), out.as<S>(), saved, scratch,
+                             {B, T, C, NH});
+  });
 }
 
 void CudaBackend::gelu_forward(ActPtr out, ConstActPtr inp, size_t n) {

@@ -9,6 +9,7 @@
 #include <new>
 #include <stdexcept>
 
+#include "worker/flash_attention.hpp"
 #include "worker/math/bf16.hpp"
 #include "worker/math/gelu.hpp"
 #include "worker/math/layernorm.hpp"
@@ -30,12 +31,10 @@ void* alloc_zeroed(size_t bytes) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(Precision precision, int attention_row_block)
-    : precision_(precision), attention_row_block_(attention_row_block) {
+CpuBackend::CpuBackend(Precision precision) : precision_(precision) {
   if (precision == Precision::tf32) {
     throw std::invalid_argument("CpuBackend: tf32 is a GPU tensor-core mode; the CPU computes in fp32 or emulates bf16");
   }
-  if (attention_row_block < 1) throw std::invalid_argument("CpuBackend: attention_row_block must be >= 1");
 }
 
 void CpuBackend::store(float* x, size_t n) const {
@@ -167,102 +166,25 @@ void CpuBackend::matmul_backward(ActPtr dinp_act, float* dweight, float* dbias, 
   }
 }
 
-size_t CpuBackend::attention_saved_floats(int B, int T, int /*C*/, int NH) const {
-  return static_cast<size_t>(B) * NH * T * T;  // the probabilities (B,NH,T,T)
+size_t CpuBackend::attention_saved_floats(int B, int T, int C, int NH) const {
+  return flash_attention_saved_floats({B, T, C, NH});  // the logsumexp of each row
 }
 
-size_t CpuBackend::attention_scratch_floats(int /*B*/, int T, int /*C*/, int /*NH*/) const {
-  return static_cast<size_t>(T) * T;  // one head's (T,T) score gradient
+size_t CpuBackend::attention_scratch_floats(int B, int T, int C, int NH) const {
+  return flash_attention_scratch_floats({B, T, C, NH});
 }
 
-// Per (b, h), with Q, K, V the head's (T,hs) slices of qkv (row stride 3C) and P (T,T):
-//   P = causal_softmax(Q K^T / sqrt(hs)),  out_h = P V.
-void CpuBackend::attention_forward(ActPtr out_act, float* saved, ConstActPtr qkv_act, float* /*scratch*/, int B,
-                                   int T, int C, int NH) {
-  float* out = out_act.as<float>();
-  const float* qkv = qkv_act.as<float>();
-  const int hs = C / NH;
-  const int ld = 3 * C;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  for (int b = 0; b < B; ++b) {
-    for (int h = 0; h < NH; ++h) {
-      const float* q = qkv + static_cast<size_t>(b) * T * ld + h * hs;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      float* p = saved + (static_cast<size_t>(b) * NH + h) * T * T;
-      float* o = out + static_cast<size_t>(b) * T * C + h * hs;
-      for (int r0 = 0; r0 < T; r0 += attention_row_block_) {
-        const int r1 = std::min(T, r0 + attention_row_block_);
-        const int rows = r1 - r0;
-        float* pr = p + static_cast<size_t>(r0) * T;
-        // S[r0:r1, 0:r1] = Q[r0:r1] K[0:r1]^T
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hs, 1.0f, q + static_cast<size_t>(r0) * ld,
-                    ld, k, ld, 0.0f, pr, T);
-        for (int t = r0; t < r1; ++t) math::causal_softmax_row(p + static_cast<size_t>(t) * T, t, T, scale);
-        // out[r0:r1] = P[r0:r1, 0:r1] V[0:r1]
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, r1, 1.0f, pr, T, v, ld, 0.0f,
-                    o + static_cast<size_t>(r0) * C, C);
-      }
-    }
-  }
-  store(out, static_cast<size_t>(B) * T * C);
+// In bf16 the flash attention rounds at its own points (p, ds, and every output it stores).
+void CpuBackend::attention_forward(ActPtr out, float* saved, ConstActPtr qkv, float* scratch, int B, int T, int C,
+                                   int NH) {
+  flash_attention_forward(out.as<float>(), saved, qkv.as<float>(), scratch, {B, T, C, NH},
+                          precision_ == Precision::bf16);
 }
 
-// Per (b, h): dP = dout_h V^T; dV = P^T dout_h; dS = softmax backward of dP (times the scale);
-// dQ = dS K; dK = dS^T Q. Row blocks as in forward: block [r0, r1) touches keys [0, r1) only, so
-// dK and dV are summed over the blocks.
-void CpuBackend::attention_backward(ActPtr dqkv_act, ConstActPtr dout_act, ConstActPtr qkv_act, ConstActPtr /*out*/,
+void CpuBackend::attention_backward(ActPtr dqkv, ConstActPtr dout, ConstActPtr qkv, ConstActPtr out,
                                     const float* saved, float* scratch, int B, int T, int C, int NH) {
-  float* dqkv = dqkv_act.as<float>();
-  const float* dout = dout_act.as<float>();
-  const float* qkv = qkv_act.as<float>();
-  const int hs = C / NH;
-  const int ld = 3 * C;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  for (int b = 0; b < B; ++b) {
-    for (int h = 0; h < NH; ++h) {
-      const size_t head = static_cast<size_t>(b) * T * ld + h * hs;
-      const float* q = qkv + head;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      float* dq = dqkv + head;
-      float* dk = dq + C;
-      float* dv = dq + 2 * C;
-      const float* p = saved + (static_cast<size_t>(b) * NH + h) * T * T;
-      const float* d = dout + static_cast<size_t>(b) * T * C + h * hs;
-      for (int r0 = 0; r0 < T; r0 += attention_row_block_) {
-        const int r1 = std::min(T, r0 + attention_row_block_);
-        const int rows = r1 - r0;
-        // The first block covers keys [0, r1) that later blocks only add to.
-        const float beta = r0 == 0 ? 0.0f : 1.0f;
-        const float* pr = p + static_cast<size_t>(r0) * T;
-        const float* dr = d + static_cast<size_t>(r0) * C;
-        float* ds = scratch + static_cast<size_t>(r0) * T;
-        // dP[r0:r1, 0:r1] = dout[r0:r1] V[0:r1]^T
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hs, 1.0f, dr, C, v, ld, 0.0f, ds, T);
-        if (r0 == 0 && r1 < T) {
-          // Keys beyond the first block are first reached by later blocks, which accumulate.
-          for (int t = r1; t < T; ++t) {
-            std::memset(dk + static_cast<size_t>(t) * ld, 0, hs * sizeof(float));
-            std::memset(dv + static_cast<size_t>(t) * ld, 0, hs * sizeof(float));
-          }
-        }
-        // dV[0:r1] (+)= P[r0:r1, 0:r1]^T dout[r0:r1]
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, rows, 1.0f, pr, T, dr, C, beta, dv, ld);
-        for (int t = r0; t < r1; ++t) {
-          math::causal_softmax_backward_row(scratch + static_cast<size_t>(t) * T, p + static_cast<size_t>(t) * T, t,
-                                            r1, scale);
-        }
-        // dQ[r0:r1] = dS[r0:r1, 0:r1] K[0:r1]
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, r1, 1.0f, ds, T, k, ld, 0.0f,
-                    dq + static_cast<size_t>(r0) * ld, ld);
-        // dK[0:r1] (+)= dS[r0:r1, 0:r1]^T Q[r0:r1]
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, rows, 1.0f, ds, T,
-                    q + static_cast<size_t>(r0) * ld, ld, beta, dk, ld);
-      }
-    }
-  }
-  store(dqkv, static_cast<size_t>(B) * T * 3 * C);
+  flash_attention_backward(dqkv.as<float>(), dout.as<float>(), qkv.as<float>(), out.as<float>(), saved, scratch,
+                           {B, T, C, NH}, precision_ == Precision::bf16);
 }
 
 void CpuBackend::gelu_forward(ActPtr out_act, ConstActPtr inp_act, size_t n) {

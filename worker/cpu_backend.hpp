@@ -1,5 +1,6 @@
-// The CPU backend: matrix products through OpenBLAS (cblas_sgemm), everything else as plain
-// single-threaded loops over the shared math in worker/math/ that GCC vectorises.
+// The CPU backend: matrix products through OpenBLAS (cblas_sgemm), causal attention as flash
+// attention (worker/flash_attention.*: its own tile products, no T x T storage), everything else
+// as plain single-threaded loops over the shared math in worker/math/ that GCC vectorises.
 //
 // Precision: fp32, or bf16 emulated. In bf16 the storage stays fp32 (OpenBLAS multiplies fp32),
 // but every activation an operation writes is rounded to bf16 (worker/math/bf16.hpp) where the
@@ -8,9 +9,9 @@
 // more pass over each output.
 //
 // Threads: only OpenBLAS's own pool (sized by OPENBLAS_NUM_THREADS or OMP_NUM_THREADS, which
-// xlaunch sets to cores / local ranks). The matmuls, including attention's products, are where
-// the time goes; the loops are memory-bound passes, and keeping them single-threaded keeps every
-// result independent of the thread count, with no second thread pool competing with OpenBLAS's.
+// xlaunch sets to cores / local ranks). The matmuls are where the time goes; attention and the
+// loops run on the calling thread, which keeps every result independent of the thread count,
+// with no second thread pool competing with OpenBLAS's.
 #pragma once
 
 #include "worker/backend.hpp"
@@ -19,11 +20,8 @@ namespace xtrain {
 
 class CpuBackend final : public Backend {
  public:
-  // Causal attention runs in blocks of this many query rows; block [r0, r1) only multiplies keys
-  // [0, r1), which skips most of the masked upper triangle for long sequences. Tests use a small
-  // block to cover the multi-block path on short sequences.
   // precision: fp32 or bf16 (tf32 is a GPU mode: std::invalid_argument).
-  explicit CpuBackend(Precision precision = Precision::fp32, int attention_row_block = 128);
+  explicit CpuBackend(Precision precision = Precision::fp32);
 
   std::string name() const override { return "cpu"; }
   Precision precision() const override { return precision_; }
@@ -79,7 +77,6 @@ class CpuBackend final : public Backend {
   void store(float* x, size_t n) const;
 
   Precision precision_;
-  int attention_row_block_;
 };
 
 }  // namespace xtrain

@@ -172,10 +172,14 @@ TEST_CASE("bf16 on CPU ranks: 1 and 2 ranks agree, resume is bit-exact, checkpoi
   const auto w1 = job.losses("w1"), w2 = job.losses("w2");
   REQUIRE(w1.size() == 20);
   CHECK(w1.at(20) < w1.at(1));
-  // As in fp32: the ranks split the batch differently, so a few fp32 sums differ in order; in
-  // bf16 a ~1e-7 difference could flip a rounding by one ulp (2^-8), but the per-row products
-  // see the same operands at every world size and the losses agree as closely as in fp32.
-  check_close(w1, w2, 1e-5);
+  // The ranks split the batch differently, so the gradient sums differ in order (~1e-7), and so
+  // do the fp32 master weights after the first step. In bf16 such a difference flips the rounding
+  // of a few weights' bf16 copies by one ulp (2^-8) every step, and each flip moves every
+  // activation downstream: the two trajectories part slowly, measured 2e-5 relative by step 6 and
+  // 7e-5 by step 20 (as much with the attention's bf16 rounding switched off). 5e-4 keeps them
+  // "the same run" while a world-size-dependent computation (a wrong average, a missing bucket:
+  // 1e-2 and more) fails.
+  check_close(w1, w2, 5e-4);
   const std::string digest = job.common_digest("w2", 2);
 
   for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {

@@ -1,5 +1,5 @@
 // Softmax pieces: the online (running max, running sum) accumulator that a row or a tile can be
-// streamed through and merged, the causal attention row, and the fused cross-entropy row.
+// streamed through and merged, and the fused cross-entropy row.
 #pragma once
 
 #include <math.h>
@@ -28,26 +28,6 @@ XTRAIN_HD inline OnlineSoftmax online_softmax_merge(OnlineSoftmax a, OnlineSoftm
   if (a.max == -INFINITY) return b;
   const float m = a.max > b.max ? a.max : b.max;
   return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
-}
-
-// Causal attention row t, in place: row[j] = softmax_j(scale * row[j]) over j <= t, and 0 for
-// t < j < T. scale > 0.
-XTRAIN_HD inline void causal_softmax_row(float* row, int t, int T, float scale) {
-  const int n = t + 1;
-  const float mx = scale * row_max(row, n);
-  for (int j = 0; j < n; ++j) row[j] = exp_fast(scale * row[j] - mx);
-  const float inv = 1.0f / row_sum(row, n);
-  for (int j = 0; j < n; ++j) row[j] *= inv;
-  for (int j = n; j < T; ++j) row[j] = 0.0f;
-}
-
-// Backward of p = softmax(scale * s) over j <= t, in place: dp (the gradient of p) becomes the
-// gradient of s, scale * p_j * (dp_j - sum_k p_k dp_k); entries t < j < T become 0.
-XTRAIN_HD inline void causal_softmax_backward_row(float* dp, const float* p, int t, int T, float scale) {
-  const int n = t + 1;
-  const float dot = row_dot(p, dp, n);
-  for (int j = 0; j < n; ++j) dp[j] = scale * p[j] * (dp[j] - dot);
-  for (int j = n; j < T; ++j) dp[j] = 0.0f;
 }
 
 // One row of the fused softmax + cross-entropy over the first V of Vp logits: returns

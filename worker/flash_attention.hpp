@@ -1,0 +1,45 @@
+// Causal multi-head self-attention on the CPU without the (T,T) matrices, FlashAttention-2 style:
+// query blocks x key blocks, an online softmax, the blocks above the diagonal skipped, and only
+// the output and one logsumexp per row saved for backward, which recomputes the probabilities.
+// The arithmetic and its bf16 rounding points are defined in worker/math/flash_attention.hpp,
+// shared with the CUDA kernels (cuda/kernels/flash_attention.cuh).
+//
+// Layout as Backend::attention_*: qkv (B,T,3C) rows [q | k | v], head h at channels
+// [h*hs, (h+1)*hs) of each, out (B,T,C), lse (B,NH,T). Any T >= 1 and any head size.
+//
+// Storage: every array is fp32. With round_bf16 the results are rounded to bf16 values at the
+// points a bf16 tensor-core kernel rounds (the CPU's emulation of bf16 activations); the inputs
+// must then hold bf16 values already, as bf16 storage would.
+//
+// Work: one head at a time, single-threaded, in tiles of kQueryBlock queries by
+// math::kFlashKeyBlock keys multiplied by a small register-tiled product (flash_attention.cpp
+// says why not sgemm). Deterministic: every sum has a fixed order.
+#pragma once
+
+#include <cstddef>
+
+#include "worker/math/flash_attention.hpp"  // AttentionShape
+
+namespace xtrain {
+
+// Floats saved from forward to backward: the logsumexp of each row, (B,NH,T).
+size_t flash_attention_saved_floats(const AttentionShape& s);
+// Floats of scratch either pass needs: O(T * hs), one head's transposed keys and values and its
+// key-gradient accumulators plus a few tiles; nothing of size T x T.
+size_t flash_attention_scratch_floats(const AttentionShape& s);
+
+void flash_attention_forward(float* out,          // (B,T,C) writes
+                             float* lse,          // (B,NH,T) writes
+                             const float* qkv,    // (B,T,3C)
+                             float* scratch,      // (flash_attention_scratch_floats)
+                             const AttentionShape& s, bool round_bf16);
+
+void flash_attention_backward(float* dqkv,         // (B,T,3C) writes
+                              const float* dout,   // (B,T,C)
+                              const float* qkv,    // (B,T,3C) forward input
+                              const float* out,    // (B,T,C) forward output
+                              const float* lse,    // (B,NH,T) from forward
+                              float* scratch,      // (flash_attention_scratch_floats)
+                              const AttentionShape& s, bool round_bf16);
+
+}  // namespace xtrain
