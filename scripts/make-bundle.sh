@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Makes the relocatable bundle that scripts/device-check.sh runs on a GPU machine that has the
 # NVIDIA driver and CUDA but none of our Debian packages and no network:
-#   dist/xtrain-bundle.tar.xz  ->  xtrain-bundle/bin/  xlaunch xtrain-worker xtrain-bench-gpu test_cuda
+#   dist/xtrain-bundle.tar.xz  ->  xtrain-bundle/bin/  xlaunch xtrain-worker xtrain-bench-gpu test_cuda,
+#                                                      test_launcher_integration and its xtrain-test-worker
+#                                                      (the [gpu] tests, all of them)
 #                                  xtrain-bundle/lib/  libxtrain-cuda.so, the CUDA plugin (the worker
 #                                                      loads it from ../lib beside its bin/), and every
 #                                                      shared library they need that is not glibc, the
@@ -19,11 +21,14 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-# Everything that goes into the four programs; device-check.sh compares it with the bundle's.
+# Everything that goes into the programs; device-check.sh compares it with the bundle's.
+# (tests/worker's headers: the CUDA tests include some of them.)
 source_digest() {
-  find CMakeLists.txt common cuda launcher worker tests/CMakeLists.txt tests/catch_main.cpp tests/cuda \
-    scripts/bench/gpu_bench.cpp -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' -o -name '*.cuh' \
-    -o -name 'CMakeLists.txt' \) -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16
+  { find CMakeLists.txt common cuda launcher worker tests/CMakeLists.txt tests/catch_main.cpp tests/cuda \
+      tests/launcher scripts/bench/gpu_bench.cpp -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' \
+      -o -name '*.cuh' -o -name 'CMakeLists.txt' \) -print0
+    find tests/worker -name '*.hpp' -print0
+  } | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16
 }
 if [[ "${1:-}" == "--digest" ]]; then
   source_digest
@@ -31,7 +36,7 @@ if [[ "${1:-}" == "--digest" ]]; then
 fi
 
 build=${1:-$root/build-cuda}
-programs=(xlaunch xtrain-worker xtrain-bench-gpu test_cuda)
+programs=(xlaunch xtrain-worker xtrain-bench-gpu test_cuda test_launcher_integration xtrain-test-worker)
 if [[ ! -f "$build/build.ninja" ]]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 fi

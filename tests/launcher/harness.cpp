@@ -39,7 +39,12 @@ void drain(int& fd, std::string& into) {
 
 }  // namespace
 
-std::string bin_path(const std::string& name) { return std::string(XTRAIN_BIN_DIR) + "/" + name; }
+// $XTRAIN_BIN_DIR, where set, names a relocated bundle (scripts/device-check.sh runs the [gpu]
+// cases from one); otherwise the build's bin/.
+std::string bin_path(const std::string& name) {
+  const char* dir = std::getenv("XTRAIN_BIN_DIR");
+  return std::string(dir != nullptr && *dir != '\0' ? dir : XTRAIN_BIN_DIR) + "/" + name;
+}
 
 TempDir::TempDir() {
   std::string pattern = (fs::temp_directory_path() / "xlaunch-test-XXXXXX").string();

@@ -14,7 +14,7 @@
 
 namespace xtrain::test {
 
-std::string bin_path(const std::string& name);  // a program built into XTRAIN_BIN_DIR
+std::string bin_path(const std::string& name);  // a program built into XTRAIN_BIN_DIR ($XTRAIN_BIN_DIR)
 
 // A fresh directory under /tmp, removed with everything in it at the end of the test.
 class TempDir {

@@ -32,9 +32,13 @@ import torch.nn.functional as F
 
 
 class Attention(nn.Module):
-    def __init__(self, C, NH, T):
+    """fused: PyTorch's scaled_dot_product_attention (PyTorch 2; flash or cuDNN kernels on a GPU)
+    instead of the explicit (T, T) product, softmax and product; the same function."""
+
+    def __init__(self, C, NH, T, fused=False):
         super().__init__()
         self.NH = NH
+        self.fused = fused
         self.c_attn = nn.Linear(C, 3 * C)
         self.c_proj = nn.Linear(C, C)
         self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)), persistent=False)
@@ -46,9 +50,13 @@ class Attention(nn.Module):
         q = q.view(B, T, self.NH, hs).transpose(1, 2)  # (B,NH,T,hs)
         k = k.view(B, T, self.NH, hs).transpose(1, 2)
         v = v.view(B, T, self.NH, hs).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        att = att.masked_fill(~self.mask[:T, :T], float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        if self.fused:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+            att = att.masked_fill(~self.mask[:T, :T], float("-inf")).softmax(dim=-1)
+            y = att @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.c_proj(y)
 
 
@@ -63,10 +71,10 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, C, NH, T):
+    def __init__(self, C, NH, T, fused_attention=False):
         super().__init__()
         self.ln_1 = nn.LayerNorm(C)
-        self.attn = Attention(C, NH, T)
+        self.attn = Attention(C, NH, T, fused_attention)
         self.ln_2 = nn.LayerNorm(C)
         self.mlp = MLP(C)
 
@@ -76,13 +84,13 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, L, NH, C, T, V):
+    def __init__(self, L, NH, C, T, V, fused_attention=False):
         super().__init__()
         self.V = V
         self.Vp = (V + 127) // 128 * 128
         self.wte = nn.Embedding(self.Vp, C)
         self.wpe = nn.Embedding(T, C)
-        self.h = nn.ModuleList([Block(C, NH, T) for _ in range(L)])
+        self.h = nn.ModuleList([Block(C, NH, T, fused_attention) for _ in range(L)])
         self.ln_f = nn.LayerNorm(C)
         self.init_gpt2(L)
 
@@ -120,19 +128,23 @@ def learning_rate(t, step):
     return t["min_lr"] + (t["lr"] - t["min_lr"]) * 0.5 * (1.0 + math.cos(math.pi * p))
 
 
-def make_optimizer(model, t):
+def make_optimizer(model, t, fused=False):
+    """fused: PyTorch's one-kernel AdamW (PyTorch 2 on a GPU), the same arithmetic."""
     decay = [p for p in model.parameters() if p.dim() == 2]
     rest = [p for p in model.parameters() if p.dim() != 2]
     groups = [{"params": decay, "weight_decay": t["weight_decay"]}, {"params": rest, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=t["lr"], betas=(t["beta1"], t["beta2"]), eps=t["eps"])
+    extra = {"fused": True} if fused else {}
+    return torch.optim.AdamW(groups, lr=t["lr"], betas=(t["beta1"], t["beta2"]), eps=t["eps"], **extra)
 
 
-def train_step(model, opt, t, step, tokens, targets):
-    """One optimizer step; returns (loss, grad norm before clipping)."""
+def train_step(model, opt, t, step, tokens, targets, autocast=None):
+    """One optimizer step; returns (loss, grad norm before clipping). autocast: a dtype
+    (torch.bfloat16) for the forward's products, the weights and the optimizer staying fp32."""
     for g in opt.param_groups:
         g["lr"] = learning_rate(t, step)
     opt.zero_grad(set_to_none=True)
-    _, loss = model(tokens, targets)
+    with torch.autocast(tokens.device.type, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+        _, loss = model(tokens, targets)
     loss.backward()
     clip = t["grad_clip"]
     params = [p for p in model.parameters()]

@@ -1,0 +1,114 @@
+#!/usr/bin/python3
+"""scripts/device-check.sh without a GPU: what it says and returns with no GPU, that a hanging step
+is killed within the budget and the others still run, and that the benchmark's table reaches
+summary.md.
+
+The GPU is played by a stand-in nvidia-smi first on PATH, the programs by stand-ins in a bin/
+given as XTRAIN_CHECK_BIN_DIR: Catch2-like test binaries that record their arguments and pass or
+hang, and tests/worker/gpu_bench_test.py's xtrain-bench-gpu. Run with /usr/bin/python3 (PyTorch,
+CPU: gpu_bench.py's peak measurement fails on it, which the table says).
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_bench_test import ROOT, pid_alive, write_fake  # noqa: E402
+
+SCRIPT = os.path.join(ROOT, "scripts", "device-check.sh")
+
+NVIDIA_SMI = {
+    "gpu": '#!/bin/sh\ncase "$1" in\n  -L) echo "GPU 0: Stand-in GPU (UUID: GPU-0)";;\n'
+           '  --query-gpu=*) echo "index, name"; echo "0, Stand-in GPU";;\n  *) echo "stand-in";;\nesac\n',
+    "none": "#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver'\nexit 9\n",
+}
+
+# A test binary: records its arguments; STUB_TESTS=pass prints Catch2's summary, hang sleeps (in a
+# child, whose pid it records, so that the test sees the whole group killed).
+TEST_BINARY = r'''#!/bin/sh
+echo "$(basename "$0") $*" >> "$STUB_LOG"
+if [ "$STUB_TESTS" = hang ]; then
+  sleep 1000 &
+  echo $! > "$STUB_LOG.sleeper"
+  wait
+fi
+echo "0.012 s: a case"
+echo "All tests passed (3 assertions in 2 test cases)"
+'''
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+class DeviceCheck(unittest.TestCase):
+    def check(self, gpu, tests, budget, bench_args=""):
+        d = tempfile.mkdtemp(prefix="device-check-test-")
+        self.addCleanup(subprocess.run, ["rm", "-rf", d])
+        fake_path, bindir, out = os.path.join(d, "path"), os.path.join(d, "bin"), os.path.join(d, "out")
+        for directory in (fake_path, bindir):
+            os.makedirs(directory)
+        with open(os.path.join(fake_path, "nvidia-smi"), "w") as f:
+            f.write(NVIDIA_SMI[gpu])
+        os.chmod(os.path.join(fake_path, "nvidia-smi"), 0o755)
+        for name in ("test_cuda", "test_launcher_integration"):
+            with open(os.path.join(bindir, name), "w") as f:
+                f.write(TEST_BINARY)
+            os.chmod(os.path.join(bindir, name), 0o755)
+        write_fake(bindir, "accept")
+        log = os.path.join(d, "calls.log")
+        env = dict(os.environ, PATH=fake_path + ":" + os.environ["PATH"], OUT=out, XTRAIN_CHECK_BIN_DIR=bindir,
+                   XTRAIN_CHECK_BUDGET_S=str(budget), XTRAIN_PYTHON=sys.executable, XTRAIN_BENCH_ARGS=bench_args,
+                   STUB_TESTS=tests, STUB_LOG=log, FAKE_GRAPH="accept", FAKE_LOG=os.path.join(d, "bench.log"))
+        t0 = time.monotonic()
+        p = subprocess.run(["bash", SCRIPT], capture_output=True, text=True, env=env, timeout=budget + 60)
+        elapsed = time.monotonic() - t0
+        summary = read(os.path.join(out, "summary.md"))
+        calls = read(log).splitlines() if os.path.exists(log) else []
+        sleeper = int(read(log + ".sleeper")) if os.path.exists(log + ".sleeper") else None
+        self.assertTrue(os.path.exists(os.path.join(out, "logs.tar.gz")))
+        return p, summary, calls, elapsed, sleeper
+
+    def test_no_gpu_runs_the_tests_that_need_none_and_says_so(self):
+        p, summary, calls, _, _ = self.check("none", "pass", 120)
+        self.assertEqual(p.returncode, 3, summary)
+        self.assertIn("no GPU: nvidia-smi found none", summary)
+        self.assertIn("no GPU: the [gpu] tests and the benchmark were not run", summary)
+        self.assertEqual(calls, ["test_cuda ~[gpu]~[.] -w NoTests --durations yes"])
+        self.assertIn("All tests passed (3 assertions in 2 test cases)", summary)
+        self.assertNotIn("## Benchmark", summary)
+
+    def test_a_hanging_step_is_killed_inside_the_budget_and_the_rest_still_runs(self):
+        p, summary, calls, elapsed, sleeper = self.check("gpu", "hang", 10)
+        self.assertEqual(p.returncode, 1, summary)
+        self.assertLess(elapsed, 10 + 20)  # the budget, and the last step's kill grace
+        self.assertEqual(calls, ["test_cuda -w NoTests --durations yes",
+                                 "test_launcher_integration [gpu]~[.] -w NoTests --durations yes"])
+        self.assertRegex(summary, r"test_cuda \(all cases\): exit 124 \(timed out after \d+ s\)")
+        self.assertRegex(summary, r"test_launcher_integration \[gpu\]~\[\.\]: exit 124 \(timed out after \d+ s\)")
+        self.assertRegex(summary, r"## Benchmark.*\nnot run: -?\d+ s left")
+        self.assertIn("## Scaling\nnot run: 1 GPU", summary)
+        self.assertRegex(summary, r"total: \d+ s of a 10 s budget")
+        time.sleep(0.2)
+        self.assertFalse(pid_alive(sleeper))
+
+    def test_tests_pass_and_the_benchmark_table_is_in_the_summary(self):
+        p, summary, calls, _, _ = self.check("gpu", "pass", 200, "--shapes tiny --impls xtrain --precisions bf16")
+        self.assertEqual(calls, ["test_cuda -w NoTests --durations yes",
+                                 "test_launcher_integration [gpu]~[.] -w NoTests --durations yes"])
+        self.assertEqual(p.returncode, 0, summary)
+        self.assertIn("gpu_bench.py: exit 0", summary)
+        rows = [line for line in summary.splitlines() if line.startswith("| tiny ")]
+        self.assertEqual(len(rows), 2)  # ours, CUDA graph on and off
+        self.assertTrue(all(re.search(r"\| ours \(flash\) \| 4\.00 \|", row) for row in rows), rows)
+        self.assertIn("peaks measured here (TFLOP/s): not measured", summary)  # no CUDA in this PyTorch
+        self.assertIn("slowest cases:\n0.012 s: a case", summary)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
