@@ -1,0 +1,31 @@
+// What the GPT unit tests share: a tiny model with every layer kind, and reproducible tokens.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "common/job_spec.hpp"
+
+namespace xtrain::test {
+
+// 2 layers of 2 heads, 32 channels, 16 positions, a vocabulary of 50 (padded to 64).
+inline ModelSpec tiny_model() {
+  ModelSpec m;
+  m.n_layer = 2;
+  m.n_head = 2;
+  m.n_embd = 32;
+  m.seq_len = 16;
+  m.vocab_size = 50;
+  return m;
+}
+
+// `n` tokens below `V`, the same for the same seed.
+inline std::vector<int32_t> random_tokens(size_t n, int V, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = static_cast<int32_t>(rng() % static_cast<unsigned>(V));
+  return v;
+}
+
+}  // namespace xtrain::test
