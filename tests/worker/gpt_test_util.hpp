@@ -1,4 +1,5 @@
-// What the GPT unit tests share: a tiny model with every layer kind, and reproducible tokens.
+// What the GPT unit tests share: a tiny model with every layer kind, GPT-2 124M's shape, and
+// reproducible tokens.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,17 @@ inline ModelSpec tiny_model() {
   m.n_embd = 32;
   m.seq_len = 16;
   m.vocab_size = 50;
+  return m;
+}
+
+// GPT-2 124M: 12 layers of 12 heads, 768 channels, 1024 positions, GPT-2's vocabulary.
+inline ModelSpec gpt2_124m() {
+  ModelSpec m;
+  m.n_layer = 12;
+  m.n_head = 12;
+  m.n_embd = 768;
+  m.seq_len = 1024;
+  m.vocab_size = 50257;
   return m;
 }
 
