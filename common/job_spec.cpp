@@ -283,6 +283,7 @@ template <class V> void describe(V& v, TrainSpec& s) {
   v.integer("log_every", s.log_every, 1);
   v.string("precision", s.precision, {"auto", "bf16", "tf32", "fp32"});
   v.replaced("matmul_precision", "precision", "\"auto\" (bf16 on CUDA, fp32 on CPU), \"bf16\", \"tf32\" or \"fp32\"");
+  v.string("cuda_graph", s.cuda_graph, {"auto", "on", "off"});
 }
 template <class V> void describe(V& v, SampleSpec& s) {
   v.integer("tokens", s.tokens, 0, 1 << 20);

@@ -84,6 +84,7 @@ struct TrainSpec {
   int eval_batches = 4;             // batches of batch_size sequences per validation
   int log_every = 1;
   std::string precision = "auto";   // auto (bf16 on CUDA, fp32 on CPU) | bf16 | tf32 | fp32
+  std::string cuda_graph = "auto";  // auto | on | off: replay recorded layers (worker/cuda_graphs.hpp)
 };
 
 struct SampleSpec {

@@ -77,12 +77,38 @@ CudaBackend::CudaBackend(int device, Precision precision)
 }
 
 CudaBackend::~CudaBackend() {
+  abort_recording();
   cudaStreamSynchronize(stream_);
+  for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);
   cudaFree(sum_partials_);
   cudaStreamDestroy(stream_);
 }
 
+void CudaBackend::refuse_while_recording(const char* what) const {
+  if (recording_) {
+    throw std::logic_error(std::string("CudaBackend: ") + what +
+                           " while recording (it would wait for the GPU or allocate)");
+  }
+}
+
+size_t CudaBackend::own_bytes() const {
+  return cuda_buffers::kGemmWorkspaceBytes + scratch_.capacity() + (kSumSquaresBlocks + 1) * sizeof(double);
+}
+
+// Growing moves the buffer: not while recording (it waits for the stream), and not under
+// recorded graphs, which would go on using the old one.
+void* CudaBackend::reserve_scratch_bytes(size_t bytes) {
+  if (bytes > scratch_.capacity()) {
+    refuse_while_recording("growing the scratch buffer");
+    if (!graphs_.empty()) {
+      throw std::logic_error("CudaBackend: the scratch buffer cannot grow under recorded graphs (drop them first)");
+    }
+  }
+  return scratch_.reserve(bytes);
+}
+
 void* CudaBackend::alloc_zeroed(size_t bytes) {
+  refuse_while_recording("an allocation");
   void* p = nullptr;
   const cudaError_t err = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
   if (err != cudaSuccess) {
@@ -91,6 +117,8 @@ void* CudaBackend::alloc_zeroed(size_t bytes) {
   }
   XTRAIN_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
   XTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));  // zeroed before any other stream sees it
+  allocations_[p] = bytes;
+  allocated_bytes_ += bytes;
   return p;
 }
 
@@ -99,22 +127,33 @@ int32_t* CudaBackend::alloc_ints(size_t n) { return static_cast<int32_t*>(alloc_
 ActPtr CudaBackend::alloc_acts(size_t n) { return {alloc_zeroed(n * dtype_bytes(act_dtype())), act_dtype()}; }
 
 void CudaBackend::free(void* p) {
-  if (p != nullptr) XTRAIN_CUDA_CHECK(cudaFree(p));
+  if (p == nullptr) return;
+  refuse_while_recording("free");
+  XTRAIN_CUDA_CHECK(cudaFree(p));
+  const auto found = allocations_.find(p);
+  if (found != allocations_.end()) {
+    allocated_bytes_ -= found->second;
+    allocations_.erase(found);
+  }
 }
 
 // From pageable host memory, cudaMemcpyAsync returns once the source has been staged, which is
 // the interface's "host_src may be reused".
 void CudaBackend::upload(float* dst, const float* host_src, size_t n) {
+  refuse_while_recording("an upload");
   XTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
 }
 void CudaBackend::upload(int32_t* dst, const int32_t* host_src, size_t n) {
+  refuse_while_recording("an upload");
   XTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
 }
 void CudaBackend::download(float* host_dst, const float* src, size_t n) {
+  refuse_while_recording("a download");
   XTRAIN_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   XTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 void CudaBackend::download(int32_t* host_dst, const int32_t* src, size_t n) {
+  refuse_while_recording("a download");
   XTRAIN_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
   XTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
@@ -122,6 +161,7 @@ void CudaBackend::download(int32_t* host_dst, const int32_t* src, size_t n) {
 // to __float2bfloat16_rn), and cross the bus at half the size.
 void CudaBackend::upload(ActPtr dst, const float* host_src, size_t n) {
   if (dst.dtype() == DType::f32) return upload(dst.as<float>(), host_src, n);
+  refuse_while_recording("an upload");
   staging_.resize(n);
   for (size_t i = 0; i < n; ++i) staging_[i] = math::bf16_bits_from_float(host_src[i]);
   XTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst.as<__nv_bfloat16>(), staging_.data(), n * sizeof(std::uint16_t),
@@ -129,6 +169,7 @@ void CudaBackend::upload(ActPtr dst, const float* host_src, size_t n) {
 }
 void CudaBackend::download(float* host_dst, ConstActPtr src, size_t n) {
   if (src.dtype() == DType::f32) return download(host_dst, src.as<float>(), n);
+  refuse_while_recording("a download");
   staging_.resize(n);
   XTRAIN_CUDA_CHECK(cudaMemcpyAsync(staging_.data(), src.as<__nv_bfloat16>(), n * sizeof(std::uint16_t),
                                     cudaMemcpyDeviceToHost, stream_));
@@ -154,7 +195,60 @@ void CudaBackend::convert(ActPtr dst, const float* src, size_t n) {
 void CudaBackend::copy(float* dst, const float* src, size_t n) {
   XTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
 }
-void CudaBackend::synchronize() { XTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void CudaBackend::synchronize() {
+  refuse_while_recording("synchronize");
+  XTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+// ---- recording ----------------------------------------------------------------------------------
+
+void CudaBackend::begin_recording() {
+  if (recording_) throw std::logic_error("CudaBackend: a recording is already under way");
+  XTRAIN_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  recording_ = true;
+}
+
+// A capture that an illegal call invalidated fails here, at its end (the capture is over either
+// way); the error is cleared so that the next launch check does not report it again.
+int CudaBackend::end_recording() {
+  if (!recording_) throw std::logic_error("CudaBackend: end_recording without begin_recording");
+  recording_ = false;
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t instantiated = ended == cudaSuccess ? cudaGraphInstantiate(&exec, graph, 0) : ended;
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  if (instantiated != cudaSuccess) {
+    cudaGetLastError();
+    throw std::runtime_error(std::string(ended != cudaSuccess ? "cudaStreamEndCapture" : "cudaGraphInstantiate") +
+                             ": " + cudaGetErrorName(instantiated) + " (" + cudaGetErrorString(instantiated) + ")");
+  }
+  graphs_.push_back(exec);
+  return static_cast<int>(graphs_.size() - 1);
+}
+
+// Ends the capture, even one that an illegal call invalidated, so the stream runs work again.
+void CudaBackend::abort_recording() {
+  if (!recording_) return;
+  recording_ = false;
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph != nullptr) cudaGraphDestroy(graph);
+  cudaGetLastError();  // the capture's error is the caller's exception already
+}
+
+void CudaBackend::replay(int recording) {
+  if (recording < 0 || recording >= static_cast<int>(graphs_.size()) || graphs_[recording] == nullptr) {
+    throw std::logic_error("CudaBackend: no recording " + std::to_string(recording));
+  }
+  XTRAIN_CUDA_CHECK(cudaGraphLaunch(graphs_[recording], stream_));
+}
+
+void CudaBackend::drop_recordings() {
+  refuse_while_recording("drop_recordings");
+  XTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));  // no graph is destroyed while it runs
+  for (cudaGraphExec_t g : graphs_) XTRAIN_CUDA_CHECK(cudaGraphExecDestroy(g));
+  graphs_.clear();
+}
 
 // ---- operations ---------------------------------------------------------------------------------
 // Each dispatches on the activations' storage type (with_storage); as<T>() checks every pointer.
@@ -169,7 +263,8 @@ void CudaBackend::layernorm_forward(ActPtr out, float* mean, float* rstd, ConstA
 
 void CudaBackend::layernorm_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
                                      ConstActPtr weight, const float* mean, const float* rstd, int N, int C) {
-  float* partials = static_cast<float*>(scratch_.reserve(layernorm_backward_scratch_floats(N, C) * sizeof(float)));
+  float* partials =
+      static_cast<float*>(reserve_scratch_bytes(layernorm_backward_scratch_floats(N, C) * sizeof(float)));
   with_storage(act_dtype(), [&](auto type) {
     using T = decltype(type);
     cuda::layernorm_backward(stream_, dinp.as<T>(), dweight, dbias, dout.as<T>(), inp.as<T>(), weight.as<T>(), mean,
@@ -214,7 +309,7 @@ void CudaBackend::matmul_backward(ActPtr dinp, float* dweight, float* dbias, Con
     gemm_.run(OC, C, N, dout_scale, {g, OC, true, 0, t}, {inp.as<T>(), C, false, 0, t}, 1.0f, dweight, C);
     if (dbias != nullptr) {
       float* partials =
-          static_cast<float*>(scratch_.reserve(column_reduce_scratch_floats(1, N, OC) * sizeof(float)));
+          static_cast<float*>(reserve_scratch_bytes(column_reduce_scratch_floats(1, N, OC) * sizeof(float)));
       column_reduce<1>(stream_, {{dbias}}, partials, N, OC, dout_scale, MatrixValues<T>{g, OC});
     }
   });
@@ -288,6 +383,7 @@ void CudaBackend::adamw_update(float* params, ActPtr weights, const float* grads
 }
 
 double CudaBackend::sum_squares(const float* x, size_t n) {
+  refuse_while_recording("sum_squares");
   cuda::sum_squares(stream_, sum_partials_, x, n);
   double result = 0.0;
   XTRAIN_CUDA_CHECK(

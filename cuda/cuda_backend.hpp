@@ -10,7 +10,13 @@
 // operations that need scratch beyond what the interface passes in (the deterministic column
 // sums of layernorm and bias gradients, the token sort of embedding backward) share one device
 // buffer, sized by reserve_scratch before the first step (GPT calls it at construction); an
-// operation on a bigger shape than reserved grows it, waiting for the stream first.
+// operation on a bigger shape than reserved grows it, waiting for the stream first (never while
+// recording). Every size is worker/cuda_buffers.hpp's, so the memory plan that the
+// worker prints and checks before it allocates is what this backend holds.
+//
+// Recording (Backend::begin_recording): stream capture of the compute stream into a CUDA graph
+// (thread-local capture mode, so other threads' CUDA calls, NCCL's included, are unaffected),
+// instantiated once and replayed with cudaGraphLaunch on the same stream.
 //
 // Plain C++ (no CUDA kernels here) so the NCCL communicator can reach the stream.
 #pragma once
@@ -21,9 +27,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cuda/gemm.hpp"
+#include "worker/cuda_buffers.hpp"
 #include "worker/backend.hpp"
 
 namespace xtrain::cuda {
@@ -79,6 +87,19 @@ class CudaBackend final : public Backend {
   void copy(float* dst, const float* src, size_t n) override;
   void synchronize() override;
   void reserve_scratch(int rows, int cols) override;
+  OwnMemory own_memory(int rows, int cols) const override;
+
+  bool can_record() const override { return true; }
+  void begin_recording() override;
+  int end_recording() override;
+  void abort_recording() override;
+  void replay(int recording) override;
+  void drop_recordings() override;
+
+  // Device memory now held: the alloc_* buffers, and the backend's own (workspace, partials,
+  // scratch). The [gpu] test of the memory plan compares these with the plan.
+  size_t allocated_bytes() const { return allocated_bytes_; }
+  size_t own_bytes() const;
 
   void embedding_forward(ActPtr out, const int32_t* tokens, ConstActPtr wte, ConstActPtr wpe, int B, int T,
                          int C) override;
@@ -110,6 +131,11 @@ class CudaBackend final : public Backend {
 
  private:
   void* alloc_zeroed(size_t bytes);
+  // Throws std::logic_error naming `what` while recording: it would wait for the device or
+  // allocate, which a recording cannot hold.
+  void refuse_while_recording(const char* what) const;
+  void* reserve_scratch_bytes(size_t bytes);
+  size_t embedding_sort_reserve(int BT) const;
 
   int device_;
   Precision precision_;
@@ -118,6 +144,14 @@ class CudaBackend final : public Backend {
   ScratchBuffer scratch_;
   double* sum_partials_ = nullptr;  // (kSumSquaresBlocks + 1) the reduction's fixed partials
   std::vector<std::uint16_t> staging_;  // host bf16 bits of uploads and downloads of activations
+  std::unordered_map<void*, size_t> allocations_;  // alloc_* buffers and their sizes
+  size_t allocated_bytes_ = 0;
+  struct {
+    int rows = -1;     // the positions reserve_scratch sized for
+    size_t bytes = 0;  // the radix sort's storage for them
+  } sort_reserve_;
+  bool recording_ = false;
+  std::vector<cudaGraphExec_t> graphs_;  // recordings, by id
 };
 
 }  // namespace xtrain::cuda

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cuda/kernels/flash_attention.cuh"
+#include "worker/cuda_buffers.hpp"
 
 namespace xtrain::cuda {
 
@@ -54,8 +55,12 @@ void check_flash_attention_shape(const AttentionShape& s) {
   }
 }
 
-size_t flash_attention_saved_floats(const AttentionShape& s) { return static_cast<size_t>(s.B) * s.NH * s.T; }
-size_t flash_attention_scratch_floats(const AttentionShape& s) { return static_cast<size_t>(s.B) * s.NH * s.T; }
+size_t flash_attention_saved_floats(const AttentionShape& s) {
+  return cuda_buffers::attention_row_floats(s.B, s.T, s.NH);
+}
+size_t flash_attention_scratch_floats(const AttentionShape& s) {
+  return cuda_buffers::attention_row_floats(s.B, s.T, s.NH);
+}
 
 void flash_attention_forward(cudaStream_t stream, float* out, float* lse, const float* qkv, const AttentionShape& s) {
   run_forward(stream, out, lse, qkv, s);

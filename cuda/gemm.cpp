@@ -5,12 +5,13 @@
 #include <string>
 
 #include "cuda/check.hpp"
+#include "worker/cuda_buffers.hpp"
 
 namespace xtrain::cuda {
 namespace {
 
-// 32 MiB: what NVIDIA recommends for cuBLASLt on Hopper; enough for any split-K it picks.
-constexpr size_t kWorkspaceBytes = 32u << 20;
+// What NVIDIA recommends for cuBLASLt on Hopper (worker/cuda_buffers.hpp: the memory plan counts it).
+constexpr size_t kWorkspaceBytes = cuda_buffers::kGemmWorkspaceBytes;
 
 size_t type_bytes(cudaDataType_t t) {
   if (t == CUDA_R_32F) return 4;

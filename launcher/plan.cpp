@@ -15,6 +15,7 @@
 #include "launcher/run_dir.hpp"
 #include "launcher/torchrun.hpp"
 #include "worker/checkpoint.hpp"
+#include "worker/cuda_graphs.hpp"
 #include "worker/token_source.hpp"
 
 namespace xtrain::launcher {
@@ -113,6 +114,16 @@ void check_training_inputs(const JobSpec& spec) {
   }
 }
 
+// What each rank of our worker will hold, by the worker's own formula (worker/memory_plan.hpp).
+void plan_rank_memory(Plan& plan, Precision precision) {
+  const ModelDims dims = ModelDims::from(plan.spec.model);
+  const int B = plan.spec.train.micro_batch_size;
+  const int world = plan.ranks.empty() ? 1 : plan.ranks.front().world_size;
+  plan.memory = plan_memory(plan.spec.model, B, world,
+                            plan.device == "cuda" ? cuda_backend_memory(dims, B, precision)
+                                                  : cpu_backend_memory(dims, B, precision));
+}
+
 // `what` names argv[0] in errors: the spec's field, or the command line's program.
 void resolve_worker(Plan& plan, const CliOptions& options) {
   const auto& command = plan.spec.worker.command;
@@ -183,7 +194,10 @@ Plan make_plan(const CliOptions& options, const HostInfo& host) {
       // from), so the job.json every rank reads carries the resolved shape.
       resolve_model_source(plan.spec, doc, plan.run_dir);
       validate_for_training(plan.spec, static_cast<int>(plan.ranks.size()));
-      plan.precision = precision_name(resolve_precision(plan.spec.train, plan.device));
+      const Precision precision = resolve_precision(plan.spec.train, plan.device);
+      plan.precision = precision_name(precision);
+      plan.cuda_graph = choose_cuda_graphs(plan.spec.train, plan.spec.model, plan.device, precision).why;
+      plan_rank_memory(plan, precision);
       check_training_inputs(plan.spec);
     }
   } catch (const SpecError& e) {
@@ -248,10 +262,12 @@ json plan_to_json(const Plan& plan) {
             {"device", plan.device},
             {"backend", plan.backend},
             {"precision", plan.precision},
+            {"cuda_graph", plan.cuda_graph},
             {"visible_gpus", plan.visible_gpus},
             {"nnodes", plan.spec.nodes.nnodes},
             {"node_rank", plan.spec.nodes.node_rank},
             {"nodes_from_slurm", plan.nodes_from_slurm}}},
+          {"memory_per_rank", plan.memory ? plan.memory->to_json() : json(nullptr)},
           {"ranks", ranks}};
 }
 

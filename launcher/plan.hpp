@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "common/worker_env.hpp"
 #include "launcher/cli.hpp"
 #include "launcher/host.hpp"
+#include "worker/memory_plan.hpp"
 
 namespace xtrain::launcher {
 
@@ -30,6 +32,8 @@ struct Plan {
   std::string job_token;                 // several nodes: the rendezvous store's token
   bool nodes_from_slurm = false;         // `nodes` came from SLURM's variables, not the spec
   NcclLibrary nccl;                      // backend nccl: the libnccl that xlaunch and the ranks load
+  std::optional<MemoryPlan> memory;      // our worker: each rank's memory plan (worker/memory_plan.hpp)
+  std::string cuda_graph;                // our worker: train.cuda_graph resolved, and why
 };
 
 // Throws SpecError (exit 2) for an invalid spec or world, LaunchError for a worker command that
@@ -52,8 +56,9 @@ std::map<std::string, std::string> rank_environment(const Plan& plan, const Rank
 // "gloo", or "nccl (NCCL 2.28.9 at /path/libnccl.so.2 (LD_LIBRARY_PATH))": for the log lines.
 std::string describe_backend(const Plan& plan);
 
-// --dry-run: the spec after defaults and overrides, the world, and for each rank its argv and
-// the variables xlaunch sets or changes (the rest of xlaunch's environment passes through).
+// --dry-run: the spec after defaults and overrides, the world, each rank's memory plan (our
+// worker), and for each rank its argv and the variables xlaunch sets or changes (the rest of
+// xlaunch's environment passes through).
 nlohmann::json plan_to_json(const Plan& plan);
 
 }  // namespace xtrain::launcher

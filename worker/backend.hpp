@@ -33,6 +33,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 #include "common/precision.hpp"
@@ -72,6 +73,28 @@ class Backend {
   // Sizes the backend's private scratch for every operation on up to `rows` positions of up to
   // `cols` channels (GPT: B*T and 4C), so that none allocates during a step.
   virtual void reserve_scratch(int rows, int cols) = 0;
+  // Memory the backend holds for itself once reserve_scratch(rows, cols) has run (a products'
+  // workspace, reduction partials, its private scratch), as worker/memory_plan.hpp counts it.
+  struct OwnMemory {
+    size_t workspace_bytes = 0;
+    size_t scratch_bytes = 0;
+  };
+  virtual OwnMemory own_memory(int /*rows*/, int /*cols*/) const { return {}; }
+
+  // ---- recorded work (CUDA graphs) ----------------------------------------------------------
+  // A backend that can record a sequence of operations and replay it as one unit (the CUDA
+  // backend: stream capture into a CUDA graph, one launch per replay) says so with can_record().
+  // Between begin_recording() and end_recording() operations are recorded, not run; replay()
+  // runs them again with the same pointers, sizes and scalars. Recorded work hands nothing to the
+  // host and allocates nothing: upload, download, sum_squares, synchronize and alloc_* throw
+  // std::logic_error while recording, and the caller then ends it with abort_recording().
+  // Recordings live until drop_recordings() or the backend's end.
+  virtual bool can_record() const { return false; }
+  virtual void begin_recording() { throw std::logic_error(name() + " backend: no recording"); }
+  virtual int end_recording() { throw std::logic_error(name() + " backend: no recording"); }
+  virtual void abort_recording() {}
+  virtual void replay(int /*recording*/) { throw std::logic_error(name() + " backend: no recording"); }
+  virtual void drop_recordings() {}
 
   // ---- operations ---------------------------------------------------------------------------
 

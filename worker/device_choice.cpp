@@ -52,9 +52,15 @@ DeviceChoice choose_device(const JobSpec& spec, int local_rank, const DeviceProb
   choice.precision = resolve_precision(spec.train, "cuda");
   const CudaDeviceInfo gpu = load.plugin->device_info(choice.gpu);
   require_precision_support(choice.precision, gpu);
+  choice.gpu_memory = {"GPU " + std::to_string(choice.gpu) + " (" + gpu.name + ")", gpu.free_bytes, gpu.total_bytes};
   choice.summary = "device " + spec.device + ": " + gpu.describe(choice.gpu) + "; " + load.plugin->versions() +
                    "; " + load.nccl + "; " + precision_name(choice.precision);
   return choice;
+}
+
+void require_memory_fit(const DeviceChoice& device, const JobSpec& spec, int world_size) {
+  if (device.cuda == nullptr) return;
+  check_memory_fit(spec.model, spec.train.micro_batch_size, world_size, device.precision, device.gpu_memory);
 }
 
 std::unique_ptr<Backend> make_backend(const DeviceChoice& device) {

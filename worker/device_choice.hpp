@@ -17,6 +17,7 @@
 #include "worker/backend.hpp"
 #include "worker/communicator.hpp"
 #include "worker/cuda_plugin.hpp"
+#include "worker/memory_plan.hpp"
 
 namespace xtrain {
 
@@ -31,6 +32,7 @@ struct DeviceProbe {
 struct DeviceChoice {
   const CudaPlugin* cuda = nullptr;  // null: the CPU
   int gpu = -1;                      // on CUDA: LOCAL_RANK modulo the GPUs CUDA sees
+  GpuMemory gpu_memory;              // on CUDA: its name and memory, free and in all
   Precision precision = Precision::fp32;  // train.precision resolved for the device
   std::string summary;               // one log line: the device, and why
   bool degraded = false;             // "auto" on a machine with GPUs it cannot use: log a warning
@@ -42,6 +44,11 @@ DeviceChoice choose_device(const JobSpec& spec, int local_rank, const DeviceProb
 // tensor cores need compute capability 8.0 (Ampere). TF32 is a permission, not a need: before
 // sm_80 cuBLAS computes those products in fp32.
 void require_precision_support(Precision precision, const CudaDeviceInfo& gpu);
+
+// On a GPU: throws SpecError naming train.micro_batch_size when the memory plan of this rank
+// (worker/memory_plan.hpp, with `world_size` ranks) does not fit the GPU's free memory, with the
+// plan's numbers and the largest micro-batch that fits. Run before the backend allocates anything.
+void require_memory_fit(const DeviceChoice& device, const JobSpec& spec, int world_size);
 
 std::unique_ptr<Backend> make_backend(const DeviceChoice& device);
 

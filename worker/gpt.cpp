@@ -7,6 +7,10 @@
 #include <stdexcept>
 #include <string>
 
+#include <spdlog/spdlog.h>
+
+#include "worker/memory_plan.hpp"
+
 namespace xtrain {
 
 namespace {
@@ -78,6 +82,7 @@ GPT::GPT(const ModelSpec& spec, Backend& backend, int max_batch)
 }
 
 GPT::~GPT() {
+  drop_recordings();
   backend_.free(int_memory_);
   backend_.free(float_memory_);
   backend_.free(act_memory_.data());
@@ -86,62 +91,46 @@ GPT::~GPT() {
   backend_.free(params_);
 }
 
-namespace {
-
-// Elements of `bytes` each that keep every tensor on a 64-byte boundary.
-size_t padded(size_t n, size_t bytes) {
-  const size_t per_line = 64 / bytes;
-  return (n + per_line - 1) / per_line * per_line;
-}
-
-// Carves consecutive tensors out of one allocation: the sizes first, then the slots.
-template <class Slot>
-struct Carve {
-  Slot* slot;
-  size_t count;
-};
-
-template <class Slot, size_t N, class Alloc>
-Slot carve(const Carve<Slot> (&tensors)[N], size_t bytes, Alloc alloc) {
-  size_t total = 0;
-  for (const auto& t : tensors) total += padded(t.count, bytes);
-  const Slot base = alloc(total);
-  size_t offset = 0;
-  for (const auto& t : tensors) {
-    *t.slot = base + offset;
-    offset += padded(t.count, bytes);
-  }
-  return base;
-}
-
-}  // namespace
-
-// One allocation per storage type, then a pointer into it per tensor.
+// One allocation per storage type (worker/memory_plan.hpp's layout), then a pointer into it per
+// tensor.
 void GPT::allocate_activations() {
   const ModelDims& d = layout_.dims();
-  const size_t L = d.L, C = d.C, Vp = d.Vp;
-  const size_t BT = static_cast<size_t>(max_batch_) * d.T;
   att_saved_per_layer_ = backend_.attention_saved_floats(max_batch_, d.T, d.C, d.NH);
-  const size_t att_scratch = backend_.attention_scratch_floats(max_batch_, d.T, d.C, d.NH);
+  const ActivationLayout at = ActivationLayout::of(d, max_batch_, backend_.act_dtype(), att_saved_per_layer_,
+                                                   backend_.attention_scratch_floats(max_batch_, d.T, d.C, d.NH));
   Activations& a = acts_;
-  const Carve<ActPtr> acts[] = {
-      {&a.encoded, BT * C},      {&a.ln1, L * BT * C},          {&a.qkv, L * BT * 3 * C},
-      {&a.atty, L * BT * C},     {&a.residual2, L * BT * C},    {&a.ln2, L * BT * C},
-      {&a.fch, L * BT * 4 * C},  {&a.fch_gelu, L * BT * 4 * C}, {&a.residual3, L * BT * C},
-      {&a.lnf, BT * C},          {&a.logits, BT * Vp},          {&a.proj_out, BT * C},
-      {&a.dresidual, BT * C},    {&a.dbtc, BT * C},             {&a.dqkv, BT * 3 * C},
-      {&a.dfch, BT * 4 * C},
-  };
-  act_memory_ = carve(acts, dtype_bytes(backend_.act_dtype()), [&](size_t n) { return backend_.alloc_acts(n); });
-  const Carve<float*> floats[] = {
-      {&a.ln1_mean, L * BT}, {&a.ln1_rstd, L * BT}, {&a.att_saved, L * att_saved_per_layer_},
-      {&a.ln2_mean, L * BT}, {&a.ln2_rstd, L * BT}, {&a.lnf_mean, BT},
-      {&a.lnf_rstd, BT},     {&a.losses, BT},       {&a.att_scratch, att_scratch},
-  };
-  float_memory_ = carve(floats, sizeof(float), [&](size_t n) { return backend_.alloc_floats(n); });
-  int_memory_ = backend_.alloc_ints(2 * padded(BT, sizeof(int32_t)));
-  a.tokens = int_memory_;
-  a.targets = int_memory_ + padded(BT, sizeof(int32_t));
+  act_memory_ = backend_.alloc_acts(at.acts);
+  const ActPtr m = act_memory_;
+  a.encoded = m + at.encoded;
+  a.ln1 = m + at.ln1;
+  a.qkv = m + at.qkv;
+  a.atty = m + at.atty;
+  a.residual2 = m + at.residual2;
+  a.ln2 = m + at.ln2;
+  a.fch = m + at.fch;
+  a.fch_gelu = m + at.fch_gelu;
+  a.residual3 = m + at.residual3;
+  a.lnf = m + at.lnf;
+  a.logits = m + at.logits;
+  a.proj_out = m + at.proj_out;
+  a.dresidual = m + at.dresidual;
+  a.dbtc = m + at.dbtc;
+  a.dqkv = m + at.dqkv;
+  a.dfch = m + at.dfch;
+  float_memory_ = backend_.alloc_floats(at.floats);
+  float* f = float_memory_;
+  a.ln1_mean = f + at.ln1_mean;
+  a.ln1_rstd = f + at.ln1_rstd;
+  a.att_saved = f + at.att_saved;
+  a.ln2_mean = f + at.ln2_mean;
+  a.ln2_rstd = f + at.ln2_rstd;
+  a.lnf_mean = f + at.lnf_mean;
+  a.lnf_rstd = f + at.lnf_rstd;
+  a.losses = f + at.losses;
+  a.att_scratch = f + at.att_scratch;
+  int_memory_ = backend_.alloc_ints(at.ints);
+  a.tokens = int_memory_ + at.tokens;
+  a.targets = int_memory_ + at.targets;
 }
 
 void GPT::init_weights(std::int64_t seed) {
@@ -193,42 +182,46 @@ void GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
     check_token_range(targets, BT, d.V, "targets");
     k.upload(a.targets, targets, BT);
   }
-  if (layer_observer_) layer_observer_(Pass::kForward, -1);
-  k.embedding_forward(a.encoded, a.tokens, p + layout_.wte(), p + layout_.wpe(), B, T, C);
-  ConstActPtr residual = a.encoded;
+  // Training and validation forwards (targets, the full micro-batch) replay recorded layers.
+  const bool recordable = targets != nullptr && B == max_batch_;
+  run_layer(Pass::kForward, -1, recordable,
+            [&] { k.embedding_forward(a.encoded, a.tokens, p + layout_.wte(), p + layout_.wpe(), B, T, C); });
   for (int l = 0; l < d.L; ++l) {
-    if (layer_observer_) layer_observer_(Pass::kForward, l);
-    const LayerOffsets& o = layout_.layer(l);
-    const ActPtr ln1 = a.ln1 + l * btc;
-    const ActPtr qkv = a.qkv + 3 * l * btc;
-    const ActPtr atty = a.atty + l * btc;
-    const ActPtr residual2 = a.residual2 + l * btc;
-    const ActPtr ln2 = a.ln2 + l * btc;
-    const ActPtr fch = a.fch + 4 * l * btc;
-    const ActPtr fch_gelu = a.fch_gelu + 4 * l * btc;
-    const ActPtr residual3 = a.residual3 + l * btc;
-    k.layernorm_forward(ln1, a.ln1_mean + l * bt, a.ln1_rstd + l * bt, residual, p + o.ln1_w, p + o.ln1_b, BT, C);
-    k.matmul_forward(qkv, ln1, p + o.qkv_w, p + o.qkv_b, BT, C, 3 * C);
-    k.attention_forward(atty, a.att_saved + l * att_saved_per_layer_, qkv, a.att_scratch, B, T, C, NH);
-    k.matmul_forward(a.proj_out, atty, p + o.attn_proj_w, p + o.attn_proj_b, BT, C, C);
-    k.residual_forward(residual2, residual, a.proj_out, static_cast<size_t>(BT) * C);
-    k.layernorm_forward(ln2, a.ln2_mean + l * bt, a.ln2_rstd + l * bt, residual2, p + o.ln2_w, p + o.ln2_b, BT, C);
-    k.matmul_forward(fch, ln2, p + o.fc_w, p + o.fc_b, BT, C, 4 * C);
-    k.gelu_forward(fch_gelu, fch, static_cast<size_t>(BT) * 4 * C);
-    k.matmul_forward(a.proj_out, fch_gelu, p + o.fc_proj_w, p + o.fc_proj_b, BT, 4 * C, C);
-    k.residual_forward(residual3, residual2, a.proj_out, static_cast<size_t>(BT) * C);
-    residual = residual3;
+    run_layer(Pass::kForward, l, recordable, [&] {
+      const LayerOffsets& o = layout_.layer(l);
+      const ConstActPtr residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * btc;
+      const ActPtr ln1 = a.ln1 + l * btc;
+      const ActPtr qkv = a.qkv + 3 * l * btc;
+      const ActPtr atty = a.atty + l * btc;
+      const ActPtr residual2 = a.residual2 + l * btc;
+      const ActPtr ln2 = a.ln2 + l * btc;
+      const ActPtr fch = a.fch + 4 * l * btc;
+      const ActPtr fch_gelu = a.fch_gelu + 4 * l * btc;
+      const ActPtr residual3 = a.residual3 + l * btc;
+      k.layernorm_forward(ln1, a.ln1_mean + l * bt, a.ln1_rstd + l * bt, residual, p + o.ln1_w, p + o.ln1_b, BT, C);
+      k.matmul_forward(qkv, ln1, p + o.qkv_w, p + o.qkv_b, BT, C, 3 * C);
+      k.attention_forward(atty, a.att_saved + l * att_saved_per_layer_, qkv, a.att_scratch, B, T, C, NH);
+      k.matmul_forward(a.proj_out, atty, p + o.attn_proj_w, p + o.attn_proj_b, BT, C, C);
+      k.residual_forward(residual2, residual, a.proj_out, static_cast<size_t>(BT) * C);
+      k.layernorm_forward(ln2, a.ln2_mean + l * bt, a.ln2_rstd + l * bt, residual2, p + o.ln2_w, p + o.ln2_b, BT, C);
+      k.matmul_forward(fch, ln2, p + o.fc_w, p + o.fc_b, BT, C, 4 * C);
+      k.gelu_forward(fch_gelu, fch, static_cast<size_t>(BT) * 4 * C);
+      k.matmul_forward(a.proj_out, fch_gelu, p + o.fc_proj_w, p + o.fc_proj_b, BT, 4 * C, C);
+      k.residual_forward(residual3, residual2, a.proj_out, static_cast<size_t>(BT) * C);
+    });
   }
-  if (layer_observer_) layer_observer_(Pass::kForward, d.L);
-  k.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p + layout_.lnf_w(), p + layout_.lnf_b(), BT, C);
-  k.matmul_forward(a.logits, a.lnf, p + layout_.wte(), nullptr, BT, C, d.Vp);
+  run_layer(Pass::kForward, d.L, recordable, [&] {
+    const ConstActPtr residual = a.residual3 + (d.L - 1) * btc;
+    k.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p + layout_.lnf_w(), p + layout_.lnf_b(), BT, C);
+    k.matmul_forward(a.logits, a.lnf, p + layout_.wte(), nullptr, BT, C, d.Vp);
+    // Gradient of the mean loss; backward folds in the caller's loss scale.
+    if (targets != nullptr) {
+      k.softmax_cross_entropy(a.logits, a.losses, a.targets, 1.0f / static_cast<float>(BT), BT, d.V, d.Vp);
+    }
+  });
   last_B_ = B;
   backward_ready_ = targets != nullptr;
-  if (targets == nullptr) return;
-
-  // Gradient of the mean loss; backward folds in the caller's loss scale.
-  k.softmax_cross_entropy(a.logits, a.losses, a.targets, 1.0f / static_cast<float>(BT), BT, d.V, d.Vp);
-  loss_positions_ += static_cast<size_t>(BT);
+  if (targets != nullptr) loss_positions_ += static_cast<size_t>(BT);
 }
 
 double GPT::take_loss() {
@@ -253,40 +246,100 @@ void GPT::backward(float loss_scale, const std::function<void(Span)>& on_bucket_
   const ConstActPtr p = weights();
   float* g = grads_;
   auto residual_in = [&](int l) -> ConstActPtr { return l == 0 ? a.encoded : a.residual3 + (l - 1) * btc; };
+  const bool recordable = B == max_batch_;
+  if (recordable) key_recordings(loss_scale);
 
   // Output layer (tied to wte) and the final layernorm; dresidual then holds d loss / d residual3[L-1].
-  if (layer_observer_) layer_observer_(Pass::kBackward, d.L);
-  k.fill_zero(a.dresidual, static_cast<size_t>(BT) * C);
-  k.matmul_backward(a.dbtc, g + layout_.wte(), nullptr, a.logits, a.lnf, p + layout_.wte(), BT, C, d.Vp, loss_scale);
-  k.layernorm_backward(a.dresidual, g + layout_.lnf_w(), g + layout_.lnf_b(), a.dbtc, residual_in(d.L),
-                       p + layout_.lnf_w(), a.lnf_mean, a.lnf_rstd, BT, C);
+  run_layer(Pass::kBackward, d.L, recordable, [&] {
+    k.fill_zero(a.dresidual, static_cast<size_t>(BT) * C);
+    k.matmul_backward(a.dbtc, g + layout_.wte(), nullptr, a.logits, a.lnf, p + layout_.wte(), BT, C, d.Vp,
+                      loss_scale);
+    k.layernorm_backward(a.dresidual, g + layout_.lnf_w(), g + layout_.lnf_b(), a.dbtc, residual_in(d.L),
+                         p + layout_.lnf_w(), a.lnf_mean, a.lnf_rstd, BT, C);
+  });
   for (int l = d.L - 1; l >= 0; --l) {
-    if (layer_observer_) layer_observer_(Pass::kBackward, l);
-    const LayerOffsets& o = layout_.layer(l);
-    const ConstActPtr qkv = a.qkv + 3 * l * btc;
-    const ConstActPtr atty = a.atty + l * btc;
-    // MLP: dresidual is the gradient of residual3 = residual2 + fc_proj(gelu(fc(ln2))).
-    k.matmul_backward(a.dfch, g + o.fc_proj_w, g + o.fc_proj_b, a.dresidual, a.fch_gelu + 4 * l * btc,
-                      p + o.fc_proj_w, BT, 4 * C, C, 1.0f);
-    k.gelu_backward(a.dfch, a.fch + 4 * l * btc, a.dfch, static_cast<size_t>(BT) * 4 * C);
-    k.matmul_backward(a.dbtc, g + o.fc_w, g + o.fc_b, a.dfch, a.ln2 + l * btc, p + o.fc_w, BT, C, 4 * C, 1.0f);
-    k.layernorm_backward(a.dresidual, g + o.ln2_w, g + o.ln2_b, a.dbtc, a.residual2 + l * btc, p + o.ln2_w,
-                         a.ln2_mean + l * bt, a.ln2_rstd + l * bt, BT, C);
-    // Attention: dresidual is now the gradient of residual2 = residual + attn_proj(attention(qkv(ln1))).
-    k.matmul_backward(a.dbtc, g + o.attn_proj_w, g + o.attn_proj_b, a.dresidual, atty, p + o.attn_proj_w, BT, C,
-                      C, 1.0f);
-    k.attention_backward(a.dqkv, a.dbtc, qkv, atty, a.att_saved + l * att_saved_per_layer_, a.att_scratch, B, T,
-                         C, NH);
-    k.matmul_backward(a.dbtc, g + o.qkv_w, g + o.qkv_b, a.dqkv, a.ln1 + l * btc, p + o.qkv_w, BT, C, 3 * C, 1.0f);
-    k.layernorm_backward(a.dresidual, g + o.ln1_w, g + o.ln1_b, a.dbtc, residual_in(l), p + o.ln1_w,
-                         a.ln1_mean + l * bt, a.ln1_rstd + l * bt, BT, C);
+    run_layer(Pass::kBackward, l, recordable, [&] {
+      const LayerOffsets& o = layout_.layer(l);
+      const ConstActPtr qkv = a.qkv + 3 * l * btc;
+      const ConstActPtr atty = a.atty + l * btc;
+      // MLP: dresidual is the gradient of residual3 = residual2 + fc_proj(gelu(fc(ln2))).
+      k.matmul_backward(a.dfch, g + o.fc_proj_w, g + o.fc_proj_b, a.dresidual, a.fch_gelu + 4 * l * btc,
+                        p + o.fc_proj_w, BT, 4 * C, C, 1.0f);
+      k.gelu_backward(a.dfch, a.fch + 4 * l * btc, a.dfch, static_cast<size_t>(BT) * 4 * C);
+      k.matmul_backward(a.dbtc, g + o.fc_w, g + o.fc_b, a.dfch, a.ln2 + l * btc, p + o.fc_w, BT, C, 4 * C, 1.0f);
+      k.layernorm_backward(a.dresidual, g + o.ln2_w, g + o.ln2_b, a.dbtc, a.residual2 + l * btc, p + o.ln2_w,
+                           a.ln2_mean + l * bt, a.ln2_rstd + l * bt, BT, C);
+      // Attention: dresidual is now the gradient of residual2 = residual + attn_proj(attention(qkv(ln1))).
+      k.matmul_backward(a.dbtc, g + o.attn_proj_w, g + o.attn_proj_b, a.dresidual, atty, p + o.attn_proj_w, BT, C,
+                        C, 1.0f);
+      k.attention_backward(a.dqkv, a.dbtc, qkv, atty, a.att_saved + l * att_saved_per_layer_, a.att_scratch, B, T,
+                           C, NH);
+      k.matmul_backward(a.dbtc, g + o.qkv_w, g + o.qkv_b, a.dqkv, a.ln1 + l * btc, p + o.qkv_w, BT, C, 3 * C,
+                        1.0f);
+      k.layernorm_backward(a.dresidual, g + o.ln1_w, g + o.ln1_b, a.dbtc, residual_in(l), p + o.ln1_w,
+                           a.ln1_mean + l * bt, a.ln1_rstd + l * bt, BT, C);
+    });
     if (on_bucket_ready) on_bucket_ready(layout_.layer_span(l));
   }
-  if (layer_observer_) layer_observer_(Pass::kBackward, -1);
-  k.embedding_backward(g + layout_.wte(), g + layout_.wpe(), a.dresidual, a.tokens, B, T, C);
+  run_layer(Pass::kBackward, -1, recordable,
+            [&] { k.embedding_backward(g + layout_.wte(), g + layout_.wpe(), a.dresidual, a.tokens, B, T, C); });
   if (on_bucket_ready) on_bucket_ready(layout_.embedding_span());
 }
 
 void GPT::zero_grads() { backend_.fill_zero(grads_, layout_.total()); }
+
+// ---- recorded layers ----------------------------------------------------------------------------
+
+void GPT::set_replay(Replay mode) {
+  if (mode != Replay::kOff && !backend_.can_record()) {
+    throw std::invalid_argument("GPT::set_replay: the " + backend_.name() + " backend cannot record its work");
+  }
+  drop_recordings();
+  replay_ = mode;
+  layers_.assign(2 * static_cast<size_t>(layout_.dims().L + 2), RecordedLayer{});
+}
+
+void GPT::drop_recordings() {
+  bool any = false;
+  for (RecordedLayer& r : layers_) {
+    any = any || r.recording >= 0;
+    r.recording = -1;
+  }
+  if (any) backend_.drop_recordings();
+}
+
+// The head's backward folds the loss scale into its first product: another scale is other work.
+void GPT::key_recordings(float loss_scale) {
+  if (replay_ == Replay::kOff || loss_scale == recorded_scale_) return;
+  drop_recordings();
+  recorded_scale_ = loss_scale;
+}
+
+void GPT::run_layer(Pass pass, int layer, bool recordable, const std::function<void()>& work) {
+  if (layer_observer_) layer_observer_(pass, layer);
+  if (replay_ == Replay::kOff || !recordable) return work();
+  RecordedLayer& r = layers_[(pass == Pass::kForward ? 0 : layers_.size() / 2) + static_cast<size_t>(layer + 1)];
+  if (r.recording < 0) {
+    if (r.runs++ == 0) return work();  // warm-up: products pick their algorithms, kernels load
+    try {
+      backend_.begin_recording();
+      work();
+      r.recording = backend_.end_recording();
+    } catch (const std::exception& e) {
+      backend_.abort_recording();
+      const std::string part = layer < 0                 ? std::string("the embeddings")
+                               : layer == layout_.dims().L ? std::string("the head")
+                                                           : "layer " + std::to_string(layer);
+      const std::string what = std::string(pass == Pass::kForward ? "forward" : "backward") + " of " + part +
+                               " could not be recorded: " + e.what();
+      if (replay_ == Replay::kRequired) throw std::runtime_error("train.cuda_graph \"on\": the " + what);
+      spdlog::warn("train.cuda_graph: the {}; running every layer eagerly from here on", what);
+      drop_recordings();
+      replay_ = Replay::kOff;
+      return work();
+    }
+  }
+  backend_.replay(r.recording);
+}
 
 }  // namespace xtrain

@@ -8,7 +8,18 @@
 // operation reads the weights in the activation dtype: in bf16 precision from a third buffer,
 // the master rounded to bf16, which AdamW refreshes in the same pass that updates the master
 // and every upload refreshes too; in fp32 and tf32 the master itself (no copy, no memory).
-// Activations for up to `max_batch` sequences are allocated once, at construction.
+// Activations for up to `max_batch` sequences are allocated once, at construction, laid out by
+// worker/memory_plan.hpp (which counts them for the memory plan).
+//
+// Recorded layers (CUDA graphs, where the backend records: Backend::can_record). With replay on,
+// the work of each layer in each pass (forward: the embeddings, every block, the head with the
+// loss; backward: the head, every block, the embeddings) is run eagerly the first time (warm-up:
+// products pick their algorithms, kernels load), recorded the second time and replayed from then
+// on: one launch per layer instead of one per operation. Only training and validation forwards
+// (with targets, at the full micro-batch) and their backwards replay; sampling runs eagerly. The
+// tokens are uploaded into fixed backend buffers before the replays; the layer observer and
+// on_bucket_ready run on the host between the layers as before, so each gradient bucket's
+// all-reduce stays outside the recordings and still overlaps the rest of backward.
 #pragma once
 
 #include <cstddef>
@@ -106,6 +117,13 @@ class GPT {
   using LayerObserver = std::function<void(Pass, int layer)>;
   void set_layer_observer(LayerObserver observer) { layer_observer_ = std::move(observer); }
 
+  // Recorded layers (see the top of this file). kPreferred falls back to eager work, with one
+  // warning, when a recording fails; kRequired throws std::runtime_error then. Changing the loss
+  // scale of backward redoes the recordings. std::invalid_argument when the backend cannot record.
+  enum class Replay { kOff, kPreferred, kRequired };
+  void set_replay(Replay mode);
+  Replay replay() const { return replay_; }  // kOff after a fallback
+
   // (B,T,Vp) of the last forward without targets, backend memory. Only the first V columns are
   // logits of tokens; the padded ones are 0 (wte's padded rows start at 0 and never get gradient).
   ConstActPtr logits() const { return acts_.logits; }
@@ -127,6 +145,11 @@ class GPT {
 
  private:
   void allocate_activations();
+  // Runs one layer's work of one pass (layer -1: the embeddings, L: the head): eagerly, or
+  // recorded and replayed when `recordable` and replay is on.
+  void run_layer(Pass pass, int layer, bool recordable, const std::function<void()>& work);
+  void key_recordings(float loss_scale);
+  void drop_recordings();
 
   Backend& backend_;
   ParamLayout layout_;
@@ -144,6 +167,13 @@ class GPT {
   size_t loss_positions_ = 0;       // positions summed into acts_.losses since the last take_loss
   std::vector<float> host_losses_;  // (max_batch*T) staging for take_loss
   LayerObserver layer_observer_;
+  struct RecordedLayer {
+    int runs = 0;         // eager runs so far (the first is the warm-up)
+    int recording = -1;   // the backend's recording, once made
+  };
+  Replay replay_ = Replay::kOff;
+  std::vector<RecordedLayer> layers_;  // (2, L+2): forward then backward, by layer + 1
+  float recorded_scale_ = 0.0f;        // backward's loss scale in the recordings
 };
 
 }  // namespace xtrain

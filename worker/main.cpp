@@ -36,6 +36,7 @@
 #include "worker/device_choice.hpp"
 #include "worker/export_command.hpp"
 #include "worker/file_io.hpp"
+#include "worker/memory_plan.hpp"
 #include "worker/trainer.hpp"
 
 namespace {
@@ -151,12 +152,18 @@ int main(int argc, char** argv) {
     } else {
       spdlog::info("{}", device.summary);
     }
+    require_memory_fit(device, spec, env.where.world_size);
     if (env.run_dir.empty()) {
       env.run_dir = spec.run_dir;
       std::filesystem::create_directories(env.run_dir);
       report = std::make_unique<RunReport>(rank, env.run_dir, env.heartbeat_file, env.result_file);
     }
     backend = make_backend(device);
+    if (rank == 0) {
+      const ModelDims dims = ModelDims::from(spec.model);
+      const int B = spec.train.micro_batch_size;
+      spdlog::info("{}", plan_memory(spec.model, B, env.where.world_size, backend_memory(*backend, dims, B)).summary());
+    }
     trainer = std::make_unique<Trainer>(spec, env.run_dir, rank, env.where.world_size, *backend, *report,
                                         FaultInjection::from_environment(env.restart_count));
   } catch (const std::exception& e) {

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "worker/checkpoint.hpp"
+#include "worker/cuda_graphs.hpp"
 #include "worker/lr_schedule.hpp"
 #include "worker/model_io.hpp"
 #include "worker/text_sampler.hpp"
@@ -41,6 +42,8 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
       report_(report),
       fault_(fault) {
   const auto& t = spec_.train;
+  // Before anything is read or allocated: "on" on CPU ranks is a spec error.
+  const CudaGraphChoice graphs = choose_cuda_graphs(t, spec_.model, backend_.name(), backend_.precision());
   data_ = load_data(spec_.data, spec_.model, t.eval_every > 0);
   report_.heartbeat().beat();
   text_ = TextCodec::for_run(spec_, data_.byte_level);
@@ -61,6 +64,8 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
   }
 
   model_ = std::make_unique<GPT>(spec_.model, backend_, micro_batch_);
+  if (graphs.use) model_->set_replay(graphs.required ? GPT::Replay::kRequired : GPT::Replay::kPreferred);
+  if (rank_ == 0 && backend_.name() == "cuda") spdlog::info("cuda graphs: {}", graphs.why);
   adamw_ = std::make_unique<AdamW>(backend_, model_->layout(), AdamWConfig::from(t));
   host_scalars_.resize(2 + static_cast<size_t>(world_));
   scalars_ = backend_.alloc_floats(host_scalars_.size());

@@ -9,23 +9,15 @@
 
 #include "cuda/check.hpp"
 #include "cuda/kernels/common.cuh"
+#include "worker/cuda_buffers.hpp"
 
 namespace xtrain::cuda {
 
 constexpr int kColumnTile = 32;
-constexpr int kColumnRowThreads = 8;
-constexpr int kColumnMaxGroups = 64;
-
-// Row groups for `rows` rows: enough blocks to fill the GPU for big inputs, few for small ones.
-inline int column_groups(int rows) {
-  const int g = (rows + kColumnRowThreads - 1) / kColumnRowThreads;
-  return g < 1 ? 1 : (g > kColumnMaxGroups ? kColumnMaxGroups : g);
-}
-
-// Floats of scratch the two passes need.
-inline size_t column_reduce_scratch_floats(int K, int rows, int cols) {
-  return static_cast<size_t>(column_groups(rows)) * K * cols;
-}
+// The row groups (and so the scratch) are worker/cuda_buffers.hpp's, which the memory plan counts.
+using cuda_buffers::column_groups;
+using cuda_buffers::column_reduce_scratch_floats;
+using cuda_buffers::kColumnRowThreads;
 
 // RowValues: __device__ void operator()(int row, int col, float (&v)[K]) const.
 template <int K, class RowValues>

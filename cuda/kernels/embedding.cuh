@@ -26,6 +26,7 @@
 
 #include "cuda/check.hpp"
 #include "cuda/kernels/common.cuh"
+#include "worker/cuda_buffers.hpp"
 
 namespace xtrain::cuda {
 
@@ -58,7 +59,7 @@ __global__ void token_keys_kernel(unsigned long long* __restrict__ keys, const i
   keys[i] = (static_cast<unsigned long long>(tokens[i]) << position_bits) | static_cast<unsigned long long>(i);
 }
 
-constexpr int kEmbeddingChunk = 64;     // sorted entries per chunk
+using cuda_buffers::kEmbeddingChunk;     // sorted entries per chunk (worker/cuda_buffers.hpp)
 constexpr int kEmbeddingChannels = 128;  // channels (threads) per block
 
 // The sorted array of keys, read as (token, position) pairs.
@@ -140,30 +141,25 @@ void embedding_forward(cudaStream_t stream, T* out, const int32_t* tokens, const
 // the radix sort then makes a pass or two more than strictly needed, microseconds.)
 constexpr int kTokenBits = 31;
 
-inline size_t aligned256(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
 inline int embedding_chunks(int BT) { return (BT + kEmbeddingChunk - 1) / kEmbeddingChunk; }
 
-inline size_t sort_temp_bytes(int BT, int end_bit, cudaStream_t stream) {
+inline int embedding_sort_end_bit(int BT) { return bits_for(static_cast<unsigned long long>(BT)) + kTokenBits; }
+
+// What cub::DeviceRadixSort asks for to sort the BT keys (a query: nothing runs).
+inline size_t embedding_sort_bytes(int BT) {
   size_t bytes = 0;
   XTRAIN_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, bytes, static_cast<unsigned long long*>(nullptr),
-                                                   static_cast<unsigned long long*>(nullptr), BT, 0, end_bit, stream));
+                                                   static_cast<unsigned long long*>(nullptr), BT, 0,
+                                                   embedding_sort_end_bit(BT), cudaStream_t{}));
   return bytes;
 }
 
-// Scratch layout, each part 256-aligned: keys (BT), sorted keys (BT), the partial sums
-// (chunks, 2, C), then CUB's temporary storage.
-inline size_t embedding_backward_scratch_bytes(int BT, int C) {
-  const int end_bit = bits_for(static_cast<unsigned long long>(BT)) + kTokenBits;
-  return 2 * aligned256(static_cast<size_t>(BT) * sizeof(unsigned long long)) +
-         aligned256(static_cast<size_t>(embedding_chunks(BT)) * 2 * C * sizeof(float)) +
-         sort_temp_bytes(BT, end_bit, nullptr);
-}
-
-// `scratch` holds embedding_backward_scratch_bytes(B*T, C) bytes, 256-byte aligned.
+// `scratch` is laid out by cuda_buffers::EmbeddingScratch::of(B*T, C, sort_bytes) (the keys, the
+// sorted keys, the partial sums (chunks, 2, C), then CUB's temporary storage), 256-byte aligned,
+// with sort_bytes >= embedding_sort_bytes(B*T).
 template <class T>
 void embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const T* dout, const int32_t* tokens, int B,
-                        int T_, int C, void* scratch) {
+                        int T_, int C, void* scratch, size_t sort_bytes) {
   const int BT = B * T_;
   if (BT == 0) return;
   constexpr unsigned kThreads = 256;
@@ -172,17 +168,16 @@ void embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const T* 
   XTRAIN_LAUNCH_CHECK();
 
   const int position_bits = bits_for(static_cast<unsigned long long>(BT));
-  const int end_bit = position_bits + kTokenBits;
-  const size_t key_bytes = aligned256(static_cast<size_t>(BT) * sizeof(unsigned long long));
+  const cuda_buffers::EmbeddingScratch layout = cuda_buffers::EmbeddingScratch::of(BT, C, sort_bytes);
   char* base = static_cast<char*>(scratch);
-  auto* keys = reinterpret_cast<unsigned long long*>(base);
-  auto* sorted = reinterpret_cast<unsigned long long*>(base + key_bytes);
-  auto* partials = reinterpret_cast<float*>(base + 2 * key_bytes);
-  void* sort_temp = base + 2 * key_bytes + aligned256(static_cast<size_t>(embedding_chunks(BT)) * 2 * C * sizeof(float));
-  size_t sort_bytes = sort_temp_bytes(BT, end_bit, stream);
+  auto* keys = reinterpret_cast<unsigned long long*>(base + layout.keys);
+  auto* sorted = reinterpret_cast<unsigned long long*>(base + layout.sorted);
+  auto* partials = reinterpret_cast<float*>(base + layout.partials);
+  size_t temp_bytes = layout.sort_bytes;
   token_keys_kernel<<<blocks_for(BT, kThreads), kThreads, 0, stream>>>(keys, tokens, BT, position_bits);
   XTRAIN_LAUNCH_CHECK();
-  XTRAIN_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(sort_temp, sort_bytes, keys, sorted, BT, 0, end_bit, stream));
+  XTRAIN_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(base + layout.sort, temp_bytes, keys, sorted, BT, 0,
+                                                   embedding_sort_end_bit(BT), stream));
 
   const SortedTokens s{sorted, BT, position_bits};
   const dim3 grid(static_cast<unsigned>(embedding_chunks(BT)), blocks_for(C, kEmbeddingChannels));

@@ -10,8 +10,15 @@
 //             overlap took off the step (1 = fully hidden, 0 = fully exposed)
 // Each is the median over --steps steps after --warmup. Rank 0 prints one JSON line (and writes
 // it to --out FILE when given); scripts/bench/gpu_bench.py and gpu_scaling.py read it.
+// With --cuda-graph on, each layer's forward and backward is recorded once as a CUDA graph and
+// replayed (GPT::set_replay, as train.cuda_graph "on" does in the worker); the JSON line says
+// which ("cuda_graph": "on" or "off"), so the same shape timed both ways shows what replay gains
+// (at least two warm-up steps then: one eager, one recording).
+// memory_mib (what the device lost to the run, cudaMemGetInfo) sits next to memory_plan_mib
+// (worker/memory_plan.hpp's count for this rank), so a GPU run checks the plan too.
 // Usage: xtrain-bench-gpu [--layers N] [--heads N] [--embd N] [--seq N] [--vocab N] [--batch N]
-//                         [--steps N] [--warmup N] [--precision bf16|tf32|fp32] [--out FILE]
+//                         [--steps N] [--warmup N] [--precision bf16|tf32|fp32] [--cuda-graph on|off]
+//                         [--out FILE]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -34,6 +41,7 @@
 #include "worker/backend.hpp"
 #include "worker/communicator.hpp"
 #include "worker/gpt.hpp"
+#include "worker/memory_plan.hpp"
 #include "worker/single_communicator.hpp"
 #include "scripts/bench/bench_options.hpp"
 
@@ -45,6 +53,7 @@ using Clock = std::chrono::steady_clock;
 struct Options : bench::BenchShape {
   Options() : BenchShape{12, 12, 768, 1024, 50257, 8, 10, 3} {}
   std::string precision = "tf32";
+  std::string cuda_graph = "off";
   std::string out;
 };
 
@@ -53,6 +62,10 @@ Options parse(int argc, char** argv) {
   bench::parse_bench_flags("xtrain-bench-gpu", argc, argv, o, [&](int& i) {
     if (std::strcmp(argv[i], "--precision") == 0 && i + 1 < argc) {
       o.precision = argv[++i];
+      return true;
+    }
+    if (std::strcmp(argv[i], "--cuda-graph") == 0 && i + 1 < argc) {
+      o.cuda_graph = argv[++i];
       return true;
     }
     if (std::strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
@@ -65,6 +78,12 @@ Options parse(int argc, char** argv) {
     std::fprintf(stderr, "xtrain-bench-gpu: --precision must be bf16, tf32 or fp32\n");
     std::exit(2);
   }
+  if (o.cuda_graph != "on" && o.cuda_graph != "off") {
+    std::fprintf(stderr, "xtrain-bench-gpu: --cuda-graph must be on or off\n");
+    std::exit(2);
+  }
+  // With graphs the first run of each layer is eager and the second records: neither is timed.
+  if (o.cuda_graph == "on") o.warmup = std::max(o.warmup, 2);
   if (o.steps < 1 || o.warmup < 0) {
     std::fprintf(stderr, "xtrain-bench-gpu: --steps must be >= 1 and --warmup >= 0\n");
     std::exit(2);
@@ -121,6 +140,8 @@ int main(int argc, char** argv) {
 
     GPT gpt(o.model(), *backend, o.batch);
     gpt.init_weights(1);
+    // Required: a layer that cannot be recorded ends the run instead of timing eager work as "on".
+    if (o.cuda_graph == "on") gpt.set_replay(GPT::Replay::kRequired);
     AdamW adamw(*backend, gpt.layout(), AdamWConfig{});
     std::mt19937 rng(static_cast<unsigned>(1000 + rank));
     const size_t bt = static_cast<size_t>(o.batch) * o.seq;
@@ -165,11 +186,13 @@ int main(int argc, char** argv) {
         world > 1 && allreduce_ms > 0 ? std::clamp(1.0 - (step_ms - compute_ms) / allreduce_ms, 0.0, 1.0) : -1.0;
 
     const ModelDims& d = gpt.dims();
+    const MemoryPlan plan = plan_memory(o.model(), o.batch, world, backend_memory(*backend, d, o.batch));
     // Parameters without the padded vocabulary rows (what the model has, not what we allocate).
     const double params = static_cast<double>(gpt.layout().total()) - static_cast<double>(d.Vp - d.V) * d.C;
     const double tokens_per_step = static_cast<double>(bt) * world;
     nlohmann::json r = {{"impl", "xtrain"},
                         {"precision", o.precision},
+                        {"cuda_graph", o.cuda_graph},
                         {"gpu", cuda::describe_device(device)},
                         {"world", world},
                         {"layers", o.layers},
@@ -183,6 +206,7 @@ int main(int argc, char** argv) {
                         {"ms_per_step", step_ms},
                         {"tokens_per_s", tokens_per_step * 1000.0 / step_ms},
                         {"memory_mib", static_cast<double>(bytes_used) / (1024.0 * 1024.0)},
+                        {"memory_plan_mib", static_cast<double>(plan.steady_bytes()) / (1024.0 * 1024.0)},
                         {"compute_ms", compute_ms},
                         {"allreduce_ms", allreduce_ms},
                         {"hidden_share", hidden},

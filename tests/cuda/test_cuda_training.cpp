@@ -14,7 +14,12 @@
 //                boundary (a share ~1e-4 of elements, one ulp = 2^-8 each), a perturbation of
 //                ~4e-5 per tensor compounded over ~10 stores per layer (tests/cuda/test_cuda_ops.cpp).
 // Determinism: two runs from the same seed and batches give bitwise the same losses and
-// parameters, in every precision.
+// parameters, in every precision; so do runs whose layers are recorded as CUDA graphs and
+// replayed (GPT::set_replay), against runs that launch every kernel.
+// Memory: GPT, AdamW and the trainer's step scalars allocate exactly the memory plan's bytes
+// (worker/memory_plan.hpp), the backend's own buffers (cuBLASLt's workspace, the norm's partials,
+// the scratch) are the plan's too, CUB's radix sort fits the plan's allowance on this GPU, and
+// nothing grows during a step.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -22,10 +27,12 @@
 #include <vector>
 
 #include "cuda/cuda_api.hpp"
+#include "cuda/cuda_backend.hpp"
 #include "tests/cuda/cuda_test_util.hpp"
 #include "worker/adamw.hpp"
 #include "worker/cpu_backend.hpp"
 #include "worker/gpt.hpp"
+#include "worker/memory_plan.hpp"
 
 using namespace xtrain;
 using namespace xtrain::test;
@@ -152,5 +159,68 @@ TEST_CASE_METHOD(Seeded, "cuda training is deterministic: two runs give the same
     const auto params_b = run(losses_b);
     CHECK(losses_a == losses_b);
     CHECK(params_a == params_b);
+  }
+}
+
+TEST_CASE_METHOD(Seeded, "cuda graph replay trains to bitwise the same parameters as eager work",
+                 "[gpu][train][determinism][graphs]") {
+  INFO("seed " << seed);
+  const ModelSpec m = small_model();
+  const auto batches = random_batches(rnd, 5, m);
+  for (const GpuMode& p : {kStrictFp32, kTf32, kBf16}) {
+    INFO(p.name);
+    auto run = [&](GPT::Replay replay, std::vector<float>& losses) {
+      auto gpu = cuda::make_backend(0, p.precision);
+      Replica r(*gpu, m);
+      r.gpt.set_replay(replay);
+      for (size_t s = 0; s < batches.size(); ++s) {
+        // Steps 3 and 4 accumulate two micro-steps at scale 1/2: backward is recorded again.
+        const int micro = s >= 3 ? 2 : 1;
+        r.gpt.zero_grads();
+        for (int i = 0; i < micro; ++i) {
+          const Batch& b = batches[(s + static_cast<size_t>(i)) % batches.size()];
+          r.gpt.forward(b.tokens.data(), b.targets.data(), kBatch);
+          r.gpt.backward(1.0f / static_cast<float>(micro));
+          losses.push_back(static_cast<float>(r.gpt.take_loss()));
+        }
+        r.update(1e-3f);
+      }
+      CHECK(r.gpt.replay() == replay);  // required: no layer fell back
+      return r.download(r.gpt.params());
+    };
+    std::vector<float> eager_losses, replay_losses;
+    const auto eager = run(GPT::Replay::kOff, eager_losses);
+    const auto replayed = run(GPT::Replay::kRequired, replay_losses);
+    CHECK(replay_losses == eager_losses);
+    CHECK(replayed == eager);
+  }
+}
+
+TEST_CASE_METHOD(Seeded, "the CUDA backend holds what the memory plan counts, and no step grows it", "[gpu][memory]") {
+  INFO("seed " << seed);
+  const ModelSpec m = small_model();
+  const ModelDims d = ModelDims::from(m);
+  const Batch b = random_batches(rnd, 1, m).front();
+  for (const GpuMode& p : {kStrictFp32, kBf16}) {
+    INFO(p.name);
+    cuda::CudaBackend gpu(0, p.precision);
+    Replica r(gpu, m);
+    constexpr int kWorld = 1;
+    float* scalars = gpu.alloc_floats(2 + kWorld);  // the trainer's step scalars
+
+    const MemoryPlan plan = plan_memory(m, kBatch, kWorld, cuda_backend_memory(d, kBatch, p.precision));
+    INFO(plan.summary());
+    CHECK(plan_memory(m, kBatch, kWorld, backend_memory(gpu, d, kBatch)).backend_bytes == plan.backend_bytes);
+    const size_t element_bytes = (plan.floats + plan.ints) * 4 + plan.acts * dtype_bytes(plan.act_dtype);
+    CHECK(gpu.allocated_bytes() == element_bytes);
+    CHECK(gpu.own_bytes() == plan.backend_bytes);
+    CHECK(gpu.allocated_bytes() + gpu.own_bytes() == plan.steady_bytes());
+
+    r.forward_backward(b.tokens, b.targets);
+    r.update(1e-3f);
+    gpu.synchronize();
+    CHECK(gpu.allocated_bytes() == element_bytes);
+    CHECK(gpu.own_bytes() == plan.backend_bytes);
+    gpu.free(scalars);
   }
 }

@@ -172,6 +172,35 @@ TEST_CASE("launcher/plan: our own worker is checked against the world", "[plan]"
                     "checkpoint.resume: checkpoint /no/ckpt: No such file or directory");
 }
 
+TEST_CASE("launcher/plan: --dry-run shows each rank's memory plan and the CUDA graph choice", "[plan]") {
+  Fixture f;
+  std::ofstream(f.dir / "xtrain-worker") << "#!/bin/sh\n";
+  fs::permissions(f.dir / "xtrain-worker", fs::perms::owner_all);
+  const std::string data = (f.dir / "x.txt").string();
+  std::ofstream(data) << std::string(100000, 'x');
+  const std::string spec = R"({"nproc_per_node": 2, "backend": "gloo", "data": {"train": ")" + data +
+                           R"("}, "model": {"n_layer": 12, "n_head": 12, "n_embd": 768, "seq_len": 1024,
+                           "vocab_size": 50257}, "train": {"batch_size": 32, "micro_batch_size": 16}})";
+  // CPU ranks: the plan leaves out the CPU attention's scratch, which only the worker knows.
+  const nlohmann::json cpu = plan_to_json(f.plan(spec));
+  CHECK(cpu["world"]["cuda_graph"] == "off (CPU ranks)");
+  CHECK(cpu["memory_per_rank"]["device"] == "cpu");
+  CHECK(cpu["memory_per_rank"]["complete"] == false);
+  CHECK_THROWS_WITH(f.plan(spec, {"train.cuda_graph=on"}), Contains("train.cuda_graph: \"on\""));
+  // GPUs: bf16, the whole plan, under 40 GiB at GPT-2 124M, 16 sequences of 1024 tokens.
+  f.host.physical_gpus = 2;
+  const nlohmann::json gpu = plan_to_json(f.plan(spec));
+  const nlohmann::json& memory = gpu["memory_per_rank"];
+  CHECK(memory["device"] == "cuda");
+  CHECK(memory["activation_dtype"] == "bf16");
+  CHECK(memory["complete"] == true);
+  CHECK(memory["total_bytes"].get<double>() + memory["startup_bytes"].get<double>() < 40.0 * (1 << 30));
+  CHECK(memory["items"][0]["name"] == "parameters");
+  CHECK_THAT(gpu["world"]["cuda_graph"].get<std::string>(), Contains("off (auto: "));
+  CHECK_THAT(plan_to_json(f.plan(spec, {"train.cuda_graph=on"}))["world"]["cuda_graph"].get<std::string>(),
+             Contains("on (train.cuda_graph; "));
+}
+
 TEST_CASE("launcher/plan: the worker command must exist (127) and be executable (126)", "[plan]") {
   Fixture f;
   auto code_of = [&](const std::string& spec) {

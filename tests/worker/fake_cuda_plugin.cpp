@@ -4,6 +4,7 @@
 //   "no-driver"        CUDA cannot count the GPUs (the driver is older than the runtime)
 //   "no-gpu"           a driver without GPUs
 //   "sm70"             one V100 (no bf16)
+//   "busy"             two A100s of 40 GiB with 6 GiB free (GPT-2 124M at 16 x 1024 tokens does not fit)
 //   anything else      two H200s
 // make_backend throws, naming the GPU and precision it was given. Built without
 // XTRAIN_FAKE_ENTRY_POINT, the library has no entry point at all.
@@ -39,6 +40,7 @@ class FakePlugin final : public CudaPlugin {
   CudaDeviceInfo device_info(int) const override {
     constexpr std::size_t kGiB = std::size_t(1) << 30;
     if (pretend() == "sm70") return {"Tesla V100-SXM2-16GB", 7, 0, 80, 15 * kGiB, 16 * kGiB};
+    if (pretend() == "busy") return {"NVIDIA A100-SXM4-40GB", 8, 0, 108, 6 * kGiB, 40 * kGiB};
     return {"NVIDIA H200", 9, 0, 132, 139 * kGiB, 140 * kGiB};
   }
   std::string versions() const override { return "driver CUDA 12.8, runtime CUDA 13.0"; }

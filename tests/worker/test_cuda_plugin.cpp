@@ -9,19 +9,24 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
 #include "common/job_spec.hpp"
+#include "tests/worker/e2e_job.hpp"
 #include "tests/worker/test_files.hpp"
 #include "worker/cuda_plugin_loader.hpp"
 #include "worker/device_choice.hpp"
 
 using namespace xtrain;
+namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
 using Catch::Matchers::StartsWith;
 
@@ -144,6 +149,44 @@ TEST_CASE("bf16 needs compute capability 8.0: an error naming train.precision an
   const DeviceChoice choice = choose_device(spec, 0, gpu_machine(kFake));
   CHECK(choice.gpu == 0);
   CHECK_THAT(choice.summary, Contains("Tesla V100-SXM2-16GB, sm_70"));
+}
+
+TEST_CASE("a model too big for the GPU is refused before anything is allocated: one line, exit 2, no run dir",
+          "[plugin][memory]") {
+  test::ScratchDir dir;
+  const fs::path corpus = fs::path(dir.path()) / "text.txt";
+  test::write_corpus(corpus, 200000);
+  auto run = [&](int micro_batch) {
+    const fs::path job = fs::path(dir.path()) / ("job-" + std::to_string(micro_batch) + ".json");
+    const fs::path run_dir = fs::path(dir.path()) / ("run-" + std::to_string(micro_batch));
+    std::ofstream(job) << nlohmann::json{
+        {"device", "cuda"},
+        {"run_dir", run_dir.string()},
+        {"model", {{"n_layer", 12}, {"n_head", 12}, {"n_embd", 768}, {"seq_len", 1024}, {"vocab_size", 50257}}},
+        {"data", {{"train", corpus.string()}}},
+        {"train", {{"batch_size", micro_batch}, {"micro_batch_size", micro_batch}, {"precision", "bf16"}}}};
+    const fs::path log = fs::path(dir.path()) / "worker.log";
+    const pid_t pid = test::spawn({std::string(XTRAIN_BIN_DIR) + "/xtrain-worker", "--job", job.string()}, log,
+                                  {{kCudaPluginVariable, kFake}, {"XTRAIN_FAKE_CUDA", "busy"}});
+    const int code = test::wait_for(pid, std::chrono::seconds(60));
+    return std::make_tuple(code, test::read_text(log), fs::exists(run_dir));
+  };
+  const auto [code, output, wrote] = run(16);
+  INFO(output);
+  CHECK(code == 2);
+  CHECK_FALSE(wrote);
+  const std::string error = test::error_line(output);
+  CHECK_THAT(error, StartsWith("error: train.micro_batch_size: 16 sequences of 1024 tokens per micro-step do not "
+                               "fit GPU 0 (NVIDIA A100-SXM4-40GB): the model (12 x 768, vocabulary 50257) in bf16 "
+                               "needs 8.") &&
+                        Contains("parameters 474.8 MiB") && Contains("6.00 GiB free of 40.00 GiB") &&
+                        Contains("sequences would fit"));
+  // A micro-batch that fits passes the check and goes on to build the backend (which this
+  // stand-in plugin cannot).
+  const auto [fits_code, fits_output, fits_wrote] = run(4);
+  INFO(fits_output);
+  CHECK(fits_code == 1);
+  CHECK_THAT(test::error_line(fits_output), Contains("fake CUDA plugin: no backend (GPU 0, bf16)"));
 }
 
 TEST_CASE("the plugin's place: XTRAIN_CUDA_PLUGIN, else lib/ beside the executable's bin/", "[plugin]") {

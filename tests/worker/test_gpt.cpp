@@ -3,35 +3,20 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <random>
 #include <stdexcept>
 #include <vector>
 
+#include "tests/worker/gpt_test_util.hpp"
 #include "worker/adamw.hpp"
 #include "worker/cpu_backend.hpp"
 #include "worker/gpt.hpp"
 #include "worker/lr_schedule.hpp"
 
 using namespace xtrain;
+using xtrain::test::random_tokens;
+using xtrain::test::tiny_model;
 
 namespace {
-
-ModelSpec tiny_model() {
-  ModelSpec m;
-  m.n_layer = 2;
-  m.n_head = 2;
-  m.n_embd = 32;
-  m.seq_len = 16;
-  m.vocab_size = 50;
-  return m;
-}
-
-std::vector<int32_t> random_tokens(size_t n, int V, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> v(n);
-  for (auto& x : v) x = static_cast<int32_t>(rng() % V);
-  return v;
-}
 
 std::vector<float> download(Backend& k, const float* p, size_t n) {
   std::vector<float> v(n);

@@ -20,12 +20,14 @@
 #include <random>
 #include <vector>
 
+#include "tests/worker/gpt_test_util.hpp"
 #include "worker/adamw.hpp"
 #include "worker/cpu_backend.hpp"
 #include "worker/gpt.hpp"
 #include "worker/math/bf16.hpp"
 
 using namespace xtrain;
+using xtrain::test::random_tokens;
 
 namespace {
 
@@ -34,13 +36,6 @@ constexpr double kU = 1.0 / 256;  // bf16 unit roundoff, 2^-8
 ModelSpec small_model() { return {.n_layer = 2, .n_head = 4, .n_embd = 64, .seq_len = 32, .vocab_size = 200}; }
 
 constexpr int kBatch = 4;
-
-std::vector<int32_t> random_tokens(size_t n, int V, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> v(n);
-  for (auto& x : v) x = static_cast<int32_t>(rng() % V);
-  return v;
-}
 
 template <class P>
 std::vector<float> download(Backend& k, P p, size_t n) {

@@ -119,3 +119,14 @@ TEST_CASE("a stop request checkpoints at the end of the current step and reports
   CHECK(f.trainer->start_step() == 1);
   CHECK(resumed.step == 50);
 }
+
+TEST_CASE("train.cuda_graph \"on\" on CPU ranks is refused before the data is read, naming the key") {
+  Fixture f;
+  f.spec.train.cuda_graph = "on";
+  f.spec.data.train = (f.dir / "no-such.txt").string();  // would be the error if the data came first
+  CHECK_THROWS_WITH(Trainer(f.spec, f.spec.run_dir, 0, 1, f.backend, f.report),
+                    Catch::Matchers::StartsWith("train.cuda_graph: \"on\" records CUDA graphs"));
+  f.spec.train.cuda_graph = "auto";  // auto: off on the CPU, no error
+  f.spec.data.train = (f.dir / "train.txt").string();
+  CHECK_NOTHROW(Trainer(f.spec, f.spec.run_dir, 0, 1, f.backend, f.report));
+}
