@@ -33,9 +33,9 @@ constexpr int kKeyBlock = math::kFlashKeyBlock;
 // not round as the vector one does); then both give the same bits, which
 // tests/worker/test_flash_attention.cpp checks. Measured for the whole attention, one thread
 // (docs/PERF.md, "CPU attention"): the AVX2 tile was 2x faster than sgemm tiles with OpenBLAS
-// 0.3.21's Prescott kernel and 0.8x of them with its AVX-512 kernel; the AVX-512 tile is faster
-// than the AVX2 one at every shape there. With AVX2's 16 registers the 8 x 16 tile spills 3 of its
-// 19 live vectors and still measured 5-15% faster than 4 x 16 and 6 x 16; AVX-512 has 32.
+// 0.3.21's Prescott kernel and 0.8x of them with its AVX-512 kernel; the AVX-512 tile is 1.4-1.8x
+// faster than the AVX2 one at every shape there. With AVX2's 16 registers the 8 x 16 tile spills 3
+// of its 19 live vectors and still measured 5-15% faster than 4 x 16 and 6 x 16; AVX-512 has 32.
 
 using Vec8 = float __attribute__((vector_size(32)));
 using Vec16 = float __attribute__((vector_size(64)));
