@@ -1,5 +1,6 @@
 #include "worker/flash_attention.hpp"
 
+#include <immintrin.h>
 #include <math.h>
 
 #include <algorithm>
@@ -23,23 +24,36 @@ constexpr int kKeyBlock = math::kFlashKeyBlock;
 
 // ---- the tile product ---------------------------------------------------------------------------
 // Tiles are at most 16 x 64 x hs, too small for sgemm to pay for its packing and per-call set-up.
-// A register tile of 8 rows x 16 columns (sixteen 8-float accumulators; GCC/Clang vector
-// extensions, AVX2 FMAs at -march=x86-64-v3) fixes the summation order, C[i][j] accumulating over
-// k in order on any CPU and BLAS. Measured for the whole attention at GPT-2 small's shape, one
-// thread: 2x faster than sgemm tiles with the kernel OpenBLAS 0.3.21 picks on this project's VMs
-// (it takes their CPU for a Prescott: SSE3, no FMA), 0.8x of sgemm tiles with its AVX-512 kernel
-// forced (OPENBLAS_CORETYPE=SkylakeX); 4 x 16 and 6 x 16 tiles were 5-15% slower than 8 x 16.
+// A register tile of 8 rows x 2 vectors of columns (sixteen accumulators; GCC/Clang vector
+// extensions) fixes the summation order: C[i][j] starts from 0 or its old value and takes one
+// fused multiply-add per k, in order, on any CPU and BLAS. The vectors are 8 floats (AVX2, the
+// build's baseline) or, where the CPU has AVX-512, 16 floats: the same fused multiply-adds on
+// every element in the same order. The AVX-512 product ends with the AVX2 one's 8-float step, so
+// that the last N % 8 columns go through the same scalar loop in both (GCC's scalar loop need
+// not round as the vector one does); then both give the same bits, which
+// tests/worker/test_flash_attention.cpp checks. Measured for the whole attention, one thread
+// (docs/PERF.md, "CPU attention"): the AVX2 tile was 2x faster than sgemm tiles with OpenBLAS
+// 0.3.21's Prescott kernel and 0.8x of them with its AVX-512 kernel; the AVX-512 tile is 1.4-1.8x
+// faster than the AVX2 one at every shape there. With AVX2's 16 registers the 8 x 16 tile spills 3
+// of its 19 live vectors and still measured 5-15% faster than 4 x 16 and 6 x 16; AVX-512 has 32.
 
 using Vec8 = float __attribute__((vector_size(32)));
+using Vec16 = float __attribute__((vector_size(64)));
 constexpr int kTileRows = 8;
-constexpr int kTileCols = 16;  // two Vec8
 
-inline Vec8 load8(const float* p) {
-  Vec8 v;
+template <class V>
+constexpr int kWidth = sizeof(V) / sizeof(float);
+
+// By reference: a 64-byte vector passed by value would change the calling convention between
+// the AVX2 and AVX-512 code (GCC warns), though every use is inlined.
+template <class V>
+[[gnu::always_inline]] inline void load(V& v, const float* p) {
   std::memcpy(&v, p, sizeof(v));
-  return v;
 }
-inline void store8(float* p, Vec8 v) { std::memcpy(p, &v, sizeof(v)); }
+template <class V>
+[[gnu::always_inline]] inline void store(float* p, const V& v) {
+  std::memcpy(p, &v, sizeof(v));
+}
 
 // A (M,K) read as a[i * row + k * col]: a row-major block (col = 1) or the transpose of one.
 struct Operand {
@@ -48,46 +62,71 @@ struct Operand {
   float at(int i, int k) const { return a[i * row + k * col]; }
 };
 
-// C[i0:i0+R, j0:j0+16] (+)= A[i0:i0+R, :] B[:, j0:j0+16]
-template <int R>
-inline void product_tile(float* c, size_t ldc, Operand a, const float* b, size_t ldb, int i0, int j0, int K,
-                         bool accumulate) {
-  Vec8 acc[R][2];
-  for (int r = 0; r < R; ++r) {
-    float* row = c + (i0 + r) * ldc + j0;
-    acc[r][0] = accumulate ? load8(row) : Vec8{};
-    acc[r][1] = accumulate ? load8(row + 8) : Vec8{};
-  }
+// C[i0:i0+R, j0:j0+NV*width] (+)= A[i0:i0+R, :] B[:, j0:j0+NV*width], NV vectors of V per row.
+template <class V, int R, int NV>
+[[gnu::always_inline]] inline void product_tile(float* c, size_t ldc, Operand a, const float* b, size_t ldb, int i0,
+                                                int j0, int K, bool accumulate) {
+  constexpr int W = kWidth<V>;
+  V acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) {
+      acc[r][v] = V{};
+      if (accumulate) load(acc[r][v], c + (i0 + r) * ldc + j0 + v * W);
+    }
   for (int k = 0; k < K; ++k) {
-    const Vec8 b0 = load8(b + k * ldb + j0), b1 = load8(b + k * ldb + j0 + 8);
+    V bk[NV];
+    for (int v = 0; v < NV; ++v) load(bk[v], b + k * ldb + j0 + v * W);
     for (int r = 0; r < R; ++r) {
       const float x = a.at(i0 + r, k);
-      acc[r][0] += x * b0;
-      acc[r][1] += x * b1;
+      for (int v = 0; v < NV; ++v) acc[r][v] += x * bk[v];
     }
   }
-  for (int r = 0; r < R; ++r) {
-    float* row = c + (i0 + r) * ldc + j0;
-    store8(row, acc[r][0]);
-    store8(row + 8, acc[r][1]);
-  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) store(c + (i0 + r) * ldc + j0 + v * W, acc[r][v]);
+}
+
+// The columns [j0, j0 + NV*width) of C for every row: tiles of kTileRows rows, then single rows.
+template <class V, int NV>
+[[gnu::always_inline]] inline void product_columns(float* c, size_t ldc, Operand a, const float* b, size_t ldb,
+                                                   int j0, int M, int K, bool accumulate) {
+  int i = 0;
+  for (; i + kTileRows <= M; i += kTileRows) product_tile<V, kTileRows, NV>(c, ldc, a, b, ldb, i, j0, K, accumulate);
+  for (; i < M; ++i) product_tile<V, 1, NV>(c, ldc, a, b, ldb, i, j0, K, accumulate);
 }
 
 // C (M,N) = A (M,K) B (K,N), or C += A B; B and C row-major with row strides ldb, ldc.
-void product(float* c, size_t ldc, Operand a, const float* b, size_t ldb, int M, int N, int K, bool accumulate) {
+template <class V>
+[[gnu::always_inline]] inline void product_with(float* c, size_t ldc, Operand a, const float* b, size_t ldb, int M,
+                                                int N, int K, bool accumulate) {
+  constexpr int W = kWidth<V>;
   int j = 0;
-  for (; j + kTileCols <= N; j += kTileCols) {
-    int i = 0;
-    for (; i + kTileRows <= M; i += kTileRows) product_tile<kTileRows>(c, ldc, a, b, ldb, i, j, K, accumulate);
-    for (; i < M; ++i) product_tile<1>(c, ldc, a, b, ldb, i, j, K, accumulate);
-  }
-  for (; j < N; ++j) {  // head sizes that are not a multiple of 16 (small test models)
+  for (; j + 2 * W <= N; j += 2 * W) product_columns<V, 2>(c, ldc, a, b, ldb, j, M, K, accumulate);
+  for (; j + W <= N; j += W) product_columns<V, 1>(c, ldc, a, b, ldb, j, M, K, accumulate);
+  if constexpr (W > 8)
+    for (; j + 8 <= N; j += 8) product_columns<Vec8, 1>(c, ldc, a, b, ldb, j, M, K, accumulate);
+  for (; j < N; ++j) {  // the last N % 8 columns (head sizes of small test models)
     for (int i = 0; i < M; ++i) {
       float s = accumulate ? c[i * ldc + j] : 0.0f;
       for (int k = 0; k < K; ++k) s += a.at(i, k) * b[k * ldb + j];
       c[i * ldc + j] = s;
     }
   }
+}
+
+void product_avx2(float* c, size_t ldc, Operand a, const float* b, size_t ldb, int M, int N, int K, bool accumulate) {
+  product_with<Vec8>(c, ldc, a, b, ldb, M, N, K, accumulate);
+}
+
+[[gnu::target("avx512f")]] void product_avx512(float* c, size_t ldc, Operand a, const float* b, size_t ldb, int M,
+                                               int N, int K, bool accumulate) {
+  product_with<Vec16>(c, ldc, a, b, ldb, M, N, K, accumulate);
+}
+
+const bool cpu_has_avx512 = __builtin_cpu_supports("avx512f");
+bool use_avx512 = cpu_has_avx512;
+
+void product(float* c, size_t ldc, Operand a, const float* b, size_t ldb, int M, int N, int K, bool accumulate) {
+  (use_avx512 ? product_avx512 : product_avx2)(c, ldc, a, b, ldb, M, N, K, accumulate);
 }
 
 // ---- per-head views ---------------------------------------------------------------------------
@@ -113,8 +152,36 @@ void for_each_head(const AttentionShape& s, const float* qkv, F&& f) {
 }
 
 // dst (hs,T) = src (T,hs; row stride ld)^T: keys and values as the B operand of Q K^T, dO V^T.
+// In 8 x 8 blocks transposed in registers (AVX), scalar at the edges. (Element by element, the
+// hs stores of one position land a power-of-two stride apart, in the few L1 sets that stride
+// reaches: that took a sixth of the attention's time.)
 void transpose_head(float* dst, const float* src, size_t ld, int T, int hs) {
-  for (int t = 0; t < T; ++t)
+  int t0 = 0;
+  for (; t0 + 8 <= T; t0 += 8) {
+    int d0 = 0;
+    for (; d0 + 8 <= hs; d0 += 8) {
+      __m256 r[8], u[8];
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + (t0 + i) * ld + d0);
+      for (int i = 0; i < 8; i += 2) {
+        u[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        u[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+      }
+      for (int i = 0; i < 8; i += 4) {
+        r[i] = _mm256_shuffle_ps(u[i], u[i + 2], 0x44);
+        r[i + 1] = _mm256_shuffle_ps(u[i], u[i + 2], 0xEE);
+        r[i + 2] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0x44);
+        r[i + 3] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0xEE);
+      }
+      for (int i = 0; i < 4; ++i) {
+        float* lo = dst + static_cast<size_t>(d0 + i) * T + t0;
+        _mm256_storeu_ps(lo, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+        _mm256_storeu_ps(lo + static_cast<size_t>(4) * T, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+      }
+    }
+    for (int d = d0; d < hs; ++d)
+      for (int t = t0; t < t0 + 8; ++t) dst[static_cast<size_t>(d) * T + t] = src[t * ld + d];
+  }
+  for (int t = t0; t < T; ++t)
     for (int d = 0; d < hs; ++d) dst[static_cast<size_t>(d) * T + t] = src[t * ld + d];
 }
 
@@ -175,6 +242,11 @@ struct BackwardScratch {
 };
 
 }  // namespace
+
+bool flash_attention_use_avx512(bool on) {
+  use_avx512 = on && cpu_has_avx512;
+  return use_avx512;
+}
 
 size_t flash_attention_saved_floats(const AttentionShape& s) { return static_cast<size_t>(s.B) * s.NH * s.T; }
 

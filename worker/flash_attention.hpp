@@ -22,6 +22,11 @@
 
 namespace xtrain {
 
+// The tile product's vectors: 16 floats (AVX-512) where the CPU has them, the default, or 8 (AVX2,
+// the build's baseline). Both give the same bits; the tests run both, the benchmark compares them.
+// Returns whether AVX-512 is used now (false where the CPU lacks it, whatever `on` says).
+bool flash_attention_use_avx512(bool on);
+
 // Floats saved from forward to backward: the logsumexp of each row, (B,NH,T).
 size_t flash_attention_saved_floats(const AttentionShape& s);
 // Floats of scratch either pass needs: O(T * hs), one head's transposed keys and values and its

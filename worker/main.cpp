@@ -37,6 +37,7 @@
 #include "worker/export_command.hpp"
 #include "worker/file_io.hpp"
 #include "worker/memory_plan.hpp"
+#include "worker/openblas_core.hpp"
 #include "worker/trainer.hpp"
 
 namespace {
@@ -127,6 +128,8 @@ int main(int argc, char** argv) {
   }
   rank = env.where.rank;
   init_logging("", "", /*quiet=*/rank != 0);
+  // May execute this program again, so before anything is written.
+  const std::string openblas_choice = choose_openblas_core(argv);
   report = std::make_unique<RunReport>(rank, env.run_dir, env.heartbeat_file, env.result_file);
   report->heartbeat().beat();
   install_backtrace_handler(env.heartbeat_file.empty() ? "" : backtrace_file_path(env.run_dir, rank));
@@ -153,6 +156,7 @@ int main(int argc, char** argv) {
       spdlog::info("{}", device.summary);
     }
     require_memory_fit(device, spec, env.where.world_size);
+    if (!openblas_choice.empty() && device.cuda == nullptr) spdlog::info("{}", openblas_choice);
     if (env.run_dir.empty()) {
       env.run_dir = spec.run_dir;
       std::filesystem::create_directories(env.run_dir);

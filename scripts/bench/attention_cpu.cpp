@@ -4,8 +4,10 @@
 // layer (median of --reps), and the memory a model of L layers holds for attention (L layers of
 // saved state plus the one scratch buffer all layers share). Both run on the calling thread
 // (OpenBLAS limited to one), so the time is that thread's CPU time: on a shared machine, the
-// time other processes take the core from us does not count.
-// Usage: xtrain-bench-attention-cpu [--reps N] (scripts/bench/attention_cpu.sh: one thread)
+// time other processes take the core from us does not count. The (T,T) attention's products are
+// sgemm, with the OpenBLAS kernels xtrain-worker chooses (worker/openblas_core.hpp).
+// Usage: xtrain-bench-attention-cpu [--reps N] [--avx2] (scripts/bench/attention_cpu.sh: one thread)
+//   --avx2: flash attention's AVX2 tile product even where the CPU has AVX-512
 #include <cblas.h>
 
 #include <algorithm>
@@ -18,8 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "common/log.hpp"
 #include "tests/worker/attention_reference.hpp"
 #include "worker/flash_attention.hpp"
+#include "worker/openblas_core.hpp"
 
 namespace {
 
@@ -70,10 +74,14 @@ std::string mib(size_t bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  xtrain::init_logging("xtrain-bench-attention-cpu");
+  if (const std::string line = xtrain::choose_openblas_core(argv); !line.empty()) spdlog::info("{}", line);
   int reps = 5;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--avx2") == 0) {
+      xtrain::flash_attention_use_avx512(false);
     } else {
       std::fprintf(stderr, "xtrain-bench-attention-cpu: unknown or incomplete argument '%s'\n", argv[i]);
       return 2;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Training-step throughput of xtrain's CPU backend against our PyTorch GPT in eager mode, at the
 # same shapes and thread count, for two model sizes; prints a table (docs/PERF.md, "CPU worker").
-# Usage: scripts/bench/worker_cpu.sh [--steps N] [--threads N]
+# Usage: scripts/bench/worker_cpu.sh [--steps N] [--threads N (default 1)] [--runs N]
 #   (build dir: $XTRAIN_BUILD_DIR or build/; PyTorch: /usr/bin/python3 with python3-torch)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)

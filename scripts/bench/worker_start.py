@@ -10,6 +10,10 @@ Rows (each measured --runs times, interleaved, so a busy machine slows every row
   CUDA linked (preload)    the same worker with libcudart, libcublasLt and libnccl in LD_PRELOAD:
                            the dynamic loader's work of a worker that links them
   CUDA linked (--baseline) a worker built before the plugin (optional: --baseline PATH)
+  OPENBLAS_CORETYPE given  only where the worker chooses OpenBLAS's kernels itself (its log says
+                           "running with OPENBLAS_CORETYPE=X", worker/openblas_core.hpp): device
+                           cpu with X already set, so the worker does not execute itself again;
+                           against "plugin, device cpu", the cost of that second exec
 Columns: `--help` (process start and exit: loading and relocating the libraries) and a one-step
 job (the demo's model: 4 layers, 128 channels, T 64, batch 4, one step and its checkpoint): median
 and minimum wall milliseconds, and the median CPU milliseconds (user + system, from wait4), which
@@ -68,6 +72,16 @@ def device_line(worker, job, env):
     return f"exit {out.returncode}{said[:120]}"
 
 
+def chosen_openblas_core(worker, job, env):
+    """The OPENBLAS_CORETYPE the worker chose for itself, or None."""
+    out = subprocess.run([worker, "--job", job], env=env, capture_output=True, text=True)
+    marker = "running with OPENBLAS_CORETYPE="
+    for line in (out.stdout + out.stderr).splitlines():
+        if marker in line:
+            return line.split(marker, 1)[1].split()[0]
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", required=True, help="xtrain-worker built with the plugin")
@@ -75,7 +89,7 @@ def main():
     ap.add_argument("--runs", type=int, default=20)
     a = ap.parse_args()
 
-    base_env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    base_env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "OPENBLAS_CORETYPE")}
     preload_env = dict(base_env, LD_PRELOAD=CUDA_LIBS)
     with tempfile.TemporaryDirectory(prefix="xtrain-start-") as tmp:
         jobs = {d: write_job(tmp, d) for d in ("cpu", "auto", "cuda")}
@@ -85,6 +99,10 @@ def main():
                 ("CUDA linked (LD_PRELOAD)", a.worker, jobs["cpu"], preload_env)]
         if a.baseline:
             rows.append(("CUDA linked (--baseline)", a.baseline, jobs["cpu"], base_env))
+        core = chosen_openblas_core(a.worker, jobs["cpu"], base_env)
+        if core:
+            rows.append((f"plugin, device cpu, OPENBLAS_CORETYPE={core} given", a.worker, jobs["cpu"],
+                         dict(base_env, OPENBLAS_CORETYPE=core)))
         notes = {name: device_line(worker, job, env) for name, worker, job, env in rows}
         help_runs = {name: [] for name, *_ in rows}
         job_runs = {name: [] for name, *_ in rows}

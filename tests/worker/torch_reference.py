@@ -237,14 +237,21 @@ def bench(a):
     tokens, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()
     for s in range(a.warmup):
         train_step(model, opt, t, s, tokens, targets)
-    ms = []  # per step; the median is robust to the odd step slowed by another process
-    for s in range(a.steps):
-        start = time.perf_counter()
-        loss, _ = train_step(model, opt, t, a.warmup + s, tokens, targets)
-        ms.append(1000.0 * (time.perf_counter() - start))
+    # Per step, wall and process CPU time (all threads; not inflated by waiting for a core); the
+    # medians are robust to the odd step slowed by another process.
+    ms, cpu_ms = [], []
+    with torch.autograd.profiler.profile(enabled=a.profile) as prof:
+        for s in range(a.steps):
+            start, cpu_start = time.perf_counter(), time.process_time()
+            loss, _ = train_step(model, opt, t, a.warmup + s, tokens, targets)
+            cpu_ms.append(1000.0 * (time.process_time() - cpu_start))
+            ms.append(1000.0 * (time.perf_counter() - start))
+    if a.profile:
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30), file=sys.stderr)
     median = statistics.median(ms)
     print(json.dumps({"impl": "pytorch-eager", "torch": torch.__version__, "threads": torch.get_num_threads(),
-                      "steps": a.steps, "ms_per_step": median, "tokens_per_s": a.batch * a.seq * 1000.0 / median,
+                      "steps": a.steps, "ms_per_step": median,
+                      "cpu_ms_per_step": statistics.median(cpu_ms), "tokens_per_s": a.batch * a.seq * 1000.0 / median,
                       "loss": loss}))
 
 
@@ -259,6 +266,7 @@ def main():
     for name, default in [("layers", 4), ("heads", 4), ("embd", 128), ("seq", 64), ("vocab", 256), ("batch", 4),
                           ("steps", 10), ("warmup", 2), ("threads", 2)]:
         b.add_argument("--" + name, type=int, default=default)
+    b.add_argument("--profile", action="store_true", help="the autograd profiler's table of the timed steps, on stderr")
     a = parser.parse_args()
     if a.mode == "check":
         check(a.dir)
