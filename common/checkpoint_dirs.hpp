@@ -1,6 +1,6 @@
 // Where a run's checkpoints live and which of them are complete: RUN_DIR/checkpoints/step-NNNNNNNN/
 // (8 or more digits) is a complete checkpoint; step-NNNNNNNN.tmp-* is one being written, or left
-// by an interrupted writer. The worker writes and loads them (worker/checkpoint.hpp); xlaunch
+// by an interrupted writer. The worker writes and loads them (worker/train/checkpoint.hpp); xlaunch
 // only looks, to learn which checkpoint a run would resume from.
 #pragma once
 

@@ -47,7 +47,7 @@ struct NodesSpec {
   int node_rank = 0;
   std::string rdzv_endpoint;        // host:port of node 0's rendezvous store
   double rdzv_timeout_s = 300.0;
-  double keepalive_interval_s = 1.0;  // each node -> node 0's store (common/kv_lease.hpp)
+  double keepalive_interval_s = 1.0;  // each node -> node 0's store (common/store/kv_lease.hpp)
   double keepalive_timeout_s = 3.0;   // silence after which a node, or node 0, is lost
 };
 
@@ -84,7 +84,7 @@ struct TrainSpec {
   int eval_batches = 4;             // batches of batch_size sequences per validation
   int log_every = 1;
   std::string precision = "auto";   // auto (bf16 on CUDA, fp32 on CPU) | bf16 | tf32 | fp32
-  std::string cuda_graph = "auto";  // auto | on | off: replay recorded layers (worker/cuda_graphs.hpp)
+  std::string cuda_graph = "auto";  // auto | on | off: replay recorded layers (worker/model/cuda_graphs.hpp)
 };
 
 struct SampleSpec {

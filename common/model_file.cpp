@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/checkpoint_dirs.hpp"
-#include "common/gpt2_tokenizer.hpp"
-#include "common/gpt2_vocabulary.hpp"
+#include "common/tokenizer/gpt2_tokenizer.hpp"
+#include "common/tokenizer/gpt2_vocabulary.hpp"
 
 namespace xtrain {
 namespace {

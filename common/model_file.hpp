@@ -2,12 +2,12 @@
 // read from headers alone (config.json, state.json, llm.c's 1 KiB header, the file size), so that
 // xlaunch resolves and checks a spec's model shape in milliseconds, before any rank starts:
 //   - a Hugging Face GPT-2 directory: config.json (a GPT2Config) + model.safetensors, the layout
-//     of the released gpt2 ... gpt2-xl (the tensors are read by worker/hf_model.hpp);
+//     of the released gpt2 ... gpt2-xl (the tensors are read by worker/formats/hf_model.hpp);
 //   - one of our checkpoint directories: the same two files, plus state.json
-//     (worker/checkpoint.hpp); only the weights are taken, never the optimizer state;
+//     (worker/train/checkpoint.hpp); only the weights are taken, never the optimizer state;
 //   - an llm.c model file: a header of 256 int32 [20240326, version, maxT, V, L, NH, C, Vp, 0...],
 //     then every tensor in llm.c's order, fp32 (version 3) or bf16 (version 5)
-//     (worker/llmc_model.hpp).
+//     (worker/formats/llmc_model.hpp).
 #pragma once
 
 #include <cstdint>

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "common/precision.hpp"
-#include "worker/cuda_plugin.hpp"  // CudaDeviceCount, CudaDeviceInfo
+#include "worker/device/cuda_plugin.hpp"  // CudaDeviceCount, CudaDeviceInfo
 
 namespace xtrain {
 class Backend;
@@ -37,7 +37,7 @@ std::string versions();
 
 // The backend on GPU `device` (a worker uses its LOCAL_RANK) in `precision`: bf16 (mixed
 // precision, the default for training; compute capability 8.0 or newer, which the worker checks
-// first: worker/device_choice.hpp), tf32 (TF32 tensor cores for fp32 products) or fp32 (strict).
+// first: worker/device/device_choice.hpp), tf32 (TF32 tensor cores for fp32 products) or fp32 (strict).
 // Throws std::invalid_argument when `device` is not visible.
 std::unique_ptr<Backend> make_backend(int device, Precision precision);
 

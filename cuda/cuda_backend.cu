@@ -4,6 +4,7 @@
 // through GemmEngine, all on stream_.
 #include "cuda/cuda_backend.hpp"
 
+#include <cstdio>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -126,10 +127,19 @@ float* CudaBackend::alloc_floats(size_t n) { return static_cast<float*>(alloc_ze
 int32_t* CudaBackend::alloc_ints(size_t n) { return static_cast<int32_t*>(alloc_zeroed(n * sizeof(int32_t))); }
 ActPtr CudaBackend::alloc_acts(size_t n) { return {alloc_zeroed(n * dtype_bytes(act_dtype())), act_dtype()}; }
 
-void CudaBackend::free(void* p) {
+// free and drop_recordings never throw (worker/model/backend.hpp): what they cannot do is said on
+// stderr, and the memory stays allocated until the process ends.
+namespace {
+void report_kept(const char* what, const char* why) noexcept {
+  std::fprintf(stderr, "warning: CUDA backend: %s: %s; the memory stays allocated until the process ends\n", what, why);
+}
+}  // namespace
+
+void CudaBackend::free(void* p) noexcept {
   if (p == nullptr) return;
-  refuse_while_recording("free");
-  XTRAIN_CUDA_CHECK(cudaFree(p));
+  if (recording_) return report_kept("free", "called while recording (it would wait for the GPU)");
+  const cudaError_t err = cudaFree(p);
+  if (err != cudaSuccess) return report_kept("cudaFree", cudaGetErrorString(err));
   const auto found = allocations_.find(p);
   if (found != allocations_.end()) {
     allocated_bytes_ -= found->second;
@@ -243,10 +253,14 @@ void CudaBackend::replay(int recording) {
   XTRAIN_CUDA_CHECK(cudaGraphLaunch(graphs_[recording], stream_));
 }
 
-void CudaBackend::drop_recordings() {
-  refuse_while_recording("drop_recordings");
-  XTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));  // no graph is destroyed while it runs
-  for (cudaGraphExec_t g : graphs_) XTRAIN_CUDA_CHECK(cudaGraphExecDestroy(g));
+void CudaBackend::drop_recordings() noexcept {
+  if (recording_) return report_kept("drop_recordings", "called while recording");
+  const cudaError_t err = cudaStreamSynchronize(stream_);  // no graph is destroyed while it runs
+  if (err != cudaSuccess) return report_kept("drop_recordings", cudaGetErrorString(err));
+  for (cudaGraphExec_t g : graphs_) {
+    const cudaError_t destroyed = cudaGraphExecDestroy(g);
+    if (destroyed != cudaSuccess) report_kept("cudaGraphExecDestroy", cudaGetErrorString(destroyed));
+  }
   graphs_.clear();
 }
 

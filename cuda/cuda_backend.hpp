@@ -11,7 +11,7 @@
 // sums of layernorm and bias gradients, the token sort of embedding backward) share one device
 // buffer, sized by reserve_scratch before the first step (GPT calls it at construction); an
 // operation on a bigger shape than reserved grows it, waiting for the stream first (never while
-// recording). Every size is worker/cuda_buffers.hpp's, so the memory plan that the
+// recording). Every size is worker/model/cuda_buffers.hpp's, so the memory plan that the
 // worker prints and checks before it allocates is what this backend holds.
 //
 // Recording (Backend::begin_recording): stream capture of the compute stream into a CUDA graph
@@ -31,8 +31,8 @@
 #include <vector>
 
 #include "cuda/gemm.hpp"
-#include "worker/cuda_buffers.hpp"
-#include "worker/backend.hpp"
+#include "worker/model/cuda_buffers.hpp"
+#include "worker/model/backend.hpp"
 
 namespace xtrain::cuda {
 
@@ -74,7 +74,7 @@ class CudaBackend final : public Backend {
   float* alloc_floats(size_t n) override;
   int32_t* alloc_ints(size_t n) override;
   ActPtr alloc_acts(size_t n) override;
-  void free(void* p) override;
+  void free(void* p) noexcept override;
   void upload(float* dst, const float* host_src, size_t n) override;
   void upload(int32_t* dst, const int32_t* host_src, size_t n) override;
   void download(float* host_dst, const float* src, size_t n) override;
@@ -94,7 +94,7 @@ class CudaBackend final : public Backend {
   int end_recording() override;
   void abort_recording() override;
   void replay(int recording) override;
-  void drop_recordings() override;
+  void drop_recordings() noexcept override;
 
   // Device memory now held: the alloc_* buffers, and the backend's own (workspace, partials,
   // scratch). The [gpu] test of the memory plan compares these with the plan.

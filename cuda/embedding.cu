@@ -1,6 +1,6 @@
 // CudaBackend's embedding operations and the sizing of its scratch (the rest is in
 // cuda_backend.cu): this file alone pulls in CUB's radix sort, so it compiles in parallel with
-// the other. The sizes are worker/cuda_buffers.hpp's, which the memory plan counts.
+// the other. The sizes are worker/model/cuda_buffers.hpp's, which the memory plan counts.
 #include <algorithm>
 
 #include "cuda/cuda_backend.hpp"

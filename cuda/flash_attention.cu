@@ -4,7 +4,7 @@
 #include <string>
 
 #include "cuda/kernels/flash_attention.cuh"
-#include "worker/cuda_buffers.hpp"
+#include "worker/model/cuda_buffers.hpp"
 
 namespace xtrain::cuda {
 

@@ -5,12 +5,12 @@
 #include <string>
 
 #include "cuda/check.hpp"
-#include "worker/cuda_buffers.hpp"
+#include "worker/model/cuda_buffers.hpp"
 
 namespace xtrain::cuda {
 namespace {
 
-// What NVIDIA recommends for cuBLASLt on Hopper (worker/cuda_buffers.hpp: the memory plan counts it).
+// What NVIDIA recommends for cuBLASLt on Hopper (worker/model/cuda_buffers.hpp: the memory plan counts it).
 constexpr size_t kWorkspaceBytes = cuda_buffers::kGemmWorkspaceBytes;
 
 size_t type_bytes(cudaDataType_t t) {

@@ -7,7 +7,7 @@
 #include <string>
 #include <thread>
 
-#include "common/nccl_id.hpp"
+#include "common/gpu/nccl_id.hpp"
 #include "cuda/check.hpp"
 
 namespace xtrain::cuda {

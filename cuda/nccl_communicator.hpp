@@ -23,7 +23,7 @@
 
 #include "common/worker_env.hpp"
 #include "cuda/cuda_backend.hpp"
-#include "worker/communicator.hpp"
+#include "worker/comm/communicator.hpp"
 
 namespace xtrain::cuda {
 

@@ -1,4 +1,4 @@
-// libxtrain-cuda.so's entry point: the CudaPlugin of worker/cuda_plugin.hpp, served by
+// libxtrain-cuda.so's entry point: the CudaPlugin of worker/device/cuda_plugin.hpp, served by
 // cuda/cuda_api.hpp. The only symbol the library exports (CMake hides the rest).
 #include <memory>
 #include <stdexcept>
@@ -6,9 +6,9 @@
 #include <type_traits>
 
 #include "cuda/cuda_api.hpp"
-#include "worker/backend.hpp"
-#include "worker/communicator.hpp"
-#include "worker/cuda_plugin.hpp"
+#include "worker/model/backend.hpp"
+#include "worker/comm/communicator.hpp"
+#include "worker/device/cuda_plugin.hpp"
 #include "xtrain/plugin_interface.hpp"
 
 namespace xtrain::cuda {

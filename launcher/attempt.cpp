@@ -15,7 +15,7 @@
 #endif
 
 #include "common/exit_codes.hpp"
-#include "common/nccl_id.hpp"
+#include "common/gpu/nccl_id.hpp"
 #include "launcher/launch_error.hpp"
 #include "launcher/run_dir.hpp"
 

@@ -5,7 +5,7 @@
 #include <map>
 #include <string>
 
-#include "common/nccl_library.hpp"
+#include "common/gpu/nccl_library.hpp"
 #include "common/worker_env.hpp"
 #include "launcher/plan.hpp"
 #include "launcher/rendezvous.hpp"
@@ -15,13 +15,13 @@ namespace xtrain::launcher {
 // Binds port 0 on `address`, reads the port back and closes. Throws LaunchError (125).
 int pick_free_port(const std::string& address);
 
-// Loads libnccl by the rule the workers follow (common/nccl_library.hpp), resolved with the
+// Loads libnccl by the rule the workers follow (common/gpu/nccl_library.hpp), resolved with the
 // environment the ranks get, so both use one library; once per process (later calls return the
 // first). Throws LaunchError (125) when it cannot. NCCL is opened only when a job's backend is
 // NCCL: linking it would cost every xlaunch start about 5 ms.
 const NcclLibrary& require_nccl(const std::map<std::string, std::string>& rank_env);
 
-// ncclGetUniqueId, hex-encoded (common/nccl_id.hpp), from the library require_nccl loaded (or,
+// ncclGetUniqueId, hex-encoded (common/gpu/nccl_id.hpp), from the library require_nccl loaded (or,
 // without that call, the one this process's environment resolves to). Throws LaunchError (125).
 std::string nccl_unique_id_hex();
 

@@ -7,7 +7,7 @@
 #include <sched.h>
 #include <unistd.h>
 
-#include "common/gpu_probe.hpp"
+#include "common/gpu/gpu_probe.hpp"
 
 extern char** environ;
 

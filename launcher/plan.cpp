@@ -7,16 +7,16 @@
 #include <unistd.h>
 
 #include "common/exit_codes.hpp"
-#include "common/kv_protocol.hpp"
+#include "common/store/kv_protocol.hpp"
 #include "common/model_file.hpp"
 #include "common/slurm.hpp"
 #include "launcher/attempt.hpp"
 #include "launcher/launch_error.hpp"
 #include "launcher/run_dir.hpp"
 #include "launcher/torchrun.hpp"
-#include "worker/checkpoint.hpp"
-#include "worker/cuda_graphs.hpp"
-#include "worker/token_source.hpp"
+#include "worker/train/checkpoint.hpp"
+#include "worker/model/cuda_graphs.hpp"
+#include "worker/data/token_source.hpp"
 
 namespace xtrain::launcher {
 namespace {
@@ -114,7 +114,7 @@ void check_training_inputs(const JobSpec& spec) {
   }
 }
 
-// What each rank of our worker will hold, by the worker's own formula (worker/memory_plan.hpp).
+// What each rank of our worker will hold, by the worker's own formula (worker/model/memory_plan.hpp).
 void plan_rank_memory(Plan& plan, Precision precision) {
   const ModelDims dims = ModelDims::from(plan.spec.model);
   const int B = plan.spec.train.micro_batch_size;

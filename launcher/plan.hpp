@@ -10,11 +10,11 @@
 #include <nlohmann/json.hpp>
 
 #include "common/job_spec.hpp"
-#include "common/nccl_library.hpp"
+#include "common/gpu/nccl_library.hpp"
 #include "common/worker_env.hpp"
 #include "launcher/cli.hpp"
 #include "launcher/host.hpp"
-#include "worker/memory_plan.hpp"
+#include "worker/model/memory_plan.hpp"
 
 namespace xtrain::launcher {
 
@@ -32,13 +32,13 @@ struct Plan {
   std::string job_token;                 // several nodes: the rendezvous store's token
   bool nodes_from_slurm = false;         // `nodes` came from SLURM's variables, not the spec
   NcclLibrary nccl;                      // backend nccl: the libnccl that xlaunch and the ranks load
-  std::optional<MemoryPlan> memory;      // our worker: each rank's memory plan (worker/memory_plan.hpp)
+  std::optional<MemoryPlan> memory;      // our worker: each rank's memory plan (worker/model/memory_plan.hpp)
   std::string cuda_graph;                // our worker: train.cuda_graph resolved, and why
 };
 
 // Throws SpecError (exit 2) for an invalid spec or world, LaunchError for a worker command that
 // is missing (127) or not executable (126), or NCCL that cannot be loaded (125). With backend
-// nccl, loads libnccl by the workers' rule (common/nccl_library.hpp) and records which.
+// nccl, loads libnccl by the workers' rule (common/gpu/nccl_library.hpp) and records which.
 Plan make_plan(const CliOptions& options, const HostInfo& host);
 
 // Whether the worker is xtrain-worker (the default, or a command named so): its training

@@ -1,8 +1,8 @@
 // Several nodes: how the xlaunch of each node meets the others through node 0's rendezvous store
-// (common/kv_server.hpp), once per attempt, and how they stop together.
+// (common/store/kv_server.hpp), once per attempt, and how they stop together.
 //
 // Keys of attempt N live under "xlaunch/a<N>/", so a restart never reads an earlier round:
-//   lease/<k>       node k's lease (common/kv_lease.hpp), taken before it registers and held until
+//   lease/<k>       node k's lease (common/store/kv_lease.hpp), taken before it registers and held until
 //                   it has read the attempt's verdict: node 0's store reports its loss (below)
 //   node/<k>        node k's registration: {"addr", "local_world_size", "pid"}
 //   plan            node 0's answer: {"run_id", "world_size", "local_world_size", "master_addr",
@@ -41,9 +41,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/kv_client.hpp"
-#include "common/kv_lease.hpp"
-#include "common/kv_server.hpp"
+#include "common/store/kv_client.hpp"
+#include "common/store/kv_lease.hpp"
+#include "common/store/kv_server.hpp"
 #include "launcher/plan.hpp"
 
 namespace xtrain::launcher {

@@ -1,4 +1,4 @@
-// Straggler detection from the busy times in the heartbeat records (worker/trainer.hpp: a rank's
+// Straggler detection from the busy times in the heartbeat records (worker/train/trainer.hpp: a rank's
 // step time minus its time blocked in collectives; wall times are all equal in synchronous data
 // parallelism). For each step that every reporting rank has finished, a rank whose busy time is
 // at least kSlowerBy above the median of this node's ranks (and kMinExcessMs above it: below

@@ -6,7 +6,7 @@
 
 #include <unistd.h>
 
-#include "common/kv_protocol.hpp"
+#include "common/store/kv_protocol.hpp"
 
 namespace xtrain::launcher::torchrun {
 namespace {

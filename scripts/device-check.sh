@@ -155,7 +155,7 @@ if [[ -n "$bin" ]]; then
       say "$lib: NOT FOUND on this machine"
     fi
   done
-  # The worker loads the CUDA plugin from ../lib beside its bin/ (worker/cuda_plugin_loader.hpp).
+  # The worker loads the CUDA plugin from ../lib beside its bin/ (worker/device/cuda_plugin_loader.hpp).
   plugin="$bin/../lib/libxtrain-cuda.so"
   [[ -f "$plugin" ]] || say "MISSING the CUDA plugin $plugin: the worker will train on the CPU (auto) or fail (cuda)"
   LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" bounded 30 ldd "$bin"/* "$plugin" >"$logs/ldd.txt" 2>&1

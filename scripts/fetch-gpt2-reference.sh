@@ -39,7 +39,7 @@ if [ ! -f "$stamp" ]; then
 EOF
   if ! log=$(npm install --no-audit --no-fund --no-update-notifier 2>&1); then
     echo "$log" >&2
-    echo "fetch-gpt2-reference: error: npm install failed (is registry.npmjs.org reachable?)" >&2
+    echo "fetch-gpt2-reference: error: npm install failed (is the npm registry reachable?)" >&2
     exit 1
   fi
   mkdir -p gpt2 gpt2-hf

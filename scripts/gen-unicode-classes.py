@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates common/unicode_class_table.inc: the class of every Unicode code point that GPT-2's
+"""Generates common/tokenizer/unicode_class_table.inc: the class of every Unicode code point that GPT-2's
 pre-tokenisation regex distinguishes (\\p{L}, \\p{N}, \\s = White_Space, anything else), plus which
 code points are unassigned in this Unicode version (so tests can tell a version difference from a
 bug), as a sorted table of runs.

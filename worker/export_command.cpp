@@ -10,12 +10,12 @@
 
 #include <spdlog/spdlog.h>
 
-#include "common/gpt2_tokenizer.hpp"
-#include "common/gpt2_vocabulary.hpp"
+#include "common/tokenizer/gpt2_tokenizer.hpp"
+#include "common/tokenizer/gpt2_vocabulary.hpp"
 #include "common/log.hpp"
 #include "common/model_file.hpp"
-#include "worker/llmc_model.hpp"
-#include "worker/model_io.hpp"
+#include "worker/formats/llmc_model.hpp"
+#include "worker/formats/model_io.hpp"
 
 namespace xtrain {
 namespace {

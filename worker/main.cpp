@@ -1,4 +1,4 @@
-// xtrain-worker: one rank of data-parallel GPT-2 training (the loop is worker/trainer.hpp).
+// xtrain-worker: one rank of data-parallel GPT-2 training (the loop is worker/train/trainer.hpp).
 //
 // Under xlaunch it reads the environment contract (RANK, WORLD_SIZE, XTRAIN_JOB, XTRAIN_RUN_DIR,
 // ...). By hand, `xtrain-worker --job FILE` is a world of one writing to the spec's run_dir.
@@ -11,7 +11,7 @@
 //   2  "failed", bad input given to the worker: command line, environment, job spec, data,
 //      checkpoint, or a device that is not there; retrying cannot help
 // SIGTERM and SIGINT keep their default action: the rank dies at once (the launcher's way to stop
-// a gang). SIGUSR2 makes the receiving thread write its backtrace (worker/backtrace.hpp). Every
+// a gang). SIGUSR2 makes the receiving thread write its backtrace (worker/train/backtrace.hpp). Every
 // failure prints one line "error: <field or file>: <what>" on stderr, and the result file says
 // whether the failure is this rank's own ("primary") or a collective that failed because a peer
 // died or stopped answering ("peer_lost": xlaunch then looks for the primary one elsewhere).
@@ -31,14 +31,14 @@
 #include "common/log.hpp"
 #include "common/model_file.hpp"
 #include "common/worker_env.hpp"
-#include "worker/backtrace.hpp"
-#include "worker/checkpoint.hpp"
-#include "worker/device_choice.hpp"
+#include "worker/train/backtrace.hpp"
+#include "worker/train/checkpoint.hpp"
+#include "worker/device/device_choice.hpp"
 #include "worker/export_command.hpp"
-#include "worker/file_io.hpp"
-#include "worker/memory_plan.hpp"
-#include "worker/openblas_core.hpp"
-#include "worker/trainer.hpp"
+#include "worker/formats/file_io.hpp"
+#include "worker/model/memory_plan.hpp"
+#include "worker/cpu/openblas_core.hpp"
+#include "worker/train/trainer.hpp"
 
 namespace {
 

@@ -9,12 +9,12 @@
 
 #include "cuda/check.hpp"
 #include "cuda/kernels/common.cuh"
-#include "worker/cuda_buffers.hpp"
+#include "worker/model/cuda_buffers.hpp"
 
 namespace xtrain::cuda {
 
 constexpr int kColumnTile = 32;
-// The row groups (and so the scratch) are worker/cuda_buffers.hpp's, which the memory plan counts.
+// The row groups (and so the scratch) are worker/model/cuda_buffers.hpp's, which the memory plan counts.
 using cuda_buffers::column_groups;
 using cuda_buffers::column_reduce_scratch_floats;
 using cuda_buffers::kColumnRowThreads;

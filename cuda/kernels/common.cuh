@@ -14,7 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "worker/act_ptr.hpp"
+#include "worker/model/act_ptr.hpp"
 
 namespace xtrain {
 template <>

@@ -26,7 +26,7 @@
 
 #include "cuda/check.hpp"
 #include "cuda/kernels/common.cuh"
-#include "worker/cuda_buffers.hpp"
+#include "worker/model/cuda_buffers.hpp"
 
 namespace xtrain::cuda {
 
@@ -59,7 +59,7 @@ __global__ void token_keys_kernel(unsigned long long* __restrict__ keys, const i
   keys[i] = (static_cast<unsigned long long>(tokens[i]) << position_bits) | static_cast<unsigned long long>(i);
 }
 
-using cuda_buffers::kEmbeddingChunk;     // sorted entries per chunk (worker/cuda_buffers.hpp)
+using cuda_buffers::kEmbeddingChunk;     // sorted entries per chunk (worker/model/cuda_buffers.hpp)
 constexpr int kEmbeddingChannels = 128;  // channels (threads) per block
 
 // The sorted array of keys, read as (token, position) pairs.

@@ -1,6 +1,6 @@
 // Causal self-attention without the (T,T) matrices, FlashAttention-2 style, and the launchers.
 // The arithmetic and its bf16 rounding points are worker/math/flash_attention.hpp's, shared with
-// the CPU version (worker/flash_attention.*), which every [gpu] test compares against:
+// the CPU version (worker/cpu/flash_attention.*), which every [gpu] test compares against:
 //
 //   forward, per 64-key block:  m' = max(m, max_j x_ij);  p_ij = exp(x_ij - m')
 //                               l = l exp(m - m') + sum_j p_ij;  acc = acc exp(m - m') + [bf16] p V

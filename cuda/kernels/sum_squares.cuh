@@ -6,11 +6,11 @@
 
 #include "cuda/check.hpp"
 #include "cuda/kernels/common.cuh"
-#include "worker/cuda_buffers.hpp"
+#include "worker/model/cuda_buffers.hpp"
 
 namespace xtrain::cuda {
 
-using cuda_buffers::kSumSquaresBlocks;  // worker/cuda_buffers.hpp: the memory plan counts the partials
+using cuda_buffers::kSumSquaresBlocks;  // worker/model/cuda_buffers.hpp: the memory plan counts the partials
 constexpr int kSumSquaresThreads = 256;
 
 // Tree over the block's threads in shared memory, in a fixed order.

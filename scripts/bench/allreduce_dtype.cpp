@@ -20,14 +20,14 @@
 #include <vector>
 
 #include "scripts/bench/bench_options.hpp"
-#include "worker/adamw.hpp"
-#include "worker/batch_sampler.hpp"
-#include "worker/cpu_backend.hpp"
-#include "worker/gpt.hpp"
-#include "worker/lr_schedule.hpp"
+#include "worker/train/adamw.hpp"
+#include "worker/data/batch_sampler.hpp"
+#include "worker/cpu/cpu_backend.hpp"
+#include "worker/model/gpt.hpp"
+#include "worker/train/lr_schedule.hpp"
 #include "worker/math/bf16.hpp"
-#include "worker/param_layout.hpp"
-#include "worker/token_source.hpp"
+#include "worker/model/param_layout.hpp"
+#include "worker/data/token_source.hpp"
 
 namespace {
 

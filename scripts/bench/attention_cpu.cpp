@@ -1,11 +1,11 @@
-// Causal attention on the CPU: the flash attention (worker/flash_attention.*) next to the attention
+// Causal attention on the CPU: the flash attention (worker/cpu/flash_attention.*) next to the attention
 // it replaced, which keeps the (B,NH,T,T) probabilities (tests/worker/attention_reference.hpp), on
 // the same inputs, one after the other. Prints a Markdown table: forward and backward time of one
 // layer (median of --reps), and the memory a model of L layers holds for attention (L layers of
 // saved state plus the one scratch buffer all layers share). Both run on the calling thread
 // (OpenBLAS limited to one), so the time is that thread's CPU time: on a shared machine, the
 // time other processes take the core from us does not count. The (T,T) attention's products are
-// sgemm, with the OpenBLAS kernels xtrain-worker chooses (worker/openblas_core.hpp).
+// sgemm, with the OpenBLAS kernels xtrain-worker chooses (worker/cpu/openblas_core.hpp).
 // Usage: xtrain-bench-attention-cpu [--reps N] [--avx2] (scripts/bench/attention_cpu.sh: one thread)
 //   --avx2: flash attention's AVX2 tile product even where the CPU has AVX-512
 #include <cblas.h>
@@ -22,8 +22,8 @@
 
 #include "common/log.hpp"
 #include "tests/worker/attention_reference.hpp"
-#include "worker/flash_attention.hpp"
-#include "worker/openblas_core.hpp"
+#include "worker/cpu/flash_attention.hpp"
+#include "worker/cpu/openblas_core.hpp"
 
 namespace {
 

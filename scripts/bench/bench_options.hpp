@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "common/job_spec.hpp"
+#include "tests/worker/gpt_test_util.hpp"
 
 namespace xtrain::bench {
 
@@ -15,15 +16,7 @@ struct BenchShape {
   int layers, heads, embd, seq, vocab, batch;
   int steps, warmup;  // timed steps after unmeasured warmup steps
 
-  ModelSpec model() const {
-    ModelSpec m;
-    m.n_layer = layers;
-    m.n_head = heads;
-    m.n_embd = embd;
-    m.seq_len = seq;
-    m.vocab_size = vocab;
-    return m;
-  }
+  ModelSpec model() const { return test::model_spec(layers, heads, embd, seq, vocab); }
 };
 
 // Reads `--layers N ... --warmup N` into `shape`; any other argument goes to `extra(i)`, which

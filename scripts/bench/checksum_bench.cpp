@@ -1,4 +1,4 @@
-// What checkpoint checksums cost: CRC-32C (worker/crc32c.hpp; SSE4.2 when the CPU has it, else
+// What checkpoint checksums cost: CRC-32C (worker/formats/crc32c.hpp; SSE4.2 when the CPU has it, else
 // the table-driven version) against the FNV-1a digest the worker already uses, over a buffer of
 // --mb MiB; then the checkpoint's write path (OutputFile: write, checksum on the way, fsync)
 // and the verification a resume makes (checksum_file: read back and checksum), on a file in
@@ -13,9 +13,9 @@
 
 #include <unistd.h>
 
-#include "worker/crc32c.hpp"
-#include "worker/file_io.hpp"
-#include "worker/run_report.hpp"
+#include "worker/formats/crc32c.hpp"
+#include "worker/formats/file_io.hpp"
+#include "worker/train/run_report.hpp"
 
 namespace {
 

@@ -15,7 +15,7 @@
 // which ("cuda_graph": "on" or "off"), so the same shape timed both ways shows what replay gains
 // (at least two warm-up steps then: one eager, one recording).
 // memory_mib (what the device lost to the run, cudaMemGetInfo) sits next to memory_plan_mib
-// (worker/memory_plan.hpp's count for this rank), so a GPU run checks the plan too.
+// (worker/model/memory_plan.hpp's count for this rank), so a GPU run checks the plan too.
 // Usage: xtrain-bench-gpu [--layers N] [--heads N] [--embd N] [--seq N] [--vocab N] [--batch N]
 //                         [--steps N] [--warmup N] [--precision bf16|tf32|fp32] [--cuda-graph on|off]
 //                         [--out FILE]
@@ -37,12 +37,12 @@
 
 #include "common/worker_env.hpp"
 #include "cuda/cuda_api.hpp"
-#include "worker/adamw.hpp"
-#include "worker/backend.hpp"
-#include "worker/communicator.hpp"
-#include "worker/gpt.hpp"
-#include "worker/memory_plan.hpp"
-#include "worker/single_communicator.hpp"
+#include "worker/train/adamw.hpp"
+#include "worker/model/backend.hpp"
+#include "worker/comm/communicator.hpp"
+#include "worker/model/gpt.hpp"
+#include "worker/model/memory_plan.hpp"
+#include "worker/comm/single_communicator.hpp"
 #include "scripts/bench/bench_options.hpp"
 
 namespace {

@@ -24,7 +24,7 @@ for each precision, and each run is divided by the peak of its own precision.
 Memory: xtrain, the device memory its process took beyond its CUDA context (cudaMemGetInfo,
 after the timed steps: it allocates everything before the first step); PyTorch, the peak its
 caching allocator reserved (the allocated peak is in the JSON). "plan" is what xlaunch --dry-run
-predicts per rank (worker/memory_plan.hpp) where this xlaunch prints a plan.
+predicts per rank (worker/model/memory_plan.hpp) where this xlaunch prints a plan.
 
 Usage: gpu_bench.py --bin DIR [--out DIR] [--shapes gpt2,mid,demo] [--impls xtrain,eager,compile]
                     [--precisions bf16,tf32] [--steps N] [--warmup N] [--deadline-s S]

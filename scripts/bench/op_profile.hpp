@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "worker/backend.hpp"
+#include "worker/model/backend.hpp"
 
 namespace xtrain::bench {
 
@@ -49,7 +49,7 @@ class OpProfile final : public Backend {
   float* alloc_floats(size_t n) override { return k_.alloc_floats(n); }
   int32_t* alloc_ints(size_t n) override { return k_.alloc_ints(n); }
   ActPtr alloc_acts(size_t n) override { return k_.alloc_acts(n); }
-  void free(void* p) override { k_.free(p); }
+  void free(void* p) noexcept override { k_.free(p); }
   void upload(float* dst, const float* src, size_t n) override { time("upload", [&] { k_.upload(dst, src, n); }); }
   void upload(int32_t* dst, const int32_t* src, size_t n) override {
     time("upload", [&] { k_.upload(dst, src, n); });

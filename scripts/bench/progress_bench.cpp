@@ -1,4 +1,4 @@
-// What reporting progress costs a rank (worker/heartbeat.hpp): one phase update (plain stores
+// What reporting progress costs a rank (worker/train/heartbeat.hpp): one phase update (plain stores
 // into the shared mapping of the heartbeat file, and a vDSO clock read), one beat (the futimens
 // the watchdog sees), and a training step (forward and backward) of a model with and without
 // every layer reported, the two kinds of step interleaved so that drift and noise hit both alike.
@@ -18,9 +18,9 @@
 #include <unistd.h>
 
 #include "scripts/bench/bench_options.hpp"
-#include "worker/cpu_backend.hpp"
-#include "worker/gpt.hpp"
-#include "worker/heartbeat.hpp"
+#include "worker/cpu/cpu_backend.hpp"
+#include "worker/model/gpt.hpp"
+#include "worker/train/heartbeat.hpp"
 
 namespace {
 

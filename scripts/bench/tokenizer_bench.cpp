@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "common/gpt2_tokenizer.hpp"
+#include "common/tokenizer/gpt2_tokenizer.hpp"
 
 namespace {
 

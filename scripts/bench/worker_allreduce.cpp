@@ -19,9 +19,9 @@
 #include <unistd.h>
 
 #include "common/job_spec.hpp"
-#include "worker/cpu_backend.hpp"
-#include "worker/gloo_communicator.hpp"
-#include "worker/gpt.hpp"
+#include "worker/cpu/cpu_backend.hpp"
+#include "worker/comm/gloo_communicator.hpp"
+#include "worker/model/gpt.hpp"
 
 using namespace xtrain;
 using Clock = std::chrono::steady_clock;

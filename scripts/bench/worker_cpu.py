@@ -11,7 +11,7 @@ alternating the two sides; the table gives the median of the runs' medians and t
 ratio over the runs.
 
 Both sides run the same OpenBLAS (PyTorch's BLAS is the system's) with the same kernels: xtrain's
-benchmark chooses them as xtrain-worker does (worker/openblas_core.hpp), and PyTorch gets the same
+benchmark chooses them as xtrain-worker does (worker/cpu/openblas_core.hpp), and PyTorch gets the same
 OPENBLAS_CORETYPE. PyTorch runs twice per shape and run, with OpenMP's default (spinning) wait
 policy and with OMP_WAIT_POLICY=PASSIVE; the faster counts (on a shared 2-core machine spinning
 OpenMP threads and OpenBLAS's threads fight over the cores, which says nothing about xtrain).

@@ -1,7 +1,7 @@
 // Times full training steps of GPT on the CPU backend in one process: zero grads, forward,
 // backward, global gradient norm, clipped AdamW, exactly the per-step work of xtrain-worker at
 // world size 1 without data loading, with the OpenBLAS kernels the worker chooses
-// (worker/openblas_core.hpp). Prints one JSON line with the median step time, wall and CPU
+// (worker/cpu/openblas_core.hpp). Prints one JSON line with the median step time, wall and CPU
 // (scripts/bench/worker_cpu.py reads it).
 // Usage: xtrain-bench-cpu [--layers N] [--heads N] [--embd N] [--seq N] [--vocab N] [--batch N]
 //                         [--steps N] [--warmup N] [--threads N] [--precision fp32|bf16] [--profile]
@@ -23,11 +23,11 @@
 #include "scripts/bench/bench_options.hpp"
 #include "common/log.hpp"
 #include "scripts/bench/op_profile.hpp"
-#include "worker/adamw.hpp"
-#include "worker/cpu_backend.hpp"
-#include "worker/gpt.hpp"
-#include "worker/lr_schedule.hpp"
-#include "worker/openblas_core.hpp"
+#include "worker/train/adamw.hpp"
+#include "worker/cpu/cpu_backend.hpp"
+#include "worker/model/gpt.hpp"
+#include "worker/train/lr_schedule.hpp"
+#include "worker/cpu/openblas_core.hpp"
 
 namespace {
 

@@ -11,7 +11,7 @@ Rows (each measured --runs times, interleaved, so a busy machine slows every row
                            the dynamic loader's work of a worker that links them
   CUDA linked (--baseline) a worker built before the plugin (optional: --baseline PATH)
   OPENBLAS_CORETYPE given  only where the worker chooses OpenBLAS's kernels itself (its log says
-                           "running with OPENBLAS_CORETYPE=X", worker/openblas_core.hpp): device
+                           "running with OPENBLAS_CORETYPE=X", worker/cpu/openblas_core.hpp): device
                            cpu with X already set, so the worker does not execute itself again;
                            against "plugin, device cpu", the cost of that second exec
 Columns: `--help` (process start and exit: loading and relocating the libraries) and a one-step

@@ -15,7 +15,7 @@
 #include <catch2/catch.hpp>
 
 #include "cuda/cuda_api.hpp"
-#include "worker/backend.hpp"
+#include "worker/model/backend.hpp"
 
 namespace xtrain::test {
 

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/launcher/harness.hpp"
 #include "tests/worker/run_metrics.hpp"
 
 #include <cmath>
@@ -28,15 +29,9 @@
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using xtrain::test::bin_path;
 
 namespace {
-
-// Where xlaunch and xtrain-worker are: $XTRAIN_BIN_DIR (a relocated bundle, see
-// scripts/make-bundle.sh) or this build's bin directory.
-std::string bin_dir() {
-  const char* dir = std::getenv("XTRAIN_BIN_DIR");
-  return dir != nullptr && *dir != '\0' ? dir : XTRAIN_BIN_DIR;
-}
 
 class GpuJob {
  public:
@@ -78,7 +73,7 @@ class GpuJob {
     const fs::path spec_path = dir_ / (run + ".json");
     std::ofstream(spec_path) << spec.dump(2);
     const fs::path out = dir_ / (run + ".out");
-    const std::string cmd = "timeout -k 10 300 '" + bin_dir() + "/xlaunch' '" + spec_path.string() +
+    const std::string cmd = "timeout -k 10 300 '" + bin_path("xlaunch") + "' '" + spec_path.string() +
                             "' --run-dir '" + run_dir(run).string() + "' --nproc-per-node " + std::to_string(nproc) +
                             " --tee rank0 > '" + out.string() + "' 2>&1";
     const int status = std::system(cmd.c_str());

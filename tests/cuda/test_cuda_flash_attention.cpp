@@ -1,5 +1,5 @@
 // The CUDA flash attention (cuda/flash_attention.hpp) against the CPU flash attention
-// (worker/flash_attention.hpp) of the same precision ([gpu]): fp32 storage against the CPU in
+// (worker/cpu/flash_attention.hpp) of the same precision ([gpu]): fp32 storage against the CPU in
 // fp32, bf16 storage against the CPU's bf16 emulation, which rounds at the same points
 // (worker/math/flash_attention.hpp). Every head size with a kernel, T = 1, T not a multiple of
 // any block (65, 200), several heads, B > 1, and GPT-2 small's attention.

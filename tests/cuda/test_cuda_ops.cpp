@@ -42,7 +42,7 @@
 #include "tests/cuda/cuda_test_util.hpp"
 #include "tests/worker/flash_attention_util.hpp"
 #include "tests/worker/bf16_check.hpp"
-#include "worker/cpu_backend.hpp"
+#include "worker/cpu/cpu_backend.hpp"
 
 using namespace xtrain;
 using namespace xtrain::test;

@@ -17,7 +17,7 @@
 // parameters, in every precision; so do runs whose layers are recorded as CUDA graphs and
 // replayed (GPT::set_replay), against runs that launch every kernel.
 // Memory: GPT, AdamW and the trainer's step scalars allocate exactly the memory plan's bytes
-// (worker/memory_plan.hpp), the backend's own buffers (cuBLASLt's workspace, the norm's partials,
+// (worker/model/memory_plan.hpp), the backend's own buffers (cuBLASLt's workspace, the norm's partials,
 // the scratch) are the plan's too, CUB's radix sort fits the plan's allowance on this GPU, and
 // nothing grows during a step.
 #include <catch2/catch.hpp>
@@ -29,10 +29,11 @@
 #include "cuda/cuda_api.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "tests/cuda/cuda_test_util.hpp"
-#include "worker/adamw.hpp"
-#include "worker/cpu_backend.hpp"
-#include "worker/gpt.hpp"
-#include "worker/memory_plan.hpp"
+#include "worker/train/adamw.hpp"
+#include "worker/cpu/cpu_backend.hpp"
+#include "worker/model/gpt.hpp"
+#include "worker/model/memory_plan.hpp"
+#include "tests/worker/gpt_test_util.hpp"
 
 using namespace xtrain;
 using namespace xtrain::test;
@@ -40,13 +41,7 @@ using namespace xtrain::test;
 namespace {
 
 ModelSpec small_model() {
-  ModelSpec m;
-  m.n_layer = 2;
-  m.n_head = 4;
-  m.n_embd = 128;
-  m.seq_len = 64;
-  m.vocab_size = 300;
-  return m;
+  return model_spec(2, 4, 128, 64, 300);
 }
 
 constexpr int kBatch = 4;

@@ -11,14 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "common/nccl_id.hpp"
+#include "common/gpu/nccl_id.hpp"
 #include "common/worker_env.hpp"
 #include "cuda/cuda_api.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/nccl_communicator.hpp"
 #include "tests/cuda/cuda_test_util.hpp"
-#include "worker/communicator.hpp"
-#include "worker/cpu_backend.hpp"
+#include "worker/comm/communicator.hpp"
+#include "worker/cpu/cpu_backend.hpp"
 
 using namespace xtrain;
 using Catch::Matchers::Contains;

@@ -28,10 +28,10 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 
-#include "common/kv_client.hpp"
-#include "common/kv_server.hpp"
+#include "common/store/kv_client.hpp"
+#include "common/store/kv_server.hpp"
 #include "common/log.hpp"
-#include "worker/gloo_kv_store.hpp"
+#include "worker/comm/gloo_kv_store.hpp"
 
 using namespace xtrain::kv;
 using std::chrono::milliseconds;

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "common/exit_codes.hpp"
-#include "common/kv_client.hpp"
+#include "common/store/kv_client.hpp"
 #include "launcher/launch_error.hpp"
 #include "launcher/rendezvous.hpp"
 

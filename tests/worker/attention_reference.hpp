@@ -1,5 +1,5 @@
 // The causal attention the CPU backend ran before flash attention, kept as the reference the flash
-// attention is tested (tests/worker/test_flash_attention.cpp) and measured
+// attention is tested (tests/worker/cpu/test_flash_attention.cpp) and measured
 // (scripts/bench/attention_cpu.cpp) against: per head, blocks of query rows whose scores against
 // every key up to the block's end go through sgemm, an exact softmax per row, and the (B,NH,T,T)
 // probabilities kept for backward. fp32 throughout.

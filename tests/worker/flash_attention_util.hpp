@@ -15,7 +15,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "worker/flash_attention.hpp"
+#include "worker/cpu/flash_attention.hpp"
 #include "worker/math/bf16.hpp"
 
 namespace xtrain::test {

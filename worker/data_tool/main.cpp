@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/gpt2_tokenizer.hpp"
+#include "common/tokenizer/gpt2_tokenizer.hpp"
 #include "worker/data_tool/documents.hpp"
 #include "worker/data_tool/pipeline.hpp"
 #include "worker/data_tool/shard_set.hpp"

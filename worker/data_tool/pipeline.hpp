@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "common/gpt2_tokenizer.hpp"
+#include "common/tokenizer/gpt2_tokenizer.hpp"
 #include "worker/data_tool/documents.hpp"
 #include "worker/data_tool/shard_set.hpp"
 

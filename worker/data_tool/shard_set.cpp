@@ -15,7 +15,7 @@
 
 #include "common/atomic_file.hpp"
 #include "worker/data_tool/documents.hpp"
-#include "worker/token_source.hpp"
+#include "worker/data/token_source.hpp"
 
 namespace xtrain::data_tool {
 namespace {

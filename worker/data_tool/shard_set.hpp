@@ -1,4 +1,4 @@
-// xtrain-data's output: llm.c token shards (worker/token_source.hpp's format: a header of 256
+// xtrain-data's output: llm.c token shards (worker/data/token_source.hpp's format: a header of 256
 // int32 [20240520, 1, token count, 0...] then uint16 tokens) in a directory of their own, named as
 // llm.c names them: PREFIX_val_000000.bin, PREFIX_train_000001.bin, ... (one index across both
 // splits). The first documents, whole, go to validation until it holds at least val_tokens tokens;

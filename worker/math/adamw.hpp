@@ -7,7 +7,7 @@
 
 namespace xtrain {
 
-// Per-step AdamW hyperparameters, combined on the host once per step (worker/adamw.cpp).
+// Per-step AdamW hyperparameters, combined on the host once per step (worker/train/adamw.cpp).
 struct AdamWHyper {
   float lr = 0;
   float beta1 = 0.9f;

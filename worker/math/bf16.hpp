@@ -1,7 +1,7 @@
 // bfloat16: the top half of an fp32 (1 sign, 8 exponent, 7 mantissa bits), and the one rounding
 // every bf16 store uses, round to nearest with ties to even. The CUDA kernels store bf16 with
 // __float2bfloat16_rn; the CPU backend emulates those stores with round_to_bf16 below, which is
-// bit-identical to it (tests/worker/test_bf16.cpp checks it against an independent reference,
+// bit-identical to it (tests/worker/math/test_bf16.cpp checks it against an independent reference,
 // and a [gpu] test against the intrinsic over every fp32 bit pattern).
 #pragma once
 

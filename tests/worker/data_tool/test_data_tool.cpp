@@ -1,0 +1,320 @@
+// xtrain-data end to end: corpora through the real tool, read back with the worker's token source
+// and decoded; the same shards whatever the thread count or chunk size, and run after run; bad
+// input (JSON Lines lines, fields, vocabularies, output directories) as one line and exit 2 with
+// nothing left behind; a run killed mid-write leaves no shard a training run would pick up.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <span>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/tokenizer/gpt2_tokenizer.hpp"
+#include "tests/common/tokenizer/gpt2_reference.hpp"
+#include "tests/worker/test_files.hpp"
+#include "worker/data/token_source.hpp"
+
+using namespace xtrain;
+using test::ScratchDir;
+using test::write_bytes;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kTool = std::string(XTRAIN_BIN_DIR) + "/xtrain-data";
+
+const Gpt2Tokenizer& gpt2() {
+  static const Gpt2Tokenizer t = Gpt2Tokenizer::load(test::gpt2_openai_dir());
+  return t;
+}
+
+struct Result {
+  int code;
+  std::string err;  // stderr
+};
+
+// Runs xtrain-data with the GPT-2 vocabulary and `args`.
+Result run_tool(const std::string& args) {
+  ScratchDir tmp;
+  const int status = std::system((test::shell_quote(kTool) + " --vocab " + test::shell_quote(test::gpt2_openai_dir()) +
+                                  " " + args + " 2>" + test::shell_quote(tmp / "err"))
+                                     .c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), test::read_bytes(tmp / "err")};
+}
+
+std::vector<std::int32_t> read_tokens(const std::string& pattern) {
+  const TokenSource source(pattern, "data.train");
+  std::vector<std::int32_t> tokens(source.size());
+  source.copy(0, source.size(), tokens.data());
+  return tokens;
+}
+
+// The documents in a split's token stream "EOT doc EOT doc ... EOT doc EOT": every document is
+// preceded by an EOT (llm.c's layout) and the last one is closed by one too.
+std::vector<std::string> documents_of(const std::vector<std::int32_t>& tokens) {
+  std::vector<std::string> docs;
+  REQUIRE(tokens.size() >= 2);
+  REQUIRE(tokens.front() == gpt2().eot());
+  REQUIRE(tokens.back() == gpt2().eot());
+  for (const std::int32_t t : std::span(tokens).first(tokens.size() - 1)) {
+    if (t == gpt2().eot()) {
+      docs.emplace_back();
+    } else {
+      docs.back() += gpt2().decode_token(t);
+    }
+  }
+  return docs;
+}
+
+std::vector<std::string> files_in(const std::string& dir) {
+  std::vector<std::string> names;
+  if (!fs::exists(dir)) return names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// A few megabytes of text with long lines and multi-byte characters.
+std::string generated_text(int lines, int seed) {
+  std::string text;
+  for (int i = 0; i < lines; ++i) {
+    text += "Line " + std::to_string(i * seed) + ": it's the caf\u00e9's \u4e2d\u6587 text, don't   worry";
+    for (int j = 0; j < i % 7; ++j) text += " more words here";
+    text += (i % 5 == 0) ? "\n\n" : "\n";
+  }
+  return text;
+}
+
+}  // namespace
+
+TEST_CASE("text files become shards that decode to the documents, each between EOTs", "[data_tool]") {
+  ScratchDir dir;
+  fs::create_directories(dir / "in/sub");
+  fs::create_directories(dir / "in/.hidden");
+  const std::vector<std::pair<std::string, std::string>> docs = {
+      {"in/a.txt", "First document.\nIt has two lines.\n"},
+      {"in/b.txt", generated_text(200, 3)},  // spans many chunks of --chunk-bytes 256
+      {"in/sub/c.txt", "Third, with <|endoftext|> inside: that is text, not a token.\n"},
+      {"in/sub/d.txt", "caf\u00e9  \u00a0 \xff\xfe invalid UTF-8 survives"},
+  };
+  for (const auto& [name, text] : docs) write_bytes(dir / name, text);
+  write_bytes(dir / "in/empty.txt", "");              // empty: left out
+  write_bytes(dir / "in/.hidden/x.txt", "skipped");   // hidden: skipped
+  write_bytes(dir / "in/.dotfile", "skipped");
+
+  const Result r = run_tool("--out " + dir / "out" + " --prefix corpus --val-tokens 10 --shard-tokens 500 --chunk-bytes 256 " +
+                            dir / "in");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.err, Catch::Contains("wrote " + dir / "out" + ": val 1 shard"));
+
+  const std::vector<std::int32_t> val = read_tokens(dir / "out/corpus_val_*.bin");
+  const std::vector<std::int32_t> train = read_tokens(dir / "out/corpus_train_*.bin");
+  // The first document, whole, is the validation split (it reaches 10 tokens); the rest is training.
+  CHECK(documents_of(val) == std::vector<std::string>{docs[0].second});
+  CHECK(documents_of(train) == std::vector<std::string>{docs[1].second, docs[2].second, docs[3].second});
+
+  // Shards: one index across both splits, every training shard but the last exactly full.
+  const std::vector<std::string> names = files_in(dir / "out");
+  REQUIRE(names.size() >= 3);
+  CHECK(names.back() == "corpus_val_000000.bin");
+  CHECK(names.front() == "corpus_train_000001.bin");
+  for (std::size_t i = 0; i + 2 < names.size(); ++i) {
+    CHECK(TokenSource(dir / "out" + "/" + names[i], "data.train").size() == 500);
+  }
+  CHECK(files_in(dir.path()) == std::vector<std::string>{"in", "out"});  // no staging directory left
+
+  // The trainer's loader takes them as the spec would name them.
+  DataSpec data;
+  data.train = dir / "out/corpus_train_*.bin";
+  data.val = dir / "out/corpus_val_*.bin";
+  ModelSpec model;
+  model.seq_len = 8;
+  model.vocab_size = 50257;
+  const DataSplit split = load_data(data, model, /*need_val=*/true);
+  CHECK(split.train.count == train.size());
+  CHECK(split.val.count == val.size());
+  CHECK_FALSE(split.byte_level);
+}
+
+TEST_CASE("JSON Lines: each line's field is a document, blank lines and empty texts are skipped", "[data_tool]") {
+  ScratchDir dir;
+  const std::vector<std::string> texts = {"Hello there.", "Line two\nhas a newline and \u00e9\u00e8 \U0001F600",
+                                          "<|endoftext|> is just text here", "last"};
+  std::string jsonl;
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    jsonl += nlohmann::json{{"id", i}, {"content", texts[i]}}.dump() + "\n";
+    if (i == 1) jsonl += "\n   \n" + nlohmann::json{{"content", ""}}.dump() + "\r\n";
+  }
+  write_bytes(dir / "a.jsonl", jsonl);
+  const Result r = run_tool("--out " + dir / "out" + " --jsonl-field content --val-tokens 0 " + dir / "a.jsonl");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(files_in(dir / "out") == std::vector<std::string>{"out_train_000000.bin"});
+  const std::vector<std::int32_t> tokens = read_tokens(dir / "out/out_train_*.bin");
+  CHECK(documents_of(tokens) == texts);
+  CHECK(std::count(tokens.begin(), tokens.end(), gpt2().eot()) == static_cast<std::ptrdiff_t>(texts.size() + 1));
+}
+
+TEST_CASE("the shards are the same for every thread count and chunk size, and run after run", "[data_tool]") {
+  ScratchDir dir;
+  fs::create_directories(dir / "in");
+  for (int f = 0; f < 6; ++f) write_bytes(dir / ("in/" + std::to_string(f) + ".txt"), generated_text(3000 + 500 * f, f + 1));
+  const std::string common = " --prefix p --val-tokens 20000 --shard-tokens 100000 --quiet " + dir / "in";
+  REQUIRE(run_tool("--out " + dir / "one" + " --threads 1" + common).code == 0);
+  REQUIRE(run_tool("--out " + dir / "three" + " --threads 3 --chunk-bytes 4099" + common).code == 0);
+  REQUIRE(run_tool("--out " + dir / "again" + " --threads 2 --chunk-bytes 65536" + common).code == 0);
+  const std::vector<std::string> names = files_in(dir / "one");
+  REQUIRE(names.size() > 3);
+  CHECK(files_in(dir / "three") == names);
+  CHECK(files_in(dir / "again") == names);
+  for (const std::string& n : names) {
+    INFO(n);
+    CHECK(test::read_bytes(dir / "three/" + n) == test::read_bytes(dir / "one/" + n));
+    CHECK(test::read_bytes(dir / "again/" + n) == test::read_bytes(dir / "one/" + n));
+  }
+  // Writing into an existing output replaces it as a whole: no shard of the old set survives.
+  REQUIRE(run_tool("--out " + dir / "one" + " --prefix p --val-tokens 0 --shard-tokens 100000000 --quiet " + dir / "in/0.txt").code == 0);
+  CHECK(files_in(dir / "one") == std::vector<std::string>{"p_train_000000.bin"});
+}
+
+TEST_CASE("a broken JSON line, a missing or wrong field: file and line named, exit 2, nothing written", "[data_tool]") {
+  ScratchDir dir;
+  write_bytes(dir / "ok.jsonl", "{\"text\": \"fine\"}\n");
+  REQUIRE(run_tool("--out " + dir / "out" + " --jsonl-field text --val-tokens 0 " + dir / "ok.jsonl").code == 0);
+  const std::string before = test::read_bytes(dir / "out/out_train_000000.bin");
+
+  const auto fails = [&](const std::string& jsonl, const std::string& message) {
+    write_bytes(dir / "bad.jsonl", jsonl);
+    const Result r = run_tool("--out " + dir / "out" + " --jsonl-field text --val-tokens 0 --chunk-bytes 16 " +
+                              dir / "ok.jsonl " + dir / "bad.jsonl");
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::StartsWith("xtrain-data: error: " + dir / "bad.jsonl" + ":" + message));
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    // The previous output is untouched, and no staging directory is left.
+    CHECK(files_in(dir / "out") == std::vector<std::string>{"out_train_000000.bin"});
+    CHECK(test::read_bytes(dir / "out/out_train_000000.bin") == before);
+    CHECK(files_in(dir.path()) == std::vector<std::string>{"bad.jsonl", "ok.jsonl", "out"});
+  };
+  fails("{\"text\": \"a\"}\n{\"text\": \"b\"}\n{\"text\": \"truncated\n{\"text\": \"d\"}\n",
+        "3: not valid JSON at column 20: syntax error while parsing value - invalid string: missing closing quote");
+  fails("{\"text\": \"a\"}\n\n{\"body\": \"b\"}\n", "3: no field \"text\"");
+  fails("{\"text\": 5}\n", "1: field \"text\" is number, expected a string");
+  fails("[\"text\"]\n", "1: expected a JSON object, got array");
+}
+
+TEST_CASE("bad inputs, vocabularies and outputs are one error line and exit 2", "[data_tool]") {
+  ScratchDir dir;
+  write_bytes(dir / "a.txt", "some text");
+  Result r = run_tool("--out " + dir / "out " + dir / "missing.txt");
+  CHECK(r.code == 2);
+  CHECK(r.err == "xtrain-data: error: " + dir / "missing.txt" + ": no such file or directory\n");
+
+  r = run_tool("--out " + dir / "out " + dir / "a.txt");  // the default validation split takes everything
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("tokens went to validation (--val-tokens 100000000), none are left to train on"));
+  CHECK(files_in(dir.path()) == std::vector<std::string>{"a.txt"});
+
+  write_bytes(dir / "x.jsonl", "{}\n");
+  r = run_tool("--out " + dir / "out " + dir / "x.jsonl");
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("x.jsonl: looks like JSON Lines; give --jsonl-field NAME"));
+
+  fs::create_directories(dir / "mine");
+  write_bytes(dir / "mine/notes.txt", "mine");
+  r = run_tool("--out " + dir / "mine --val-tokens 0 " + dir / "a.txt");
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("holds notes.txt, which xtrain-data did not write"));
+  CHECK(files_in(dir / "mine") == std::vector<std::string>{"notes.txt"});
+
+  r = run_tool("--out " + dir / "out --shard-tokens 0 " + dir / "a.txt");
+  CHECK(r.code == 2);
+  CHECK(r.err == "xtrain-data: error: command line: --shard-tokens expects an integer from 1 to 2147483647, got \"0\"\n");
+
+  // A vocabulary too large for uint16 tokens: 256 bytes, 65280 special tokens and <|endoftext|>.
+  nlohmann::json encoder = nlohmann::json::parse(test::read_bytes(test::gpt2_openai_dir() + "/encoder.json"));
+  nlohmann::json big = nlohmann::json::object();
+  for (const auto& [token, id] : encoder.items()) {
+    if (id.get<int>() < 256) big[token] = id;
+  }
+  for (int id = 256; id < 65536; ++id) big["<|s" + std::to_string(id) + "|>"] = id;
+  big["<|endoftext|>"] = 65536;
+  fs::create_directories(dir / "big");
+  write_bytes(dir / "big/encoder.json", big.dump());
+  write_bytes(dir / "big/vocab.bpe", "#version: 0.2\n");
+  const int status = std::system((test::shell_quote(kTool) + " --vocab " + dir / "big --out " + dir / "out " + dir / "a.txt 2>" +
+                                  dir / "err").c_str());
+  CHECK(WEXITSTATUS(status) == 2);
+  CHECK(test::read_bytes(dir / "err") ==
+        "xtrain-data: error: " + dir / "big/encoder.json + " + dir / "big/vocab.bpe" +
+            ": 65537 tokens, but llm.c shards store tokens as uint16 (at most 65536)\n");
+
+  r = run_tool("--out " + dir / "out --vocab " + dir / "nowhere " + dir / "a.txt");
+  CHECK(r.code == 2);
+  CHECK(r.err == "xtrain-data: error: " + dir / "nowhere" + ": no such file or directory\n");
+
+  const std::string text = test::read_bytes(test::gpt2_openai_dir() + "/encoder.json");
+  write_bytes(dir / "big/encoder.json", text.substr(0, text.size() / 2));  // truncated
+  write_bytes(dir / "big/vocab.bpe", test::read_bytes(test::gpt2_openai_dir() + "/vocab.bpe"));
+  r = run_tool("--out " + dir / "out --vocab " + dir / "big " + dir / "a.txt");
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::StartsWith("xtrain-data: error: " + dir / "big/encoder.json:1: not valid JSON: "));
+  CHECK(files_in(dir.path()) == std::vector<std::string>{"a.txt", "big", "err", "mine", "x.jsonl"});
+}
+
+TEST_CASE("a run killed mid-write leaves no shard a training run would pick up, and the next run cleans up", "[data_tool]") {
+  ScratchDir dir;
+  fs::create_directories(dir / "in");
+  const std::string text = generated_text(20000, 7);  // ~1 MB
+  for (int f = 0; f < 40; ++f) write_bytes(dir / ("in/" + std::to_string(100 + f) + ".txt"), text);
+  const std::string staging = dir / ".out.xtrain-data-tmp";
+
+  // SIGTERM first: the tool removes its staging directory itself. Then SIGKILL, which leaves it.
+  for (const int sig : {SIGTERM, SIGKILL}) {
+    INFO("signal " << sig);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      const std::string vocab = test::gpt2_openai_dir(), out = dir / "out", in = dir / "in";
+      ::execl(kTool.c_str(), kTool.c_str(), "--vocab", vocab.c_str(), "--out", out.c_str(), "--val-tokens", "0",
+              "--shard-tokens", "200000", "--threads", "1", "--quiet", in.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    // Wait until two shards are complete (the run is mid-way), then kill it.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (;;) {
+      const auto names = files_in(staging);
+      if (std::count_if(names.begin(), names.end(), [](const std::string& n) { return n.ends_with(".bin"); }) >= 2) break;
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ::kill(pid, sig);
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+
+    CHECK_FALSE(fs::exists(dir / "out"));
+    CHECK_THROWS_AS(TokenSource(dir / "out/out_train_*.bin", "data.train"), DataError);
+    if (sig == SIGKILL) {
+      // The staging directory remains, with complete shards only (the one being written is .partial).
+      for (const std::string& n : files_in(staging)) {
+        INFO(n);
+        if (n.ends_with(".bin")) CHECK(TokenSource(staging + "/" + n, "data.train").size() == 200000);
+        else CHECK(n.ends_with(".bin.partial"));
+      }
+    } else {
+      CHECK(WIFEXITED(status));
+      CHECK(WEXITSTATUS(status) == 128 + SIGTERM);
+      CHECK_FALSE(fs::exists(staging));
+    }
+  }
+  // The next run removes what the killed one left and completes.
+  const Result r = run_tool("--out " + dir / "out --val-tokens 0 --shard-tokens 200000 --quiet " + dir / "in/100.txt");
+  CHECK(r.code == 0);
+  CHECK_THAT(r.err, Catch::Contains("removing " + staging + ", left by an interrupted run"));
+  CHECK_FALSE(fs::exists(staging));
+  CHECK(documents_of(read_tokens(dir / "out/out_train_*.bin")) == std::vector<std::string>{text});
+}

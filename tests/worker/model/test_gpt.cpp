@@ -1,0 +1,187 @@
+// GPT on the CPU backend at unit level: initialisation, the gradient-bucket order of backward,
+// gradient accumulation through loss_scale, and a tiny model overfitting one batch.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <stdexcept>
+#include <vector>
+
+#include "tests/worker/gpt_test_util.hpp"
+#include "worker/train/adamw.hpp"
+#include "worker/cpu/cpu_backend.hpp"
+#include "worker/model/gpt.hpp"
+#include "worker/train/lr_schedule.hpp"
+
+using namespace xtrain;
+using xtrain::test::random_tokens;
+using xtrain::test::tiny_model;
+
+namespace {
+
+std::vector<float> download(Backend& k, const float* p, size_t n) {
+  std::vector<float> v(n);
+  k.download(v.data(), p, n);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("init_weights follows GPT-2's scheme and depends on the seed alone", "[model]") {
+  CpuBackend k;
+  const ModelSpec m = tiny_model();
+  GPT a(m, k, 1), b(m, k, 2), c(m, k, 1);
+  a.init_weights(7);
+  b.init_weights(7);
+  c.init_weights(8);
+  const size_t P = a.layout().total();
+  const auto pa = download(k, a.params(), P), pb = download(k, b.params(), P), pc = download(k, c.params(), P);
+  CHECK(pa == pb);
+  CHECK(pa != pc);
+  const ModelDims& d = a.dims();
+  for (const ParamTensor& t : a.layout().tensors()) {
+    INFO(t.name);
+    double sum = 0.0, sq = 0.0;
+    const size_t n = t.offset == a.layout().wte() ? static_cast<size_t>(d.V) * d.C : t.count;
+    for (size_t i = 0; i < n; ++i) {
+      sum += pa[t.offset + i];
+      sq += pa[t.offset + i] * pa[t.offset + i];
+    }
+    if (t.shape.size() == 2) {
+      const double expected = t.name.ends_with("c_proj.weight") ? 0.02 / std::sqrt(2.0 * d.L) : 0.02;
+      const double sd = std::sqrt(sq / n - (sum / n) * (sum / n));
+      CHECK(std::abs(sd - expected) < 0.1 * expected);  // >= 1024 samples: within 10%
+    } else {
+      const float want = t.name.ends_with(".weight") ? 1.0f : 0.0f;
+      for (size_t i = 0; i < t.count; ++i) REQUIRE(pa[t.offset + i] == want);
+    }
+  }
+  for (size_t i = static_cast<size_t>(d.V) * d.C; i < static_cast<size_t>(d.Vp) * d.C; ++i) {
+    REQUIRE(pa[a.layout().wte() + i] == 0.0f);  // padded vocabulary rows
+  }
+}
+
+TEST_CASE("backward hands out each layer's span from the last layer down, then the embeddings", "[model]") {
+  CpuBackend k;
+  GPT gpt(tiny_model(), k, 2);
+  gpt.init_weights(1);
+  const size_t BT = 2 * static_cast<size_t>(gpt.dims().T);
+  const auto tok = random_tokens(BT, gpt.dims().V, 1), tgt = random_tokens(BT, gpt.dims().V, 2);
+  gpt.forward(tok.data(), tgt.data(), 2);
+  std::vector<Span> spans;
+  std::vector<std::vector<float>> at_ready;
+  gpt.backward(1.0f, [&](Span s) {
+    spans.push_back(s);
+    at_ready.push_back(download(k, gpt.grads() + s.offset, s.count));
+  });
+  const int L = gpt.dims().L;
+  REQUIRE(spans.size() == static_cast<size_t>(L) + 1);
+  size_t covered = 0;
+  for (int i = 0; i < L; ++i) {
+    CHECK(spans[i].offset == gpt.layout().layer_span(L - 1 - i).offset);
+    CHECK(spans[i].count == gpt.layout().layer_span(L - 1 - i).count);
+    covered += spans[i].count;
+  }
+  CHECK(spans[L].offset == gpt.layout().embedding_span().offset);
+  CHECK(spans[L].count == gpt.layout().embedding_span().count);
+  covered += spans[L].count;
+  CHECK(covered == gpt.layout().total());
+  // A span is final when handed out: nothing later in backward changes it.
+  for (size_t i = 0; i < spans.size(); ++i) {
+    CHECK(download(k, gpt.grads() + spans[i].offset, spans[i].count) == at_ready[i]);
+  }
+}
+
+TEST_CASE("two half-batches with loss_scale 1/2 accumulate the gradient of the full batch", "[model]") {
+  CpuBackend k;
+  GPT gpt(tiny_model(), k, 4);
+  gpt.init_weights(3);
+  const size_t half = 2 * static_cast<size_t>(gpt.dims().T);
+  const auto tok = random_tokens(2 * half, gpt.dims().V, 3), tgt = random_tokens(2 * half, gpt.dims().V, 4);
+  const size_t P = gpt.layout().total();
+
+  gpt.zero_grads();
+  gpt.forward(tok.data(), tgt.data(), 4);
+  gpt.backward(1.0f);
+  const double full_loss = gpt.take_loss();
+  const auto full = download(k, gpt.grads(), P);
+
+  gpt.zero_grads();
+  for (int i = 0; i < 2; ++i) {
+    gpt.forward(tok.data() + i * half, tgt.data() + i * half, 2);
+    gpt.backward(0.5f);
+  }
+  const double accumulated_loss = gpt.take_loss();  // the mean over both halves
+  const auto acc = download(k, gpt.grads(), P);
+  CHECK(std::abs(accumulated_loss - full_loss) < 1e-6 * full_loss);
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < P; ++i) {
+    num += (acc[i] - full[i]) * static_cast<double>(acc[i] - full[i]);
+    den += full[i] * static_cast<double>(full[i]);
+  }
+  CHECK(std::sqrt(num / den) < 1e-5);  // float summation order only
+}
+
+TEST_CASE("forward and backward reject misuse", "[model]") {
+  CpuBackend k;
+  GPT gpt(tiny_model(), k, 2);
+  const auto tok = random_tokens(3 * static_cast<size_t>(gpt.dims().T), gpt.dims().V, 5);
+  CHECK_THROWS_AS(gpt.forward(tok.data(), nullptr, 3), std::invalid_argument);
+  auto bad_tok = tok;
+  bad_tok[5] = gpt.dims().V;  // a padded-vocabulary id is not a token
+  CHECK_THROWS_AS(gpt.forward(bad_tok.data(), nullptr, 1), std::out_of_range);
+  bad_tok[5] = -1;
+  CHECK_THROWS_AS(gpt.forward(tok.data(), bad_tok.data(), 1), std::out_of_range);
+  gpt.forward(tok.data(), nullptr, 1);
+  CHECK_THROWS_AS(gpt.backward(1.0f), std::logic_error);
+  CHECK_THROWS_AS(gpt.take_loss(), std::logic_error);
+  ModelSpec bad = tiny_model();
+  bad.n_head = 3;
+  CHECK_THROWS_AS(GPT(bad, k, 1), std::invalid_argument);
+}
+
+TEST_CASE("a tiny model overfits one batch to near-zero loss", "[model][train]") {
+  CpuBackend k;
+  ModelSpec m = tiny_model();
+  GPT gpt(m, k, 2);
+  gpt.init_weights(11);
+  TrainSpec t;
+  t.steps = 150;
+  t.lr = 1e-2;
+  t.min_lr = 1e-3;
+  t.warmup_steps = 10;
+  t.weight_decay = 0.0;
+  t.grad_clip = 1.0;
+  AdamW adamw(k, gpt.layout(), AdamWConfig::from(t));
+  const size_t BT = 2 * static_cast<size_t>(gpt.dims().T);
+  const auto tok = random_tokens(BT, m.vocab_size, 6), tgt = random_tokens(BT, m.vocab_size, 7);
+  float first = 0.0f, last = 0.0f;
+  for (int s = 0; s < t.steps; ++s) {
+    gpt.zero_grads();
+    gpt.forward(tok.data(), tgt.data(), 2);
+    gpt.backward(1.0f);
+    last = static_cast<float>(gpt.take_loss());
+    if (s == 0) first = last;
+    const double norm = grad_norm(k, gpt.grads(), gpt.layout().total());
+    adamw.step(gpt, static_cast<float>(learning_rate(t, s)), clip_scale(norm, t.grad_clip));
+  }
+  INFO("loss " << first << " -> " << last);
+  CHECK(std::abs(first - std::log(static_cast<float>(m.vocab_size))) < 0.1f);  // uniform at init
+  CHECK(last < 0.05f);
+  CHECK(adamw.step_count() == t.steps);
+}
+
+TEST_CASE("the learning-rate schedule warms up linearly and decays to min_lr", "[model]") {
+  TrainSpec t;
+  t.lr = 1.0;
+  t.min_lr = 0.1;
+  t.warmup_steps = 4;
+  t.steps = 14;
+  CHECK(learning_rate(t, 0) == Approx(0.25));
+  CHECK(learning_rate(t, 3) == Approx(1.0));
+  CHECK(learning_rate(t, 4) == Approx(1.0));
+  CHECK(learning_rate(t, 9) == Approx(0.55));   // halfway through the decay
+  CHECK(learning_rate(t, 14) == Approx(0.1));
+  CHECK(learning_rate(t, 100) == Approx(0.1));
+  t.warmup_steps = 0;
+  CHECK(learning_rate(t, 0) == Approx(1.0));
+}

@@ -1,0 +1,203 @@
+// The memory plan (worker/model/memory_plan.hpp) against what the worker really allocates, the fit
+// check that refuses a model too big for the GPU, and GPT-2 124M's plan against its 40 GiB goal.
+//
+// The allocations are watched through tests/worker/wrapped_backend.hpp over the CPU backend:
+// every alloc_* call counted by kind, in elements. In fp32 activations the whole Trainer is
+// built (GPT, AdamW, the step's scalars); in bf16 activations (which the CPU stores as fp32, so
+// the wrapper reports bf16 and no operation may run) GPT and AdamW alone.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "tests/worker/gpt_test_util.hpp"
+#include "tests/worker/wrapped_backend.hpp"
+#include "worker/train/adamw.hpp"
+#include "worker/cpu/cpu_backend.hpp"
+#include "worker/model/gpt.hpp"
+#include "worker/model/memory_plan.hpp"
+#include "worker/train/run_report.hpp"
+#include "worker/train/trainer.hpp"
+
+namespace fs = std::filesystem;
+using namespace xtrain;
+using xtrain::test::gpt2_124m;
+using xtrain::test::model_spec;
+using xtrain::test::WrappedBackend;
+using Catch::Matchers::Contains;
+
+namespace {
+
+constexpr size_t kGiB = size_t{1} << 30;
+
+// Every layer kind, several heads, a padded vocabulary (300 -> 384).
+ModelSpec small_model() {
+  return model_spec(3, 4, 64, 32, 300);
+}
+
+struct TextJob {
+  TextJob() {
+    dir = fs::temp_directory_path() /
+          ("xtrain-memory-plan-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+    fs::create_directories(dir);
+    std::ofstream text(dir / "train.txt");
+    for (int i = 0; i < 400; ++i) text << "line " << i << " of a small training text.\n";
+    spec.name = "plan";
+    spec.run_dir = (dir / "run").string();
+    spec.model = small_model();
+    spec.model.vocab_size = 256;  // byte-level data
+    spec.data.train = (dir / "train.txt").string();
+    spec.train.steps = 1;
+    spec.train.batch_size = 6;
+    spec.train.micro_batch_size = 3;
+  }
+  ~TextJob() { fs::remove_all(dir); }
+  fs::path dir;
+  JobSpec spec;
+};
+
+// Bytes of the plan's elements, kind by kind, as the items must add up to.
+size_t element_bytes(const MemoryPlan& p) {
+  return (p.floats + p.ints) * 4 + p.acts * dtype_bytes(p.act_dtype) + p.backend_bytes;
+}
+
+}  // namespace
+
+TEST_CASE("the memory plan is what GPT, AdamW and the trainer allocate, element by element (fp32 activations)",
+          "[memory]") {
+  for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+    INFO(precision_name(precision));
+    TextJob job;
+    CpuBackend cpu(precision);
+    WrappedBackend watched(cpu);
+    RunReport report{0, "", "", ""};
+    Trainer trainer(job.spec, job.spec.run_dir, 0, 1, watched, report);
+
+    const ModelDims d = ModelDims::from(job.spec.model);
+    const int B = job.spec.train.micro_batch_size;
+    const MemoryPlan plan = plan_memory(job.spec.model, B, 1, backend_memory(watched, d, B));
+    CHECK(plan.act_dtype == DType::f32);  // the CPU stores fp32, rounding where the GPU stores bf16
+    CHECK(plan.complete);
+    CHECK(watched.live().floats == plan.floats);
+    CHECK(watched.live().acts == plan.acts);
+    CHECK(watched.live().ints == plan.ints);
+    CHECK(plan.backend_bytes == 0);
+    // bf16 keeps the weights' copy: an item of its own.
+    const bool copy = std::any_of(plan.items.begin(), plan.items.end(),
+                                  [](const MemoryItem& i) { return i.name == "weights' copy"; });
+    CHECK(copy == (precision == Precision::bf16));
+    CHECK(plan.steady_bytes() == element_bytes(plan));
+    CHECK(plan.startup_bytes == 0);  // a world of one checks no replica
+  }
+}
+
+TEST_CASE("the memory plan is what GPT and AdamW allocate for a backend that stores bf16", "[memory]") {
+  const ModelSpec m = small_model();
+  const ModelDims d = ModelDims::from(m);
+  constexpr int B = 4;
+  CpuBackend cpu(Precision::bf16);
+  WrappedBackend::Options bf16_storage;
+  bf16_storage.reported = DType::bf16;
+  WrappedBackend watched(cpu, bf16_storage);
+  GPT gpt(m, watched, B);
+  AdamW adamw(watched, gpt.layout(), AdamWConfig{});
+
+  for (const int world : {1, 4}) {
+    INFO("world " << world);
+    const MemoryPlan plan = plan_memory(m, B, world, backend_memory(watched, d, B));
+    CHECK(plan.act_dtype == DType::bf16);
+    // The trainer adds its step's scalars: [loss, stop flag, each rank's busy time].
+    CHECK(watched.live().floats + 2 + static_cast<size_t>(world) == plan.floats);
+    CHECK(watched.live().acts == plan.acts);
+    CHECK(watched.live().ints == plan.ints);
+    CHECK(plan.steady_bytes() == element_bytes(plan));
+    CHECK(plan.startup_bytes == (world > 1 ? gpt.layout().total() * sizeof(float) : 0));
+  }
+  // The same model stored in fp32 needs more: every activation twice the bytes.
+  const MemoryPlan bf16 = plan_memory(m, B, 1, cuda_backend_memory(d, B, Precision::bf16));
+  const MemoryPlan fp32 = plan_memory(m, B, 1, cuda_backend_memory(d, B, Precision::fp32));
+  CHECK(bf16.act_dtype == DType::bf16);
+  CHECK(fp32.act_dtype == DType::f32);
+  CHECK(fp32.acts + gpt.layout().total() == bf16.acts);  // bf16 adds the weights' copy
+  CHECK(fp32.floats == bf16.floats);
+  CHECK(bf16.steady_bytes() < fp32.steady_bytes());
+}
+
+TEST_CASE("GPT-2 124M at T 1024, 16 sequences per GPU, bf16, fits in 40 GiB", "[memory]") {
+  const ModelSpec m = gpt2_124m();
+  const ModelDims d = ModelDims::from(m);
+  for (const int world : {1, 8}) {
+    INFO("world " << world);
+    const MemoryPlan plan = plan_memory(m, 16, world, cuda_backend_memory(d, 16, Precision::bf16));
+    INFO(plan.summary());
+    CHECK(plan.complete);
+    CHECK(plan.steady_bytes() == element_bytes(plan));
+    CHECK(plan.peak_bytes() + memory_headroom_bytes(world) < 40 * kGiB);
+    // The shares that dominate, from their formulas: 4 fp32 copies of the parameters (weights,
+    // gradients, m, v) plus the bf16 copy; (B*T, Vp) bf16 logits.
+    const size_t P = ParamLayout(d).total();
+    CHECK(plan.items.front().name == "parameters");
+    CHECK(plan.items.front().bytes == P * 4);
+    const size_t BT = 16 * 1024;
+    CHECK(plan.acts * 2 > BT * static_cast<size_t>(d.Vp) * 2);
+    CHECK_NOTHROW(check_memory_fit(m, 16, world, Precision::bf16, {"GPU 0 (40 GiB)", 40 * kGiB, 40 * kGiB}));
+  }
+}
+
+TEST_CASE("a model that does not fit the GPU is refused with the field, the plan and the GPU's memory",
+          "[memory]") {
+  const ModelSpec m = gpt2_124m();
+  const GpuMemory small_gpu{"GPU 0 (test card)", 6 * kGiB, 8 * kGiB};
+  try {
+    check_memory_fit(m, 16, 1, Precision::bf16, small_gpu);
+    FAIL("no error");
+  } catch (const SpecError& e) {
+    const std::string what = e.what();
+    CHECK(e.path() == "train.micro_batch_size");
+    CHECK_THAT(what, Contains("16 sequences of 1024 tokens per micro-step do not fit GPU 0 (test card)"));
+    CHECK_THAT(what, Contains("parameters 474."));  // MiB: 124.4M padded parameters in fp32
+    CHECK_THAT(what, Contains("activations"));
+    CHECK_THAT(what, Contains("6.00 GiB free of 8.00 GiB"));
+    CHECK_THAT(what, Contains("sequences would fit"));
+    CHECK(what.find('\n') == std::string::npos);  // one line
+  }
+  // The advice is the largest micro-batch that fits: it passes, one more does not.
+  const ModelDims d = ModelDims::from(m);
+  int largest = 0;
+  for (int B = 1; B <= 16; ++B) {
+    const MemoryPlan p = plan_memory(m, B, 1, cuda_backend_memory(d, B, Precision::bf16));
+    if (p.peak_bytes() + memory_headroom_bytes(1) <= small_gpu.free_bytes) largest = B;
+  }
+  REQUIRE(largest >= 1);
+  REQUIRE(largest < 16);
+  CHECK_NOTHROW(check_memory_fit(m, largest, 1, Precision::bf16, small_gpu));
+  CHECK_THROWS_WITH(check_memory_fit(m, largest + 1, 1, Precision::bf16, small_gpu),
+                    Contains("; " + std::to_string(largest) + " sequences would fit"));
+  // Nothing fits: the error says what to shrink, and in fp32 that bf16 would help.
+  CHECK_THROWS_WITH(check_memory_fit(m, 1, 1, Precision::fp32, {"GPU 0 (tiny)", kGiB / 2, kGiB}),
+                    Contains("not even 1 sequence fits") && Contains("train.precision"));
+  // Several ranks keep NCCL's buffers free too.
+  CHECK(memory_headroom_bytes(8) > memory_headroom_bytes(1));
+}
+
+TEST_CASE("the plan's summary names every part with its units", "[memory]") {
+  const ModelSpec m = gpt2_124m();
+  const MemoryPlan plan = plan_memory(m, 16, 2, cuda_backend_memory(ModelDims::from(m), 16, Precision::bf16));
+  const std::string s = plan.summary();
+  for (const char* part : {"memory plan (cuda, bf16 activations): ", "parameters: ", "weights' copy: ", "gradients: ",
+                           "AdamW moments: ", "activations: ", "logits: ", "backward scratch: ", "backend buffers: ",
+                           "GiB", "at the replica check before the first step"}) {
+    CHECK_THAT(s, Contains(part));
+  }
+  const nlohmann::json j = plan.to_json();
+  CHECK(j["total_bytes"] == plan.steady_bytes());
+  CHECK(j["items"].size() == plan.items.size());
+  CHECK(j["activation_dtype"] == "bf16");
+  CHECK(format_bytes(96) == "96 B");
+  CHECK(format_bytes(12 * 1024) == "12.0 KiB");
+  CHECK(format_bytes(3 * kGiB / 2) == "1.50 GiB");
+}

@@ -1,0 +1,579 @@
+// safetensors, checkpoints and resume: round trips, Hugging Face names and layouts, keep,
+// interrupted writers, and a one-line error for every kind of damaged or mismatched checkpoint.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "tests/worker/test_files.hpp"
+#include "worker/train/checkpoint.hpp"
+#include "worker/formats/crc32c.hpp"
+#include "worker/formats/llmc_model.hpp"
+#include "worker/formats/safetensors.hpp"
+#include "tests/worker/gpt_test_util.hpp"
+
+using namespace xtrain;
+using xtrain::test::error_message;
+using xtrain::test::read_bytes;
+using xtrain::test::ScratchDir;
+using xtrain::test::write_bytes;
+namespace fs = std::filesystem;
+
+namespace {
+
+JobSpec small_spec() {
+  JobSpec spec;
+  spec.model = test::model_spec(2, 2, 8, 6, 50);  // padded to 128: the padding rows must survive too
+  spec.checkpoint.keep = 2;
+  return spec;
+}
+
+// Distinct, reproducible values (no two tensors alike, so a misplaced copy shows).
+std::vector<float> random_floats(size_t n, std::uint64_t seed) {
+  Xoshiro256 rng(seed);
+  std::vector<float> out(n);
+  for (auto& x : out) x = static_cast<float>(static_cast<double>(rng.next() >> 11) * 0x1p-53 * 2.0 - 1.0);
+  return out;
+}
+
+struct Model {
+  JobSpec spec = small_spec();
+  ParamLayout layout{ModelDims::from(spec.model)};
+  std::vector<float> params = random_floats(layout.total(), 1);
+  std::vector<float> m = random_floats(layout.total(), 2);
+  std::vector<float> v = random_floats(layout.total(), 3);
+  TrainState state = [] {
+    TrainState s;
+    s.step = 10;
+    s.adam_t = 9;
+    s.sampler.words = {0xffffffffffffffffULL, 1, 0x8000000000000001ULL, 0x123456789abcdef0ULL};
+    s.train_tokens = 12345;
+    return s;
+  }();
+
+  std::string save(const std::string& run_dir, std::int64_t step) {
+    state.step = step;
+    return save_checkpoint(run_dir, spec, layout, params.data(), m.data(), v.data(), state);
+  }
+};
+
+// A safetensors file written by hand: header text as given, then `data_bytes` zero bytes.
+void write_raw_safetensors(const std::string& path, const std::string& header, size_t data_bytes) {
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(header.size() >> (8 * i));
+  write_bytes(path, bytes + header + std::string(data_bytes, '\0'));
+}
+
+void truncate_file(const std::string& path, std::uintmax_t drop) { fs::resize_file(path, fs::file_size(path) - drop); }
+
+std::set<std::string> names_in(const std::string& dir) {
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("safetensors round-trips tensors and metadata in the documented layout", "[safetensors]") {
+  ScratchDir dir;
+  const std::vector<float> a = random_floats(6, 4), b = random_floats(5, 5), c = {42.0f};
+  write_safetensors(dir / "t.safetensors", {{"a", {2, 3}, a.data()}, {"b.weight", {5}, b.data()}, {"c", {}, c.data()}},
+                    {{"format", "pt"}, {"note", "hello"}});
+
+  const std::string bytes = read_bytes(dir / "t.safetensors");
+  std::uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  CHECK((8 + n) % 8 == 0);
+  CHECK(bytes.size() == 8 + n + 4 * (6 + 5 + 1));
+  const auto header = nlohmann::json::parse(bytes.substr(8, n));  // trailing spaces are JSON whitespace
+  CHECK(header["a"]["dtype"] == "F32");
+  CHECK(header["a"]["shape"] == nlohmann::json({2, 3}));
+  CHECK(header["a"]["data_offsets"] == nlohmann::json({0, 24}));
+  CHECK(header["b.weight"]["data_offsets"] == nlohmann::json({24, 44}));
+  CHECK(header["__metadata__"]["note"] == "hello");
+  CHECK(std::memcmp(bytes.data() + 8 + n, a.data(), 24) == 0);
+
+  SafetensorsFile file(dir / "t.safetensors");
+  CHECK(file.metadata().at("format") == "pt");
+  REQUIRE(file.tensors().size() == 3);
+  CHECK(file.tensors()[1].name == "b.weight");
+  file.load();
+  std::vector<float> a2(6), b2(5), c2(1);
+  file.copy("a", {2, 3}, a2.data());
+  file.copy("b.weight", {5}, b2.data());
+  file.copy("c", {}, c2.data());
+  CHECK(a2 == a);
+  CHECK(b2 == b);
+  CHECK(c2 == c);
+}
+
+TEST_CASE("the safetensors reader rejects damaged files, naming the file and the tensor", "[safetensors][errors]") {
+  ScratchDir dir;
+  const std::string path = dir / "bad.safetensors";
+  auto open = [&] { SafetensorsFile f(path); };
+
+  SECTION("header length past the end") {
+    write_bytes(path, std::string("\xff\x00\x00\x00\x00\x00\x00\x00{}", 10));
+    CHECK(error_message<FileError>(open) ==
+          path + ": safetensors header length 255 runs past the end of the file (10 bytes)");
+  }
+  SECTION("shorter than the length field") {
+    write_bytes(path, "abc");
+    CHECK(error_message<FileError>(open) == path + ": truncated: 3 bytes, not a safetensors file");
+  }
+  SECTION("header not JSON") {
+    write_raw_safetensors(path, "{\"a\": [", 0);
+    CHECK(error_message<FileError>(open) == path + ": safetensors header is not a JSON object");
+  }
+  SECTION("a dtype safetensors does not have") {
+    write_raw_safetensors(path, R"({"w": {"dtype": "F12", "shape": [2], "data_offsets": [0, 4]}})", 4);
+    CHECK(error_message<FileError>(open) == path + ": tensor w: dtype \"F12\" is not a safetensors dtype");
+  }
+  SECTION("an integer tensor where floats are needed") {
+    write_raw_safetensors(path, R"({"w": {"dtype": "I64", "shape": [2], "data_offsets": [0, 16]}})", 16);
+    SafetensorsFile f(path);  // a file may hold integer buffers; reading one as floats is the error
+    CHECK(error_message<FileError>([&] { f.get("w", {2}); }) == path + ": tensor w has dtype I64, expected F32, F16 or BF16");
+  }
+  SECTION("a shape that does not match the byte count") {
+    write_raw_safetensors(path, R"({"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 20]}})", 20);
+    CHECK(error_message<FileError>(open) ==
+          path + ": tensor w: shape [2, 3] needs 24 bytes but data_offsets [0,20] hold 20");
+  }
+  SECTION("a gap between tensors") {
+    write_raw_safetensors(path,
+                          R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
+                          R"( "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})",
+                          12);
+    CHECK(error_message<FileError>(open) ==
+          path + ": tensor b: data_offsets begin at 8, expected 4 where tensor a ends; tensors must be contiguous");
+  }
+  SECTION("a file cut short") {
+    write_raw_safetensors(path, R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})", 10);
+    CHECK(error_message<FileError>(open) ==
+          path + ": truncated: tensor a ends at data byte 16 but the file holds 10 bytes of data");
+  }
+  SECTION("bytes after the last tensor") {
+    write_raw_safetensors(path, R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 9);
+    CHECK(error_message<FileError>(open) == path + ": 5 bytes after the last tensor's data");
+  }
+  SECTION("a flipped bit in the data") {
+    const std::vector<float> a = {1, 2, 3, 4};
+    write_safetensors(path, {{"a", {4}, a.data()}}, {});
+    std::string bytes = read_bytes(path);
+    bytes[bytes.size() - 3] ^= 0x10;
+    write_bytes(path, bytes);
+    SafetensorsFile f(path);  // the header is still fine
+    const std::string error = error_message<FileError>([&] { f.load(); });
+    CHECK(error.rfind(path + ": corrupt: the data's digest is ", 0) == 0);
+  }
+  SECTION("a missing tensor or a wrong shape") {
+    const std::vector<float> a = {1, 2, 3, 4};
+    write_safetensors(path, {{"a", {2, 2}, a.data()}}, {});
+    SafetensorsFile f(path);
+    CHECK(error_message<FileError>([&] { f.get("b", {4}); }) == path + ": tensor b is missing");
+    CHECK(error_message<FileError>([&] { f.get("a", {4}); }) ==
+          path + ": tensor a has shape [2, 2] but the model needs [4]");
+  }
+}
+
+TEST_CASE("a checkpoint round-trips parameters, moments and state bit for bit", "[checkpoint]") {
+  ScratchDir run;
+  Model model;
+  const std::string dir = model.save(run.path(), 10);
+  CHECK(dir == run / "checkpoints/step-00000010");
+  CHECK(names_in(dir) ==
+        std::set<std::string>{"model.safetensors", "optimizer.safetensors", "config.json", "state.json"});
+
+  const float nan = std::nanf("");
+  std::vector<float> params(model.layout.total(), nan), m(params), v(params);
+  const TrainState got =
+      load_checkpoint(dir, model.spec, model.layout, model.state.train_tokens, params.data(), m.data(), v.data());
+  CHECK(std::memcmp(params.data(), model.params.data(), params.size() * 4) == 0);  // padding rows included
+  CHECK(std::memcmp(m.data(), model.m.data(), m.size() * 4) == 0);
+  CHECK(std::memcmp(v.data(), model.v.data(), v.size() * 4) == 0);
+  CHECK(got.step == 10);
+  CHECK(got.adam_t == 9);
+  CHECK(got.sampler == model.state.sampler);
+  CHECK(got.train_tokens == 12345);
+
+  const auto state = nlohmann::json::parse(read_bytes(dir + "/state.json"));
+  CHECK(state["format_version"] == kCheckpointFormatVersion);
+  CHECK(state["model"]["n_embd"] == 8);
+  CHECK(state["train"]["batch_size"] == model.spec.train.batch_size);
+
+  SECTION("settings that may change on resume do not block it") {
+    JobSpec changed = model.spec;
+    changed.train.steps *= 2;
+    changed.train.micro_batch_size = 1;
+    changed.train.eval_every = 3;
+    CHECK_NOTHROW(load_checkpoint(dir, changed, model.layout, 12345, params.data(), m.data(), v.data()));
+  }
+}
+
+TEST_CASE("model.safetensors has Hugging Face GPT-2's names, shapes and Conv1D layout", "[checkpoint]") {
+  ScratchDir run;
+  Model model;
+  const std::string dir = model.save(run.path(), 1);
+  const int C = 8, V = 50, T = 6;
+
+  // GPT2Model's state dict, less the attn.bias causal-mask buffers, with its shapes.
+  std::map<std::string, std::vector<std::int64_t>> expected = {
+      {"wte.weight", {V, C}}, {"wpe.weight", {T, C}}, {"ln_f.weight", {C}}, {"ln_f.bias", {C}}};
+  for (int l = 0; l < 2; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    expected[h + "ln_1.weight"] = {C};
+    expected[h + "ln_1.bias"] = {C};
+    expected[h + "attn.c_attn.weight"] = {C, 3 * C};
+    expected[h + "attn.c_attn.bias"] = {3 * C};
+    expected[h + "attn.c_proj.weight"] = {C, C};
+    expected[h + "attn.c_proj.bias"] = {C};
+    expected[h + "ln_2.weight"] = {C};
+    expected[h + "ln_2.bias"] = {C};
+    expected[h + "mlp.c_fc.weight"] = {C, 4 * C};
+    expected[h + "mlp.c_fc.bias"] = {4 * C};
+    expected[h + "mlp.c_proj.weight"] = {4 * C, C};
+    expected[h + "mlp.c_proj.bias"] = {C};
+  }
+  SafetensorsFile file(dir + "/model.safetensors");
+  CHECK(file.metadata().at("format") == "pt");
+  std::map<std::string, std::vector<std::int64_t>> got;
+  for (const auto& e : file.tensors()) got[e.name] = e.shape;
+  CHECK(got == expected);
+
+  file.load();
+  // Conv1D stores (in, out): HF[i][o] is our (out, in) weight at [o][i].
+  std::vector<float> c_attn(static_cast<size_t>(C) * 3 * C);
+  file.copy("h.1.attn.c_attn.weight", {C, 3 * C}, c_attn.data());
+  const float* ours = model.params.data() + model.layout.layer(1).qkv_w;  // (3C, C)
+  for (int i = 0; i < C; ++i) {
+    for (int o = 0; o < 3 * C; ++o) REQUIRE(c_attn[static_cast<size_t>(i * 3 * C + o)] == ours[o * C + i]);
+  }
+  std::vector<float> c_proj(static_cast<size_t>(C) * C);  // square: only the values can tell
+  file.copy("h.0.attn.c_proj.weight", {C, C}, c_proj.data());
+  const float* proj = model.params.data() + model.layout.layer(0).attn_proj_w;
+  CHECK(c_proj[1] == proj[C]);
+  CHECK(c_proj[static_cast<size_t>(C)] == proj[1]);
+  std::vector<float> wte(static_cast<size_t>(V) * C);
+  file.copy("wte.weight", {V, C}, wte.data());
+  CHECK(std::memcmp(wte.data(), model.params.data() + model.layout.wte(), wte.size() * 4) == 0);
+
+  const auto config = nlohmann::json::parse(read_bytes(dir + "/config.json"));
+  CHECK(config["model_type"] == "gpt2");
+  CHECK(config["n_embd"] == C);
+  CHECK(config["n_positions"] == T);
+  CHECK(config["vocab_size"] == V);
+  CHECK(config["activation_function"] == "gelu_new");
+}
+
+TEST_CASE("keep retains the newest complete checkpoints and saving clears partial ones", "[checkpoint]") {
+  ScratchDir run;
+  Model model;
+  fs::create_directories(run / "checkpoints/step-00000099.tmp-4242");
+  write_bytes(run / "checkpoints/step-00000099.tmp-4242/model.safetensors", "half");
+  for (int step = 1; step <= 5; ++step) model.save(run.path(), step);
+  CHECK(names_in(run / "checkpoints") == std::set<std::string>{"step-00000004", "step-00000005"});
+
+  SECTION("saving the same step again replaces it whole") {
+    model.params[0] = 123.0f;
+    model.save(run.path(), 5);
+    CHECK(names_in(run / "checkpoints") == std::set<std::string>{"step-00000004", "step-00000005"});
+    std::vector<float> p(model.layout.total()), m(p), v(p);
+    load_checkpoint(run / "checkpoints/step-00000005", model.spec, model.layout, 12345, p.data(), m.data(), v.data());
+    CHECK(p[0] == 123.0f);
+  }
+}
+
+TEST_CASE("resume picks the newest intact checkpoint, never a partial one", "[checkpoint]") {
+  ScratchDir run;
+  Model model;
+  CHECK_FALSE(find_resume_checkpoint(run.path(), "auto"));  // no checkpoints directory yet
+  model.save(run.path(), 1);
+  model.save(run.path(), 2);
+  CHECK(find_resume_checkpoint(run.path(), "auto") == run / "checkpoints/step-00000002");
+  CHECK_FALSE(find_resume_checkpoint(run.path(), "never"));
+
+  // A writer killed before its rename: complete-looking files under a temporary name.
+  fs::copy(run / "checkpoints/step-00000002", run / "checkpoints/step-00000003.tmp-777");
+  fs::create_directories(run / "checkpoints/step-00000004.tmp-778");
+  write_bytes(run / "checkpoints/not-a-checkpoint", "x");
+  CHECK(find_resume_checkpoint(run.path(), "auto") == run / "checkpoints/step-00000002");
+
+  SECTION("a truncated file makes auto fall back to the one before") {
+    truncate_file(run / "checkpoints/step-00000002/optimizer.safetensors", 100);
+    CHECK(find_resume_checkpoint(run.path(), "auto") == run / "checkpoints/step-00000001");
+    fs::remove(run / "checkpoints/step-00000001/state.json");
+    CHECK_FALSE(find_resume_checkpoint(run.path(), "auto"));
+  }
+  SECTION("an explicit path must exist and be intact") {
+    CHECK(find_resume_checkpoint(run.path(), run / "checkpoints/step-00000001") == run / "checkpoints/step-00000001");
+    const std::string missing = run / "checkpoints/step-00000007";
+    CHECK(error_message<CheckpointError>([&] { find_resume_checkpoint(run.path(), missing); }) ==
+          "checkpoint " + missing + ": No such file or directory");
+    const std::string cut = run / "checkpoints/step-00000001";
+    truncate_file(cut + "/model.safetensors", 4);
+    CHECK(error_message<CheckpointError>([&] {
+            find_resume_checkpoint(run.path(), cut);
+          }).rfind("checkpoint " + cut + ": model.safetensors: truncated: tensor ", 0) == 0);
+  }
+}
+
+TEST_CASE("state.json records every file's size and CRC-32C", "[checkpoint]") {
+  ScratchDir run;
+  Model model;
+  const std::string dir = model.save(run.path(), 1);
+  const nlohmann::json files = nlohmann::json::parse(read_bytes(dir + "/state.json")).at("files");
+  CHECK(files.size() == 3);
+  for (const char* name : {"model.safetensors", "optimizer.safetensors", "config.json"}) {
+    INFO(name);
+    const std::string bytes = read_bytes(dir + "/" + name);
+    CHECK(files.at(name).at("bytes") == bytes.size());
+    // The table-driven CRC, independent of the hardware instruction the writer used.
+    CHECK(files.at(name).at("crc32c") == crc32c_hex(crc32c_portable(bytes.data(), bytes.size())));
+  }
+}
+
+TEST_CASE("a flipped bit (size unchanged): auto falls back, and an explicit path is refused naming the file",
+          "[checkpoint][errors]") {
+  ScratchDir run;
+  Model model;
+  model.save(run.path(), 1);
+  const std::string newest = model.save(run.path(), 2);
+  const auto flip = [](const std::string& path, size_t from_end) {
+    std::string bytes = read_bytes(path);
+    bytes[bytes.size() - from_end] ^= 0x10;
+    write_bytes(path, bytes);
+  };
+  SECTION("in the weights' data") { flip(newest + "/model.safetensors", 100); }
+  SECTION("in the optimizer's data") { flip(newest + "/optimizer.safetensors", 5); }
+  SECTION("in config.json") { flip(newest + "/config.json", 3); }
+  CHECK(find_resume_checkpoint(run.path(), "auto") == run / "checkpoints/step-00000001");
+  const std::string error = error_message<CheckpointError>([&] { find_resume_checkpoint(run.path(), newest); });
+  INFO(error);
+  CHECK(error.rfind("checkpoint " + newest + ": ", 0) == 0);
+  CHECK(error.find(": damaged: its CRC-32C is ") != std::string::npos);
+}
+
+TEST_CASE("a checkpoint written before checksums were recorded still resumes", "[checkpoint]") {
+  ScratchDir run;
+  Model model;
+  const std::string dir = model.save(run.path(), 3);
+  nlohmann::json state = nlohmann::json::parse(read_bytes(dir + "/state.json"));
+  state.erase("files");
+  write_bytes(dir + "/state.json", state.dump(2));
+  CHECK(find_resume_checkpoint(run.path(), "auto") == dir);
+  CHECK(find_resume_checkpoint(run.path(), dir) == dir);
+  std::vector<float> p(model.layout.total()), m(p), v(p);
+  CHECK(load_checkpoint(dir, model.spec, model.layout, 12345, p.data(), m.data(), v.data()).step == 3);
+  CHECK(p == model.params);
+}
+
+TEST_CASE("the launcher's check of checkpoint.resume reads headers and compares the spec", "[checkpoint][errors]") {
+  ScratchDir run;
+  Model model;
+  const std::string dir = model.save(run.path(), 4);
+  JobSpec spec = model.spec;
+  for (const char* mode : {"auto", "never"}) {
+    spec.checkpoint.resume = mode;
+    CHECK_NOTHROW(check_resume_checkpoint(spec));
+  }
+  spec.checkpoint.resume = dir;
+  CHECK_NOTHROW(check_resume_checkpoint(spec));
+  SECTION("a path that does not exist") {
+    spec.checkpoint.resume = run / "nope";
+    CHECK(error_message<CheckpointError>([&] { check_resume_checkpoint(spec); }) ==
+          "checkpoint " + run / "nope" + ": No such file or directory");
+  }
+  SECTION("a corrupt state.json") {
+    write_bytes(dir + "/state.json", "{\"format\": \"xtrain-chec");
+    CHECK(error_message<CheckpointError>([&] { check_resume_checkpoint(spec); }) ==
+          "checkpoint " + dir + ": state.json: not a JSON object (truncated or corrupt)");
+  }
+  SECTION("another model shape") {
+    spec.model.n_embd = 16;
+    CHECK(error_message<CheckpointError>([&] { check_resume_checkpoint(spec); }) ==
+          "checkpoint " + dir + ": model.n_embd is 8 but the spec says 16");
+  }
+  SECTION("a truncated tensor file") {
+    truncate_file(dir + "/model.safetensors", 8);
+    CHECK(error_message<CheckpointError>([&] { check_resume_checkpoint(spec); })
+              .rfind("checkpoint " + dir + ": model.safetensors: truncated: ", 0) == 0);
+  }
+}
+
+TEST_CASE("a mismatched or damaged checkpoint is refused with one line and loads nothing", "[checkpoint][errors]") {
+  ScratchDir run;
+  Model model;
+  const std::string dir = model.save(run.path(), 10);
+  JobSpec spec = model.spec;
+  std::uint64_t tokens = model.state.train_tokens;
+
+  const std::vector<float> sentinel(model.layout.total(), -7.0f);
+  std::vector<float> params = sentinel, m = sentinel, v = sentinel;
+  auto load = [&] {
+    const ParamLayout layout(ModelDims::from(spec.model));
+    params.resize(layout.total(), -7.0f);
+    m.resize(layout.total(), -7.0f);
+    v.resize(layout.total(), -7.0f);
+    load_checkpoint(dir, spec, layout, tokens, params.data(), m.data(), v.data());
+  };
+  std::string expected;
+
+  SECTION("another model width") {
+    spec.model.n_embd = 16;
+    expected = "checkpoint " + dir + ": model.n_embd is 8 but the spec says 16";
+  }
+  SECTION("another sequence length") {
+    spec.model.seq_len = 12;
+    expected = "checkpoint " + dir + ": model.seq_len is 6 but the spec says 12";
+  }
+  SECTION("a changed learning rate") {
+    spec.train.lr = 1e-3;
+    expected = "checkpoint " + dir +
+               ": train.lr is 0.0003 but the spec says 0.001; a resumed run must keep it to continue the same training";
+  }
+  SECTION("other training data") {
+    tokens = 999;
+    expected = "checkpoint " + dir +
+               ": it was trained on 12345 training tokens but data.train now gives 999; a resumed run must sample "
+               "from the same data";
+  }
+  SECTION("a missing tensor") {
+    SafetensorsFile file(dir + "/model.safetensors");
+    file.load();
+    std::vector<std::vector<float>> data;
+    std::vector<SafetensorsTensor> kept;
+    for (const auto& e : file.tensors()) {
+      if (e.name == "h.1.mlp.c_fc.bias") continue;
+      data.emplace_back((e.end - e.begin) / 4);
+      file.copy(e.name, e.shape, data.back().data());
+    }
+    size_t i = 0;
+    for (const auto& e : file.tensors()) {
+      if (e.name != "h.1.mlp.c_fc.bias") kept.push_back({e.name, e.shape, data[i++].data()});
+    }
+    write_safetensors(dir + "/model.safetensors", kept, {{"format", "pt"}});
+    expected = "checkpoint " + dir + ": model.safetensors: tensor h.1.mlp.c_fc.bias is missing";
+  }
+  SECTION("a truncated optimizer file") {
+    truncate_file(dir + "/optimizer.safetensors", 1);
+    expected = "checkpoint " + dir + ": optimizer.safetensors: truncated: tensor ";  // then which one
+  }
+  SECTION("a corrupt byte in the weights") {
+    std::string bytes = read_bytes(dir + "/model.safetensors");
+    bytes[bytes.size() - 5] ^= 0x01;
+    write_bytes(dir + "/model.safetensors", bytes);
+    expected = "checkpoint " + dir + ": model.safetensors: corrupt: the data's digest is ";
+  }
+  SECTION("a damaged state.json") {
+    write_bytes(dir + "/state.json", "{\"format\": \"xtrain-checkpoint\", \"format_ver");
+    expected = "checkpoint " + dir + ": state.json: not a JSON object (truncated or corrupt)";
+  }
+  SECTION("a future format") {
+    auto state = nlohmann::json::parse(read_bytes(dir + "/state.json"));
+    state["format_version"] = 99;
+    write_bytes(dir + "/state.json", state.dump());
+    expected = "checkpoint " + dir + ": state.json: format_version is 99, expected 1";
+  }
+  const std::string error = error_message<CheckpointError>(load);
+  CAPTURE(error);
+  CHECK(error.rfind(expected, 0) == 0);
+  CHECK(error.find('\n') == std::string::npos);
+  CHECK(std::all_of(params.begin(), params.end(), [](float x) { return x == -7.0f; }));
+  CHECK(std::all_of(m.begin(), m.end(), [](float x) { return x == -7.0f; }));
+  CHECK(std::all_of(v.begin(), v.end(), [](float x) { return x == -7.0f; }));
+}
+
+// The checkpoint and sampler together, with a stand-in for the model: every step draws a batch,
+// derives a "gradient" from its tokens and the parameters, and takes an AdamW-like step. A run
+// that saves at step 10, is "killed" (everything dropped) and resumes must end bit for bit where
+// the straight run does.
+TEST_CASE("a run resumed from a checkpoint continues bit for bit", "[checkpoint][resume]") {
+  ScratchDir run;
+  const std::string corpus = run / "corpus.txt";
+  std::string text;
+  for (int i = 0; i < 3000; ++i) text += static_cast<char>((i * i + 7 * i) % 50);  // within the spec's vocabulary of 50
+  write_bytes(corpus, text);
+  JobSpec spec = small_spec();
+  spec.data.train = corpus;
+  spec.train.batch_size = 4;
+  spec.train.micro_batch_size = 2;
+  const ParamLayout layout(ModelDims::from(spec.model));
+  const int T = spec.model.seq_len;
+
+  struct Trainer {
+    DataSplit data;
+    BatchSampler sampler;
+    std::vector<float> params, m, v;
+    std::int64_t step = 0, adam_t = 0;
+
+    void train_step(int global, int B) {
+      const int T = sampler.seq_len();
+      const auto starts = sampler.draw(global);
+      std::vector<std::int32_t> in(static_cast<size_t>(B * T)), tg(in.size());
+      std::vector<float> grad(params.size(), 0.0f);
+      for (int micro = 0; micro < global / B; ++micro) {
+        gather_micro_batch(data.train, T, starts, 0, 1, micro, B, in.data(), tg.data());
+        for (size_t k = 0; k < in.size(); ++k) {
+          grad[static_cast<size_t>(in[k] * 7 + tg[k]) % grad.size()] += 0.01f * static_cast<float>(tg[k]);
+        }
+      }
+      ++adam_t;
+      for (size_t k = 0; k < params.size(); ++k) {
+        const float g = grad[k] + 0.001f * params[k];
+        m[k] = 0.9f * m[k] + 0.1f * g;
+        v[k] = 0.95f * v[k] + 0.05f * g * g;
+        params[k] -= 0.01f * m[k] / (std::sqrt(v[k]) + 1e-8f);
+      }
+      ++step;
+    }
+  };
+  auto fresh = [&] {
+    DataSplit data = load_data(spec.data, spec.model, false);
+    BatchSampler sampler(data.train, T, static_cast<std::uint64_t>(spec.train.seed));
+    return Trainer{data, sampler, random_floats(layout.total(), 11), std::vector<float>(layout.total(), 0.0f),
+                   std::vector<float>(layout.total(), 0.0f)};
+  };
+
+  Trainer straight = fresh();
+  for (int i = 0; i < 20; ++i) straight.train_step(spec.train.batch_size, spec.train.micro_batch_size);
+
+  {
+    Trainer first = fresh();
+    for (int i = 0; i < 10; ++i) first.train_step(spec.train.batch_size, spec.train.micro_batch_size);
+    TrainState state{first.step, first.adam_t, first.sampler.state(), first.data.train.count};
+    save_checkpoint(run.path(), spec, layout, first.params.data(), first.m.data(), first.v.data(), state);
+  }
+  Trainer resumed = fresh();  // a new process: initial weights, seed-fresh sampler
+  const auto dir = find_resume_checkpoint(run.path(), spec.checkpoint.resume);
+  REQUIRE(dir);
+  const TrainState state = load_checkpoint(*dir, spec, layout, resumed.data.train.count, resumed.params.data(),
+                                           resumed.m.data(), resumed.v.data());
+  resumed.step = state.step;
+  resumed.adam_t = state.adam_t;
+  resumed.sampler.set_state(state.sampler);
+  while (resumed.step < 20) resumed.train_step(spec.train.batch_size, spec.train.micro_batch_size);
+
+  CHECK(std::memcmp(resumed.params.data(), straight.params.data(), straight.params.size() * 4) == 0);
+  CHECK(std::memcmp(resumed.m.data(), straight.m.data(), straight.m.size() * 4) == 0);
+  CHECK(std::memcmp(resumed.v.data(), straight.v.data(), straight.v.size() * 4) == 0);
+  CHECK(resumed.sampler.state() == straight.sampler.state());
+}
+
+// An independent reader (Python, numpy and torch) loads model.safetensors into a module with
+// Hugging Face GPT-2's parameter names and Conv1D shapes, strictly, and checks each tensor
+// against the llm.c export of the same weights, transposes included.
+TEST_CASE("Python loads model.safetensors as Hugging Face GPT-2 weights", "[checkpoint][python]") {
+  ScratchDir run;
+  Model model;
+  const std::string dir = model.save(run.path(), 3);
+  export_llmc_model(run / "model.bin", model.layout, model.params.data());
+  const std::string script = std::string(XTRAIN_SOURCE_DIR) + "/tests/worker/check_safetensors.py";
+  const std::string command = "/usr/bin/python3 " + script + " " + dir + " " + run / "model.bin";
+  INFO(command);
+  CHECK(std::system(command.c_str()) == 0);
+}

@@ -1,0 +1,254 @@
+#include "worker/cpu/cpu_backend.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+
+#include "worker/cpu/flash_attention.hpp"
+#include "worker/math/bf16.hpp"
+#include "worker/math/gelu.hpp"
+#include "worker/math/layernorm.hpp"
+#include "worker/math/softmax.hpp"
+
+namespace xtrain {
+
+namespace {
+
+constexpr size_t kAlignment = 64;  // a cache line, and enough for any vector load
+
+void* alloc_zeroed(size_t bytes) {
+  const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  if (p == nullptr) throw std::bad_alloc();
+  std::memset(p, 0, rounded);
+  return p;
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(Precision precision) : precision_(precision) {
+  if (precision == Precision::tf32) {
+    throw std::invalid_argument("CpuBackend: tf32 is a GPU tensor-core mode; the CPU computes in fp32 or emulates bf16");
+  }
+}
+
+void CpuBackend::store(float* x, size_t n) const {
+  if (precision_ != Precision::bf16) return;
+  for (size_t i = 0; i < n; ++i) x[i] = math::round_to_bf16(x[i]);
+}
+
+float* CpuBackend::alloc_floats(size_t n) { return static_cast<float*>(alloc_zeroed(n * sizeof(float))); }
+int32_t* CpuBackend::alloc_ints(size_t n) { return static_cast<int32_t*>(alloc_zeroed(n * sizeof(int32_t))); }
+ActPtr CpuBackend::alloc_acts(size_t n) { return alloc_floats(n); }
+void CpuBackend::free(void* p) noexcept { std::free(p); }
+
+void CpuBackend::upload(float* dst, const float* host_src, size_t n) { std::memcpy(dst, host_src, n * sizeof(float)); }
+void CpuBackend::upload(int32_t* dst, const int32_t* host_src, size_t n) {
+  std::memcpy(dst, host_src, n * sizeof(int32_t));
+}
+void CpuBackend::download(float* host_dst, const float* src, size_t n) {
+  std::memcpy(host_dst, src, n * sizeof(float));
+}
+void CpuBackend::download(int32_t* host_dst, const int32_t* src, size_t n) {
+  std::memcpy(host_dst, src, n * sizeof(int32_t));
+}
+void CpuBackend::upload(ActPtr dst, const float* host_src, size_t n) { convert(dst, host_src, n); }
+void CpuBackend::download(float* host_dst, ConstActPtr src, size_t n) { download(host_dst, src.as<float>(), n); }
+void CpuBackend::fill_zero(float* p, size_t n) { std::memset(p, 0, n * sizeof(float)); }
+void CpuBackend::fill_zero(ActPtr p, size_t n) { fill_zero(p.as<float>(), n); }
+void CpuBackend::convert(ActPtr dst, const float* src, size_t n) {
+  float* d = dst.as<float>();
+  if (d != src) std::memcpy(d, src, n * sizeof(float));
+  store(d, n);
+}
+void CpuBackend::copy(float* dst, const float* src, size_t n) { std::memcpy(dst, src, n * sizeof(float)); }
+
+void CpuBackend::embedding_forward(ActPtr out_act, const int32_t* tokens, ConstActPtr wte_act, ConstActPtr wpe_act,
+                                   int B, int T, int C) {
+  float* out = out_act.as<float>();
+  const float* wte = wte_act.as<float>();
+  const float* wpe = wpe_act.as<float>();
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      float* o = out + (static_cast<size_t>(b) * T + t) * C;
+      const float* w = wte + static_cast<size_t>(tokens[b * T + t]) * C;
+      const float* p = wpe + static_cast<size_t>(t) * C;
+      for (int i = 0; i < C; ++i) o[i] = w[i] + p[i];
+    }
+  }
+  store(out, static_cast<size_t>(B) * T * C);
+}
+
+void CpuBackend::embedding_backward(float* dwte, float* dwpe, ConstActPtr dout_act, const int32_t* tokens, int B,
+                                    int T, int C) {
+  const float* dout = dout_act.as<float>();
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      const float* d = dout + (static_cast<size_t>(b) * T + t) * C;
+      float* dw = dwte + static_cast<size_t>(tokens[b * T + t]) * C;
+      float* dp = dwpe + static_cast<size_t>(t) * C;
+      for (int i = 0; i < C; ++i) {
+        dw[i] += d[i];
+        dp[i] += d[i];
+      }
+    }
+  }
+}
+
+void CpuBackend::layernorm_forward(ActPtr out_act, float* mean, float* rstd, ConstActPtr inp_act,
+                                   ConstActPtr weight_act, ConstActPtr bias_act, int N, int C) {
+  float* out = out_act.as<float>();
+  const float* inp = inp_act.as<float>();
+  const float* weight = weight_act.as<float>();
+  const float* bias = bias_act.as<float>();
+  for (int n = 0; n < N; ++n) {
+    const float* x = inp + static_cast<size_t>(n) * C;
+    const math::RowStats s = math::layernorm_row_stats(x, C);
+    math::layernorm_row_forward(out + static_cast<size_t>(n) * C, x, weight, bias, s, C);
+    mean[n] = s.mean;
+    rstd[n] = s.rstd;
+  }
+  store(out, static_cast<size_t>(N) * C);
+}
+
+void CpuBackend::layernorm_backward(ActPtr dinp_act, float* dweight, float* dbias, ConstActPtr dout_act,
+                                    ConstActPtr inp_act, ConstActPtr weight_act, const float* mean, const float* rstd,
+                                    int N, int C) {
+  float* dinp = dinp_act.as<float>();
+  const float* dout = dout_act.as<float>();
+  const float* inp = inp_act.as<float>();
+  const float* weight = weight_act.as<float>();
+  for (int n = 0; n < N; ++n) {
+    const size_t row = static_cast<size_t>(n) * C;
+    math::layernorm_row_backward(dinp + row, dweight, dbias, dout + row, inp + row, weight, {mean[n], rstd[n]},
+                                 C);
+  }
+  store(dinp, static_cast<size_t>(N) * C);
+}
+
+void CpuBackend::matmul_forward(ActPtr out_act, ConstActPtr inp_act, ConstActPtr weight_act, ConstActPtr bias_act,
+                                int N, int C, int OC) {
+  float* out = out_act.as<float>();
+  const float* inp = inp_act.as<float>();
+  const float* weight = weight_act.as<float>();
+  const float* bias = bias_act.as<float>();
+  float beta = 0.0f;
+  if (bias != nullptr) {
+    for (int n = 0; n < N; ++n) std::memcpy(out + static_cast<size_t>(n) * OC, bias, OC * sizeof(float));
+    beta = 1.0f;
+  }
+  // out (N,OC) = inp (N,C) @ weight^T (C,OC) [+ out]
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+  store(out, static_cast<size_t>(N) * OC);
+}
+
+void CpuBackend::matmul_backward(ActPtr dinp_act, float* dweight, float* dbias, ConstActPtr dout_act,
+                                 ConstActPtr inp_act, ConstActPtr weight_act, int N, int C, int OC, float dout_scale) {
+  float* dinp = dinp_act.as<float>();
+  const float* dout = dout_act.as<float>();
+  const float* inp = inp_act.as<float>();
+  const float* weight = weight_act.as<float>();
+  // dinp (N,C) = s * dout (N,OC) @ weight (OC,C)
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, dout_scale, dout, OC, weight, C, 0.0f, dinp, C);
+  store(dinp, static_cast<size_t>(N) * C);
+  // dweight (OC,C) += s * dout^T (OC,N) @ inp (N,C)
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, dout_scale, dout, OC, inp, C, 1.0f, dweight, C);
+  if (dbias != nullptr) {
+    for (int n = 0; n < N; ++n) {
+      const float* d = dout + static_cast<size_t>(n) * OC;
+      for (int o = 0; o < OC; ++o) dbias[o] += dout_scale * d[o];
+    }
+  }
+}
+
+size_t CpuBackend::attention_saved_floats(int B, int T, int C, int NH) const {
+  return flash_attention_saved_floats({B, T, C, NH});  // the logsumexp of each row
+}
+
+size_t CpuBackend::attention_scratch_floats(int B, int T, int C, int NH) const {
+  return flash_attention_scratch_floats({B, T, C, NH});
+}
+
+// In bf16 the flash attention rounds at its own points (p, ds, and every output it stores).
+void CpuBackend::attention_forward(ActPtr out, float* saved, ConstActPtr qkv, float* scratch, int B, int T, int C,
+                                   int NH) {
+  flash_attention_forward(out.as<float>(), saved, qkv.as<float>(), scratch, {B, T, C, NH},
+                          precision_ == Precision::bf16);
+}
+
+void CpuBackend::attention_backward(ActPtr dqkv, ConstActPtr dout, ConstActPtr qkv, ConstActPtr out,
+                                    const float* saved, float* scratch, int B, int T, int C, int NH) {
+  flash_attention_backward(dqkv.as<float>(), dout.as<float>(), qkv.as<float>(), out.as<float>(), saved, scratch,
+                           {B, T, C, NH}, precision_ == Precision::bf16);
+}
+
+void CpuBackend::gelu_forward(ActPtr out_act, ConstActPtr inp_act, size_t n) {
+  float* out = out_act.as<float>();
+  const float* inp = inp_act.as<float>();
+  for (size_t i = 0; i < n; ++i) out[i] = math::gelu(inp[i]);
+  store(out, n);
+}
+
+void CpuBackend::gelu_backward(ActPtr dinp_act, ConstActPtr inp_act, ConstActPtr dout_act, size_t n) {
+  float* dinp = dinp_act.as<float>();
+  const float* inp = inp_act.as<float>();
+  const float* dout = dout_act.as<float>();
+  for (size_t i = 0; i < n; ++i) dinp[i] = math::gelu_grad(inp[i]) * dout[i];
+  store(dinp, n);
+}
+
+void CpuBackend::residual_forward(ActPtr out_act, ConstActPtr a_act, ConstActPtr b_act, size_t n) {
+  float* out = out_act.as<float>();
+  const float* a = a_act.as<float>();
+  const float* b = b_act.as<float>();
+  for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  store(out, n);
+}
+
+void CpuBackend::softmax_cross_entropy(ActPtr logits_act, float* losses, const int32_t* targets, float dloss, int N,
+                                       int V, int Vp) {
+  float* logits = logits_act.as<float>();
+  for (int n = 0; n < N; ++n) {
+    losses[n] += math::softmax_cross_entropy_row(logits + static_cast<size_t>(n) * Vp, targets[n], dloss, V, Vp);
+  }
+  store(logits, static_cast<size_t>(N) * Vp);
+}
+
+void CpuBackend::adamw_update(float* params, ActPtr weights, const float* grads, float* m, float* v, size_t n,
+                              const AdamWHyper& h) {
+  float* w = weights.as<float>();
+  if (w == nullptr) {
+    for (size_t i = 0; i < n; ++i) params[i] = math::adamw_element(params[i], grads[i], m[i], v[i], h);
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    params[i] = math::adamw_element(params[i], grads[i], m[i], v[i], h);
+    w[i] = precision_ == Precision::bf16 ? math::round_to_bf16(params[i]) : params[i];
+  }
+}
+
+double CpuBackend::sum_squares(const float* x, size_t n) {
+  // Eight interleaved double partial sums (lane i % 8), combined in a fixed order: deterministic
+  // for a given n, and a pattern GCC turns into vector code without reassociating anything.
+  constexpr size_t kLanes = 8;
+  double lane[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) lane[j] += static_cast<double>(x[i + j]) * x[i + j];
+  }
+  for (; i < n; ++i) lane[i % kLanes] += static_cast<double>(x[i]) * x[i];
+  double sum = 0.0;
+  for (double s : lane) sum += s;
+  return sum;
+}
+
+void CpuBackend::scale(float* x, float s, size_t n) {
+  for (size_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+}  // namespace xtrain

@@ -1,0 +1,82 @@
+// The CPU backend: matrix products through OpenBLAS (cblas_sgemm), causal attention as flash
+// attention (worker/cpu/flash_attention.*: its own tile products, no T x T storage), everything else
+// as plain single-threaded loops over the shared math in worker/math/ that GCC vectorises.
+//
+// Precision: fp32, or bf16 emulated. In bf16 the storage stays fp32 (OpenBLAS multiplies fp32),
+// but every activation an operation writes is rounded to bf16 (worker/math/bf16.hpp) where the
+// CUDA backend stores bf16, and the inputs are such rounded values; so the products see exactly
+// the GPU's bf16 operands and only the order of fp32 accumulation differs. The rounding is one
+// more pass over each output.
+//
+// Threads: only OpenBLAS's own pool (sized by OPENBLAS_NUM_THREADS or OMP_NUM_THREADS, which
+// xlaunch sets to cores / local ranks). The matmuls are where the time goes; attention and the
+// loops run on the calling thread, which keeps every result independent of the thread count,
+// with no second thread pool competing with OpenBLAS's.
+#pragma once
+
+#include "worker/model/backend.hpp"
+
+namespace xtrain {
+
+class CpuBackend final : public Backend {
+ public:
+  // precision: fp32 or bf16 (tf32 is a GPU mode: std::invalid_argument).
+  explicit CpuBackend(Precision precision = Precision::fp32);
+
+  std::string name() const override { return "cpu"; }
+  Precision precision() const override { return precision_; }
+  DType act_dtype() const override { return DType::f32; }
+
+  float* alloc_floats(size_t n) override;
+  int32_t* alloc_ints(size_t n) override;
+  ActPtr alloc_acts(size_t n) override;
+  void free(void* p) noexcept override;
+  void upload(float* dst, const float* host_src, size_t n) override;
+  void upload(int32_t* dst, const int32_t* host_src, size_t n) override;
+  void download(float* host_dst, const float* src, size_t n) override;
+  void download(int32_t* host_dst, const int32_t* src, size_t n) override;
+  void upload(ActPtr dst, const float* host_src, size_t n) override;
+  void download(float* host_dst, ConstActPtr src, size_t n) override;
+  void fill_zero(float* p, size_t n) override;
+  void fill_zero(ActPtr p, size_t n) override;
+  void convert(ActPtr dst, const float* src, size_t n) override;
+  void copy(float* dst, const float* src, size_t n) override;
+  void synchronize() override {}
+  void reserve_scratch(int /*rows*/, int /*cols*/) override {}  // no private scratch
+
+  void embedding_forward(ActPtr out, const int32_t* tokens, ConstActPtr wte, ConstActPtr wpe, int B, int T,
+                         int C) override;
+  void embedding_backward(float* dwte, float* dwpe, ConstActPtr dout, const int32_t* tokens, int B, int T,
+                          int C) override;
+  void layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp, ConstActPtr weight,
+                         ConstActPtr bias, int N, int C) override;
+  void layernorm_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                          ConstActPtr weight, const float* mean, const float* rstd, int N, int C) override;
+  void matmul_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, ConstActPtr bias, int N, int C,
+                      int OC) override;
+  void matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                       ConstActPtr weight, int N, int C, int OC, float dout_scale) override;
+  size_t attention_saved_floats(int B, int T, int C, int NH) const override;
+  size_t attention_scratch_floats(int B, int T, int C, int NH) const override;
+  void attention_forward(ActPtr out, float* saved, ConstActPtr qkv, float* scratch, int B, int T, int C,
+                         int NH) override;
+  void attention_backward(ActPtr dqkv, ConstActPtr dout, ConstActPtr qkv, ConstActPtr out, const float* saved,
+                          float* scratch, int B, int T, int C, int NH) override;
+  void gelu_forward(ActPtr out, ConstActPtr inp, size_t n) override;
+  void gelu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, size_t n) override;
+  void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n) override;
+  void softmax_cross_entropy(ActPtr logits, float* losses, const int32_t* targets, float dloss, int N, int V,
+                             int Vp) override;
+  void adamw_update(float* params, ActPtr weights, const float* grads, float* m, float* v, size_t n,
+                    const AdamWHyper& h) override;
+  double sum_squares(const float* x, size_t n) override;
+  void scale(float* x, float s, size_t n) override;
+
+ private:
+  // The CUDA backend's bf16 store: x rounded to bf16 in place, in bf16 precision only.
+  void store(float* x, size_t n) const;
+
+  Precision precision_;
+};
+
+}  // namespace xtrain

@@ -1,0 +1,272 @@
+#include "worker/data/token_source.hpp"
+
+#include <glob.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <sstream>
+
+namespace xtrain {
+namespace {
+
+bool is_glob(const std::string& pattern) { return pattern.find_first_of("*?[") != std::string::npos; }
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::vector<std::string> expand(const std::string& pattern, const std::string& field) {
+  if (!is_glob(pattern)) return {pattern};
+  glob_t g{};
+  const int rc = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &g);
+  std::vector<std::string> files;
+  if (rc == 0) files.assign(g.gl_pathv, g.gl_pathv + g.gl_pathc);
+  ::globfree(&g);
+  if (rc == GLOB_NOMATCH || (rc == 0 && files.empty())) throw DataError(field, "no file matches " + pattern);
+  if (rc != 0)
+    throw DataError(field, pattern + ": cannot list the matching files (glob error " + std::to_string(rc) + ")");
+  std::sort(files.begin(), files.end());  // by bytes, whatever the locale
+  return files;
+}
+
+MappedFile map_data_file(const std::string& path, const std::string& field) {
+  try {
+    return MappedFile(path);
+  } catch (const FileError& e) {
+    throw DataError(field, e.what());
+  }
+}
+
+std::string format_number(double x) {
+  std::ostringstream out;
+  out << x;
+  return out.str();
+}
+
+std::int32_t read_int32(const std::uint8_t* p) {
+  std::int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// A file's kind and token count from its first `available` bytes (at least the shard header's,
+// when the file is that long) and its size: nullopt for text, else the shard's token count.
+// A *.bin file that is not a shard, and a shard whose header disagrees with its size, are errors.
+std::optional<std::uint64_t> shard_token_count(const std::uint8_t* bytes, std::uint64_t available,
+                                               std::uint64_t size, const std::string& path,
+                                               const std::string& field) {
+  const bool shard = available >= sizeof(std::int32_t) && read_int32(bytes) == kShardMagic;
+  if (!shard && ends_with(path, ".bin")) {
+    const std::string magic = available >= sizeof(std::int32_t) ? std::to_string(read_int32(bytes)) : "missing";
+    throw DataError(
+        field, path + ": not an llm.c token shard: magic is " + magic + ", expected " + std::to_string(kShardMagic));
+  }
+  if (!shard) return std::nullopt;
+  if (size < kShardHeaderBytes) {
+    throw DataError(field, path + ": truncated llm.c token shard: " + std::to_string(size) + " bytes, less than its " +
+                               std::to_string(kShardHeaderBytes) + "-byte header");
+  }
+  const std::int32_t version = read_int32(bytes + 4);
+  if (version != kShardVersion) {
+    throw DataError(field, path + ": llm.c token shard version is " + std::to_string(version) + ", expected " +
+                               std::to_string(kShardVersion) + " (uint16 tokens)");
+  }
+  const std::int32_t count = read_int32(bytes + 8);
+  const std::uint64_t expected = kShardHeaderBytes + 2 * static_cast<std::uint64_t>(std::max(count, 0));
+  if (count < 0 || size != expected) {
+    throw DataError(field, path + ": size is " + std::to_string(size) + " bytes but its header's token count " +
+                               std::to_string(count) + " needs " + std::to_string(expected));
+  }
+  return static_cast<std::uint64_t>(count);
+}
+
+// The files of one source must all be text or all be shards.
+void check_one_kind(const std::string& pattern, const std::string& first, bool first_text, const std::string& path,
+                    bool text, const std::string& field) {
+  if (text == first_text) return;
+  const auto kind = [](bool t) { return t ? "text" : "an llm.c token shard"; };
+  throw DataError(field, pattern + ": " + first + " is " + kind(first_text) + " but " + path + " is " + kind(text) +
+                             "; the files must all be of one kind");
+}
+
+// A source as the split sees it: its kind and its token count.
+struct SourceSize {
+  bool text = true;
+  std::uint64_t tokens = 0;
+};
+
+// Sizes the training and validation splits (load_data's rules, its errors) from the sources' sizes.
+struct SplitSizes {
+  std::uint64_t train = 0;     // the first `train` tokens of data.train
+  std::uint64_t held_out = 0;  // without data.val: the tokens after them, for validation
+};
+
+SplitSizes split_sizes(const DataSpec& data, const ModelSpec& model, bool need_val, const SourceSize& train,
+                       const std::optional<SourceSize>& val) {
+  const std::uint64_t window = static_cast<std::uint64_t>(model.seq_len) + 1;
+  const std::string needs =
+      "model.seq_len " + std::to_string(model.seq_len) + " needs at least " + std::to_string(window);
+  SplitSizes split{train.tokens, 0};
+  if (val) {
+    if (val->text != train.text) {
+      const auto kind = [](bool text) { return text ? std::string("text") : std::string("llm.c token shards"); };
+      throw DataError("data.val", data.val + " is " + kind(val->text) + " but data.train (" + data.train + ") is " +
+                                      kind(train.text) + "; validate on the same kind of tokens");
+    }
+    if (val->tokens < window) {
+      throw DataError("data.val", data.val + ": " + std::to_string(val->tokens) + " tokens, but " + needs);
+    }
+  } else {
+    split.held_out =
+        static_cast<std::uint64_t>(std::llround(static_cast<double>(train.tokens) * data.val_fraction));
+    split.train = train.tokens - split.held_out;
+    if (need_val && split.held_out < window) {
+      throw DataError("data.val_fraction", format_number(data.val_fraction) + " of " + data.train + "'s " +
+                                               std::to_string(train.tokens) + " tokens is " +
+                                               std::to_string(split.held_out) + " validation tokens, but " + needs +
+                                               "; give data.val, more data or a larger data.val_fraction");
+    }
+  }
+  if (split.train < window) {
+    std::string what = std::to_string(train.tokens) + " tokens";
+    if (split.train != train.tokens) {
+      what += ", " + std::to_string(split.train) + " of them for training after holding out " +
+              std::to_string(split.held_out) + " for validation";
+    }
+    throw DataError("data.train", data.train + ": " + what + ", but " + needs);
+  }
+  return split;
+}
+
+// A source's kind and size from its files' headers and sizes alone.
+SourceSize inspect_source(const std::string& pattern, const std::string& field) {
+  SourceSize out;
+  const std::vector<std::string> files = expand(pattern, field);
+  for (size_t i = 0; i < files.size(); ++i) {
+    const TokenFileInfo info = inspect_token_file(files[i], field);
+    if (i > 0) check_one_kind(pattern, files.front(), out.text, files[i], info.text, field);
+    out.text = info.text;
+    out.tokens += info.tokens;
+  }
+  return out;
+}
+
+}  // namespace
+
+TokenFileInfo inspect_token_file(const std::string& path, const std::string& field) {
+  try {
+    InputFile in(path);
+    std::uint8_t header[kShardHeaderBytes];
+    const std::uint64_t available = std::min<std::uint64_t>(in.size(), sizeof header);
+    in.read_at(0, header, available);
+    const std::optional<std::uint64_t> shard = shard_token_count(header, available, in.size(), path, field);
+    return {path, !shard, shard ? *shard : in.size()};
+  } catch (const FileError& e) {
+    throw DataError(field, e.what());
+  }
+}
+
+void check_data_files(const DataSpec& data, const ModelSpec& model, bool need_val) {
+  const SourceSize train = inspect_source(data.train, "data.train");
+  std::optional<SourceSize> val;
+  if (!data.val.empty()) val = inspect_source(data.val, "data.val");
+  split_sizes(data, model, need_val, train, val);
+}
+
+TokenSource::TokenSource(const std::string& pattern, const std::string& field) : pattern_(pattern) {
+  files_ = expand(pattern, field);
+  for (const auto& path : files_) {
+    Segment s = open_file(path, field);
+    const bool text = s.width == 1;
+    if (!segments_.empty()) check_one_kind(pattern, files_.front(), byte_level_, path, text, field);
+    byte_level_ = text;
+    s.first = total_;
+    total_ += s.count;
+    segments_.push_back(std::move(s));
+  }
+}
+
+TokenSource::Segment TokenSource::open_file(const std::string& path, const std::string& field) {
+  Segment s{map_data_file(path, field)};
+  const std::uint8_t* bytes = s.file.data();
+  const std::uint64_t size = s.file.size();
+  const std::optional<std::uint64_t> shard = shard_token_count(bytes, size, size, path, field);
+  if (!shard) {  // text: one token per byte
+    s.tokens = bytes;
+    s.width = 1;
+    s.count = size;
+    s.max_token = size ? *std::max_element(bytes, bytes + size) : -1;
+    return s;
+  }
+  s.tokens = bytes + kShardHeaderBytes;
+  s.width = 2;
+  s.count = *shard;
+  std::uint16_t max = 0;
+  for (std::uint64_t i = 0; i < s.count; ++i) {
+    std::uint16_t t;
+    std::memcpy(&t, s.tokens + 2 * i, 2);
+    max = std::max(max, t);
+  }
+  s.max_token = s.count ? max : -1;
+  return s;
+}
+
+void TokenSource::check_vocab(int vocab_size, const std::string& field) const {
+  for (const auto& s : segments_) {
+    if (s.max_token >= vocab_size) {
+      throw DataError(field, s.file.path() + ": the data needs vocab_size >= " + std::to_string(s.max_token + 1) +
+                                 " (its largest token is " + std::to_string(s.max_token) +
+                                 "), but model.vocab_size is " + std::to_string(vocab_size));
+    }
+  }
+}
+
+void TokenSource::copy(std::uint64_t start, std::uint64_t count, std::int32_t* out) const {
+  // The segment holding `start`: the last one whose first token is at or before it.
+  auto it = std::upper_bound(segments_.begin(), segments_.end(), start,
+                             [](std::uint64_t pos, const Segment& s) { return pos < s.first; });
+  --it;
+  while (count > 0) {
+    const std::uint64_t offset = start - it->first;
+    const std::uint64_t n = std::min(count, it->count - offset);
+    if (it->width == 1) {
+      for (std::uint64_t i = 0; i < n; ++i) out[i] = it->tokens[offset + i];
+    } else {
+      for (std::uint64_t i = 0; i < n; ++i) {
+        std::uint16_t t;
+        std::memcpy(&t, it->tokens + 2 * (offset + i), 2);
+        out[i] = t;
+      }
+    }
+    out += n;
+    start += n;
+    count -= n;
+    ++it;
+  }
+}
+
+void TokenSpan::copy(std::uint64_t start, std::uint64_t n, std::int32_t* out) const {
+  source->copy(begin + start, n, out);
+}
+
+DataSplit load_data(const DataSpec& data, const ModelSpec& model, bool need_val) {
+  auto train = std::make_shared<const TokenSource>(data.train, "data.train");
+  train->check_vocab(model.vocab_size, "data.train");
+  std::shared_ptr<const TokenSource> val;
+  if (!data.val.empty()) {
+    val = std::make_shared<const TokenSource>(data.val, "data.val");
+    val->check_vocab(model.vocab_size, "data.val");
+  }
+  const SplitSizes sizes =
+      split_sizes(data, model, need_val, {train->byte_level(), train->size()},
+                  val ? std::optional<SourceSize>({val->byte_level(), val->size()}) : std::nullopt);
+  DataSplit split;
+  split.byte_level = train->byte_level();
+  split.train = {train, 0, sizes.train};
+  split.val = val ? TokenSpan{val, 0, val->size()} : TokenSpan{train, sizes.train, sizes.held_out};
+  return split;
+}
+
+}  // namespace xtrain

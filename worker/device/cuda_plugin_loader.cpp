@@ -1,0 +1,67 @@
+#include "worker/device/cuda_plugin_loader.hpp"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "common/gpu/nccl_library.hpp"
+#include "xtrain/plugin_interface.hpp"
+
+namespace xtrain {
+
+std::string cuda_plugin_path() {
+  if (const char* path = std::getenv(kCudaPluginVariable); path != nullptr && *path != '\0') return path;
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return (exe.parent_path().parent_path() / "lib" / kCudaPluginFileName).string();
+}
+
+CudaPluginLoad load_cuda_plugin(const std::string& path) {
+  CudaPluginLoad load;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    load.absent = true;
+    load.failure = "the CUDA plugin " + path + " is not there (this xtrain-worker was built without CUDA, or " +
+                   kCudaPluginFileName + " was not installed in ../lib beside it; " + kCudaPluginVariable +
+                   " names another)";
+    return load;
+  }
+  NcclLibrary nccl;
+  try {
+    nccl = load_nccl_library(NcclSearch::from_environment());
+  } catch (const std::exception& e) {
+    load.failure = "the CUDA plugin " + path + " needs NCCL: " + e.what();
+    return load;
+  }
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    load.failure = "the CUDA plugin " + path + " cannot be loaded: " + dlerror();
+    dlclose(nccl.handle);
+    return load;
+  }
+  auto refuse = [&](const std::string& why) {
+    load.failure = "the CUDA plugin " + path + " " + why;
+    dlclose(handle);
+    dlclose(nccl.handle);
+    return load;
+  };
+  const auto entry = reinterpret_cast<CudaPluginEntryFn>(dlsym(handle, kCudaPluginEntryPoint));
+  if (entry == nullptr) return refuse(std::string("has no entry point: ") + dlerror());
+  const CudaPluginEntry e = entry();
+  if (e.abi_version != kCudaPluginAbiVersion) {
+    return refuse("has ABI version " + std::to_string(e.abi_version) + ", this xtrain-worker expects " +
+                  std::to_string(kCudaPluginAbiVersion) + ": use the plugin built with this worker");
+  }
+  if (e.interface_digest == nullptr || std::string(e.interface_digest) != kCudaPluginInterfaceDigest) {
+    return refuse(std::string("was built from other interface headers (digest ") +
+                  (e.interface_digest ? e.interface_digest : "none") + ", this xtrain-worker's " +
+                  kCudaPluginInterfaceDigest + "): use the plugin built with this worker");
+  }
+  if (e.plugin == nullptr) return refuse("returned no plugin object");
+  load.plugin = e.plugin;
+  load.nccl = nccl.describe();
+  return load;
+}
+
+}  // namespace xtrain

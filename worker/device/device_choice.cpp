@@ -1,0 +1,86 @@
+#include "worker/device/device_choice.hpp"
+
+#include "common/gpu/gpu_probe.hpp"
+#include "worker/cpu/cpu_backend.hpp"
+#include "worker/device/cuda_plugin_loader.hpp"
+#include "worker/comm/gloo_communicator.hpp"
+#include "worker/comm/single_communicator.hpp"
+
+namespace xtrain {
+namespace {
+
+DeviceChoice on_cpu(const JobSpec& spec, const std::string& why, bool degraded = false) {
+  DeviceChoice choice;
+  choice.precision = resolve_precision(spec.train, "cpu");
+  choice.summary = why + "; " + precision_name(choice.precision);
+  choice.degraded = degraded;
+  return choice;
+}
+
+}  // namespace
+
+DeviceProbe DeviceProbe::of_this_machine() { return {count_nvidia_gpus(), cuda_plugin_path()}; }
+
+void require_precision_support(Precision precision, const CudaDeviceInfo& gpu) {
+  if (precision == Precision::bf16 && gpu.major < 8) {
+    throw SpecError("train.precision", "\"bf16\" (what \"auto\" means on CUDA) needs a GPU of compute capability "
+                                       "8.0 or newer; " + gpu.name + " is " + std::to_string(gpu.major) + "." +
+                                           std::to_string(gpu.minor) + " (use \"fp32\")");
+  }
+}
+
+DeviceChoice choose_device(const JobSpec& spec, int local_rank, const DeviceProbe& probe) {
+  if (spec.device == "cpu") return on_cpu(spec, "device cpu: training on the CPU");
+  const bool required = spec.device == "cuda";
+  if (!required && probe.nvidia_gpus == 0) {
+    return on_cpu(spec, "device auto: training on the CPU (no NVIDIA GPU on this machine: no CUDA library loaded)");
+  }
+  // From here on "auto" falls back to the CPU where "cuda" fails, for the same reason.
+  auto unusable = [&](const std::string& why) {
+    if (required) throw SpecError("device", "\"cuda\" asked for, but " + why);
+    return on_cpu(spec, "device auto: training on the CPU (" + why + ")", /*degraded=*/true);
+  };
+  const CudaPluginLoad load = load_cuda_plugin(probe.plugin_path);
+  if (load.plugin == nullptr) return unusable(load.failure);
+  const CudaDeviceCount devices = load.plugin->device_count();
+  if (!devices.error.empty()) return unusable("CUDA cannot count the GPUs: " + devices.error);
+  if (devices.count == 0) return unusable("CUDA sees no GPU (" + load.plugin->versions() + ")");
+
+  DeviceChoice choice;
+  choice.cuda = load.plugin;
+  choice.gpu = local_rank % devices.count;
+  choice.precision = resolve_precision(spec.train, "cuda");
+  const CudaDeviceInfo gpu = load.plugin->device_info(choice.gpu);
+  require_precision_support(choice.precision, gpu);
+  choice.gpu_memory = {"GPU " + std::to_string(choice.gpu) + " (" + gpu.name + ")", gpu.free_bytes, gpu.total_bytes};
+  choice.summary = "device " + spec.device + ": " + gpu.describe(choice.gpu) + "; " + load.plugin->versions() +
+                   "; " + load.nccl + "; " + precision_name(choice.precision);
+  return choice;
+}
+
+void require_memory_fit(const DeviceChoice& device, const JobSpec& spec, int world_size) {
+  if (device.cuda == nullptr) return;
+  check_memory_fit(spec.model, spec.train.micro_batch_size, world_size, device.precision, device.gpu_memory);
+}
+
+std::unique_ptr<Backend> make_backend(const DeviceChoice& device) {
+  if (device.cuda == nullptr) return std::make_unique<CpuBackend>(device.precision);
+  return device.cuda->make_backend(device.gpu, precision_name(device.precision));
+}
+
+std::unique_ptr<Communicator> make_communicator(const DeviceChoice& device, const JobSpec& spec,
+                                                const WorkerEnv& env, Backend& backend) {
+  const bool on_gpu = device.cuda != nullptr;
+  if (spec.backend == "gloo" && on_gpu) {
+    throw SpecError("backend", "\"gloo\" reduces host memory; with device \"cuda\" use \"nccl\" or \"auto\"");
+  }
+  if (spec.backend == "nccl" && !on_gpu) {
+    throw SpecError("backend", "\"nccl\" needs device \"cuda\"; CPU ranks use \"gloo\" or \"auto\"");
+  }
+  if (env.where.world_size == 1) return std::make_unique<SingleCommunicator>();
+  const double timeout_s = spec.nodes.rdzv_timeout_s;
+  if (on_gpu) return device.cuda->make_nccl_communicator(env, backend, timeout_s);
+  return make_gloo_communicator(env, timeout_s);
+}
+
+}  // namespace xtrain

@@ -1,0 +1,60 @@
+// Which device a rank computes on (the spec's `device`), and its backend and communicator.
+//   "cpu":  the CPU backend; nothing of CUDA is looked at.
+//   "cuda": the CUDA plugin (worker/device/cuda_plugin_loader.hpp) must load and CUDA must see a GPU;
+//           otherwise a SpecError naming `device` and the cause (exit 2), before anything is
+//           written.
+//   "auto": the plugin is tried only where the NVIDIA driver shows GPUs (common/gpu/gpu_probe.hpp),
+//           so a machine without them loads no CUDA library at all. A missing or failing plugin,
+//           or CUDA seeing no GPU, means the CPU, said in the choice's one log line.
+// On a GPU the precision is checked against the GPU before the backend exists.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/job_spec.hpp"
+#include "common/worker_env.hpp"
+#include "worker/model/backend.hpp"
+#include "worker/comm/communicator.hpp"
+#include "worker/device/cuda_plugin.hpp"
+#include "worker/model/memory_plan.hpp"
+
+namespace xtrain {
+
+// What the choice looks at; the tests make their own.
+struct DeviceProbe {
+  int nvidia_gpus = 0;      // GPUs the driver shows on this machine
+  std::string plugin_path;  // where the CUDA plugin is
+
+  static DeviceProbe of_this_machine();
+};
+
+struct DeviceChoice {
+  const CudaPlugin* cuda = nullptr;  // null: the CPU
+  int gpu = -1;                      // on CUDA: LOCAL_RANK modulo the GPUs CUDA sees
+  GpuMemory gpu_memory;              // on CUDA: its name and memory, free and in all
+  Precision precision = Precision::fp32;  // train.precision resolved for the device
+  std::string summary;               // one log line: the device, and why
+  bool degraded = false;             // "auto" on a machine with GPUs it cannot use: log a warning
+};
+
+DeviceChoice choose_device(const JobSpec& spec, int local_rank, const DeviceProbe& probe);
+
+// Throws SpecError naming train.precision when `precision` needs more than `gpu` has: bf16
+// tensor cores need compute capability 8.0 (Ampere). TF32 is a permission, not a need: before
+// sm_80 cuBLAS computes those products in fp32.
+void require_precision_support(Precision precision, const CudaDeviceInfo& gpu);
+
+// On a GPU: throws SpecError naming train.micro_batch_size when the memory plan of this rank
+// (worker/model/memory_plan.hpp, with `world_size` ranks) does not fit the GPU's free memory, with the
+// plan's numbers and the largest micro-batch that fits. Run before the backend allocates anything.
+void require_memory_fit(const DeviceChoice& device, const JobSpec& spec, int world_size);
+
+std::unique_ptr<Backend> make_backend(const DeviceChoice& device);
+
+// spec.backend: gloo (host memory), nccl (device memory), or auto (the one that fits the device);
+// a world of one needs neither.
+std::unique_ptr<Communicator> make_communicator(const DeviceChoice& device, const JobSpec& spec,
+                                                const WorkerEnv& env, Backend& backend);
+
+}  // namespace xtrain

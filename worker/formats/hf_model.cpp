@@ -1,0 +1,152 @@
+#include "worker/formats/hf_model.hpp"
+
+#include <algorithm>
+#include <map>
+
+namespace xtrain {
+namespace {
+
+constexpr const char* kPrefix = "transformer.";
+constexpr const char* kLmHead = "lm_head.weight";
+
+// The shape a parameter has in the Hugging Face file: wte without its padding rows, Conv1D
+// weights (in, out).
+std::vector<std::int64_t> hf_shape(const ParamLayout& layout, const ParamTensor& t) {
+  if (t.offset == layout.wte()) return {layout.dims().V, layout.dims().C};
+  std::vector<std::int64_t> shape(t.shape.begin(), t.shape.end());
+  if (t.hf_transposed) std::swap(shape[0], shape[1]);
+  return shape;
+}
+
+void transpose(const float* in, size_t rows, size_t cols, float* out) {  // (rows, cols) -> (cols, rows)
+  for (size_t r = 0; r < rows; ++r) {
+    for (size_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
+  }
+}
+
+// h.N.attn.bias and h.N.attn.masked_bias: the causal mask GPT2Attention keeps as a buffer.
+bool is_mask_buffer(const std::string& name) {
+  if (name.rfind("h.", 0) != 0) return false;
+  const size_t dot = name.find('.', 2);
+  if (dot == std::string::npos || dot == 2) return false;
+  for (size_t i = 2; i < dot; ++i) {
+    if (name[i] < '0' || name[i] > '9') return false;
+  }
+  const std::string rest = name.substr(dot);
+  return rest == ".attn.bias" || rest == ".attn.masked_bias";
+}
+
+}  // namespace
+
+nlohmann::json hf_config(const ModelDims& d) {
+  return {{"architectures", {"GPT2LMHeadModel"}},
+          {"model_type", "gpt2"},
+          {"vocab_size", d.V},
+          {"n_positions", d.T},
+          {"n_ctx", d.T},
+          {"n_embd", d.C},
+          {"n_layer", d.L},
+          {"n_head", d.NH},
+          {"n_inner", nullptr},
+          {"activation_function", "gelu_new"},  // GELU, tanh approximation
+          {"layer_norm_epsilon", 1e-5},
+          {"resid_pdrop", 0.0},
+          {"embd_pdrop", 0.0},
+          {"attn_pdrop", 0.0},
+          {"tie_word_embeddings", true},
+          {"torch_dtype", "float32"}};
+}
+
+FileChecksum write_hf_model(const std::string& path, const ParamLayout& layout, const float* params) {
+  size_t transposed_floats = 0;
+  for (const auto& t : layout.tensors()) transposed_floats += t.hf_transposed ? t.count : 0;
+  std::vector<float> transposed(transposed_floats);  // Conv1D weights in (in, out)
+  std::vector<SafetensorsTensor> tensors;
+  size_t at = 0;
+  for (const auto& t : layout.tensors()) {
+    const float* data = params + t.offset;
+    if (t.hf_transposed) {
+      transpose(data, static_cast<size_t>(t.shape[0]), static_cast<size_t>(t.shape[1]), transposed.data() + at);
+      data = transposed.data() + at;
+      at += t.count;
+    }
+    tensors.push_back({t.name, hf_shape(layout, t), data});
+  }
+  return write_safetensors(path, tensors, {{"format", "pt"}});  // transformers refuses files without "format"
+}
+
+HfModelReader::HfModelReader(const std::string& path, const ParamLayout& layout) : file_(path), layout_(layout) {
+  const ModelDims& d = layout.dims();
+  std::map<std::string, const SafetensorsEntry*> by_name;  // without the prefix
+  for (const auto& e : file_.tensors()) {
+    const bool prefixed = e.name.rfind(kPrefix, 0) == 0;
+    const std::string name = prefixed ? e.name.substr(std::string(kPrefix).size()) : e.name;
+    if (is_mask_buffer(name)) continue;
+    if (name == kLmHead) {
+      lm_head_ = &e;
+      continue;
+    }
+    if (!by_name.emplace(name, &e).second) {
+      throw FileError(path, "tensor " + name + " appears twice, with and without the \"transformer.\" prefix");
+    }
+  }
+  for (const auto& t : layout.tensors()) {
+    const auto it = by_name.find(t.name);
+    if (it == by_name.end()) throw FileError(path, "tensor " + t.name + " is missing");
+    const SafetensorsEntry& e = *it->second;
+    std::vector<std::int64_t> shape = hf_shape(layout, t);
+    if (t.offset == layout.wpe() && e.shape.size() == 2 && e.shape[1] == d.C && e.shape[0] >= d.T) {
+      shape[0] = e.shape[0];  // n_positions rows; the first T are used
+    } else if (t.offset == layout.wpe() && e.shape.size() == 2 && e.shape[1] == d.C) {
+      throw FileError(path, "tensor " + e.name + " has " + std::to_string(e.shape[0]) +
+                                " rows (positions) but model.seq_len is " + std::to_string(d.T));
+    }
+    entries_.push_back(&file_.get(e.name, shape));
+    by_name.erase(it);
+  }
+  if (!by_name.empty()) {
+    throw FileError(path, "unexpected tensor " + by_name.begin()->second->name + " (not a GPT-2 parameter)");
+  }
+  if (lm_head_) file_.get(lm_head_->name, {d.V, d.C});
+}
+
+void HfModelReader::load(float* params) {
+  const ModelDims& d = layout_.dims();
+  const auto C = static_cast<size_t>(d.C);
+  file_.load();
+  if (lm_head_) {  // compared row by row: the whole matrix is 0.3 GB for gpt2-xl
+    const SafetensorsEntry& wte = *entries_[0];  // the layout's first tensor
+    std::vector<float> a(C), b(C);
+    for (size_t row = 0; row < static_cast<size_t>(d.V); ++row) {
+      file_.copy_elements(wte, row * C, C, a.data());
+      file_.copy_elements(*lm_head_, row * C, C, b.data());
+      const auto diff = std::mismatch(a.begin(), a.end(), b.begin());
+      if (diff.first != a.end()) {
+        throw FileError(file_.path(), "tensor " + lm_head_->name + " differs from " + wte.name + " (first at row " +
+                                          std::to_string(row) + ", column " +
+                                          std::to_string(diff.first - a.begin()) +
+                                          "): the model ties its output layer to the token embedding, so an untied "
+                                          "lm_head cannot be loaded");
+      }
+    }
+  }
+  // Nothing can fail from here on.
+  std::vector<float> scratch;
+  for (size_t i = 0; i < layout_.tensors().size(); ++i) {
+    const ParamTensor& t = layout_.tensors()[i];
+    const SafetensorsEntry& e = *entries_[i];
+    if (t.offset == layout_.wte()) {
+      const size_t real = static_cast<size_t>(d.V) * C;
+      file_.copy_elements(e, 0, real, params + t.offset);
+      std::fill(params + t.offset + real, params + t.offset + t.count, 0.0f);
+    } else if (!t.hf_transposed) {
+      file_.copy_elements(e, 0, t.count, params + t.offset);  // wpe: its first T rows
+    } else {
+      scratch.resize(t.count);
+      file_.copy_elements(e, 0, t.count, scratch.data());
+      transpose(scratch.data(), static_cast<size_t>(t.shape[1]), static_cast<size_t>(t.shape[0]), params + t.offset);
+    }
+  }
+}
+
+}  // namespace xtrain

@@ -1,0 +1,100 @@
+#include "worker/formats/model_io.hpp"
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "common/atomic_file.hpp"
+#include "common/checkpoint_dirs.hpp"
+#include "worker/formats/file_io.hpp"
+#include "worker/formats/hf_model.hpp"
+#include "worker/formats/llmc_model.hpp"
+
+namespace xtrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Copies `from` to `to` and fsyncs it.
+void copy_file(const std::string& from, const std::string& to) {
+  const MappedFile in(from);
+  OutputFile out(to);
+  out.write(in.data(), in.size());
+  out.finish();
+}
+
+}  // namespace
+
+ModelDims dims_of(const ModelFileInfo& file) {
+  ModelSpec m;
+  m.n_layer = file.n_layer;
+  m.n_head = file.n_head;
+  m.n_embd = file.n_embd;
+  m.seq_len = file.n_positions;
+  m.vocab_size = file.vocab_size;
+  return ModelDims::from(m);
+}
+
+void import_model(const ModelFileInfo& file, const ParamLayout& layout, float* params) {
+  const ModelDims& d = layout.dims();
+  const struct {
+    int file;
+    int ours;
+    const char* field;
+  } dims[] = {{file.n_layer, d.L, "model.n_layer"},
+              {file.n_head, d.NH, "model.n_head"},
+              {file.n_embd, d.C, "model.n_embd"},
+              {file.vocab_size, d.V, "model.vocab_size"}};
+  for (const auto& x : dims) {
+    if (x.file != x.ours) {
+      throw FileError(file.shape_source, "the file has " + std::string(x.field) + " " + std::to_string(x.file) +
+                                             " but the model being loaded has " + std::to_string(x.ours));
+    }
+  }
+  if (file.n_positions < d.T) {
+    throw FileError(file.shape_source, "the file has position embeddings for " + std::to_string(file.n_positions) +
+                                           " tokens but model.seq_len is " + std::to_string(d.T));
+  }
+  if (file.format == ModelFormat::kLlmc) {
+    import_llmc_model(file, layout, params);
+  } else {
+    HfModelReader reader(file.weights, layout);
+    reader.load(params);
+  }
+}
+
+void export_hf_directory(const std::string& dir, const ParamLayout& layout, const float* params,
+                         const std::optional<ExportVocab>& vocab, bool replace) {
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !replace) throw FileError(dir, "exists (give --force to replace it)");
+  const std::string tmp = dir + kCheckpointTmpMarker + std::to_string(::getpid());
+  try {
+    fs::remove_all(tmp);
+    fs::create_directory(tmp);
+    nlohmann::json config = hf_config(layout.dims());
+    if (vocab) config["bos_token_id"] = config["eos_token_id"] = vocab->eot;
+    write_file_atomic(tmp + "/" + kModelConfigFile, config.dump(2) + "\n");
+    write_hf_model(tmp + "/" + kModelWeightsFile, layout, params);
+    if (vocab) {
+      copy_file(vocab->files.vocab, tmp + "/vocab.json");
+      copy_file(vocab->files.merges, tmp + "/merges.txt");
+    }
+    fsync_directory(tmp);
+    if (fs::exists(dir)) {
+      const std::string old = tmp + "-old";
+      fs::rename(dir, old);
+      rename_into_place(tmp, dir);
+      fs::remove_all(old);
+    } else {
+      rename_into_place(tmp, dir);
+    }
+  } catch (const fs::filesystem_error& e) {
+    fs::remove_all(tmp, ec);
+    throw FileError(e.path1().string(), e.code().message());
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+}  // namespace xtrain

@@ -1,0 +1,37 @@
+// Whole models in and out: the weights of any file model.init_from accepts (common/model_file.hpp)
+// into our flat layout, and a flat layout out as a Hugging Face GPT-2 directory (the llm.c model
+// file is worker/formats/llmc_model.hpp's export_llmc_model).
+#pragma once
+
+#include <string>
+
+#include "common/tokenizer/gpt2_vocabulary.hpp"
+#include "common/model_file.hpp"
+#include "worker/model/param_layout.hpp"
+
+namespace xtrain {
+
+// The layout a model file's weights fill at their full context (T = n_positions).
+ModelDims dims_of(const ModelFileInfo& file);
+
+// Reads the weights of `file` into `params` (layout.total() floats). The layout's L, NH, C and V
+// must be the file's and its T at most the file's n_positions (the first T rows of wpe are
+// taken); wte's padding rows become zero. Throws FileError naming the file and the tensor;
+// `params` is untouched when a check fails.
+void import_model(const ModelFileInfo& file, const ParamLayout& layout, float* params);
+
+// The vocabulary a Hugging Face export ships: its files, and the id of <|endoftext|>, which
+// GPT2Config names as bos_token_id and eos_token_id.
+struct ExportVocab {
+  VocabularyFiles files;
+  std::int32_t eot = -1;
+};
+
+// Writes a Hugging Face GPT-2 directory `dir`: config.json, model.safetensors (F32, the released
+// gpt2's names) and, when `vocab` is given, its files as vocab.json + merges.txt. Everything is
+// written under DIR.tmp-PID, fsynced and renamed into place; an existing `dir` is replaced only
+// with `replace` (else FileError). A failure leaves no temporary behind.
+void export_hf_directory(const std::string& dir, const ParamLayout& layout, const float* params,
+                         const std::optional<ExportVocab>& vocab, bool replace);
+
+}  // namespace xtrain

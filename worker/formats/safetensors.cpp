@@ -1,0 +1,236 @@
+#include "worker/formats/safetensors.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "worker/formats/float16.hpp"
+
+namespace xtrain {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kDigestKey = "xtrain_digest";
+constexpr std::uint64_t kMaxHeaderBytes = 100u << 20;  // the format's own limit
+
+// A running 64-bit check over 32-bit words. Each step (h ^ w) * odd is a bijection of h, so any
+// single changed word always changes the result.
+class Digest {
+ public:
+  void add(const void* data, std::uint64_t bytes) {
+    const auto* p = static_cast<const std::uint8_t*>(data);
+    for (std::uint64_t i = 0; i + 4 <= bytes; i += 4) {
+      std::uint32_t w;
+      std::memcpy(&w, p + i, 4);
+      h_ = (h_ ^ w) * 0x9e3779b97f4a7c15ULL;
+    }
+  }
+  std::string hex() const {
+    std::uint64_t x = h_ ^ (h_ >> 31);
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(x));
+    return buf;
+  }
+
+ private:
+  std::uint64_t h_ = 0xcbf29ce484222325ULL;
+};
+
+std::uint64_t element_count(const std::vector<std::int64_t>& shape) {
+  std::uint64_t n = 1;
+  for (auto s : shape) n *= static_cast<std::uint64_t>(s);
+  return n;
+}
+
+// Bytes per element of the safetensors dtypes; 0 for a name the format does not have.
+std::uint64_t dtype_size(const std::string& dtype) {
+  static const std::map<std::string, std::uint64_t> sizes = {
+      {"F64", 8}, {"F32", 4}, {"F16", 2},  {"BF16", 2}, {"I64", 8},     {"I32", 4},     {"I16", 2},
+      {"I8", 1},  {"U64", 8}, {"U32", 4},  {"U16", 2},  {"U8", 1},      {"BOOL", 1},    {"F8_E4M3", 1},
+      {"F8_E5M2", 1}};
+  const auto it = sizes.find(dtype);
+  return it == sizes.end() ? 0 : it->second;
+}
+
+bool is_float_dtype(const std::string& dtype) { return dtype == "F32" || dtype == "F16" || dtype == "BF16"; }
+
+}  // namespace
+
+std::string format_shape(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+FileChecksum write_safetensors(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
+                       std::map<std::string, std::string> metadata) {
+  json header = json::object();
+  Digest digest;
+  std::uint64_t offset = 0;
+  for (const auto& t : tensors) {
+    const std::uint64_t bytes = element_count(t.shape) * sizeof(float);
+    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    digest.add(t.data, bytes);
+    offset += bytes;
+  }
+  metadata[kDigestKey] = digest.hex();
+  header["__metadata__"] = metadata;
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // 8 + N stays 8-aligned, so F32 data is aligned
+  const std::uint64_t n = text.size();
+  std::uint8_t length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<std::uint8_t>(n >> (8 * i));
+
+  OutputFile out(path);
+  out.write(length, sizeof length);
+  out.write(text.data(), text.size());
+  for (const auto& t : tensors) out.write(t.data, element_count(t.shape) * sizeof(float));
+  out.finish();
+  return out.checksum();
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  InputFile in(path);
+  if (in.size() < 8)
+    throw FileError(path, "truncated: " + std::to_string(in.size()) + " bytes, not a safetensors file");
+  std::uint8_t length[8];
+  in.read_at(0, length, sizeof length);
+  std::uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(length[i]) << (8 * i);
+  if (n > in.size() - 8 || n > kMaxHeaderBytes) {
+    throw FileError(path, "safetensors header length " + std::to_string(n) + " runs past the end of the file (" +
+                              std::to_string(in.size()) + " bytes)");
+  }
+  std::string text(n, '\0');
+  in.read_at(8, text.data(), n);
+  data_offset_ = 8 + n;
+  data_size_ = in.size() - data_offset_;
+
+  const json header = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (header.is_discarded() || !header.is_object()) throw FileError(path, "safetensors header is not a JSON object");
+  for (const auto& [name, value] : header.items()) {
+    if (name == "__metadata__") {
+      if (!value.is_object()) throw FileError(path, "__metadata__ is not an object of strings");
+      for (const auto& [key, v] : value.items()) {
+        if (!v.is_string()) throw FileError(path, "__metadata__." + key + " is not a string");
+        metadata_[key] = v.get<std::string>();
+      }
+      continue;
+    }
+    const std::string where = "tensor " + name + ": ";
+    if (!value.is_object() || value.size() != 3 || !value.contains("dtype") || !value.contains("shape") ||
+        !value.contains("data_offsets")) {
+      throw FileError(path, where + "expected {dtype, shape, data_offsets}, got " + value.dump());
+    }
+    const json& dtype = value["dtype"];
+    if (!dtype.is_string() || dtype_size(dtype.get<std::string>()) == 0) {
+      throw FileError(path, where + "dtype " + dtype.dump() + " is not a safetensors dtype");
+    }
+    SafetensorsEntry e;
+    e.name = name;
+    e.dtype = dtype.get<std::string>();
+    const json& shape = value["shape"];
+    if (!shape.is_array()) throw FileError(path, where + "shape is not a list");
+    for (const auto& s : shape) {
+      if (!s.is_number_unsigned() || s.get<std::uint64_t>() > (1ULL << 40)) {
+        throw FileError(path, where + "shape " + shape.dump() + " is not a list of sizes");
+      }
+      e.shape.push_back(s.get<std::int64_t>());
+    }
+    const json& offsets = value["data_offsets"];
+    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+        !offsets[1].is_number_unsigned() || offsets[0].get<std::uint64_t>() > offsets[1].get<std::uint64_t>()) {
+      throw FileError(path, where + "data_offsets " + offsets.dump() + " is not [begin, end]");
+    }
+    e.begin = offsets[0].get<std::uint64_t>();
+    e.end = offsets[1].get<std::uint64_t>();
+    const std::uint64_t bytes = element_count(e.shape) * dtype_size(e.dtype);
+    if (e.end - e.begin != bytes) {
+      throw FileError(path, where + "shape " + format_shape(e.shape) + " needs " + std::to_string(bytes) +
+                                " bytes but data_offsets " + offsets.dump() + " hold " +
+                                std::to_string(e.end - e.begin));
+    }
+    tensors_.push_back(std::move(e));
+  }
+  std::sort(tensors_.begin(), tensors_.end(),
+            [](const auto& a, const auto& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+  std::uint64_t expected = 0;
+  const SafetensorsEntry* previous = nullptr;
+  for (const auto& e : tensors_) {
+    if (e.begin != expected) {
+      throw FileError(path, "tensor " + e.name + ": data_offsets begin at " + std::to_string(e.begin) + ", expected " +
+                                std::to_string(expected) +
+                                (previous ? " where tensor " + previous->name + " ends" : " (the first tensor)") +
+                                "; tensors must be contiguous");
+    }
+    if (e.end > data_size_) {
+      throw FileError(path, "truncated: tensor " + e.name + " ends at data byte " + std::to_string(e.end) +
+                                " but the file holds " + std::to_string(data_size_) + " bytes of data");
+    }
+    expected = e.end;
+    previous = &e;
+  }
+  if (expected != data_size_) {
+    throw FileError(path, std::to_string(data_size_ - expected) + " bytes after the last tensor's data");
+  }
+}
+
+const SafetensorsEntry& SafetensorsFile::get(const std::string& name, const std::vector<std::int64_t>& shape) const {
+  for (const auto& e : tensors_) {
+    if (e.name != name) continue;
+    if (e.shape != shape) {
+      throw FileError(path_, "tensor " + name + " has shape " + format_shape(e.shape) + " but the model needs " +
+                                 format_shape(shape));
+    }
+    if (!is_float_dtype(e.dtype)) {
+      throw FileError(path_, "tensor " + name + " has dtype " + e.dtype + ", expected F32, F16 or BF16");
+    }
+    return e;
+  }
+  throw FileError(path_, "tensor " + name + " is missing");
+}
+
+void SafetensorsFile::load() {
+  auto file = std::make_unique<MappedFile>(path_);
+  if (file->size() != data_offset_ + data_size_) {
+    throw FileError(path_, "changed size while being read (" + std::to_string(file->size()) + " bytes, was " +
+                               std::to_string(data_offset_ + data_size_) + ")");
+  }
+  const auto it = metadata_.find(kDigestKey);
+  if (it != metadata_.end()) {
+    Digest digest;
+    digest.add(file->data() + data_offset_, data_size_);
+    if (digest.hex() != it->second) {
+      throw FileError(path_, "corrupt: the data's digest is " + digest.hex() + " but the header says " + it->second);
+    }
+  }
+  file_ = std::move(file);
+}
+
+void SafetensorsFile::copy(const std::string& name, const std::vector<std::int64_t>& shape, float* out) const {
+  const SafetensorsEntry& e = get(name, shape);
+  copy_elements(e, 0, element_count(e.shape), out);
+}
+
+void SafetensorsFile::copy_elements(const SafetensorsEntry& e, std::uint64_t first, std::uint64_t count,
+                                    float* out) const {
+  if (!file_) throw std::logic_error("SafetensorsFile::copy before load()");
+  if (!is_float_dtype(e.dtype) || first + count > element_count(e.shape)) {
+    throw std::logic_error("SafetensorsFile::copy_elements: not a float tensor, or past its end");
+  }
+  const std::uint8_t* data = file_->data() + data_offset_ + e.begin;
+  if (e.dtype == "F32") {
+    std::memcpy(out, data + first * 4, count * 4);
+    return;
+  }
+  float (*convert)(std::uint16_t) = e.dtype == "F16" ? f16_to_float : bf16_to_float;
+  for (std::uint64_t i = 0; i < count; ++i) {
+    std::uint16_t h;
+    std::memcpy(&h, data + (first + i) * 2, 2);
+    out[i] = convert(h);
+  }
+}
+
+}  // namespace xtrain

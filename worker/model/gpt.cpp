@@ -1,0 +1,351 @@
+#include "worker/model/gpt.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <iterator>
+#include <numbers>
+#include <random>
+#include <stdexcept>
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+#include "worker/model/memory_plan.hpp"
+
+namespace xtrain {
+
+namespace {
+
+// Standard normal samples from a fixed engine and our own Box-Muller transform, so the
+// initialisation is the same with every standard library (std::normal_distribution is not).
+class NormalSampler {
+ public:
+  explicit NormalSampler(std::int64_t seed) : engine_(static_cast<std::uint64_t>(seed)) {}
+
+  float next() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return static_cast<float>(spare_);
+    }
+    const double u1 = uniform_open();
+    const double u2 = uniform_open();
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    const double a = 2.0 * std::numbers::pi * u2;
+    spare_ = r * std::sin(a);
+    has_spare_ = true;
+    return static_cast<float>(r * std::cos(a));
+  }
+
+ private:
+  double uniform_open() {  // in (0, 1], from the top 53 bits
+    return (static_cast<double>(engine_() >> 11) + 1.0) * 0x1.0p-53;
+  }
+
+  std::mt19937_64 engine_;
+  double spare_ = 0.0;
+  bool has_spare_ = false;
+};
+
+// Tokens index wte rows and targets index logits: one outside [0, V) would read or write past
+// them, so check on the host before uploading.
+void check_token_range(const int32_t* ids, int n, int V, const char* what) {
+  for (int i = 0; i < n; ++i) {
+    if (ids[i] < 0 || ids[i] >= V) {
+      throw std::out_of_range(std::string("GPT::forward: ") + what + "[" + std::to_string(i) + "] = " +
+                              std::to_string(ids[i]) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
+    }
+  }
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+GPT::GPT(const ModelSpec& spec, Backend& backend, int max_batch)
+    : backend_(backend), layout_(ModelDims::from(spec)), max_batch_(max_batch) {
+  const ModelDims& d = layout_.dims();
+  if (d.L < 1 || d.NH < 1 || d.C < 1 || d.T < 1 || d.V < 1) {
+    throw std::invalid_argument("GPT: n_layer, n_head, n_embd, seq_len and vocab_size must all be >= 1");
+  }
+  if (d.C % d.NH != 0) {
+    throw std::invalid_argument("GPT: n_embd (" + std::to_string(d.C) + ") must be a multiple of n_head (" +
+                                std::to_string(d.NH) + ")");
+  }
+  if (max_batch < 1) throw std::invalid_argument("GPT: max_batch must be >= 1");
+  params_ = backend_.alloc_floats(layout_.total());
+  if (backend_.precision() == Precision::bf16) weight_copy_ = backend_.alloc_acts(layout_.total());
+  grads_ = backend_.alloc_floats(layout_.total());
+  allocate_activations();
+  backend_.reserve_scratch(max_batch_ * d.T, 4 * d.C);
+  host_losses_.resize(static_cast<size_t>(max_batch_) * d.T);
+}
+
+// Nothing here throws: the backend's free and drop_recordings never do (worker/model/backend.hpp).
+GPT::~GPT() {
+  drop_recordings();
+  backend_.free(int_memory_);
+  backend_.free(float_memory_);
+  backend_.free(act_memory_.data());
+  backend_.free(grads_);
+  backend_.free(weight_copy_.data());
+  backend_.free(params_);
+}
+
+namespace {
+
+// Where each tensor of Activations lies in its allocation: the layout's offset, the pointer set.
+template <class Ptr>
+struct TensorSlot {
+  size_t ActivationLayout::*offset;
+  Ptr Activations::*pointer;
+};
+#define XTRAIN_SLOT(name) {&ActivationLayout::name, &Activations::name}
+constexpr TensorSlot<ActPtr> kActSlots[] = {
+    XTRAIN_SLOT(encoded),   XTRAIN_SLOT(ln1),      XTRAIN_SLOT(qkv),       XTRAIN_SLOT(atty),
+    XTRAIN_SLOT(residual2), XTRAIN_SLOT(ln2),      XTRAIN_SLOT(fch),       XTRAIN_SLOT(fch_gelu),
+    XTRAIN_SLOT(residual3), XTRAIN_SLOT(lnf),      XTRAIN_SLOT(logits),    XTRAIN_SLOT(proj_out),
+    XTRAIN_SLOT(dresidual), XTRAIN_SLOT(dbtc),     XTRAIN_SLOT(dqkv),      XTRAIN_SLOT(dfch)};
+constexpr TensorSlot<float*> kFloatSlots[] = {
+    XTRAIN_SLOT(ln1_mean), XTRAIN_SLOT(ln1_rstd), XTRAIN_SLOT(att_saved), XTRAIN_SLOT(ln2_mean),
+    XTRAIN_SLOT(ln2_rstd), XTRAIN_SLOT(lnf_mean), XTRAIN_SLOT(lnf_rstd),  XTRAIN_SLOT(losses),
+    XTRAIN_SLOT(att_scratch)};
+constexpr TensorSlot<int32_t*> kIntSlots[] = {XTRAIN_SLOT(tokens), XTRAIN_SLOT(targets)};
+#undef XTRAIN_SLOT
+static_assert(sizeof(Activations) == std::size(kActSlots) * sizeof(ActPtr) + std::size(kFloatSlots) * sizeof(float*) +
+                                         std::size(kIntSlots) * sizeof(int32_t*),
+              "every tensor of Activations has a slot");
+
+template <class Ptr, size_t N>
+void point_into(Activations& a, Ptr base, const ActivationLayout& layout, const TensorSlot<Ptr> (&slots)[N]) {
+  for (const TensorSlot<Ptr>& s : slots) a.*s.pointer = base + layout.*s.offset;
+}
+
+}  // namespace
+
+// One allocation per storage type (worker/model/memory_plan.hpp's layout), then a pointer into it
+// per tensor, by the tables above.
+void GPT::allocate_activations() {
+  const ModelDims& d = layout_.dims();
+  att_saved_per_layer_ = backend_.attention_saved_floats(max_batch_, d.T, d.C, d.NH);
+  const ActivationLayout at = ActivationLayout::of(d, max_batch_, backend_.act_dtype(), att_saved_per_layer_,
+                                                   backend_.attention_scratch_floats(max_batch_, d.T, d.C, d.NH));
+  act_memory_ = backend_.alloc_acts(at.acts);
+  float_memory_ = backend_.alloc_floats(at.floats);
+  int_memory_ = backend_.alloc_ints(at.ints);
+  point_into(acts_, act_memory_, at, kActSlots);
+  point_into(acts_, float_memory_, at, kFloatSlots);
+  point_into(acts_, int_memory_, at, kIntSlots);
+}
+
+void GPT::init_weights(std::int64_t seed) {
+  const ModelDims& d = layout_.dims();
+  std::vector<float> host(layout_.total(), 0.0f);
+  NormalSampler normal(seed);
+  const float std_dev = 0.02f;
+  const float residual_std = std_dev / std::sqrt(2.0f * static_cast<float>(d.L));
+  for (const ParamTensor& t : layout_.tensors()) {
+    float* p = host.data() + t.offset;
+    if (t.shape.size() == 2) {
+      const float s = ends_with(t.name, "c_proj.weight") ? residual_std : std_dev;
+      // wte's padded rows (V..Vp-1) stay zero: they never see a token and never get gradient.
+      const size_t n = t.offset == layout_.wte() ? static_cast<size_t>(d.V) * d.C : t.count;
+      for (size_t i = 0; i < n; ++i) p[i] = s * normal.next();
+    } else if (ends_with(t.name, ".weight")) {  // layernorm gains
+      for (size_t i = 0; i < t.count; ++i) p[i] = 1.0f;
+    }
+  }
+  set_params(host.data());
+}
+
+void GPT::set_params(const float* host) {
+  backend_.upload(params_, host, layout_.total());
+  refresh_weights();
+}
+
+void GPT::refresh_weights() {
+  if (weight_copy_) backend_.convert(weight_copy_, params_, layout_.total());
+}
+
+void GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
+  const ModelDims& d = layout_.dims();
+  if (B < 1 || B > max_batch_) {
+    throw std::invalid_argument("GPT::forward: batch " + std::to_string(B) + " outside [1, " +
+                                std::to_string(max_batch_) + "]");
+  }
+  const int T = d.T, C = d.C, NH = d.NH, BT = B * T;
+  // Per-layer activations are strided by the allocated batch, so one layout serves every B.
+  const size_t btc = static_cast<size_t>(max_batch_) * T * C;
+  const size_t bt = static_cast<size_t>(max_batch_) * T;
+  Backend& k = backend_;
+  const Activations& a = acts_;
+  const ConstActPtr p = weights();
+
+  check_token_range(tokens, BT, d.V, "tokens");
+  k.upload(a.tokens, tokens, BT);
+  if (targets != nullptr) {
+    check_token_range(targets, BT, d.V, "targets");
+    k.upload(a.targets, targets, BT);
+  }
+  // Training and validation forwards (targets, the full micro-batch) replay recorded layers.
+  const bool recordable = targets != nullptr && B == max_batch_;
+  run_layer(Pass::kForward, -1, recordable,
+            [&] { k.embedding_forward(a.encoded, a.tokens, p + layout_.wte(), p + layout_.wpe(), B, T, C); });
+  for (int l = 0; l < d.L; ++l) {
+    run_layer(Pass::kForward, l, recordable, [&] {
+      const LayerOffsets& o = layout_.layer(l);
+      const ConstActPtr residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * btc;
+      const ActPtr ln1 = a.ln1 + l * btc;
+      const ActPtr qkv = a.qkv + 3 * l * btc;
+      const ActPtr atty = a.atty + l * btc;
+      const ActPtr residual2 = a.residual2 + l * btc;
+      const ActPtr ln2 = a.ln2 + l * btc;
+      const ActPtr fch = a.fch + 4 * l * btc;
+      const ActPtr fch_gelu = a.fch_gelu + 4 * l * btc;
+      const ActPtr residual3 = a.residual3 + l * btc;
+      k.layernorm_forward(ln1, a.ln1_mean + l * bt, a.ln1_rstd + l * bt, residual, p + o.ln1_w, p + o.ln1_b, BT, C);
+      k.matmul_forward(qkv, ln1, p + o.qkv_w, p + o.qkv_b, BT, C, 3 * C);
+      k.attention_forward(atty, a.att_saved + l * att_saved_per_layer_, qkv, a.att_scratch, B, T, C, NH);
+      k.matmul_forward(a.proj_out, atty, p + o.attn_proj_w, p + o.attn_proj_b, BT, C, C);
+      k.residual_forward(residual2, residual, a.proj_out, static_cast<size_t>(BT) * C);
+      k.layernorm_forward(ln2, a.ln2_mean + l * bt, a.ln2_rstd + l * bt, residual2, p + o.ln2_w, p + o.ln2_b, BT, C);
+      k.matmul_forward(fch, ln2, p + o.fc_w, p + o.fc_b, BT, C, 4 * C);
+      k.gelu_forward(fch_gelu, fch, static_cast<size_t>(BT) * 4 * C);
+      k.matmul_forward(a.proj_out, fch_gelu, p + o.fc_proj_w, p + o.fc_proj_b, BT, 4 * C, C);
+      k.residual_forward(residual3, residual2, a.proj_out, static_cast<size_t>(BT) * C);
+    });
+  }
+  run_layer(Pass::kForward, d.L, recordable, [&] {
+    const ConstActPtr residual = a.residual3 + (d.L - 1) * btc;
+    k.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p + layout_.lnf_w(), p + layout_.lnf_b(), BT, C);
+    k.matmul_forward(a.logits, a.lnf, p + layout_.wte(), nullptr, BT, C, d.Vp);
+    // Gradient of the mean loss; backward folds in the caller's loss scale.
+    if (targets != nullptr) {
+      k.softmax_cross_entropy(a.logits, a.losses, a.targets, 1.0f / static_cast<float>(BT), BT, d.V, d.Vp);
+    }
+  });
+  last_B_ = B;
+  backward_ready_ = targets != nullptr;
+  if (targets != nullptr) loss_positions_ += static_cast<size_t>(BT);
+}
+
+double GPT::take_loss() {
+  if (loss_positions_ == 0) throw std::logic_error("GPT::take_loss needs a forward with targets first");
+  backend_.download(host_losses_.data(), acts_.losses, host_losses_.size());
+  double sum = 0.0;
+  for (float x : host_losses_) sum += x;
+  backend_.fill_zero(acts_.losses, host_losses_.size());
+  const double mean = sum / static_cast<double>(loss_positions_);
+  loss_positions_ = 0;
+  return mean;
+}
+
+void GPT::backward(float loss_scale, const std::function<void(Span)>& on_bucket_ready) {
+  if (!backward_ready_) throw std::logic_error("GPT::backward needs a forward with targets first");
+  const ModelDims& d = layout_.dims();
+  const int B = last_B_, T = d.T, C = d.C, NH = d.NH, BT = B * T;
+  const size_t btc = static_cast<size_t>(max_batch_) * T * C;
+  const size_t bt = static_cast<size_t>(max_batch_) * T;
+  Backend& k = backend_;
+  const Activations& a = acts_;
+  const ConstActPtr p = weights();
+  float* g = grads_;
+  auto residual_in = [&](int l) -> ConstActPtr { return l == 0 ? a.encoded : a.residual3 + (l - 1) * btc; };
+  const bool recordable = B == max_batch_;
+  if (recordable) key_recordings(loss_scale);
+
+  // Output layer (tied to wte) and the final layernorm; dresidual then holds d loss / d residual3[L-1].
+  run_layer(Pass::kBackward, d.L, recordable, [&] {
+    k.fill_zero(a.dresidual, static_cast<size_t>(BT) * C);
+    k.matmul_backward(a.dbtc, g + layout_.wte(), nullptr, a.logits, a.lnf, p + layout_.wte(), BT, C, d.Vp,
+                      loss_scale);
+    k.layernorm_backward(a.dresidual, g + layout_.lnf_w(), g + layout_.lnf_b(), a.dbtc, residual_in(d.L),
+                         p + layout_.lnf_w(), a.lnf_mean, a.lnf_rstd, BT, C);
+  });
+  for (int l = d.L - 1; l >= 0; --l) {
+    run_layer(Pass::kBackward, l, recordable, [&] {
+      const LayerOffsets& o = layout_.layer(l);
+      const ConstActPtr qkv = a.qkv + 3 * l * btc;
+      const ConstActPtr atty = a.atty + l * btc;
+      // MLP: dresidual is the gradient of residual3 = residual2 + fc_proj(gelu(fc(ln2))).
+      k.matmul_backward(a.dfch, g + o.fc_proj_w, g + o.fc_proj_b, a.dresidual, a.fch_gelu + 4 * l * btc,
+                        p + o.fc_proj_w, BT, 4 * C, C, 1.0f);
+      k.gelu_backward(a.dfch, a.fch + 4 * l * btc, a.dfch, static_cast<size_t>(BT) * 4 * C);
+      k.matmul_backward(a.dbtc, g + o.fc_w, g + o.fc_b, a.dfch, a.ln2 + l * btc, p + o.fc_w, BT, C, 4 * C, 1.0f);
+      k.layernorm_backward(a.dresidual, g + o.ln2_w, g + o.ln2_b, a.dbtc, a.residual2 + l * btc, p + o.ln2_w,
+                           a.ln2_mean + l * bt, a.ln2_rstd + l * bt, BT, C);
+      // Attention: dresidual is now the gradient of residual2 = residual + attn_proj(attention(qkv(ln1))).
+      k.matmul_backward(a.dbtc, g + o.attn_proj_w, g + o.attn_proj_b, a.dresidual, atty, p + o.attn_proj_w, BT, C,
+                        C, 1.0f);
+      k.attention_backward(a.dqkv, a.dbtc, qkv, atty, a.att_saved + l * att_saved_per_layer_, a.att_scratch, B, T,
+                           C, NH);
+      k.matmul_backward(a.dbtc, g + o.qkv_w, g + o.qkv_b, a.dqkv, a.ln1 + l * btc, p + o.qkv_w, BT, C, 3 * C,
+                        1.0f);
+      k.layernorm_backward(a.dresidual, g + o.ln1_w, g + o.ln1_b, a.dbtc, residual_in(l), p + o.ln1_w,
+                           a.ln1_mean + l * bt, a.ln1_rstd + l * bt, BT, C);
+    });
+    if (on_bucket_ready) on_bucket_ready(layout_.layer_span(l));
+  }
+  run_layer(Pass::kBackward, -1, recordable,
+            [&] { k.embedding_backward(g + layout_.wte(), g + layout_.wpe(), a.dresidual, a.tokens, B, T, C); });
+  if (on_bucket_ready) on_bucket_ready(layout_.embedding_span());
+}
+
+void GPT::zero_grads() { backend_.fill_zero(grads_, layout_.total()); }
+
+// ---- recorded layers ----------------------------------------------------------------------------
+
+void GPT::set_replay(Replay mode) {
+  if (mode != Replay::kOff && !backend_.can_record()) {
+    throw std::invalid_argument("GPT::set_replay: the " + backend_.name() + " backend cannot record its work");
+  }
+  drop_recordings();
+  replay_ = mode;
+  layers_.assign(2 * static_cast<size_t>(layout_.dims().L + 2), RecordedLayer{});
+}
+
+void GPT::drop_recordings() noexcept {
+  bool any = false;
+  for (RecordedLayer& r : layers_) {
+    any = any || r.recording >= 0;
+    r.recording = -1;
+  }
+  if (any) backend_.drop_recordings();
+}
+
+// The head's backward folds the loss scale into its first product: another scale is other work.
+void GPT::key_recordings(float loss_scale) {
+  if (replay_ == Replay::kOff || loss_scale == recorded_scale_) return;
+  drop_recordings();
+  recorded_scale_ = loss_scale;
+}
+
+void GPT::run_layer(Pass pass, int layer, bool recordable, const std::function<void()>& work) {
+  if (layer_observer_) layer_observer_(pass, layer);
+  if (replay_ == Replay::kOff || !recordable) return work();
+  RecordedLayer& r = layers_[(pass == Pass::kForward ? 0 : layers_.size() / 2) + static_cast<size_t>(layer + 1)];
+  if (r.recording < 0) {
+    if (r.runs++ == 0) return work();  // warm-up: products pick their algorithms, kernels load
+    try {
+      backend_.begin_recording();
+      work();
+      r.recording = backend_.end_recording();
+    } catch (const std::exception& e) {
+      backend_.abort_recording();
+      const std::string part = layer < 0                 ? std::string("the embeddings")
+                               : layer == layout_.dims().L ? std::string("the head")
+                                                           : "layer " + std::to_string(layer);
+      const std::string what = std::string(pass == Pass::kForward ? "forward" : "backward") + " of " + part +
+                               " could not be recorded: " + e.what();
+      if (replay_ == Replay::kRequired) throw std::runtime_error("train.cuda_graph \"on\": the " + what);
+      spdlog::warn("train.cuda_graph: the {}; running every layer eagerly from here on", what);
+      drop_recordings();
+      replay_ = Replay::kOff;
+      return work();
+    }
+  }
+  backend_.replay(r.recording);
+}
+
+}  // namespace xtrain

@@ -1,0 +1,179 @@
+// GPT-2: token + learned position embeddings, L pre-LayerNorm blocks of causal multi-head
+// self-attention and a GELU (tanh) MLP, a final LayerNorm, and an output layer tied to the token
+// embedding, trained with cross-entropy. Written once against the Backend interface, so the
+// same code runs on the CPU and CUDA backends.
+//
+// Parameters live in one flat backend buffer laid out by ParamLayout (worker/model/param_layout.hpp),
+// in fp32 (the master weights); gradients in a second fp32 buffer with the same layout. Every
+// operation reads the weights in the activation dtype: in bf16 precision from a third buffer,
+// the master rounded to bf16, which AdamW refreshes in the same pass that updates the master
+// and every upload refreshes too; in fp32 and tf32 the master itself (no copy, no memory).
+// Activations for up to `max_batch` sequences are allocated once, at construction, laid out by
+// worker/model/memory_plan.hpp (which counts them for the memory plan).
+//
+// Recorded layers (CUDA graphs, where the backend records: Backend::can_record). With replay on,
+// the work of each layer in each pass (forward: the embeddings, every block, the head with the
+// loss; backward: the head, every block, the embeddings) is run eagerly the first time (warm-up:
+// products pick their algorithms, kernels load), recorded the second time and replayed from then
+// on: one launch per layer instead of one per operation. Only training and validation forwards
+// (with targets, at the full micro-batch) and their backwards replay; sampling runs eagerly. The
+// tokens are uploaded into fixed backend buffers before the replays; the layer observer and
+// on_bucket_ready run on the host between the layers as before, so each gradient bucket's
+// all-reduce stays outside the recordings and still overlaps the rest of backward.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "common/job_spec.hpp"
+#include "worker/model/backend.hpp"
+#include "worker/model/param_layout.hpp"
+
+namespace xtrain {
+
+// Everything forward keeps for backward, plus backward's own buffers; all backend memory, carved
+// from three allocations (activations in the backend's activation dtype, fp32, int32).
+// Per-layer tensors are stacked: ln1 is (L,B,T,C), layer l at l*B*T*C.
+struct Activations {
+  // In the activation dtype.
+  ActPtr encoded;               // (B,T,C) embedding output = the residual stream into layer 0
+  ActPtr ln1;                   // (L,B,T,C)
+  ActPtr qkv;                   // (L,B,T,3C)
+  ActPtr atty;                  // (L,B,T,C) attention output, before the projection
+  ActPtr residual2;             // (L,B,T,C) residual + attention projection
+  ActPtr ln2;                   // (L,B,T,C)
+  ActPtr fch;                   // (L,B,T,4C) MLP hidden, before GELU
+  ActPtr fch_gelu;              // (L,B,T,4C)
+  ActPtr residual3;             // (L,B,T,C) block output
+  ActPtr lnf;                   // (B,T,C)
+  ActPtr logits;                // (B,T,Vp) logits, or after a forward with targets their gradient
+  // fp32.
+  float* ln1_mean = nullptr;    // (L,B,T)
+  float* ln1_rstd = nullptr;    // (L,B,T)
+  float* att_saved = nullptr;   // (L, attention_saved_floats) the backend's attention state
+  float* ln2_mean = nullptr;    // (L,B,T)
+  float* ln2_rstd = nullptr;    // (L,B,T)
+  float* lnf_mean = nullptr;    // (B,T)
+  float* lnf_rstd = nullptr;    // (B,T)
+  float* losses = nullptr;      // (B,T) per-position cross-entropy
+  // Scratch shared by forward and backward.
+  ActPtr proj_out;              // (B,T,C) a projection's output before its residual add
+  ActPtr dresidual;             // (B,T,C) gradient of the residual stream
+  ActPtr dbtc;                  // (B,T,C) gradient of a layernorm output or of atty
+  ActPtr dqkv;                  // (B,T,3C)
+  ActPtr dfch;                  // (B,T,4C)
+  float* att_scratch = nullptr; // (attention_scratch_floats)
+  int32_t* tokens = nullptr;    // (B,T) of the last forward
+  int32_t* targets = nullptr;   // (B,T) of the last forward
+};
+
+class GPT {
+ public:
+  // Allocates parameters (zero until init_weights or an upload), gradients (zero) and activations
+  // for micro-batches of up to max_batch sequences of spec.seq_len tokens.
+  GPT(const ModelSpec& spec, Backend& backend, int max_batch);
+  ~GPT();
+  GPT(const GPT&) = delete;
+  GPT& operator=(const GPT&) = delete;
+
+  // GPT-2's initialisation, from the seed alone (identical on every rank): weights ~ N(0, 0.02),
+  // the two residual projections (attn.c_proj, mlp.c_proj) ~ N(0, 0.02/sqrt(2L)), wpe ~ N(0, 0.02),
+  // biases 0, layernorm weights 1, padded wte rows 0. Generated on the host, then uploaded.
+  void init_weights(std::int64_t seed);
+
+  // Uploads the master weights from the host (layout().total() floats) and refreshes the copy.
+  void set_params(const float* host);
+  // Refreshes the weights' copy after params() was written in place (a broadcast from rank 0).
+  void refresh_weights();
+
+  // Runs the model on B <= max_batch sequences. tokens and targets are host arrays (B,T), each
+  // token in [0, V) (std::out_of_range otherwise; std::invalid_argument for a bad B). With
+  // targets: adds each position's cross-entropy to the loss sums (take_loss) and prepares
+  // backward (logits() then holds the logits' gradient). Without targets (nullptr): keeps the
+  // logits. Nothing here waits for the backend.
+  void forward(const int32_t* tokens, const int32_t* targets, int B);
+
+  // The mean cross-entropy per position over every forward with targets since the last call,
+  // then a fresh sum. The sums stay on the backend until here: one wait per optimizer step, not
+  // one per micro-step. std::logic_error when no forward with targets came first.
+  double take_loss();
+
+  // ADDS to grads() the gradient of loss_scale * (mean loss of the last forward with targets),
+  // e.g. loss_scale = 1/accumulation_steps. Calls on_bucket_ready(layout().layer_span(l)) for
+  // l = L-1 down to 0 as soon as that layer's gradients are issued, then
+  // on_bucket_ready(layout().embedding_span()) last. On an asynchronous backend the gradients
+  // may still be in flight: the consumer orders itself after the backend's queue.
+  // on_bucket_ready may be empty. Throws std::logic_error without a prior forward with targets.
+  void backward(float loss_scale, const std::function<void(Span)>& on_bucket_ready = {});
+
+  void zero_grads();
+
+  // Progress reports: called as each layer of forward and backward begins, with the layer index,
+  // -1 for the embeddings and n_layer for the output layer (final layernorm and logits). On an
+  // asynchronous backend this marks what the host issues, not what the device runs.
+  enum class Pass { kForward, kBackward };
+  using LayerObserver = std::function<void(Pass, int layer)>;
+  void set_layer_observer(LayerObserver observer) { layer_observer_ = std::move(observer); }
+
+  // Recorded layers (see the top of this file). kPreferred falls back to eager work, with one
+  // warning, when a recording fails; kRequired throws std::runtime_error then. Changing the loss
+  // scale of backward redoes the recordings. std::invalid_argument when the backend cannot record.
+  enum class Replay { kOff, kPreferred, kRequired };
+  void set_replay(Replay mode);
+  Replay replay() const { return replay_; }  // kOff after a fallback
+
+  // (B,T,Vp) of the last forward without targets, backend memory. Only the first V columns are
+  // logits of tokens; the padded ones are 0 (wte's padded rows start at 0 and never get gradient).
+  ConstActPtr logits() const { return acts_.logits; }
+  const float* losses() const { return acts_.losses; }  // (B,T) sums since the last take_loss
+
+  float* params() { return params_; }              // (layout().total()) backend memory, fp32
+  const float* params() const { return params_; }
+  // The parameters as the operations read them, in the activation dtype (layout().total()).
+  ConstActPtr weights() const { return weight_copy_ ? ConstActPtr(weight_copy_) : ConstActPtr(params_); }
+  // The copy that AdamW refreshes, or null when the operations read params() itself.
+  ActPtr weight_copy() { return weight_copy_; }
+  float* grads() { return grads_; }                // (layout().total()) backend memory
+  const float* grads() const { return grads_; }
+  const ParamLayout& layout() const { return layout_; }
+  const ModelDims& dims() const { return layout_.dims(); }
+  Backend& backend() { return backend_; }
+  int max_batch() const { return max_batch_; }
+  int last_batch() const { return last_B_; }       // B of the last forward
+
+ private:
+  void allocate_activations();
+  // Runs one layer's work of one pass (layer -1: the embeddings, L: the head): eagerly, or
+  // recorded and replayed when `recordable` and replay is on.
+  void run_layer(Pass pass, int layer, bool recordable, const std::function<void()>& work);
+  void key_recordings(float loss_scale);
+  void drop_recordings() noexcept;
+
+  Backend& backend_;
+  ParamLayout layout_;
+  int max_batch_;
+  float* params_ = nullptr;
+  ActPtr weight_copy_;      // (layout().total()) in bf16 precision only
+  float* grads_ = nullptr;
+  ActPtr act_memory_;
+  float* float_memory_ = nullptr;
+  int32_t* int_memory_ = nullptr;
+  size_t att_saved_per_layer_ = 0;
+  Activations acts_;
+  int last_B_ = 0;
+  bool backward_ready_ = false;
+  size_t loss_positions_ = 0;       // positions summed into acts_.losses since the last take_loss
+  std::vector<float> host_losses_;  // (max_batch*T) staging for take_loss
+  LayerObserver layer_observer_;
+  struct RecordedLayer {
+    int runs = 0;         // eager runs so far (the first is the warm-up)
+    int recording = -1;   // the backend's recording, once made
+  };
+  Replay replay_ = Replay::kOff;
+  std::vector<RecordedLayer> layers_;  // (2, L+2): forward then backward, by layer + 1
+  float recorded_scale_ = 0.0f;        // backward's loss scale in the recordings
+};
+
+}  // namespace xtrain

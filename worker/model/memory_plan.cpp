@@ -1,0 +1,254 @@
+#include "worker/model/memory_plan.hpp"
+
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+namespace xtrain {
+namespace {
+
+// Hands out consecutive tensors of one allocation, each rounded up to 64 bytes.
+class Carver {
+ public:
+  explicit Carver(size_t element_bytes) : per_line_(64 / element_bytes) {}
+  size_t take(size_t n) {
+    const size_t at = total_;
+    total_ += (n + per_line_ - 1) / per_line_ * per_line_;
+    return at;
+  }
+  size_t total() const { return total_; }
+
+ private:
+  size_t per_line_;
+  size_t total_ = 0;
+};
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+std::string format_count(double n) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2fM", n / 1e6);
+  return text;
+}
+
+}  // namespace
+
+ActivationLayout ActivationLayout::of(const ModelDims& d, int B, DType act_dtype, size_t att_saved_per_layer,
+                                      size_t att_scratch_floats) {
+  const size_t L = d.L, C = d.C, Vp = d.Vp;
+  const size_t BT = static_cast<size_t>(B) * d.T;
+  ActivationLayout a;
+  Carver acts(dtype_bytes(act_dtype));
+  a.encoded = acts.take(BT * C);
+  a.ln1 = acts.take(L * BT * C);
+  a.qkv = acts.take(L * BT * 3 * C);
+  a.atty = acts.take(L * BT * C);
+  a.residual2 = acts.take(L * BT * C);
+  a.ln2 = acts.take(L * BT * C);
+  a.fch = acts.take(L * BT * 4 * C);
+  a.fch_gelu = acts.take(L * BT * 4 * C);
+  a.residual3 = acts.take(L * BT * C);
+  a.lnf = acts.take(BT * C);
+  a.logits = acts.take(BT * Vp);
+  a.proj_out = acts.take(BT * C);
+  a.dresidual = acts.take(BT * C);
+  a.dbtc = acts.take(BT * C);
+  a.dqkv = acts.take(BT * 3 * C);
+  a.dfch = acts.take(BT * 4 * C);
+  a.acts = acts.total();
+  Carver floats(sizeof(float));
+  a.ln1_mean = floats.take(L * BT);
+  a.ln1_rstd = floats.take(L * BT);
+  a.att_saved = floats.take(L * att_saved_per_layer);
+  a.ln2_mean = floats.take(L * BT);
+  a.ln2_rstd = floats.take(L * BT);
+  a.lnf_mean = floats.take(BT);
+  a.lnf_rstd = floats.take(BT);
+  a.losses = floats.take(BT);
+  a.att_scratch = floats.take(att_scratch_floats);
+  a.floats = floats.total();
+  Carver ints(sizeof(int32_t));
+  a.tokens = ints.take(BT);
+  a.targets = ints.take(BT);
+  a.ints = ints.total();
+  return a;
+}
+
+BackendMemory cuda_backend_memory(const ModelDims& d, int B, Precision precision) {
+  BackendMemory m;
+  m.device = "cuda";
+  m.precision = precision;
+  m.act_dtype = precision == Precision::bf16 ? DType::bf16 : DType::f32;
+  m.attention_saved_floats = cuda_buffers::attention_row_floats(B, d.T, d.NH);
+  m.attention_scratch_floats = cuda_buffers::attention_row_floats(B, d.T, d.NH);
+  m.workspace_bytes = cuda_buffers::kGemmWorkspaceBytes;
+  const int rows = B * d.T;
+  m.scratch_bytes = cuda_buffers::scratch_bytes(rows, 4 * d.C, cuda_buffers::embedding_sort_allowance_bytes(rows)) +
+                    (cuda_buffers::kSumSquaresBlocks + 1) * sizeof(double);
+  return m;
+}
+
+BackendMemory cpu_backend_memory(const ModelDims& d, int B, Precision precision) {
+  BackendMemory m;
+  m.device = "cpu";
+  m.precision = precision;
+  m.act_dtype = DType::f32;
+  m.attention_saved_floats = static_cast<size_t>(B) * d.NH * d.T;  // the logsumexp of each row
+  return m;
+}
+
+BackendMemory backend_memory(const Backend& backend, const ModelDims& d, int B) {
+  BackendMemory m;
+  m.device = backend.name();
+  m.precision = backend.precision();
+  m.act_dtype = backend.act_dtype();
+  m.attention_saved_floats = backend.attention_saved_floats(B, d.T, d.C, d.NH);
+  m.attention_scratch_floats = backend.attention_scratch_floats(B, d.T, d.C, d.NH);
+  const Backend::OwnMemory own = backend.own_memory(B * d.T, 4 * d.C);
+  m.workspace_bytes = own.workspace_bytes;
+  m.scratch_bytes = own.scratch_bytes;
+  return m;
+}
+
+// ---- the plan -----------------------------------------------------------------------------------
+
+size_t MemoryPlan::steady_bytes() const {
+  size_t sum = 0;
+  for (const MemoryItem& item : items) sum += item.bytes;
+  return sum;
+}
+
+MemoryPlan plan_memory(const ModelSpec& model, int micro_batch, int world_size, const BackendMemory& backend) {
+  const ModelDims d = ModelDims::from(model);
+  const size_t P = ParamLayout(d).total();
+  const ActivationLayout a = ActivationLayout::of(d, micro_batch, backend.act_dtype, backend.attention_saved_floats,
+                                                  backend.attention_scratch_floats.value_or(0));
+  const size_t ab = dtype_bytes(backend.act_dtype);
+  const char* act = dtype_name(backend.act_dtype);
+  const bool weight_copy = backend.precision == Precision::bf16;
+  const size_t scalars = 2 + static_cast<size_t>(world_size);  // the trainer's per-step all-reduce
+
+  MemoryPlan p;
+  p.device = backend.device;
+  p.act_dtype = backend.act_dtype;
+  p.complete = backend.attention_scratch_floats.has_value();
+  p.floats = 4 * P + a.floats + scalars;
+  p.acts = (weight_copy ? P : 0) + a.acts;
+  p.ints = a.ints;
+  p.backend_bytes = backend.workspace_bytes + backend.scratch_bytes;
+
+  // Activations kept for backward: encoded .. lnf in the activation dtype, then the fp32
+  // statistics and the attention's saved rows (ln1_mean .. lnf_rstd).
+  const size_t kept = a.logits * ab + a.losses * sizeof(float);
+  const size_t per_layer = ((a.lnf - a.ln1) * ab + (a.lnf_mean - a.ln1_mean) * sizeof(float)) / d.L;
+  const size_t logits = (a.proj_out - a.logits) * ab + (a.att_scratch - a.losses) * sizeof(float);
+  const size_t backward = (a.acts - a.proj_out) * ab + (a.floats - a.att_scratch) * sizeof(float);
+  p.items.push_back({"parameters", P * sizeof(float), "fp32 master weights, " + format_count(P) + " with padding"});
+  if (weight_copy) {
+    p.items.push_back({"weights' copy", P * ab,
+                       std::string(backend.act_dtype == DType::bf16 ? "bf16" : "fp32 holding bf16 values (the CPU's "
+                                                                                 "emulation)") +
+                           ", read by every operation"});
+  }
+  p.items.push_back({"gradients", P * sizeof(float), "fp32"});
+  p.items.push_back({"AdamW moments", 2 * P * sizeof(float), "fp32 m and v"});
+  p.items.push_back({"activations", kept,
+                     std::to_string(d.L) + " layers x " + format_bytes(per_layer) + ", " + act +
+                         "; layernorm statistics and attention logsumexp fp32"});
+  p.items.push_back({"logits", logits, std::string(act) + " (B*T, Vp), overwritten by their gradient; fp32 loss sums"});
+  p.items.push_back({"backward scratch", backward,
+                     std::string("one layer's activation gradients, shared by the layers, ") + act +
+                         (p.complete ? "; attention scratch fp32" : "; the CPU attention's scratch not counted")});
+  p.items.push_back({"tokens and step scalars", a.ints * sizeof(int32_t) + scalars * sizeof(float), "int32, fp32"});
+  if (p.backend_bytes > 0) {
+    p.items.push_back({"backend buffers", p.backend_bytes,
+                       "products' workspace " + format_bytes(backend.workspace_bytes) + ", scratch " +
+                           format_bytes(backend.scratch_bytes)});
+  }
+  // Before the first step, ranks broadcast rank 0's weights into a copy and compare (world > 1).
+  p.startup_bytes = world_size > 1 ? P * sizeof(float) : 0;
+  return p;
+}
+
+std::string MemoryPlan::summary() const {
+  std::string s = "memory plan (" + device + ", " + dtype_name(act_dtype) + " activations): " +
+                  format_bytes(steady_bytes());
+  if (startup_bytes > 0) s += ", " + format_bytes(peak_bytes()) + " at the replica check before the first step";
+  if (!complete) s += " (the CPU attention's per-head scratch not counted)";
+  for (const MemoryItem& item : items) {
+    s += "\n  " + item.name + ": " + format_bytes(item.bytes) + " (" + item.detail + ")";
+  }
+  return s;
+}
+
+nlohmann::json MemoryPlan::to_json() const {
+  nlohmann::json list = nlohmann::json::array();
+  for (const MemoryItem& item : items) {
+    list.push_back({{"name", item.name}, {"bytes", item.bytes}, {"mib", item.bytes / kMiB}, {"detail", item.detail}});
+  }
+  return {{"device", device},
+          {"activation_dtype", dtype_name(act_dtype)},
+          {"total_bytes", steady_bytes()},
+          {"total_gib", steady_bytes() / (kMiB * 1024.0)},
+          {"startup_bytes", startup_bytes},
+          {"complete", complete},
+          {"items", list}};
+}
+
+size_t memory_headroom_bytes(int world_size) {
+  return (size_t{256} << 20) + (world_size > 1 ? size_t{1} << 30 : 0);
+}
+
+void check_memory_fit(const ModelSpec& model, int micro_batch, int world_size, Precision precision,
+                      const GpuMemory& gpu) {
+  const ModelDims d = ModelDims::from(model);
+  const size_t headroom = memory_headroom_bytes(world_size);
+  auto plan_at = [&](int B) { return plan_memory(model, B, world_size, cuda_backend_memory(d, B, precision)); };
+  auto fits = [&](const MemoryPlan& p) { return p.peak_bytes() + headroom <= gpu.free_bytes; };
+  const MemoryPlan plan = plan_at(micro_batch);
+  if (fits(plan)) return;
+
+  std::string parts;
+  for (const MemoryItem& item : plan.items) {
+    parts += (parts.empty() ? "" : ", ") + item.name + " " + format_bytes(item.bytes);
+  }
+  if (plan.startup_bytes > 0) parts += ", the replica check's copy " + format_bytes(plan.startup_bytes);
+  std::string advice;
+  for (int B = micro_batch - 1; B >= 1; --B) {
+    const MemoryPlan smaller = plan_at(B);
+    if (fits(smaller)) {
+      advice = "; " + std::to_string(B) + " sequence" + (B == 1 ? "" : "s") + " would fit (" +
+               format_bytes(smaller.peak_bytes()) + "), or make the model smaller (model.n_layer, n_embd, seq_len, "
+               "vocab_size)";
+      break;
+    }
+  }
+  if (advice.empty()) {
+    advice = "; not even 1 sequence fits: make the model smaller (model.n_layer, n_embd, seq_len, vocab_size)" +
+             std::string(precision == Precision::bf16 ? "" : " or train in bf16 (train.precision)");
+  }
+  throw SpecError("train.micro_batch_size",
+                  std::to_string(micro_batch) + " sequence" + (micro_batch == 1 ? "" : "s") + " of " +
+                      std::to_string(d.T) + " tokens per micro-step do not fit " + gpu.name + ": the model (" +
+                      std::to_string(d.L) + " x " + std::to_string(d.C) + ", vocabulary " + std::to_string(d.V) +
+                      ") in " + precision_name(precision) + " needs " + format_bytes(plan.peak_bytes()) + " (" +
+                      parts + ") + " + format_bytes(headroom) + " headroom, and the GPU has " +
+                      format_bytes(gpu.free_bytes) + " free of " + format_bytes(gpu.total_bytes) + advice);
+}
+
+std::string format_bytes(size_t bytes) {
+  char text[32];
+  const double b = static_cast<double>(bytes);
+  if (b >= kMiB * 1024.0) {
+    std::snprintf(text, sizeof text, "%.2f GiB", b / (kMiB * 1024.0));
+  } else if (b >= kMiB) {
+    std::snprintf(text, sizeof text, "%.1f MiB", b / kMiB);
+  } else if (b >= 1024.0) {
+    std::snprintf(text, sizeof text, "%.1f KiB", b / 1024.0);
+  } else {
+    std::snprintf(text, sizeof text, "%zu B", bytes);
+  }
+  return text;
+}
+
+}  // namespace xtrain

@@ -1,0 +1,125 @@
+// How much memory one rank of training holds, from the model's shape, the micro-batch, the world
+// size and the precision alone. One formula with three users:
+//   - GPT carves its activations by ActivationLayout, so the plan is what it allocates;
+//   - the CUDA backend sizes its own buffers (cuBLASLt's workspace, the gradient norm's partials,
+//     its scratch) by the functions of worker/model/cuda_buffers.hpp;
+//   - plan_memory() adds everything up: for the worker's startup line, for check_memory_fit (run
+//     before anything is allocated on the GPU), and for xlaunch --dry-run, which has neither BLAS
+//     nor CUDA (worker/model/ links neither).
+// tests/worker/model/test_memory_plan.cpp proves the plan equal to what GPT, AdamW and the trainer
+// allocate, element by element, in both activation dtypes.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/job_spec.hpp"
+#include "worker/model/act_ptr.hpp"
+#include "worker/model/backend.hpp"
+#include "worker/model/cuda_buffers.hpp"
+#include "worker/model/param_layout.hpp"
+
+namespace xtrain {
+
+// Offsets, in elements, of every tensor GPT keeps for micro-batches of up to B sequences, within
+// its three allocations: activations (in the backend's activation dtype), fp32 and int32. Every
+// tensor starts on a 64-byte boundary. Per-layer tensors are stacked (ln1 is (L,B,T,C)).
+struct ActivationLayout {
+  // In the activation dtype: kept from forward for backward ...
+  size_t encoded = 0, ln1 = 0, qkv = 0, atty = 0, residual2 = 0, ln2 = 0, fch = 0, fch_gelu = 0, residual3 = 0,
+         lnf = 0, logits = 0;
+  // ... and backward's scratch, shared by the layers.
+  size_t proj_out = 0, dresidual = 0, dbtc = 0, dqkv = 0, dfch = 0;
+  size_t acts = 0;  // elements in all
+  // fp32: layernorm statistics, the attention's saved state and scratch, the loss sums.
+  size_t ln1_mean = 0, ln1_rstd = 0, att_saved = 0, ln2_mean = 0, ln2_rstd = 0, lnf_mean = 0, lnf_rstd = 0,
+         losses = 0, att_scratch = 0;
+  size_t floats = 0;
+  // int32: the micro-batch's tokens and targets.
+  size_t tokens = 0, targets = 0;
+  size_t ints = 0;
+
+  static ActivationLayout of(const ModelDims& d, int B, DType act_dtype, size_t att_saved_per_layer,
+                             size_t att_scratch_floats);
+};
+
+// What a backend adds to the model's own tensors, and how it stores activations.
+struct BackendMemory {
+  std::string device;                             // "cuda" or "cpu"
+  Precision precision = Precision::fp32;          // bf16: GPT keeps a bf16 copy of the weights
+  DType act_dtype = DType::f32;                   // the CPU stores fp32 even in bf16
+  size_t attention_saved_floats = 0;              // per layer, kept from forward to backward
+  std::optional<size_t> attention_scratch_floats; // shared by the layers; unknown to xlaunch for CPU ranks
+  size_t workspace_bytes = 0;                     // the backend's own buffers: the products' workspace
+  size_t scratch_bytes = 0;                       // and its private scratch and reduction partials
+};
+
+// The CUDA backend's figures for micro-batches of B sequences (its own queries return these).
+BackendMemory cuda_backend_memory(const ModelDims& d, int B, Precision precision);
+// The CPU backend's, except its attention scratch (per head, O(T x head size)), which only the
+// backend object knows: left unknown (xlaunch's plan for CPU ranks says so).
+BackendMemory cpu_backend_memory(const ModelDims& d, int B, Precision precision);
+
+// A backend object's figures, from its own queries (its attention sizes, its own buffers once
+// reserve_scratch(B*T, 4C) has run): the CPU's exactly, the CUDA backend's equal to
+// cuda_backend_memory() where CUB's sort fits the plan's allowance (a [gpu] test checks it).
+BackendMemory backend_memory(const Backend& backend, const ModelDims& d, int B);
+
+struct MemoryItem {
+  std::string name;    // "parameters", "activations", ...
+  size_t bytes = 0;
+  std::string detail;  // dtype and breakdown, for people
+};
+
+struct MemoryPlan {
+  std::string device;
+  DType act_dtype = DType::f32;
+  std::vector<MemoryItem> items;   // held from the start of training to its end
+  size_t startup_bytes = 0;        // held for a moment before the first step: rank 0's weights,
+                                   // broadcast into a copy to check every replica (world > 1)
+  bool complete = true;            // false: the CPU attention's scratch is not counted
+  // Elements allocated through the Backend interface, by kind (what the tests compare), and the
+  // backend's own buffers in bytes.
+  size_t floats = 0, acts = 0, ints = 0;
+  size_t backend_bytes = 0;
+
+  size_t steady_bytes() const;     // the sum of the items
+  size_t peak_bytes() const { return steady_bytes() + startup_bytes; }
+
+  // A short block for the log, with units.
+  std::string summary() const;
+  // {"device", "activation_dtype", "total_bytes", "total_gib", "startup_bytes", "complete",
+  //  "items": [{"name", "bytes", "mib", "detail"}]}
+  nlohmann::json to_json() const;
+};
+
+// The plan of one rank training `model` with micro-batches of `micro_batch` sequences among
+// `world_size` ranks, on a backend of these figures.
+MemoryPlan plan_memory(const ModelSpec& model, int micro_batch, int world_size, const BackendMemory& backend);
+
+// Device memory the fit check keeps free beyond the plan: cudaMalloc's rounding to 2 MiB pages,
+// cuBLASLt's and CUB's small internal buffers and the graphs' upload (256 MiB); and with several
+// ranks, NCCL's channel buffers (1 GiB more).
+size_t memory_headroom_bytes(int world_size);
+
+// The GPU the fit is checked against: its memory as CUDA reports it (the plugin's device_info).
+struct GpuMemory {
+  std::string name;        // "GPU 0 (NVIDIA H200)"
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+};
+
+// Throws SpecError naming train.micro_batch_size (and model.*) when the plan of `model` at
+// `micro_batch` sequences, plus the headroom, exceeds the GPU's free memory: one line with the
+// plan's numbers, the GPU's free and total memory, and the largest micro-batch that would fit.
+void check_memory_fit(const ModelSpec& model, int micro_batch, int world_size, Precision precision,
+                      const GpuMemory& gpu);
+
+// "1.53 GiB", "474.8 MiB", "12.0 KiB", "96 B"
+std::string format_bytes(size_t bytes);
+
+}  // namespace xtrain

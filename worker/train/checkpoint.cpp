@@ -1,0 +1,341 @@
+#include "worker/train/checkpoint.hpp"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "common/atomic_file.hpp"
+#include "worker/formats/file_io.hpp"
+#include "worker/formats/hf_model.hpp"
+#include "worker/formats/safetensors.hpp"
+
+namespace xtrain {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr const char* kWtePadding = "wte_padding";
+
+// Spec fields that must be the same on resume: they fix the tensor shapes (model) or, with the
+// checkpoint's state, every later step's batch and update (train). The rest (steps, logging,
+// evaluation, micro_batch_size and the world size) may change.
+constexpr const char* kModelKeys[] = {"n_layer", "n_head", "n_embd", "seq_len", "vocab_size"};
+constexpr const char* kTrainKeys[] = {"batch_size",   "seed",  "lr",    "min_lr", "warmup_steps",
+                                      "weight_decay", "beta1", "beta2", "eps",    "grad_clip"};
+
+std::string to_hex(std::uint64_t x) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(x));
+  return buf;
+}
+
+std::optional<std::uint64_t> from_hex(const std::string& s) {
+  if (s.size() != 16) return std::nullopt;
+  std::uint64_t x = 0;
+  for (char c : s) {
+    const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (digit < 0) return std::nullopt;
+    x = x << 4 | static_cast<std::uint64_t>(digit);
+  }
+  return x;
+}
+
+std::vector<std::int64_t> wte_padding_shape(const ModelDims& d) { return {d.Vp - d.V, d.C}; }
+
+json spec_section(const JobSpec& spec, const char* section) { return to_json(spec)[section]; }
+
+FileChecksum write_optimizer_file(const std::string& path, const ParamLayout& layout, const float* params,
+                                  const float* m, const float* v, std::int64_t adam_t) {
+  const ModelDims& d = layout.dims();
+  const auto total = static_cast<std::int64_t>(layout.total());
+  std::vector<SafetensorsTensor> tensors = {{"m", {total}, m}, {"v", {total}, v}};
+  if (d.Vp > d.V) {
+    tensors.push_back({kWtePadding, wte_padding_shape(d), params + layout.wte() + static_cast<size_t>(d.V) * d.C});
+  }
+  return write_safetensors(path, tensors,
+                           {{"adam_step", std::to_string(adam_t)}, {"layout", "xtrain flat parameter buffer"}});
+}
+
+// state.json's "files": {"model.safetensors": {"bytes": N, "crc32c": "8 hex digits"}, ...}.
+using FileChecksums = std::map<std::string, FileChecksum>;
+
+json state_json(const JobSpec& spec, const TrainState& state, const FileChecksums& files) {
+  json words = json::array();
+  for (auto w : state.sampler.words) words.push_back(to_hex(w));
+  json sums = json::object();
+  for (const auto& [name, sum] : files) sums[name] = {{"bytes", sum.bytes}, {"crc32c", crc32c_hex(sum.crc32c)}};
+  json out = {{"format", kCheckpointFormat},
+          {"format_version", kCheckpointFormatVersion},
+          {"step", state.step},
+          {"sampler", {{"algorithm", "xoshiro256**"}, {"state", words}}},
+          {"model", spec_section(spec, "model")},
+          {"train", spec_section(spec, "train")},
+          {"data", {{"train", spec.data.train}, {"train_tokens", state.train_tokens}}},
+          {"files", sums}};
+  // Absolute, so that an export run from anywhere finds the vocabulary (model_file.hpp).
+  if (!spec.tokenizer.empty()) out["tokenizer"] = fs::absolute(spec.tokenizer).lexically_normal().string();
+  return out;
+}
+
+// Removes a directory so that no crash leaves it half-deleted under a complete-looking name:
+// renamed to a .tmp-* name first (which resume ignores and the next save removes).
+void remove_checkpoint_dir(const fs::path& dir) {
+  const fs::path doomed = dir.string() + kCheckpointTmpMarker + std::to_string(::getpid()) + "-old";
+  fs::rename(dir, doomed);
+  fsync_directory(dir.parent_path().string());
+  fs::remove_all(doomed);
+}
+
+// state.json parsed and its format checked.
+json read_state(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kCheckpointStateFile).string();
+  std::string text;
+  try {
+    InputFile in(path);
+    text.resize(in.size());
+    in.read_at(0, text.data(), in.size());
+  } catch (const FileError& e) {
+    throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": " + e.message());
+  }
+  json state = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (state.is_discarded() || !state.is_object()) {
+    throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": not a JSON object (truncated or corrupt)");
+  }
+  if (!state.contains("format") || state["format"] != kCheckpointFormat) {
+    throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": format is not \"" + kCheckpointFormat + "\"");
+  }
+  const json version = state.value("format_version", json());
+  if (version != kCheckpointFormatVersion) {
+    throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": format_version is " + version.dump() + ", expected " +
+                                   std::to_string(kCheckpointFormatVersion));
+  }
+  return state;
+}
+
+// A field of state.json, by JSON pointer, with the type checked.
+const json& state_field(const json& state, const std::string& dir, const char* pointer, bool (json::*is)() const) {
+  const json::json_pointer p(pointer);
+  if (!state.contains(p) || !(state.at(p).*is)()) {
+    throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": " + pointer + " is missing or malformed");
+  }
+  return state.at(p);
+}
+
+// Opens a checkpoint file's header; errors name the checkpoint and the file.
+SafetensorsFile open_tensor_file(const std::string& dir, const char* name) {
+  try {
+    return SafetensorsFile((fs::path(dir) / name).string());
+  } catch (const FileError& e) {
+    throw CheckpointError(dir, std::string(name) + ": " + e.message());
+  }
+}
+
+// The headers: the files exist, state.json parses, and the tensor files' headers agree with
+// their sizes (which catches truncation). Reads no tensor data. Returns state.json.
+json verify_structure(const std::string& dir) {
+  json state = read_state(dir);
+  open_tensor_file(dir, kModelWeightsFile);
+  open_tensor_file(dir, kCheckpointOptimizerFile);
+  return state;
+}
+
+// Every file state.json lists has its recorded size and CRC-32C (a flipped bit in the weights
+// changes no size and no header). Reads every file once. Checkpoints written before checksums
+// were recorded pass with a note.
+void verify_checksums(const std::string& dir, const json& state) {
+  const json files = state.value("files", json());
+  if (!files.is_object()) {
+    spdlog::info("resume: {} records no checksums (an older checkpoint): its files are checked by their headers only",
+                 dir);
+    return;
+  }
+  for (const auto& [name, recorded] : files.items()) {
+    const json bytes = recorded.is_object() ? recorded.value("bytes", json()) : json();
+    const json crc = recorded.is_object() ? recorded.value("crc32c", json()) : json();
+    if (!bytes.is_number_unsigned() || !crc.is_string()) {
+      throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": /files/" + name + " is not {bytes, crc32c}");
+    }
+    FileChecksum actual;
+    try {
+      actual = checksum_file((fs::path(dir) / name).string());
+    } catch (const FileError& e) {
+      throw CheckpointError(dir, name + ": " + e.message());
+    }
+    if (actual.bytes != bytes.get<std::uint64_t>()) {
+      throw CheckpointError(dir, name + ": " + std::to_string(actual.bytes) + " bytes, but state.json recorded " +
+                                     bytes.dump() + " (truncated or overwritten)");
+    }
+    if (crc32c_hex(actual.crc32c) != crc.get<std::string>()) {
+      throw CheckpointError(dir, name + ": damaged: its CRC-32C is " + crc32c_hex(actual.crc32c) +
+                                     " but state.json recorded " + crc.get<std::string>());
+    }
+  }
+}
+
+// The spec fields a resumed run must keep (model shape, the train settings of a bit-exact resume).
+void check_against_spec(const json& state, const std::string& dir, const JobSpec& spec) {
+  const json model_now = spec_section(spec, "model");
+  const json train_now = spec_section(spec, "train");
+  const json& model_then = state_field(state, dir, "/model", &json::is_object);
+  const json& train_then = state_field(state, dir, "/train", &json::is_object);
+  for (const char* key : kModelKeys) {
+    if (model_then.value(key, json()) != model_now[key]) {
+      throw CheckpointError(dir, std::string("model.") + key + " is " + model_then.value(key, json()).dump() +
+                                     " but the spec says " + model_now[key].dump());
+    }
+  }
+  for (const char* key : kTrainKeys) {
+    if (train_then.value(key, json()) != train_now[key]) {
+      throw CheckpointError(dir, std::string("train.") + key + " is " + train_then.value(key, json()).dump() +
+                                     " but the spec says " + train_now[key].dump() +
+                                     "; a resumed run must keep it to continue the same training");
+    }
+  }
+}
+
+// An explicit checkpoint.resume path: a directory, or CheckpointError.
+void require_directory(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    throw CheckpointError(dir, fs::exists(dir, ec) ? "is not a directory" : "No such file or directory");
+  }
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& run_dir, const JobSpec& spec, const ParamLayout& layout,
+                            const float* params, const float* m, const float* v, const TrainState& state) {
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  const fs::path final_dir = root / checkpoint_dir_name(state.step);
+  const fs::path tmp = final_dir.string() + kCheckpointTmpMarker + std::to_string(::getpid());
+  FileChecksums sums;
+  try {
+    fs::create_directories(root);
+    for (const auto& entry : fs::directory_iterator(root)) {
+      if (is_partial_checkpoint(entry.path().filename().string())) {
+        spdlog::info("removing partial checkpoint {} (left by an interrupted writer)", entry.path().string());
+        fs::remove_all(entry.path());
+      }
+    }
+    fs::create_directory(tmp);
+    sums[kModelWeightsFile] = write_hf_model((tmp / kModelWeightsFile).string(), layout, params);
+    sums[kCheckpointOptimizerFile] =
+        write_optimizer_file((tmp / kCheckpointOptimizerFile).string(), layout, params, m, v, state.adam_t);
+    const std::string config = hf_config(layout.dims()).dump(2) + "\n";
+    write_file_atomic((tmp / kModelConfigFile).string(), config);
+    sums[kModelConfigFile] = {config.size(), crc32c(config.data(), config.size())};
+    write_file_atomic((tmp / kCheckpointStateFile).string(), state_json(spec, state, sums).dump(2) + "\n");
+    fsync_directory(tmp.string());
+    if (fs::exists(final_dir)) remove_checkpoint_dir(final_dir);  // the same step saved again
+    fs::rename(tmp, final_dir);
+    fsync_directory(root.string());
+  } catch (const fs::filesystem_error& e) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    throw FileError(e.path1().string(), e.code().message());
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    throw;
+  }
+  const auto complete = complete_checkpoints(root);
+  for (size_t i = static_cast<size_t>(std::max(spec.checkpoint.keep, 1)); i < complete.size(); ++i) {
+    try {
+      remove_checkpoint_dir(complete[i].second);
+    } catch (const std::exception& e) {  // the new checkpoint is safe; an old one lingering is not fatal
+      spdlog::warn("could not remove old checkpoint {}: {}", complete[i].second.string(), e.what());
+    }
+  }
+  return final_dir.string();
+}
+
+std::optional<std::string> find_resume_checkpoint(const std::string& run_dir, const std::string& resume) {
+  if (resume == "never") return std::nullopt;
+  if (resume != "auto") {
+    require_directory(resume);
+    verify_checksums(resume, verify_structure(resume));
+    return resume;
+  }
+  for (const auto& [step, dir] : complete_checkpoints(fs::path(run_dir) / "checkpoints")) {
+    try {
+      verify_checksums(dir.string(), verify_structure(dir.string()));
+      return dir.string();
+    } catch (const CheckpointError& e) {
+      spdlog::warn("resume: skipping damaged {}; trying the previous checkpoint", e.what());
+    }
+  }
+  return std::nullopt;
+}
+
+void check_resume_checkpoint(const JobSpec& spec) {
+  const std::string& resume = spec.checkpoint.resume;
+  if (resume == "auto" || resume == "never") return;
+  require_directory(resume);
+  check_against_spec(verify_structure(resume), resume, spec);
+}
+
+TrainState load_checkpoint(const std::string& dir, const JobSpec& spec, const ParamLayout& layout,
+                           std::uint64_t train_tokens, float* params, float* m, float* v) {
+  const json state = read_state(dir);
+  const ModelDims& d = layout.dims();
+
+  // The spec first: a mismatch there is the likeliest mistake and the clearest message.
+  check_against_spec(state, dir, spec);
+  TrainState out;
+  out.train_tokens = state_field(state, dir, "/data/train_tokens", &json::is_number_unsigned).get<std::uint64_t>();
+  if (out.train_tokens != train_tokens) {
+    throw CheckpointError(dir, "it was trained on " + std::to_string(out.train_tokens) +
+                                   " training tokens but data.train now gives " + std::to_string(train_tokens) +
+                                   "; a resumed run must sample from the same data");
+  }
+  out.step = state_field(state, dir, "/step", &json::is_number_unsigned).get<std::int64_t>();
+  const json& words = state_field(state, dir, "/sampler/state", &json::is_array);
+  if (words.size() != out.sampler.words.size()) {
+    throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": /sampler/state is not 4 words");
+  }
+  for (size_t i = 0; i < words.size(); ++i) {
+    const auto w = words[i].is_string() ? from_hex(words[i].get<std::string>()) : std::nullopt;
+    if (!w)
+      throw CheckpointError(
+          dir, std::string(kCheckpointStateFile) + ": /sampler/state/" + std::to_string(i) + " is not 16 hex digits");
+    out.sampler.words[i] = *w;
+  }
+
+  // Then the tensor files: names and shapes, nothing extra, data intact; all before any copy.
+  SafetensorsFile optimizer = open_tensor_file(dir, kCheckpointOptimizerFile);
+  const auto total = static_cast<std::int64_t>(layout.total());
+  try {
+    HfModelReader model((fs::path(dir) / kModelWeightsFile).string(), layout);
+    optimizer.get("m", {total});
+    optimizer.get("v", {total});
+    if (d.Vp > d.V) optimizer.get(kWtePadding, wte_padding_shape(d));
+    if (optimizer.tensors().size() != (d.Vp > d.V ? 3u : 2u)) throw FileError(optimizer.path(), "unexpected tensors");
+    const auto adam = optimizer.metadata().find("adam_step");
+    if (adam == optimizer.metadata().end() || adam->second.empty() || adam->second.size() > 18 ||
+        adam->second.find_first_not_of("0123456789") != std::string::npos) {
+      throw FileError(optimizer.path(), "metadata adam_step is missing or not a count");
+    }
+    out.adam_t = std::stoll(adam->second);
+    optimizer.load();
+    model.load(params);  // checks its data before it writes
+  } catch (const FileError& e) {
+    throw CheckpointError(dir, fs::path(e.path()).filename().string() + ": " + e.message());
+  }
+
+  // Nothing can fail from here on.
+  if (d.Vp > d.V) {
+    optimizer.copy(kWtePadding, wte_padding_shape(d), params + layout.wte() + static_cast<size_t>(d.V) * d.C);
+  }
+  optimizer.copy("m", {total}, m);
+  optimizer.copy("v", {total}, v);
+  return out;
+}
+
+}  // namespace xtrain

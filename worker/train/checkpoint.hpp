@@ -1,0 +1,81 @@
+// Checkpoints: RUN_DIR/checkpoints/step-NNNNNNNN/ (8 or more digits), each holding
+//   model.safetensors      the weights with Hugging Face GPT-2 names and layouts (GPT2Model's state
+//                          dict: wte.weight (V, C) with the V real rows, Conv1D weights (in, out),
+//                          no attn.bias mask buffers), loadable by transformers together with
+//   config.json            a GPT2Config for it (from_pretrained on the directory works);
+//   optimizer.safetensors  AdamW's m and v over the whole padded flat layout, the padding rows of
+//                          wte (which model.safetensors has no room for), the AdamW step count in
+//                          the metadata;
+//   state.json             format version, step, the sampler state, the model spec, the train
+//                          settings and the training-token count, checked again on resume; each
+//                          other file's size and CRC-32C ("files"), verified before a resume; the
+//                          run's tokenizer (absolute path), which `xtrain-worker export` ships.
+// Together exactly what is needed to continue bit for bit. Rank 0 writes one under
+// step-NNNNNNNN.tmp-PID, fsyncs every file and the directory, renames it, fsyncs the parent: a
+// directory with a final name is always complete, and a crashed writer leaves only a .tmp-* that
+// the next save removes.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "common/checkpoint_dirs.hpp"
+#include "common/job_spec.hpp"
+#include "worker/data/batch_sampler.hpp"
+#include "worker/model/param_layout.hpp"
+
+namespace xtrain {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+
+// A checkpoint that cannot be used: what() is "checkpoint DIR: MESSAGE", one line, e.g.
+//   checkpoint runs/x/checkpoints/step-00000010: model.n_embd is 64 but the spec says 128
+class CheckpointError : public std::runtime_error {
+ public:
+  CheckpointError(std::string dir, const std::string& message)
+      : std::runtime_error("checkpoint " + dir + ": " + message), dir_(std::move(dir)) {}
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+};
+
+// Everything besides the parameter and moment buffers that a resumed run needs.
+struct TrainState {
+  std::int64_t step = 0;           // optimizer steps completed
+  std::int64_t adam_t = 0;         // AdamW's step count (bias correction)
+  SamplerState sampler;            // the training sampler after `step` steps
+  std::uint64_t train_tokens = 0;  // tokens in the training split the sampler draws from
+};
+
+// Writes the checkpoint of `state.step` under run_dir/checkpoints/ (params, m, v: host buffers of
+// layout.total() floats), then keeps only the spec.checkpoint.keep newest complete checkpoints and
+// removes stale .tmp-* directories. Returns the checkpoint's directory. Throws FileError (disk
+// full, permissions) after removing its temporary directory.
+std::string save_checkpoint(const std::string& run_dir, const JobSpec& spec, const ParamLayout& layout,
+                            const float* params, const float* m, const float* v, const TrainState& state);
+
+// Which checkpoint to resume from: `resume` is "never" (none), "auto" (the newest complete
+// checkpoint under run_dir/checkpoints/ whose files are intact, or none; damaged ones are
+// skipped with a warning) or the path of a checkpoint directory (which must be intact, else
+// CheckpointError). Intact: the headers agree with the sizes and every file has the size and
+// CRC-32C that state.json recorded (so this reads the checkpoint's files once).
+std::optional<std::string> find_resume_checkpoint(const std::string& run_dir, const std::string& resume);
+
+// What the launcher checks before starting anything, when checkpoint.resume names a path: it is
+// a checkpoint directory whose state.json and tensor headers are sound and whose model and train
+// settings match the spec. Reads headers only. Throws CheckpointError; "auto" and "never" pass.
+void check_resume_checkpoint(const JobSpec& spec);
+
+// Loads checkpoint `dir` into params, m, v (layout.total() floats each) after checking it against
+// the spec (model shape, the train settings a bit-exact resume needs unchanged: batch_size,
+// seed, lr, min_lr, warmup_steps, weight_decay, beta1, beta2, eps, grad_clip), against
+// `train_tokens` (the size of the current training split), and every file for damage. Throws
+// CheckpointError naming the checkpoint, the file and the mismatch; the buffers are untouched
+// unless everything loaded.
+TrainState load_checkpoint(const std::string& dir, const JobSpec& spec, const ParamLayout& layout,
+                           std::uint64_t train_tokens, float* params, float* m, float* v);
+
+}  // namespace xtrain

@@ -1,0 +1,166 @@
+#include "worker/train/run_report.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <spdlog/spdlog.h>
+
+#include "common/atomic_file.hpp"
+
+namespace xtrain {
+
+std::string fnv1a_hex(const void* data, size_t bytes) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+
+RunReport::RunReport(int rank, std::string run_dir, const std::string& heartbeat_file, std::string result_file)
+    : rank_(rank),
+      run_dir_(std::move(run_dir)),
+      heartbeat_(heartbeat_file),
+      result_file_(std::move(result_file)),
+      started_(std::chrono::steady_clock::now()) {}
+
+void RunReport::start_training(long first_step, long total_steps, long tokens_per_step, int log_every) {
+  first_step_ = first_step;
+  total_steps_ = total_steps;
+  tokens_per_step_ = tokens_per_step;
+  log_every_ = log_every > 0 ? log_every : 1;
+  started_ = std::chrono::steady_clock::now();
+  steps_timed_ = 0;
+  interval_ms_ = 0;
+  interval_busy_ms_.clear();
+  interval_steps_ = 0;
+  recent_ms_ = 0;
+  if (rank_ == 0 && !run_dir_.empty()) drop_metrics_after(run_dir_ + "/metrics.jsonl", first_step);
+}
+
+double RunReport::training_seconds() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+}
+
+double RunReport::tokens_per_second() const {
+  const double s = training_seconds();
+  return s > 0 ? static_cast<double>(steps_timed_ * tokens_per_step_) / s : 0.0;
+}
+
+void RunReport::step(const StepStats& s) {
+  ++steps_timed_;
+  interval_ms_ += s.step_ms;
+  ++interval_steps_;
+  interval_busy_ms_.resize(s.rank_busy_ms.size());
+  for (size_t r = 0; r < s.rank_busy_ms.size(); ++r) interval_busy_ms_[r] += s.rank_busy_ms[r];
+  recent_ms_ = recent_ms_ > 0 ? 0.9 * recent_ms_ + 0.1 * s.step_ms : s.step_ms;
+  const double remaining_s = training_seconds() / static_cast<double>(steps_timed_) *
+                             static_cast<double>(total_steps_ - s.step);
+  heartbeat_.end_step(s, recent_ms_ > 0 ? static_cast<double>(tokens_per_step_) * 1000.0 / recent_ms_ : 0.0,
+                      remaining_s);
+  if (rank_ != 0) return;
+  // The first step of a run is always shown, so a person sees where the loss starts.
+  const bool first = s.step == first_step_ + 1;
+  if (s.step % log_every_ != 0 && s.step != total_steps_ && !first) return;
+
+  const double ms = interval_ms_ / static_cast<double>(interval_steps_);
+  const double tok_s = ms > 0 ? static_cast<double>(tokens_per_step_) * 1000.0 / ms : 0.0;
+  nlohmann::json rank_ms = nlohmann::json::array();
+  for (double sum : interval_busy_ms_) rank_ms.push_back(sum / static_cast<double>(interval_steps_));
+  interval_ms_ = 0;
+  interval_busy_ms_.assign(interval_busy_ms_.size(), 0.0);
+  interval_steps_ = 0;
+
+  spdlog::info("step {}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {} tok/s | {:.1f} ms/step | ETA {}", s.step,
+               total_steps_, s.loss, s.lr, s.grad_norm, with_thousands(static_cast<long long>(tok_s + 0.5)), ms,
+               format_duration(remaining_s));
+  append_metrics({{"step", s.step},
+                  {"loss", s.loss},
+                  {"lr", s.lr},
+                  {"grad_norm", s.grad_norm},
+                  {"tokens_per_s", tok_s},
+                  {"ms_per_step", ms},
+                  {"rank_step_ms", rank_ms},
+                  {"elapsed_s", training_seconds()}});
+}
+
+void RunReport::validation(long step, double val_loss, std::optional<double> bits_per_byte, double seconds) {
+  if (rank_ != 0) return;
+  const double ppl = std::exp(val_loss);
+  nlohmann::json record = {{"step", step}, {"val_loss", val_loss}, {"val_ppl", ppl}};
+  std::string bpb;
+  if (bits_per_byte) {
+    record["val_bpb"] = *bits_per_byte;
+    bpb = fmt::format(" | {:.4f} bits/byte", *bits_per_byte);
+  }
+  spdlog::info("step {}/{} | val loss {:.4f} | perplexity {:.2f}{} | {:.1f} s", step, total_steps_, val_loss, ppl, bpb,
+               seconds);
+  append_metrics(record);
+}
+
+void RunReport::checkpoint(long step, const std::string& path, double seconds) {
+  if (rank_ != 0) return;
+  spdlog::info("step {}/{} | checkpoint {} | {:.2f} s", step, total_steps_, path, seconds);
+}
+
+void RunReport::append_metrics(const nlohmann::json& record) const {
+  if (run_dir_.empty()) return;
+  const std::string path = run_dir_ + "/metrics.jsonl";
+  std::ofstream out(path, std::ios::app);
+  out << record.dump() << '\n';
+  if (!out) spdlog::warn("{}: could not append a metrics record", path);
+}
+
+void RunReport::write_result(const RankResult& r) const {
+  if (result_file_.empty()) return;
+  nlohmann::json doc = r.extra;
+  doc["rank"] = r.rank;
+  doc["status"] = r.status;
+  doc["step"] = r.step;
+  if (r.loss) doc["loss"] = *r.loss;
+  if (r.val_loss) {
+    doc["val_loss"] = *r.val_loss;
+    doc["val_ppl"] = std::exp(*r.val_loss);
+  }
+  if (r.val_bpb) doc["val_bpb"] = *r.val_bpb;
+  if (!r.param_digest.empty()) doc["param_digest"] = r.param_digest;
+  if (!r.error.empty()) doc["error"] = r.error;
+  if (!r.failure_kind.empty()) doc["failure_kind"] = r.failure_kind;
+  try {
+    const auto parent = std::filesystem::path(result_file_).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent);
+    write_file_atomic(result_file_, doc.dump(2) + "\n");
+  } catch (const std::exception& e) {
+    spdlog::warn("result file: {}", e.what());
+  }
+}
+
+void drop_metrics_after(const std::string& path, long step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept;
+  bool dropped = false;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const bool torn = record.is_discarded() || !record.is_object();
+    if (torn || (record.contains("step") && record["step"].is_number() && record["step"].get<long>() > step)) {
+      dropped = true;
+      continue;
+    }
+    kept += line + '\n';
+  }
+  if (!dropped) return;
+  try {
+    write_file_atomic(path, kept);
+  } catch (const std::exception& e) {
+    spdlog::warn("{}: could not drop the records after step {}: {}", path, step, e.what());
+  }
+}
+
+}  // namespace xtrain

@@ -1,0 +1,96 @@
+#include "worker/train/text_sampler.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "worker/model/gpt.hpp"
+
+namespace xtrain {
+
+std::vector<std::int32_t> sample_tokens(GPT& model, std::vector<std::int32_t> context, const SampleOptions& o) {
+  const ModelDims& d = model.dims();
+  if (context.empty()) throw std::invalid_argument("sample: the prompt has no tokens");
+  for (std::int32_t t : context) {
+    if (t < 0 || t >= d.V) {
+      throw std::invalid_argument("sample: prompt token " + std::to_string(t) + " is outside the vocabulary of " +
+                                  std::to_string(d.V));
+    }
+  }
+  std::mt19937_64 rng(o.seed);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  std::vector<std::int32_t> window(static_cast<size_t>(d.T), 0);  // (1,T); causal: the tail padding is never seen
+  std::vector<float> logits(static_cast<size_t>(d.Vp));
+  std::vector<int> order(static_cast<size_t>(d.V));
+  std::vector<double> probs(static_cast<size_t>(d.V));
+  const int k = o.top_k > 0 ? std::min(o.top_k, d.V) : d.V;
+  std::vector<std::int32_t> out;
+
+  for (int n = 0; n < o.tokens; ++n) {
+    const size_t len = std::min(context.size(), static_cast<size_t>(d.T));
+    std::copy(context.end() - static_cast<long>(len), context.end(), window.begin());
+    model.forward(window.data(), nullptr, 1);
+    model.backend().download(logits.data(), model.logits() + (len - 1) * static_cast<size_t>(d.Vp),
+                             static_cast<size_t>(d.Vp));
+
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int a, int b) { return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)]; });
+    int next = order[0];
+    if (o.temperature > 0) {
+      // softmax over the k best at the given temperature, shifted by the maximum for stability
+      const double top = logits[static_cast<size_t>(order[0])];
+      double total = 0;
+      for (int i = 0; i < k; ++i) {
+        probs[static_cast<size_t>(i)] = std::exp((logits[static_cast<size_t>(order[static_cast<size_t>(i)])] - top) / o.temperature);
+        total += probs[static_cast<size_t>(i)];
+      }
+      double u = uniform(rng) * total;
+      for (int i = 0; i < k; ++i) {
+        next = order[static_cast<size_t>(i)];
+        u -= probs[static_cast<size_t>(i)];
+        if (u <= 0) break;
+      }
+    }
+    context.push_back(next);
+    out.push_back(next);
+  }
+  return out;
+}
+
+std::string printable(const std::string& bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  for (size_t i = 0; i < bytes.size();) {
+    const auto u = static_cast<unsigned char>(bytes[i]);
+    if (u == '\n' || u == '\t' || (u >= 0x20 && u < 0x7f)) {
+      out += bytes[i++];
+      continue;
+    }
+    // A UTF-8 sequence: a lead byte, then 1-3 continuation bytes 10xxxxxx, shortest form only
+    // (C0, C1, F5..FF never lead; E0/F0 need a large enough second byte; F4 stays <= U+10FFFF;
+    // ED would encode a surrogate below A0).
+    const size_t n = u >= 0xc2 && u <= 0xdf ? 2 : u >= 0xe0 && u <= 0xef ? 3 : u >= 0xf0 && u <= 0xf4 ? 4 : 0;
+    bool ok = n > 0 && i + n <= bytes.size();
+    for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(bytes[i + k]) & 0xc0) == 0x80;
+    if (ok && n >= 3) {
+      const auto second = static_cast<unsigned char>(bytes[i + 1]);
+      ok = !(u == 0xe0 && second < 0xa0) && !(u == 0xed && second >= 0xa0) && !(u == 0xf0 && second < 0x90) &&
+           !(u == 0xf4 && second >= 0x90);
+    }
+    if (ok && n == 2 && u == 0xc2 && static_cast<unsigned char>(bytes[i + 1]) < 0xa0) ok = false;  // C1 controls
+    if (ok) {
+      out.append(bytes, i, n);
+      i += n;
+    } else {
+      out += '?';
+      ++i;
+    }
+  }
+  return out;
+}
+
+}  // namespace xtrain

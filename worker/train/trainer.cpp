@@ -1,0 +1,414 @@
+#include "worker/train/trainer.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <type_traits>
+
+#include <spdlog/spdlog.h>
+
+#include "worker/train/checkpoint.hpp"
+#include "worker/model/cuda_graphs.hpp"
+#include "worker/train/lr_schedule.hpp"
+#include "worker/formats/model_io.hpp"
+#include "worker/train/text_sampler.hpp"
+
+namespace xtrain {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::vector<float> to_host(Backend& backend, const float* src, size_t n) {
+  std::vector<float> host(n);
+  backend.download(host.data(), src, n);
+  return host;
+}
+
+}  // namespace
+
+Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_size, Backend& backend,
+                 RunReport& report, FaultInjection fault)
+    : spec_(spec),
+      run_dir_(std::move(run_dir)),
+      rank_(rank),
+      world_(world_size),
+      micro_batch_(spec.train.micro_batch_size),
+      accum_(spec.train.batch_size / (world_size * spec.train.micro_batch_size)),
+      backend_(backend),
+      report_(report),
+      fault_(fault) {
+  const auto& t = spec_.train;
+  // Before anything is read or allocated: "on" on CPU ranks is a spec error.
+  const CudaGraphChoice graphs = choose_cuda_graphs(t, spec_.model, backend_.name(), backend_.precision());
+  data_ = load_data(spec_.data, spec_.model, t.eval_every > 0);
+  report_.heartbeat().beat();
+  text_ = TextCodec::for_run(spec_, data_.byte_level);
+  if (spec_.sample.tokens > 0 && text_.has_text()) {
+    prompt_ = text_.encode(spec_.sample.prompt);
+    for (const std::int32_t token : prompt_) {
+      if (token >= spec_.model.vocab_size) {
+        throw SpecError("sample.prompt", "token " + std::to_string(token) + " is outside model.vocab_size " +
+                                             std::to_string(spec_.model.vocab_size));
+      }
+    }
+  }
+  sampler_ = std::make_unique<BatchSampler>(data_.train, spec_.model.seq_len, static_cast<std::uint64_t>(t.seed));
+  if (t.eval_every > 0) {
+    // train.eval_batches global batches of train.batch_size sequences: the same windows whatever
+    // the world size, so validation losses compare across runs.
+    val_starts_ = validation_starts(data_.val, spec_.model.seq_len, t.eval_batches * t.batch_size);
+  }
+
+  model_ = std::make_unique<GPT>(spec_.model, backend_, micro_batch_);
+  if (graphs.use) model_->set_replay(graphs.required ? GPT::Replay::kRequired : GPT::Replay::kPreferred);
+  if (rank_ == 0 && backend_.name() == "cuda") spdlog::info("cuda graphs: {}", graphs.why);
+  adamw_ = std::make_unique<AdamW>(backend_, model_->layout(), AdamWConfig::from(t));
+  host_scalars_.resize(2 + static_cast<size_t>(world_));
+  scalars_ = backend_.alloc_floats(host_scalars_.size());
+  const size_t bt = static_cast<size_t>(micro_batch_) * static_cast<size_t>(spec_.model.seq_len);
+  inputs_.resize(bt);
+  targets_.resize(bt);
+
+  model_->set_layer_observer([this](GPT::Pass pass, int layer) {
+    if (!in_step_) return;  // validation and sampling run forward too: they report their own phase
+    Heartbeat& live = report_.heartbeat();
+    if (pass == GPT::Pass::kForward) return live.phase(WorkerPhase::kForward, layer);
+    live.phase(WorkerPhase::kBackward, layer);
+    fault_.at_backward_layer(rank_, current_step_, layer);
+  });
+  if (!val_starts_.empty() && text_.has_text()) bits_per_nat_ = validation_bits_per_nat();
+
+  // Where the weights come from: the checkpoint a resume continues from, else model.init_from,
+  // else the seed.
+  const size_t n = model_->layout().total();
+  if (auto dir = find_resume_checkpoint(run_dir_, spec_.checkpoint.resume)) {
+    std::vector<float> params(n), m(n), v(n);
+    const TrainState state = load_checkpoint(*dir, spec_, model_->layout(), data_.train.count, params.data(),
+                                             m.data(), v.data());
+    model_->set_params(params.data());
+    backend_.upload(adamw_->m(), m.data(), n);
+    backend_.upload(adamw_->v(), v.data(), n);
+    adamw_->set_step_count(state.adam_t);
+    sampler_->set_state(state.sampler);
+    start_step_ = state.step;
+    completed_steps_ = state.step;
+    resumed_from_ = *dir;
+  } else if (!spec_.model.init_from.empty()) {
+    std::vector<float> params(n);
+    try {
+      const ModelFileInfo file = read_model_file_info(spec_.model.init_from);
+      import_model(file, model_->layout(), params.data());
+      initialised_from_ = xtrain::describe(file);
+    } catch (const FileError& e) {
+      throw SpecError("model.init_from", e.what());
+    }
+    backend_.upload(model_->params(), params.data(), n);
+  } else {
+    model_->init_weights(spec_.model.init_seed);
+  }
+  report_.heartbeat().beat();
+}
+
+Trainer::~Trainer() { backend_.free(scalars_); }
+
+double Trainer::validation_bits_per_nat() const {
+  // Every validation reads the same windows, so the bytes their targets stand for are counted once.
+  const size_t T = static_cast<size_t>(spec_.model.seq_len);
+  std::vector<std::int32_t> window(T + 1);
+  std::uint64_t bytes = 0;
+  for (const std::uint64_t start : val_starts_) {
+    data_.val.copy(start, T + 1, window.data());
+    bytes += text_.text_bytes(std::span(window).subspan(1));  // the targets
+  }
+  const double tokens = static_cast<double>(val_starts_.size() * T);
+  return bytes > 0 ? tokens / (std::log(2.0) * static_cast<double>(bytes)) : 0.0;
+}
+
+std::string Trainer::describe() const {
+  const auto& m = spec_.model;
+  const auto& t = spec_.train;
+  const double params_m = static_cast<double>(model_->layout().total()) / 1e6;
+  return fmt::format(
+      "model {}L {}H {}C T={} V={}: {:.2f}M parameters | batch {} = {} rank{} x {} seq x {} micro-step{} | "
+      "train {} tokens{}, val {} tokens",
+      m.n_layer, m.n_head, m.n_embd, m.seq_len, m.vocab_size, params_m, t.batch_size, world_, world_ == 1 ? "" : "s",
+      micro_batch_, accum_, accum_ == 1 ? "" : "s", with_thousands(static_cast<long long>(data_.train.count)),
+      data_.byte_level ? " (bytes)" : "", with_thousands(static_cast<long long>(data_.val.count)));
+}
+
+void Trainer::adopt_rank0_start(Communicator& comm) {
+  if (comm.world_size() == 1) return;
+  // The resume state travels as raw bytes in a float buffer (the collectives move floats).
+  struct Start {
+    std::int64_t step;
+    std::int64_t adam_t;
+    SamplerState sampler;
+  };
+  static_assert(std::is_trivially_copyable_v<Start> && sizeof(Start) % sizeof(float) == 0);
+  constexpr size_t kFloats = sizeof(Start) / sizeof(float);
+  const Start mine{start_step_, adamw_->step_count(), sampler_->state()};
+  float bytes[kFloats];
+  std::memcpy(bytes, &mine, sizeof mine);
+  float* buffer = backend_.alloc_floats(kFloats);
+  backend_.upload(buffer, bytes, kFloats);
+  comm.broadcast(buffer, kFloats, 0);
+  backend_.download(bytes, buffer, kFloats);
+  Start root;
+  std::memcpy(&root, bytes, sizeof root);
+  // Every rank must learn whether any rank differs: the transfer below is collective.
+  const float differs = std::memcmp(&mine, &root, sizeof mine) != 0 ? 1.0f : 0.0f;
+  backend_.upload(buffer, &differs, 1);
+  comm.all_reduce_average(buffer, 1);
+  float any = 0;
+  backend_.download(&any, buffer, 1);
+  backend_.free(buffer);
+  if (any == 0) return;
+
+  if (differs > 0) {
+    spdlog::warn("rank {} starts at step {} but rank 0 at step {} (checkpoints not shared?): taking rank 0's state",
+                 rank_, mine.step, root.step);
+  }
+  const size_t n = model_->layout().total();
+  comm.broadcast(model_->params(), n, 0);
+  model_->refresh_weights();
+  comm.broadcast(adamw_->m(), n, 0);
+  comm.broadcast(adamw_->v(), n, 0);
+  start_step_ = completed_steps_ = root.step;
+  adamw_->set_step_count(root.adam_t);
+  sampler_->set_state(root.sampler);
+}
+
+void Trainer::verify_replicas(Communicator& comm) {
+  if (comm.world_size() == 1) return;
+  // Every rank built its weights alone (from the seed, or from the checkpoint); rank 0's copy
+  // arrives in a scratch buffer and must match bit for bit, or the replicas would drift apart.
+  const size_t n = model_->layout().total();
+  float* scratch = backend_.alloc_floats(n);
+  backend_.copy(scratch, model_->params(), n);
+  comm.broadcast(scratch, n, 0);
+  const std::vector<float> mine = to_host(backend_, model_->params(), n);
+  const std::vector<float> root = to_host(backend_, scratch, n);
+  backend_.free(scratch);
+  if (std::memcmp(mine.data(), root.data(), n * sizeof(float)) == 0) return;
+  size_t i = 0;
+  while (std::memcmp(&mine[i], &root[i], sizeof(float)) == 0) ++i;
+  std::string tensor = "?";
+  for (const auto& p : model_->layout().tensors()) {
+    if (i >= p.offset && i < p.offset + p.count) tensor = p.name;
+  }
+  throw std::runtime_error("rank " + std::to_string(rank_) + ": initial parameters differ from rank 0's (first at " +
+                           tensor + ", flat index " + std::to_string(i) + ")");
+}
+
+double Trainer::average_scalar(Communicator& comm, double value) {
+  const float x = static_cast<float>(value);
+  backend_.upload(scalars_, &x, 1);
+  comm.all_reduce_average(scalars_, 1);
+  float out = 0;
+  backend_.download(&out, scalars_, 1);
+  return out;
+}
+
+int Trainer::bucket_id(Span span) const {
+  const ParamLayout& layout = model_->layout();
+  for (int l = 0; l < spec_.model.n_layer; ++l) {
+    if (layout.layer_span(l).offset == span.offset) return l;
+  }
+  return spec_.model.n_layer;
+}
+
+Trainer::StepOutcome Trainer::train_step(Communicator& comm, long step, bool stop_here) {
+  using Clock = std::chrono::steady_clock;
+  Heartbeat& live = report_.heartbeat();
+  const auto t0 = Clock::now();
+  const int T = spec_.model.seq_len;
+  const std::vector<std::uint64_t> starts = sampler_->draw(spec_.train.batch_size);
+  model_->zero_grads();
+  float* grads = model_->grads();
+  const auto start_bucket = [&](Span s) {
+    comm.start_all_reduce_average(GradBucket{grads + s.offset, s.count, bucket_id(s)});
+  };
+  in_step_ = true;
+  for (int micro = 0; micro < accum_; ++micro) {
+    live.micro_step(micro);
+    gather_micro_batch(data_.train, T, starts, rank_, world_, micro, micro_batch_, inputs_.data(), targets_.data());
+    const auto c0 = Clock::now();
+    model_->forward(inputs_.data(), targets_.data(), micro_batch_);
+    const bool last = micro + 1 == accum_;
+    // no_sync: the earlier micro-steps only accumulate locally; the last one hands each layer's
+    // finished gradient to the communicator, so every parameter is all-reduced once per step.
+    model_->backward(1.0f / static_cast<float>(accum_), last ? start_bucket : std::function<void(Span)>{});
+    fault_.after_micro_step(rank_, seconds_since(c0));
+  }
+  in_step_ = false;
+  // The device finishes this rank's own backward first, so that what is timed next is waiting.
+  backend_.synchronize();
+  live.phase(WorkerPhase::kGradientWait);
+  const auto wait_began = Clock::now();
+  comm.finish_all_reduces();
+
+  // One small all-reduce carries the loss, whether any rank was asked to stop, and every rank's
+  // busy time (each rank fills its own slot, scaled by the world size so the average is exact).
+  StepOutcome out;
+  out.busy_ms = std::chrono::duration<double, std::milli>(wait_began - t0).count();
+  std::fill(host_scalars_.begin(), host_scalars_.end(), 0.0f);
+  host_scalars_[0] = static_cast<float>(model_->take_loss());  // the losses' one download per step
+  host_scalars_[1] = stop_here ? 1.0f : 0.0f;
+  host_scalars_[2 + static_cast<size_t>(rank_)] = static_cast<float>(out.busy_ms * world_);
+  backend_.upload(scalars_, host_scalars_.data(), host_scalars_.size());
+  live.phase(WorkerPhase::kStepSync);
+  comm.all_reduce_average(scalars_, host_scalars_.size());
+  backend_.download(host_scalars_.data(), scalars_, host_scalars_.size());
+
+  out.loss = host_scalars_[0];
+  out.stop = host_scalars_[1] > 0;
+  out.rank_busy_ms.assign(host_scalars_.begin() + 2, host_scalars_.end());
+  live.phase(WorkerPhase::kOptimizer);
+  out.grad_norm = grad_norm(backend_, grads, model_->layout().total());
+  const float clip = clip_scale(out.grad_norm, spec_.train.grad_clip);
+  const double lr = learning_rate(spec_.train, step);
+  adamw_->step(*model_, static_cast<float>(lr), clip);
+  backend_.synchronize();
+  return out;
+}
+
+double Trainer::evaluate(Communicator& comm) {
+  const int T = spec_.model.seq_len;
+  const int micro_steps = static_cast<int>(val_starts_.size()) / (world_ * micro_batch_);
+  for (int micro = 0; micro < micro_steps; ++micro) {
+    gather_micro_batch(data_.val, T, val_starts_, rank_, world_, micro, micro_batch_, inputs_.data(),
+                       targets_.data());
+    model_->forward(inputs_.data(), targets_.data(), micro_batch_);
+  }
+  return average_scalar(comm, model_->take_loss());
+}
+
+void Trainer::save(Communicator& comm, long step) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string dir;
+  if (rank_ == 0) {
+    const size_t n = model_->layout().total();
+    const std::vector<float> params = to_host(backend_, model_->params(), n);
+    const std::vector<float> m = to_host(backend_, adamw_->m(), n);
+    const std::vector<float> v = to_host(backend_, adamw_->v(), n);
+    report_.heartbeat().phase(WorkerPhase::kCheckpoint);
+    TrainState state;
+    state.step = step;
+    state.adam_t = adamw_->step_count();
+    state.sampler = sampler_->state();
+    state.train_tokens = data_.train.count;
+    dir = save_checkpoint(run_dir_, spec_, model_->layout(), params.data(), m.data(), v.data(), state);
+  }
+  // Nobody runs ahead (and nobody exits) before the checkpoint is complete.
+  report_.heartbeat().phase(WorkerPhase::kCheckpointWait);
+  comm.barrier();
+  report_.checkpoint(step, dir, seconds_since(t0));
+}
+
+std::string Trainer::param_digest() {
+  const size_t n = model_->layout().total();
+  const std::vector<float> params = to_host(backend_, model_->params(), n);
+  return fnv1a_hex(params.data(), n * sizeof(float));
+}
+
+std::optional<std::string> Trainer::sample() {
+  const auto& s = spec_.sample;
+  if (s.tokens <= 0 || rank_ != 0) return std::nullopt;
+  if (!text_.has_text()) {
+    spdlog::info("sample: skipped (the data is token shards: name their vocabulary with the tokenizer key)");
+    return std::nullopt;
+  }
+  SampleOptions o;
+  o.tokens = s.tokens;
+  o.temperature = s.temperature;
+  o.top_k = s.top_k;
+  o.seed = static_cast<std::uint64_t>(spec_.train.seed);
+  report_.heartbeat().phase(WorkerPhase::kSampling);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string text = printable(text_.decode(sample_tokens(*model_, prompt_, o)));
+  spdlog::info("sample: {} {} at temperature {}, top-k {}, {:.1f} s:", s.tokens,
+               data_.byte_level ? "bytes" : "tokens", s.temperature, s.top_k, seconds_since(t0));
+  // The text itself, unadorned so it reads as text, on the log's stream so it stays in order.
+  std::fputs((printable(s.prompt) + text + "\n").c_str(), stderr);
+  return text;
+}
+
+RankResult Trainer::run(Communicator& comm, const std::atomic<bool>& stop_requested) {
+  const auto& t = spec_.train;
+  if (rank_ == 0) {
+    spdlog::info("{}", describe());
+    if (!resumed_from_.empty()) {
+      spdlog::info("resumed from {} at step {}{}", resumed_from_, start_step_,
+                   spec_.model.init_from.empty() ? "" : " (model.init_from is not read when resuming)");
+    }
+    if (!initialised_from_.empty()) {
+      spdlog::info("weights from {}; the optimizer starts fresh (AdamW moments zero, step 0)", initialised_from_);
+    }
+  }
+  Heartbeat& live = report_.heartbeat();
+  live.set_plan(t.steps, accum_, spec_.model.n_layer);
+  comm.set_bucket_observer([&live](int bucket) { live.set_comm_bucket(bucket); });
+  live.phase(WorkerPhase::kConnecting);
+  adopt_rank0_start(comm);
+  verify_replicas(comm);
+  live.beat();
+
+  RankResult result;
+  result.rank = rank_;
+  result.step = start_step_;
+  result.status = "completed";
+  report_.start_training(start_step_, t.steps, static_cast<long>(t.batch_size) * spec_.model.seq_len, t.log_every);
+  const int every = spec_.checkpoint.every;  // 0: only after the last step
+  if (start_step_ >= t.steps && rank_ == 0) {
+    spdlog::info("nothing to train: the checkpoint is at step {} and train.steps is {}", start_step_, t.steps);
+  }
+
+  for (long step = start_step_ + 1; step <= t.steps; ++step) {
+    current_step_ = step;
+    live.begin_step(step);
+    live.beat();
+    fault_.at_step_start(rank_, step);
+    const auto t0 = std::chrono::steady_clock::now();
+    StepOutcome o = train_step(comm, step - 1, stop_requested.load());
+    completed_steps_ = step;
+    result.step = step;
+    result.loss = o.loss;
+    report_.step({step, o.loss, learning_rate(t, step - 1), o.grad_norm, seconds_since(t0) * 1000.0, o.busy_ms,
+                  rank_ == 0 ? std::move(o.rank_busy_ms) : std::vector<double>{}});
+
+    if (t.eval_every > 0 && (step % t.eval_every == 0 || step == t.steps)) {
+      live.phase(WorkerPhase::kValidation);
+      const auto v0 = std::chrono::steady_clock::now();
+      result.val_loss = evaluate(comm);
+      if (bits_per_nat_ > 0) result.val_bpb = *result.val_loss * bits_per_nat_;
+      report_.validation(step, *result.val_loss, result.val_bpb, seconds_since(v0));
+    }
+    if (o.stop || step == t.steps || (every > 0 && step % every == 0)) {
+      save(comm, step);
+    }
+    if (o.stop) {
+      if (rank_ == 0) spdlog::info("stop requested (SIGUSR1): checkpoint written at step {}; exiting", step);
+      result.status = "preempted";
+      break;
+    }
+  }
+
+  result.param_digest = param_digest();
+  result.extra = {{"world_size", world_},
+                  {"backend", backend_.name()},
+                  {"communicator", comm.name()},
+                  {"start_step", start_step_},
+                  {"tokens_per_s", report_.tokens_per_second()},
+                  {"train_s", report_.training_seconds()}};
+  if (result.status == "completed") {
+    if (const auto text = sample()) result.extra["sample"] = *text;
+  }
+  live.phase(WorkerPhase::kDone);
+  return result;
+}
+
+}  // namespace xtrain

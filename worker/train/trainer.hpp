@@ -1,0 +1,131 @@
+// One rank's training run: data, model, optimizer, the step loop, validation, checkpoints and
+// the closing sample. Construction does everything that depends only on this rank's inputs
+// (data, model, initial weights, the checkpoint to resume from), so bad input fails there,
+// before any peer is waited for; run() then trains in lockstep with the other ranks.
+//
+// One optimizer step, on every rank:
+//   draw the global batch's window starts (the same sampler state everywhere)
+//   zero grads; for each of accum = batch_size / (world * micro_batch_size) micro-steps:
+//     forward this rank's micro-batch (sequences i with i % world == rank)
+//     backward with loss scale 1/accum, adding into the gradient buffer; on the LAST micro-step
+//     only, each finished layer's gradient span is handed to the communicator at once, so its
+//     average overlaps the rest of backward (no_sync: one all-reduce per parameter per step)
+//   finish_all_reduces; average [loss, stop request, each rank's busy time] across ranks in one
+//   small all-reduce
+//   global grad norm (identical everywhere, as the averaged grads are), clip, lr, AdamW
+//
+// Busy time: a rank's step time up to the small all-reduce, minus the time it waited in
+// finish_all_reduces. In synchronous data parallelism every rank's wall time per step is the
+// same; the busy time is what shows a straggler (xlaunch watches it in the heartbeat records,
+// metrics.jsonl has every rank's as rank_step_ms). Each rank fills its own slot of the small
+// all-reduce with its busy time times the world size, so the average hands every rank all of them.
+//
+// Progress: the training thread marks each phase and layer in the heartbeat record
+// (worker/train/heartbeat.hpp), the communication thread the bucket it reduces.
+//
+// Where training continues is rank 0's decision: a rank whose checkpoint state differs (on several
+// nodes without a shared filesystem only node 0 sees the checkpoints) takes rank 0's step,
+// sampler state, weights and moments before the first step.
+//
+// Stop requests (SIGUSR1, e.g. a scheduler's preemption warning): the flag rides on the per-step
+// loss all-reduce, so every rank sees it at the same step even if only one rank got the signal;
+// they write a checkpoint at the end of that step and exit 0 with status "preempted" in the
+// result file (resume: auto continues from it).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/job_spec.hpp"
+#include "worker/train/adamw.hpp"
+#include "worker/model/backend.hpp"
+#include "worker/data/batch_sampler.hpp"
+#include "worker/comm/communicator.hpp"
+#include "worker/train/fault_injection.hpp"
+#include "worker/model/gpt.hpp"
+#include "worker/train/run_report.hpp"
+#include "worker/formats/text_codec.hpp"
+#include "worker/data/token_source.hpp"
+
+namespace xtrain {
+
+class Trainer {
+ public:
+  // Loads the data and the tokenizer, builds the model and optimizer, and takes the weights from
+  // the checkpoint checkpoint.resume continues from, else from model.init_from (weights only:
+  // the optimizer starts fresh), else from model.init_seed. Input problems throw SpecError
+  // (DataError), FileError or CheckpointError naming the field or file.
+  Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_size, Backend& backend,
+          RunReport& report, FaultInjection fault = {});
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Trains to train.steps (or until a stop request), then samples text on rank 0. Returns this
+  // rank's result (status, step, losses, parameter digest). Communication failures throw
+  // CommunicatorError; a replica mismatch throws std::runtime_error.
+  RankResult run(Communicator& comm, const std::atomic<bool>& stop_requested);
+
+  long start_step() const { return start_step_; }
+  long completed_steps() const { return completed_steps_; }  // optimizer steps done so far
+  const GPT& model() const { return *model_; }
+
+ private:
+  struct StepOutcome {
+    double loss = 0;       // mean over all ranks
+    double grad_norm = 0;  // global, before clipping
+    bool stop = false;     // some rank was asked to stop
+    double busy_ms = 0;    // this rank's
+    std::vector<double> rank_busy_ms;  // every rank's, by rank
+  };
+
+  void adopt_rank0_start(Communicator& comm);
+  void verify_replicas(Communicator& comm);
+  // Optimizer step `step` (0-based); `stop_here`: this rank was asked to stop.
+  StepOutcome train_step(Communicator& comm, long step, bool stop_here);
+  int bucket_id(Span span) const;  // the layer whose gradients `span` holds, n_layer for the embeddings'
+  double evaluate(Communicator& comm);
+  double average_scalar(Communicator& comm, double value);
+  void save(Communicator& comm, long step);
+  std::string param_digest();
+  // Samples sample.tokens after training (rank 0): prints the text and returns it, printable.
+  std::optional<std::string> sample();
+  // Bits per byte per nat of validation loss: tokens / (ln 2 * bytes) over the validation targets.
+  double validation_bits_per_nat() const;
+  std::string describe() const;
+
+  const JobSpec& spec_;
+  std::string run_dir_;
+  int rank_;
+  int world_;
+  int micro_batch_;   // B: sequences per rank per micro-step
+  int accum_;         // micro-steps per optimizer step
+  Backend& backend_;
+  RunReport& report_;
+  FaultInjection fault_;
+
+  DataSplit data_;
+  TextCodec text_;                    // bytes, the tokenizer, or no text (token shards without one)
+  std::vector<std::int32_t> prompt_;  // sample.prompt, encoded
+  std::unique_ptr<BatchSampler> sampler_;
+  std::vector<std::uint64_t> val_starts_;
+  std::unique_ptr<GPT> model_;
+  std::unique_ptr<AdamW> adamw_;
+  float* scalars_ = nullptr;          // (2 + world) backend memory: what the per-step all-reduce carries
+  std::vector<std::int32_t> inputs_;  // (B,T) host
+  std::vector<std::int32_t> targets_; // (B,T) host
+  std::vector<float> host_scalars_;   // (2 + world) host staging of scalars_
+  long start_step_ = 0;
+  long completed_steps_ = 0;
+  long current_step_ = 0;             // 1-based, the step in progress (for progress reports)
+  bool in_step_ = false;              // the model's layers are a training step's (not validation's)
+  std::string resumed_from_;          // the checkpoint training continued from
+  std::string initialised_from_;      // the model file the weights came from (model.init_from)
+  double bits_per_nat_ = 0;           // val bits per byte = val loss (nats per token) * this; 0 = unknown
+};
+
+}  // namespace xtrain
