@@ -25,6 +25,7 @@
 #include "worker/model/gpt.hpp"
 #include "worker/formats/model_io.hpp"
 #include "tests/worker/gpt_test_util.hpp"
+#include "tests/worker/worker_cli.hpp"
 
 using namespace xtrain;
 using xtrain::test::gpt2_openai_dir;
@@ -36,62 +37,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  int code = -1;
-  std::string output;  // stdout and stderr
-};
+using Run = xtrain::test::CliRun;
+using Checkpoint = xtrain::test::TestCheckpoint;
+using xtrain::test::error_line;
 
-// xtrain-worker export ARGS..., its exit code and output.
 Run export_cli(const ScratchDir& dir, const std::vector<std::string>& args) {
-  std::string command = shell_quote(std::string(XTRAIN_BIN_DIR) + "/xtrain-worker") + " export";
-  for (const auto& a : args) command += " " + shell_quote(a);
-  const std::string log = dir / "export.log";
-  const int status = std::system((command + " > " + shell_quote(log) + " 2>&1").c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_bytes(log)};
+  return xtrain::test::run_worker(dir, "export", args);
 }
-
-// One line of `output` starting with "error: " (and no other error lines).
-std::string error_line(const std::string& output) {
-  std::istringstream in(output);
-  std::string line, found;
-  int count = 0;
-  while (std::getline(in, line)) {
-    if (line.rfind("error: ", 0) == 0) found = line, ++count;
-  }
-  return count == 1 ? found : "(" + std::to_string(count) + " error lines)";
-}
-
-// A checkpoint of a small model with random weights (zero wte padding rows, as training keeps them).
-struct Checkpoint {
-  JobSpec spec;
-  std::unique_ptr<ParamLayout> layout;
-  std::vector<float> params;
-  std::string dir;
-
-  // `tokenizer`: the vocabulary the run named, which the checkpoint records.
-  explicit Checkpoint(const std::string& run_dir, const std::string& tokenizer = "") {
-    spec.tokenizer = tokenizer;
-    spec.model = test::model_spec(2, 2, 16, 8, 70);
-    layout = std::make_unique<ParamLayout>(ModelDims::from(spec.model));
-    const ModelDims& d = layout->dims();
-    std::mt19937 rng(3);
-    std::normal_distribution<float> normal(0.0f, 0.3f);
-    params.resize(layout->total());
-    for (auto& x : params) x = normal(rng);
-    std::fill(params.begin() + static_cast<long>(layout->wte()) + static_cast<long>(d.V) * d.C,
-              params.begin() + static_cast<long>(layout->wte()) + static_cast<long>(d.Vp) * d.C, 0.0f);
-    const std::vector<float> moments(layout->total(), 0.5f);
-    TrainState state;
-    state.step = 3;
-    dir = save_checkpoint(run_dir, spec, *layout, params.data(), moments.data(), moments.data(), state);
-  }
-
-  std::vector<float> import(const std::string& path) const {
-    std::vector<float> out(layout->total(), std::nanf(""));
-    import_model(read_model_file_info(path), *layout, out.data());
-    return out;
-  }
-};
 
 bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -202,7 +154,7 @@ TEST_CASE("export: bad input is exit 2, an unwritable OUT exit 1, one error line
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(dir.path())) left.push_back(e.path().filename().string());
   std::sort(left.begin(), left.end());
-  CHECK(left == std::vector<std::string>{"export.log", "m.bin", "run"});  // no OUT, no temporary
+  CHECK(left == std::vector<std::string>{"cli.err", "cli.out", "m.bin", "run"});  // no OUT, no temporary
 
   SECTION("a tokenizer the run recorded that is gone") {
     const Checkpoint moved(dir / "run2", dir / "gone");
