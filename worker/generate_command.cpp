@@ -50,7 +50,7 @@ const char* const kUsage =
     "                          of 256 tokens without one is byte-level\n"
     "    --device cpu|auto     generation runs on the CPU (cuda is refused for now); default auto\n"
     "  Each new token costs one position (a KV cache); past the model's context the newest half of\n"
-    "  the window is kept and run again. OpenBLAS's threads: OPENBLAS_NUM_THREADS (default: every core).\n"
+    "  the window is kept and run again. One thread, fp32.\n"
     "exit codes: 0 generated; 1 runtime failure; 2 bad input (command line, MODEL, tokenizer, prompt)\n";
 
 struct BadInput : std::runtime_error {
@@ -230,7 +230,7 @@ void generate_one(KvDecoder& decoder, TokenSampler& sampler, const Vocabulary& v
 
 }  // namespace
 
-int run_generate(int argc, char** argv, const std::string& openblas_choice) {
+int run_generate(int argc, char** argv) {
   init_logging("");
   GenerateOptions o;
   ModelFileInfo model;
@@ -259,14 +259,13 @@ int run_generate(int argc, char** argv, const std::string& openblas_choice) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return kExitBadInput;
   }
-  if (!openblas_choice.empty()) spdlog::info("{}", openblas_choice);
-  spdlog::info("generating from {} ({:.2f}M parameters, context {}) on the CPU{}: prompt {} tokens, {} sample(s) "
+  spdlog::info("generating from {} ({:.2f}M parameters, context {}) on the CPU, one thread{}: prompt {} tokens, {} sample(s) "
                "of up to {} tokens",
                describe(model), static_cast<double>(layout->total()) / 1e6, model.n_positions,
                o.device == "auto" ? " (auto: generation runs on the CPU)" : "", prompt.size(), o.num_samples,
                o.max_new_tokens);
   try {
-    KvDecoder decoder(*layout, params.data());
+    KvDecoder decoder(*layout, std::move(params));
     TokenSampler sampler(o.sampling, o.seed);
     Totals totals;
     for (int s = 0; s < o.num_samples; ++s) {

@@ -3,13 +3,10 @@
 // text in generate_command.cpp lists the options and exit codes.
 #pragma once
 
-#include <string>
-
 namespace xtrain {
 
-// argv[0] is "generate"; `openblas_choice` is choose_openblas_core's line to log (or ""). Returns
-// the exit code: 0 generated, 1 runtime failure, 2 bad input (one "error: " line on stderr and
-// nothing on stdout).
-int run_generate(int argc, char** argv, const std::string& openblas_choice);
+// argv[0] is "generate". Returns the exit code: 0 generated, 1 runtime failure, 2 bad input (one
+// "error: " line on stderr and nothing on stdout).
+int run_generate(int argc, char** argv);
 
 }  // namespace xtrain

@@ -98,11 +98,7 @@ bool is_bad_input(const std::exception& e) {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "export") return run_export(argc - 1, argv + 1);
-  if (argc > 1 && std::string(argv[1]) == "generate") {
-    // Its products are OpenBLAS's too: the kernel choice first (it may execute this program again).
-    const std::string openblas_choice = choose_openblas_core(argv);
-    return run_generate(argc - 1, argv + 1, openblas_choice);
-  }
+  if (argc > 1 && std::string(argv[1]) == "generate") return run_generate(argc - 1, argv + 1);
   // Declared in dependency order: the trainer refers to the spec, the report and the backend, so
   // it must be destroyed first.
   int rank = 0;

@@ -1,12 +1,12 @@
-// Per-token time of `xtrain-worker generate`'s decoder (worker/cpu/kv_decoder.hpp) on GPT-2 124M's
-// shape with random weights, fp32, one thread (OPENBLAS_NUM_THREADS=1: scripts/bench/generate_cpu.py
-// runs it), next to the floor that reading the weights once per token sets at this machine's
-// single-thread memory bandwidth, measured in the same run.
+// Per-token time of `xtrain-worker generate`'s decoder (worker/cpu/kv_decoder.hpp: one thread) on
+// GPT-2 124M's shape with random weights, fp32, next to the floor that reading the weights once per
+// token sets at this machine's single-thread memory bandwidth, measured in the same run
+// (scripts/bench/generate_cpu.py runs it next to PyTorch).
 //
 // A prompt of --prompt tokens, then --new tokens one at a time (greedy), --runs times; prints one
 // JSON line: the median per-token time of the decode (wall, and this thread's CPU time, which the
 // ratio to the floor takes: the bandwidth is measured in CPU time too), the prompt's time, the bandwidth (the best
-// of several passes reading a buffer 16x the last-level cache), the bytes each token reads (every
+// of several passes reading a buffer 16x the last-level cache, in huge pages as the decoder's weights), the bytes each token reads (every
 // weight but wpe, of which one row) and the greedy tokens (the peer's check). With --out DIR it
 // writes the weights (params.bin, our flat layout) and config.json for the PyTorch side.
 #include <cblas.h>
@@ -25,6 +25,7 @@
 #include <spdlog/spdlog.h>
 
 #include "scripts/bench/bench_options.hpp"
+#include "worker/cpu/huge_page_buffer.hpp"
 #include "worker/cpu/kv_decoder.hpp"
 #include "worker/cpu/openblas_core.hpp"
 #include "worker/model/param_layout.hpp"
@@ -47,7 +48,7 @@ double thread_cpu_s() {
 // Single-thread read bandwidth, bytes/s: the best of `passes` sums over `bytes` of memory (8
 // independent 256-bit accumulators, so the loads, not the adds, set the pace).
 double read_bandwidth(size_t bytes, int passes) {
-  std::vector<float> buffer(bytes / sizeof(float), 1.0f);
+  HugePageBuffer buffer(bytes / sizeof(float));  // the decoder's kind of memory
   double best = 0.0;
   float sink = 0.0f;
   for (int p = 0; p < passes; ++p) {
@@ -116,7 +117,7 @@ int main(int argc, char** argv) try {
   const size_t read_floats = layout.total() - static_cast<size_t>(d.T - 1) * d.C;
   const double floor_ms = 1000.0 * static_cast<double>(read_floats * sizeof(float)) / bandwidth;
 
-  KvDecoder decoder(layout, params.data());
+  KvDecoder decoder(layout, std::move(params));
   std::vector<double> per_token_ms, per_token_cpu_ms, prompt_ms;
   std::vector<int32_t> generated;
   for (int r = 0; r < runs; ++r) {

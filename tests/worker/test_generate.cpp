@@ -18,6 +18,9 @@
 #include "tests/worker/gpt_test_util.hpp"
 #include "tests/worker/test_files.hpp"
 #include "tests/worker/worker_cli.hpp"
+#include "common/tokenizer/gpt2_tokenizer.hpp"
+#include "common/tokenizer/gpt2_vocabulary.hpp"
+#include "worker/formats/model_io.hpp"
 
 using namespace xtrain;
 using xtrain::test::CliRun;
@@ -140,4 +143,36 @@ TEST_CASE("generate: bad input is one error line, exit 2, nothing on stdout", "[
     CHECK(error_line(run.output).rfind("error: " + c.error, 0) == 0);
     CHECK(run.out.empty());
   }
+}
+
+TEST_CASE("generate with the GPT-2 tokenizer: the tokens' text; <|endoftext|> starts and ends a sample",
+          "[generate]") {
+  ScratchDir dir;
+  const ParamLayout layout(ModelDims::from(test::model_spec(1, 1, 8, 8, 50257)));
+  const Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(test::gpt2_hf_dir());
+  // A model whose final layernorm has weight 0 and bias u: every position's features are u, so
+  // greedy decoding always picks the token whose row of wte is 10 u (the others are 0).
+  const auto favouring = [&](std::int32_t token, const std::string& out) {
+    std::vector<float> p(layout.total(), 0.0f);
+    const int C = layout.dims().C;
+    for (int c = 0; c < C; ++c) {
+      p[layout.lnf_b() + static_cast<size_t>(c)] = c % 2 ? 1.0f : -1.0f;
+      p[layout.wte() + static_cast<size_t>(token) * C + c] = 10.0f * (c % 2 ? 1.0f : -1.0f);
+    }
+    export_hf_directory(out, layout, p.data(), ExportVocab{find_vocabulary_files(test::gpt2_hf_dir()), tokenizer.eot()},
+                        false);
+  };
+  favouring(1234, dir / "word");
+  const CliRun words = generate(dir, {dir / "word", "--temperature", "0", "--max-new-tokens", "5"});
+  INFO(words.output);
+  CHECK(words.code == 0);
+  const std::string word = tokenizer.decode_token(1234);
+  CHECK(words.out == word + word + word + word + word);
+  CHECK(words.output.find("prompt 1 tokens") != std::string::npos);  // no prompt: <|endoftext|> alone
+
+  favouring(tokenizer.eot(), dir / "eot");
+  const CliRun ends = generate(dir, {dir / "eot", "--prompt", "Hi", "--temperature", "0", "--max-new-tokens", "5"});
+  CHECK(ends.code == 0);
+  CHECK(ends.out.empty());
+  CHECK(ends.output.find("generated 1 tokens") != std::string::npos);
 }

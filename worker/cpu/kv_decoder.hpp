@@ -1,8 +1,8 @@
 // GPT-2 inference on the CPU with a key/value cache: each layer's keys and values of every position
 // seen so far are kept, so a new token costs one position of work (one matrix-vector product per
 // weight matrix, attention over the cached positions) instead of a forward over the whole window.
-// fp32 throughout, the same per-element math as training (worker/math/), products by
-// (a streaming matrix-vector kernel for one position, OpenBLAS's sgemm for several: a prompt).
+// fp32 throughout, the same per-element math as training (worker/math/), the products on weight
+// matrices repacked for them (worker/cpu/packed_matmul.hpp), on the calling thread.
 //
 // Past the context: GPT-2's positions are learned absolute embeddings, so cached keys and values
 // belong to their positions and cannot be shifted. When the cache is full, the decoder keeps the
@@ -14,15 +14,17 @@
 #include <span>
 #include <vector>
 
+#include "worker/cpu/huge_page_buffer.hpp"
 #include "worker/model/param_layout.hpp"
 
 namespace xtrain {
 
 class KvDecoder {
  public:
-  // `params`: host memory laid out by `layout` (layout.total() floats), read in place: it must
-  // outlive the decoder. The context is layout.dims().T.
-  KvDecoder(const ParamLayout& layout, const float* params);
+  // `params`: laid out by `layout` (layout.total() floats; std::invalid_argument otherwise), copied
+  // into huge pages (worker/cpu/huge_page_buffer.hpp) with the matrices repacked, then released.
+  // `layout` must outlive the decoder; the context is layout.dims().T.
+  KvDecoder(const ParamLayout& layout, std::vector<float> params);
 
   int context() const { return dims_.T; }
   int position() const { return static_cast<int>(window_.size()); }  // tokens in the cache
@@ -45,10 +47,12 @@ class KvDecoder {
 
   ModelDims dims_;
   const ParamLayout& layout_;
-  const float* params_;
+  HugePageBuffer params_;  // the matrices packed
   std::vector<std::int32_t> window_;
   std::uint64_t positions_computed_ = 0;
-  // (L, T, C) each: layer l's keys (values) of position t at (l*T + t)*C.
+  // (L, NH, T, hs) each: head h of layer l holds its keys (values) of every position in one
+  // contiguous run, so attention reads it as one stream (rows strided by C ran 2-3 ms per
+  // GPT-2 124M token slower, waiting on memory).
   std::vector<float> keys_, values_;
   // Per-position work rows, sized for `rows_` positions (grown to a prompt's length).
   int rows_ = 0;

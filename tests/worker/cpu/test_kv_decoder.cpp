@@ -73,7 +73,7 @@ TEST_CASE("KV-cached logits equal the full-window forward's, token by token and 
   const std::vector<float> full = m.full_logits(tokens);
 
   for (const int prompt : {1, 5, d.T}) {
-    KvDecoder decoder(m.gpt.layout(), m.params.data());
+    KvDecoder decoder(m.gpt.layout(), m.params);
     auto logits = decoder.append(std::span(tokens).first(static_cast<size_t>(prompt)));
     CHECK(relative_error(logits, full.data() + static_cast<size_t>(prompt - 1) * d.Vp, d.V) < kTolerance);
     for (int p = prompt; p < d.T; ++p) {
@@ -91,7 +91,7 @@ TEST_CASE("Past the context the decoder keeps the newest half of the window and 
   Model m;
   const ModelDims& d = m.gpt.dims();
   const std::vector<int32_t> tokens = test::random_tokens(static_cast<size_t>(d.T) + 3, d.V, 8);
-  KvDecoder decoder(m.gpt.layout(), m.params.data());
+  KvDecoder decoder(m.gpt.layout(), m.params);
   decoder.append(std::span(tokens).first(static_cast<size_t>(d.T)));
   const auto logits = decoder.append(std::span(tokens).subspan(static_cast<size_t>(d.T), 1));
 
@@ -109,7 +109,7 @@ TEST_CASE("Past the context the decoder keeps the newest half of the window and 
 TEST_CASE("The decoder refuses ids outside the vocabulary and more tokens than the context", "[kv]") {
   Model m;
   const ModelDims& d = m.gpt.dims();
-  KvDecoder decoder(m.gpt.layout(), m.params.data());
+  KvDecoder decoder(m.gpt.layout(), m.params);
   const std::vector<int32_t> bad = {1, d.V};
   CHECK_THROWS_AS(decoder.append(bad), std::out_of_range);
   CHECK_THROWS_AS(decoder.append(std::vector<int32_t>(static_cast<size_t>(d.T) + 1, 0)), std::length_error);
