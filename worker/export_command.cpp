@@ -16,6 +16,7 @@
 #include "common/model_file.hpp"
 #include "worker/formats/llmc_model.hpp"
 #include "worker/formats/model_io.hpp"
+#include "worker/train/model_argument.hpp"
 
 namespace xtrain {
 namespace {
@@ -27,10 +28,11 @@ constexpr int kExitBadInput = 2;
 
 const char* const kUsage =
     "usage: xtrain-worker export SOURCE --format hf|llmc OUT [--dtype fp32|bf16] [--tokenizer PATH] [--force]\n"
-    "  Writes the weights of SOURCE (a checkpoint directory, or anything model.init_from takes: a\n"
-    "  Hugging Face GPT-2 directory or an llm.c model file) as\n"
+    "  Writes the weights of SOURCE (a run directory: its newest intact checkpoint; a checkpoint, or\n"
+    "  anything model.init_from takes: a Hugging Face GPT-2 directory or an llm.c model file) as\n"
     "    hf    a Hugging Face GPT-2 directory: config.json, model.safetensors (F32) and, when the\n"
-    "          checkpoint's run named a tokenizer (or --tokenizer names one), vocab.json + merges.txt\n"
+    "          checkpoint's run named a tokenizer (or --tokenizer names one), vocab.json + merges.txt,\n"
+    "          tokenizer_config.json and generation_config.json (a warning says when there is none)\n"
     "    llmc  an llm.c model file: version 3 (fp32, the default) or version 5 (--dtype bf16)\n"
     "  OUT (and the directories above it) is written under a temporary name, fsynced and renamed\n"
     "  into place; an existing OUT is an error unless --force.\n"
@@ -109,7 +111,7 @@ std::optional<ExportVocab> vocabulary(const ExportOptions& o, const ModelFileInf
       throw BadInput(field + tokenizer.source() + " has " + std::to_string(tokenizer.vocab_size()) +
                      " tokens but the model's vocabulary is " + std::to_string(source.vocab_size));
     }
-    return ExportVocab{find_vocabulary_files(path), tokenizer.eot()};
+    return ExportVocab{find_vocabulary_files(path), tokenizer.eot(), tokenizer.decode_token(tokenizer.eot())};
   } catch (const TokenizerError& e) {
     throw BadInput(field + e.what() + (o.tokenizer.empty() ? " (name the vocabulary with --tokenizer PATH)" : ""));
   }
@@ -127,7 +129,7 @@ int run_export(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   try {
     o = parse(argc, argv);
-    source = read_model_file_info(o.source);
+    source = open_model_argument(o.source);
     if (o.format == "hf") vocab = vocabulary(o, source);
     layout.emplace(dims_of(source));
     params.resize(layout->total());
@@ -139,6 +141,10 @@ int run_export(int argc, char** argv) {
   } catch (const std::exception& e) {  // everything else so far is about the input
     std::fprintf(stderr, "error: %s\n", e.what());
     return kExitBadInput;
+  }
+  if (o.format == "hf" && !vocab) {
+    spdlog::warn("{} comes with no tokenizer: {} gets no vocabulary files (give --tokenizer PATH to ship GPT-2's)",
+                 describe(source), o.out);
   }
   try {
     const fs::path parent = fs::path(o.out).parent_path();

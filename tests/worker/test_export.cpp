@@ -226,7 +226,9 @@ TEST_CASE("every kind of bad model file is exit 2 and one error line naming it",
   }
   SECTION("config.json missing") {
     fs::remove(config);
-    expected = dir / "hf" + ": no config.json";
+    expected = dir / "hf" + ": not a model: expected a run directory (with checkpoints/), a checkpoint or a "
+                            "Hugging Face GPT-2 directory (config.json + model.safetensors), or an llm.c model file; "
+                            "this directory has neither checkpoints/ nor config.json";
   }
   SECTION("config.json with n_embd not a multiple of n_head") {
     auto json = nlohmann::json::parse(read_bytes(config));
@@ -237,7 +239,9 @@ TEST_CASE("every kind of bad model file is exit 2 and one error line naming it",
   SECTION("llm.c: a wrong magic") {
     source = dir / "m.bin";
     llmc_int(0, 20240520);
-    expected = source + ": not an llm.c model file: magic is 20240520";
+    expected = source + ": not a model: expected a run directory (with checkpoints/), a checkpoint or a Hugging "
+                        "Face GPT-2 directory (config.json + model.safetensors), or an llm.c model file; this file "
+                        "begins with 20240520, not llm.c's magic 20240326";
   }
   SECTION("llm.c: a wrong version") {
     source = dir / "m.bin";
@@ -254,4 +258,44 @@ TEST_CASE("every kind of bad model file is exit 2 and one error line naming it",
   CHECK(run.code == 2);
   CHECK(error_line(run.output).rfind("error: " + expected, 0) == 0);
   CHECK_FALSE(fs::exists(dir / "out.bin"));
+}
+
+TEST_CASE("export: a run directory is its newest checkpoint; a Hugging Face export loads with its tokenizer "
+          "and generation configs, and says when it has no tokenizer", "[export]") {
+  ScratchDir dir;
+  const Checkpoint ckpt(dir / "run", gpt2_openai_dir(), test::model_spec(1, 1, 8, 8, 50257));
+  const Run run = export_cli(dir, {dir / "run", "--format", "hf", dir / "hf"});
+  INFO(run.output);
+  REQUIRE(run.code == 0);
+  CHECK(run.output.find("warn") == std::string::npos);
+  REQUIRE(export_cli(dir, {ckpt.dir, "--format", "hf", dir / "hf-ckpt"}).code == 0);
+  CHECK(read_bytes(dir / "hf/model.safetensors") == read_bytes(dir / "hf-ckpt/model.safetensors"));
+
+  const auto tokenizer = nlohmann::json::parse(read_bytes(dir / "hf/tokenizer_config.json"));
+  CHECK(tokenizer.at("tokenizer_class") == "GPT2Tokenizer");
+  CHECK(tokenizer.at("eos_token") == "<|endoftext|>");
+  CHECK(tokenizer.at("bos_token") == "<|endoftext|>");
+  CHECK(tokenizer.at("model_max_length") == 8);
+  const auto generation = nlohmann::json::parse(read_bytes(dir / "hf/generation_config.json"));
+  CHECK(generation.at("bos_token_id") == 50256);
+  CHECK(generation.at("eos_token_id") == 50256);
+  CHECK(read_bytes(dir / "hf/vocab.json") == read_bytes(gpt2_openai_dir() + "/encoder.json"));
+
+  // No tokenizer: one warning line, and no vocabulary or tokenizer files.
+  REQUIRE(export_cli(dir, {ckpt.dir, "--format", "llmc", dir / "m.bin"}).code == 0);
+  const Run bare = export_cli(dir, {dir / "m.bin", "--format", "hf", dir / "bare"});
+  CHECK(bare.code == 0);
+  std::istringstream lines(bare.output);
+  std::string line;
+  int warnings = 0;
+  while (std::getline(lines, line)) {
+    if (line.find("warn") != std::string::npos) {
+      ++warnings;
+      CHECK(line.find("comes with no tokenizer") != std::string::npos);
+    }
+  }
+  CHECK(warnings == 1);
+  CHECK_FALSE(fs::exists(dir / "bare/vocab.json"));
+  CHECK_FALSE(fs::exists(dir / "bare/tokenizer_config.json"));
+  CHECK_FALSE(fs::exists(dir / "bare/generation_config.json"));
 }

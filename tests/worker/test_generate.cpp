@@ -120,7 +120,7 @@ TEST_CASE("generate: bad input is one error line, exit 2, nothing on stdout", "[
   const std::string kinds = "not a model: expected a run directory (with checkpoints/), a checkpoint or a Hugging "
                             "Face GPT-2 directory (config.json + model.safetensors), or an llm.c model file; ";
   const std::vector<Case> cases = {
-      {{dir / "notes.txt"}, dir / "notes.txt" + ": " + kinds + "this file does not begin with llm.c's magic 20240326"},
+      {{dir / "notes.txt"}, dir / "notes.txt" + ": " + kinds + "this file begins with 544501614, not llm.c's magic 20240326"},
       {{dir / "empty"}, dir / "empty" + ": " + kinds + "this directory has neither checkpoints/ nor config.json"},
       {{dir / "fresh-run"}, dir / "fresh-run" + ": a run directory without a complete, intact checkpoint"},
       {{dir / "missing"}, dir / "missing" + ": No such file or directory"},

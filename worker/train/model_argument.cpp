@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "worker/train/checkpoint.hpp"
 
@@ -15,10 +16,12 @@ const char* const kKinds =
     "expected a run directory (with checkpoints/), a checkpoint or a Hugging Face GPT-2 directory "
     "(config.json + model.safetensors), or an llm.c model file";
 
-bool starts_with_llmc_magic(const std::string& path) {
+// What the file's first four bytes say, as llm.c's header's first int32 (nullopt: shorter).
+std::optional<std::int32_t> first_int32(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::int32_t magic = 0;
-  return in.read(reinterpret_cast<char*>(&magic), sizeof magic) && magic == kLlmcModelMagic;
+  if (!in.read(reinterpret_cast<char*>(&magic), sizeof magic)) return std::nullopt;
+  return magic;
 }
 
 }  // namespace
@@ -39,10 +42,13 @@ ModelFileInfo open_model_argument(const std::string& path) {
       }
       return read_model_file_info(*newest);
     }
-  } else if (fs::is_regular_file(p, ec) && p.filename() != "config.json" && p.extension() != ".safetensors" &&
-             !starts_with_llmc_magic(path)) {
-    throw FileError(path, std::string("not a model: ") + kKinds + "; this file does not begin with llm.c's magic " +
-                              std::to_string(kLlmcModelMagic));
+  } else if (fs::is_regular_file(p, ec) && p.filename() != "config.json" && p.extension() != ".safetensors") {
+    const auto magic = first_int32(path);
+    if (magic != kLlmcModelMagic) {
+      throw FileError(path, std::string("not a model: ") + kKinds + "; this file begins with " +
+                                (magic ? std::to_string(*magic) : "fewer than 4 bytes") + ", not llm.c's magic " +
+                                std::to_string(kLlmcModelMagic));
+    }
   }
   return read_model_file_info(path);
 }
