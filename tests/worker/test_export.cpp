@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/worker/test_files.hpp"
+#include "common/tokenizer/gpt2_tokenizer.hpp"
 #include "tests/common/tokenizer/gpt2_reference.hpp"
 #include "worker/train/checkpoint.hpp"
 #include "worker/cpu/cpu_backend.hpp"
@@ -162,7 +163,9 @@ TEST_CASE("export: bad input is exit 2, an unwritable OUT exit 1, one error line
     CHECK(run.code == 2);
     CHECK(error_line(run.output) == "error: " + moved.dir + ": its tokenizer: " + dir / "gone" +
                                         ": no such file or directory (name the vocabulary with --tokenizer PATH)");
-    CHECK(export_cli(dir, {moved.dir, "--format", "llmc", dir / "out.bin"}).code == 0);  // llm.c files hold no vocabulary
+    // The llm.c export ships the tokenizer too (gpt2_tokenizer.bin), so it needs it as much.
+    CHECK(export_cli(dir, {moved.dir, "--format", "llmc", dir / "out.bin"}).code == 2);
+    CHECK_FALSE(fs::exists(dir / "out.bin"));
   }
   SECTION("OUT's directories are created") {
     REQUIRE(export_cli(dir, {ckpt.dir, "--format", "hf", dir / "exports/new/hf"}).code == 0);
@@ -280,6 +283,32 @@ TEST_CASE("export: a run directory is its newest checkpoint; a Hugging Face expo
   CHECK(generation.at("bos_token_id") == 50256);
   CHECK(generation.at("eos_token_id") == 50256);
   CHECK(read_bytes(dir / "hf/vocab.json") == read_bytes(gpt2_openai_dir() + "/encoder.json"));
+
+  // The llm.c export writes llm.c's tokenizer file beside it: the header, then each token's bytes.
+  REQUIRE(export_cli(dir, {dir / "run", "--format", "llmc", dir / "llmc/m.bin"}).code == 0);
+  const std::string table = read_bytes(dir / "llmc/gpt2_tokenizer.bin");
+  REQUIRE(table.size() > 1024);
+  std::uint32_t header[4];
+  std::memcpy(header, table.data(), sizeof header);
+  CHECK(header[0] == 20240328);
+  CHECK(header[1] == 2);
+  CHECK(header[2] == 50257);
+  CHECK(header[3] == 50256);
+  const Gpt2Tokenizer gpt2 = Gpt2Tokenizer::load(gpt2_openai_dir());
+  size_t at = 1024;
+  bool same = true;
+  for (std::int32_t id = 0; id < 50257 && same; ++id) {
+    const auto length = static_cast<unsigned char>(table.at(at));
+    same = table.substr(at + 1, length) == gpt2.decode_token(id);
+    at += 1 + length;
+  }
+  CHECK(same);
+  CHECK(at == table.size());
+  // An existing tokenizer file is replaced only with --force.
+  const Run again = export_cli(dir, {dir / "run", "--format", "llmc", dir / "llmc/m2.bin"});
+  CHECK(again.code == 2);
+  CHECK(error_line(again.output) == "error: " + dir / "llmc/gpt2_tokenizer.bin" + ": exists (give --force to replace it)");
+  CHECK_FALSE(fs::exists(dir / "llmc/m2.bin"));
 
   // No tokenizer: one warning line, and no vocabulary or tokenizer files.
   REQUIRE(export_cli(dir, {ckpt.dir, "--format", "llmc", dir / "m.bin"}).code == 0);
