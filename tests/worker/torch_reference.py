@@ -18,6 +18,8 @@ Modes (run with /usr/bin/python3, Debian's python3-torch):
   hf-greedy DIR --prompt IDS --new N
               greedy decoding of a Hugging Face export, a full forward per token (no cache), with
               xtrain-worker generate's window rule; prints the N tokens as a JSON list.
+  hf-loss DIR TEXT --window N [--max-tokens N]
+              xtrain-worker eval's loss and bits per byte of a byte-level text file, in windows of N.
   bench-generate DIR
               one token at a time with a KV cache, eager, on the weights and prompt that
               scripts/bench/generate_cpu_bench.cpp --out DIR wrote; one JSON line.
@@ -273,6 +275,26 @@ def linear(x, layer):
     return layer(x)
 
 
+def hf_loss(directory, text_file, window, max_tokens):
+    """xtrain-worker eval's scores of a byte-level text file: windows of `window` tokens (each
+    predicted from the ones before it in its window), whole windows only, at most max_tokens
+    targets (0: all). Prints {"tokens", "loss", "bits_per_byte"}."""
+    torch.set_num_threads(1)
+    model, _ = load_hf(directory)
+    data = list(open(text_file, "rb").read())
+    targets = len(data) - 1 if max_tokens == 0 else min(max_tokens, len(data) - 1)
+    losses = []
+    with torch.inference_mode():
+        for w in range(targets // window):
+            x = torch.tensor([data[w * window:(w + 1) * window]])
+            y = torch.tensor([data[w * window + 1:(w + 1) * window + 1]])
+            logits, _ = model(x)
+            losses.append(F.cross_entropy(logits[0, :, :model.V].double(), y[0], reduction="sum").item())
+    tokens = (targets // window) * window
+    loss = sum(losses) / tokens
+    print(json.dumps({"tokens": tokens, "loss": loss, "bits_per_byte": sum(losses) / math.log(2) / tokens}))
+
+
 def decode_step(model, tokens, pos, keys, values):
     """GPT-2 with a KV cache: `tokens` (1, n) at positions [pos, pos + n), keys/values per layer
     (1, NH, T, hs) filled there; returns the last position's logits (Vp)."""
@@ -372,6 +394,11 @@ def main():
     g.add_argument("dir")
     g.add_argument("--prompt", required=True, help="token ids, comma-separated")
     g.add_argument("--new", type=int, required=True)
+    hl = sub.add_parser("hf-loss")
+    hl.add_argument("dir")
+    hl.add_argument("text")
+    hl.add_argument("--window", type=int, required=True)
+    hl.add_argument("--max-tokens", type=int, default=0)
     bg = sub.add_parser("bench-generate")
     bg.add_argument("dir")
     bg.add_argument("--runs", type=int, default=3)
@@ -387,6 +414,8 @@ def main():
         hf_logits(a.dir)
     elif a.mode == "hf-greedy":
         hf_greedy(a.dir, [int(x) for x in a.prompt.split(",")], a.new)
+    elif a.mode == "hf-loss":
+        hf_loss(a.dir, a.text, a.window, a.max_tokens)
     elif a.mode == "bench-generate":
         bench_generate(a.dir, a.runs)
     else:
