@@ -16,6 +16,7 @@
 #include "common/log.hpp"
 #include "common/model_file.hpp"
 #include "worker/cpu/cpu_backend.hpp"
+#include "worker/data/multiple_choice.hpp"
 #include "worker/data/token_source.hpp"
 #include "worker/formats/model_io.hpp"
 #include "worker/formats/text_codec.hpp"
@@ -30,7 +31,7 @@ constexpr int kExitBadInput = 2;
 constexpr int kWindowsPerForward = 4;
 
 const char* const kUsage =
-    "usage: xtrain-worker eval MODEL --data GLOB [--max-tokens N] [--tokenizer PATH] [--json]\n"
+    "usage: xtrain-worker eval MODEL [--data GLOB [--max-tokens N]] [--multiple-choice FILE] [--tokenizer PATH] [--json]\n"
     "  The loss of MODEL (a run directory: its newest intact checkpoint; a checkpoint, a Hugging Face\n"
     "  GPT-2 directory or an llm.c model file) on GLOB (a text file, one token per byte, or llm.c token\n"
     "  shards): mean cross-entropy per token, perplexity, bits per byte (with the model's tokenizer or\n"
@@ -38,6 +39,9 @@ const char* const kUsage =
     "  model's context (or of N with --max-tokens N below it), each token predicted from the ones\n"
     "  before it in its window; a last piece shorter than a window is left out. On the CPU, fp32.\n"
     "    --max-tokens N   score at most N tokens (the first whole windows)\n"
+    "    --multiple-choice FILE  accuracy on llm.c's multiple-choice eval file (HellaSwag's, as\n"
+    "                     dev/data/hellaswag.py writes it): the completion with the lowest mean loss\n"
+    "                     over its tokens is the model's answer\n"
     "    --json           one JSON object on stdout instead of a line of text\n"
     "exit codes: 0 scored; 1 runtime failure; 2 bad input (command line, MODEL, data, tokenizer)\n";
 
@@ -50,6 +54,7 @@ struct EvalOptions {
   std::string data;
   std::uint64_t max_tokens = 0;  // 0: all
   std::string tokenizer;
+  std::string multiple_choice;
   bool json = false;
 };
 
@@ -78,6 +83,8 @@ EvalOptions parse(int argc, char** argv) {
       o.max_tokens = static_cast<std::uint64_t>(n);
     } else if (arg == "--tokenizer") {
       o.tokenizer = value();
+    } else if (arg == "--multiple-choice") {
+      o.multiple_choice = value();
     } else if (arg == "--json") {
       o.json = true;
     } else if (arg.rfind("--", 0) == 0) {
@@ -90,15 +97,142 @@ EvalOptions parse(int argc, char** argv) {
     throw BadInput("command line: expected one MODEL, got " + std::to_string(positional.size()) + " (see eval --help)");
   }
   o.model = positional[0];
-  if (o.data.empty()) throw BadInput("--data: missing: give a text file or a glob of llm.c token shards");
+  if (o.data.empty() && o.multiple_choice.empty()) {
+    throw BadInput("--data: missing: give a text file or a glob of llm.c token shards (or --multiple-choice FILE)");
+  }
+  if (o.data.empty() && o.max_tokens) throw BadInput("--max-tokens: goes with --data");
   return o;
 }
 
-struct Score {
-  std::uint64_t tokens = 0;
-  std::uint64_t bytes = 0;
-  double loss_sum = 0.0;  // nats
+ModelSpec shape_of(const ModelFileInfo& model, int T) {
+  ModelSpec m;
+  m.n_layer = model.n_layer;
+  m.n_head = model.n_head;
+  m.n_embd = model.n_embd;
+  m.seq_len = T;
+  m.vocab_size = model.vocab_size;
+  return m;
+}
+
+// The model's weights at a context of T (the first T rows of wpe), on the CPU in fp32.
+struct LoadedModel {
+  ParamLayout layout;
+  CpuBackend backend{Precision::fp32};
+  GPT gpt;
+  LoadedModel(const ModelFileInfo& model, int T, int max_batch)
+      : layout(ModelDims::from(shape_of(model, T))), gpt(shape_of(model, T), backend, max_batch) {
+    std::vector<float> params(layout.total());
+    import_model(model, layout, params.data());
+    gpt.set_params(params.data());
+  }
 };
+
+// The --data scores: whole windows of T tokens from the start of the data.
+struct DataPlan {
+  std::shared_ptr<TokenSource> data;
+  std::optional<TextCodec> codec;
+  int T = 0;
+  std::uint64_t windows = 0;
+};
+
+DataPlan plan_data(const EvalOptions& o, const ModelFileInfo& model) {
+  DataPlan p;
+  p.data = std::make_shared<TokenSource>(o.data, "--data");
+  p.data->check_vocab(model.vocab_size, "--data");
+  JobSpec spec;
+  spec.model.vocab_size = model.vocab_size;
+  spec.tokenizer = o.tokenizer.empty() && !p.data->byte_level() ? model.tokenizer : o.tokenizer;
+  p.codec = TextCodec::for_run(spec, p.data->byte_level());
+  if (p.data->size() < 2) {
+    throw BadInput("--data: " + o.data + " has " + std::to_string(p.data->size()) + " tokens; scoring needs at least 2");
+  }
+  const std::uint64_t targets = o.max_tokens ? std::min(o.max_tokens, p.data->size() - 1) : p.data->size() - 1;
+  p.T = static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(model.n_positions), targets));
+  p.windows = targets / static_cast<std::uint64_t>(p.T);
+  return p;
+}
+
+nlohmann::json score_data(const DataPlan& p, const ModelFileInfo& model) {
+  const int B = static_cast<int>(std::min<std::uint64_t>(kWindowsPerForward, p.windows));
+  LoadedModel m(model, p.T, B);
+  const int T = p.T;
+  std::uint64_t tokens_scored = 0, bytes = 0;
+  double loss_sum = 0.0;  // nats
+  std::vector<std::int32_t> window(static_cast<size_t>(T) + 1), tokens(static_cast<size_t>(B) * T), targets(tokens.size());
+  for (std::uint64_t w = 0; w < p.windows; w += static_cast<std::uint64_t>(B)) {
+    const int b = static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(B), p.windows - w));
+    for (int i = 0; i < b; ++i) {
+      p.data->copy((w + static_cast<std::uint64_t>(i)) * static_cast<std::uint64_t>(T), window.size(), window.data());
+      std::copy(window.begin(), window.end() - 1, tokens.begin() + static_cast<long>(i) * T);
+      std::copy(window.begin() + 1, window.end(), targets.begin() + static_cast<long>(i) * T);
+      bytes += p.codec->text_bytes(std::span(window).subspan(1));
+    }
+    m.gpt.forward(tokens.data(), targets.data(), b);
+    const auto positions = static_cast<std::uint64_t>(b) * static_cast<std::uint64_t>(T);
+    loss_sum += m.gpt.take_loss() * static_cast<double>(positions);
+    tokens_scored += positions;
+  }
+  const double loss = loss_sum / static_cast<double>(tokens_scored);
+  const bool has_bytes = p.codec->has_text() && bytes > 0;
+  return {{"tokens", tokens_scored},
+          {"window", T},
+          {"loss", loss},
+          {"perplexity", std::exp(loss)},
+          {"bits_per_byte", has_bytes ? nlohmann::json(loss_sum / std::log(2.0) / static_cast<double>(bytes)) : nlohmann::json()},
+          {"bytes", has_bytes ? nlohmann::json(bytes) : nlohmann::json()}};
+}
+
+// llm.c's multiple-choice accuracy: per example, each completion's mean loss over its tokens.
+nlohmann::json score_choices(const std::vector<ChoiceExample>& examples, const ModelFileInfo& model,
+                             const std::string& path) {
+  int T = 1, B = 1;
+  for (size_t e = 0; e < examples.size(); ++e) {
+    for (const auto& c : examples[e].completions) {
+      const int length = static_cast<int>(examples[e].context.size() + c.size()) - 1;
+      if (length > model.n_positions) {
+        throw BadInput("--multiple-choice: " + path + ": example " + std::to_string(e) + " needs " +
+                       std::to_string(length) + " positions, more than the model's context of " +
+                       std::to_string(model.n_positions));
+      }
+      T = std::max(T, length);
+    }
+    B = std::max(B, static_cast<int>(examples[e].completions.size()));
+  }
+  LoadedModel m(model, T, B);
+  std::vector<std::int32_t> tokens(static_cast<size_t>(B) * T), targets(tokens.size());
+  int correct = 0;
+  nlohmann::json predictions = nlohmann::json::array();
+  for (const ChoiceExample& x : examples) {
+    std::fill(tokens.begin(), tokens.end(), 0);
+    std::fill(targets.begin(), targets.end(), 0);
+    const int n = static_cast<int>(x.completions.size());
+    for (int c = 0; c < n; ++c) {
+      std::vector<std::int32_t> row = x.context;
+      row.insert(row.end(), x.completions[static_cast<size_t>(c)].begin(), x.completions[static_cast<size_t>(c)].end());
+      std::copy(row.begin(), row.end() - 1, tokens.begin() + static_cast<long>(c) * T);
+      std::copy(row.begin() + 1, row.end(), targets.begin() + static_cast<long>(c) * T);
+    }
+    m.gpt.forward(tokens.data(), targets.data(), n);
+    const float* losses = m.gpt.losses();  // (n, T): this forward's only, take_loss below resets them
+    int best = 0;
+    double best_loss = 0.0;
+    for (int c = 0; c < n; ++c) {
+      // The completion's tokens are targets [|context| - 1, |context| + |completion| - 1).
+      const size_t first = x.context.size() - 1, count = x.completions[static_cast<size_t>(c)].size();
+      double sum = 0.0;
+      for (size_t t = first; t < first + count; ++t) sum += losses[static_cast<size_t>(c) * T + t];
+      const double mean = sum / static_cast<double>(count);
+      if (c == 0 || mean < best_loss) best = c, best_loss = mean;
+    }
+    m.gpt.take_loss();
+    correct += best == x.label;
+    predictions.push_back(best);
+  }
+  return {{"examples", examples.size()},
+          {"correct", correct},
+          {"accuracy", static_cast<double>(correct) / static_cast<double>(examples.size())},
+          {"predictions", predictions}};
+}
 
 }  // namespace
 
@@ -106,89 +240,52 @@ int run_eval(int argc, char** argv) {
   init_logging("");
   EvalOptions o;
   ModelFileInfo model;
-  std::shared_ptr<TokenSource> data;
-  std::optional<TextCodec> codec;
-  std::optional<ParamLayout> layout;
-  std::vector<float> params;
-  ModelSpec shape;
-  int T = 0;
-  std::uint64_t windows = 0;
+  std::optional<DataPlan> data;
+  std::vector<ChoiceExample> examples;
   try {
     o = parse(argc, argv);
     model = open_model_argument(o.model);
-    data = std::make_shared<TokenSource>(o.data, "--data");
-    data->check_vocab(model.vocab_size, "--data");
-    JobSpec spec;
-    spec.model.vocab_size = model.vocab_size;
-    spec.tokenizer = o.tokenizer.empty() && !data->byte_level() ? model.tokenizer : o.tokenizer;
-    codec = TextCodec::for_run(spec, data->byte_level());
-    if (data->size() < 2) throw BadInput("--data: " + o.data + " has " + std::to_string(data->size()) +
-                                         " tokens; scoring needs at least 2");
-    const std::uint64_t targets = o.max_tokens ? std::min(o.max_tokens, data->size() - 1) : data->size() - 1;
-    T = static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(model.n_positions), targets));
-    windows = o.max_tokens ? targets / static_cast<std::uint64_t>(T) : (data->size() - 1) / static_cast<std::uint64_t>(T);
-    shape.n_layer = model.n_layer;
-    shape.n_head = model.n_head;
-    shape.n_embd = model.n_embd;
-    shape.seq_len = T;
-    shape.vocab_size = model.vocab_size;
-    layout.emplace(ModelDims::from(shape));
-    params.resize(layout->total());
-    import_model(model, *layout, params.data());
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "error: out of memory for the model %s\n", o.model.c_str());
-    return kExitRuntimeFailure;
+    if (!o.data.empty()) data = plan_data(o, model);
+    if (!o.multiple_choice.empty()) examples = read_multiple_choice(o.multiple_choice, model.vocab_size);
   } catch (const std::exception& e) {  // everything so far is about the input
     std::fprintf(stderr, "error: %s\n", e.what());
     return kExitBadInput;
   }
-  Score score;
+  nlohmann::json out = {{"model", model.path}};
   const auto start = std::chrono::steady_clock::now();
   try {
-    CpuBackend backend(Precision::fp32);
-    const int B = static_cast<int>(std::min<std::uint64_t>(kWindowsPerForward, windows));
-    GPT gpt(shape, backend, B);
-    gpt.set_params(params.data());
-    std::vector<std::int32_t> window(static_cast<size_t>(T) + 1), tokens(static_cast<size_t>(B) * T),
-        targets(tokens.size());
-    for (std::uint64_t w = 0; w < windows; w += static_cast<std::uint64_t>(B)) {
-      const int b = static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(B), windows - w));
-      for (int i = 0; i < b; ++i) {
-        data->copy((w + static_cast<std::uint64_t>(i)) * static_cast<std::uint64_t>(T), window.size(), window.data());
-        std::copy(window.begin(), window.end() - 1, tokens.begin() + static_cast<long>(i) * T);
-        std::copy(window.begin() + 1, window.end(), targets.begin() + static_cast<long>(i) * T);
-        score.bytes += codec->text_bytes(std::span(window).subspan(1));
-      }
-      gpt.forward(tokens.data(), targets.data(), b);
-      const auto positions = static_cast<std::uint64_t>(b) * static_cast<std::uint64_t>(T);
-      score.loss_sum += gpt.take_loss() * static_cast<double>(positions);
-      score.tokens += positions;
+    if (data) {
+      out["data"] = o.data;
+      out.update(score_data(*data, model));
     }
+    if (!examples.empty()) out["multiple_choice"] = score_choices(examples, model, o.multiple_choice);
+  } catch (const BadInput& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitBadInput;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory for the model %s\n", o.model.c_str());
+    return kExitRuntimeFailure;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return kExitRuntimeFailure;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const double loss = score.loss_sum / static_cast<double>(score.tokens);
-  const bool has_bytes = codec->has_text() && score.bytes > 0;
-  const double bpb = has_bytes ? score.loss_sum / std::log(2.0) / static_cast<double>(score.bytes) : 0.0;
-  spdlog::info("scored {} tokens of {} in {} windows of {} in {:.1f} s ({:.0f} tokens/s)", score.tokens, o.data,
-               windows, T, seconds, seconds > 0 ? static_cast<double>(score.tokens) / seconds : 0.0);
+  spdlog::info("scored {} in {:.1f} s", describe(model), seconds);
   if (o.json) {
-    const nlohmann::json out = {{"model", model.path},
-                                {"data", o.data},
-                                {"tokens", score.tokens},
-                                {"window", T},
-                                {"loss", loss},
-                                {"perplexity", std::exp(loss)},
-                                {"bits_per_byte", has_bytes ? nlohmann::json(bpb) : nlohmann::json(nullptr)},
-                                {"bytes", has_bytes ? nlohmann::json(score.bytes) : nlohmann::json(nullptr)}};
     std::printf("%s\n", out.dump().c_str());
-  } else {
+    return 0;
+  }
+  if (data) {
     char bits[64] = "bits per byte unknown (no tokenizer: give --tokenizer PATH)";
-    if (has_bytes) std::snprintf(bits, sizeof bits, "%.4f bits per byte", bpb);
+    if (!out["bits_per_byte"].is_null()) std::snprintf(bits, sizeof bits, "%.4f bits per byte", out["bits_per_byte"].get<double>());
     std::printf("%s on %s: %llu tokens, loss %.4f, perplexity %.2f, %s\n", describe(model).c_str(), o.data.c_str(),
-                static_cast<unsigned long long>(score.tokens), loss, std::exp(loss), bits);
+                static_cast<unsigned long long>(out["tokens"].get<std::uint64_t>()), out["loss"].get<double>(),
+                out["perplexity"].get<double>(), bits);
+  }
+  if (!examples.empty()) {
+    const auto& mc = out["multiple_choice"];
+    std::printf("%s on %s: accuracy %.4f (%d of %zu)\n", describe(model).c_str(), o.multiple_choice.c_str(),
+                mc["accuracy"].get<double>(), mc["correct"].get<int>(), examples.size());
   }
   return 0;
 }

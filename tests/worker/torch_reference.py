@@ -20,6 +20,8 @@ Modes (run with /usr/bin/python3, Debian's python3-torch):
               xtrain-worker generate's window rule; prints the N tokens as a JSON list.
   hf-loss DIR TEXT --window N [--max-tokens N]
               xtrain-worker eval's loss and bits per byte of a byte-level text file, in windows of N.
+  hf-choice DIR FILE
+              llm.c's multiple-choice accuracy (lowest mean completion loss) on FILE; one JSON line.
   bench-generate DIR
               one token at a time with a KV cache, eager, on the weights and prompt that
               scripts/bench/generate_cpu_bench.cpp --out DIR wrote; one JSON line.
@@ -295,6 +297,39 @@ def hf_loss(directory, text_file, window, max_tokens):
     print(json.dumps({"tokens": tokens, "loss": loss, "bits_per_byte": sum(losses) / math.log(2) / tokens}))
 
 
+def hf_choice(directory, eval_file):
+    """llm.c's multiple-choice accuracy, from the file's description (data_common.py's
+    write_evalfile): for each example, the completion with the lowest mean loss over its own
+    tokens. Prints {"examples", "correct", "accuracy", "predictions"}."""
+    import struct
+    torch.set_num_threads(1)
+    model, _ = load_hf(directory)
+    raw = open(eval_file, "rb").read()
+    magic, version, count = struct.unpack("<3i", raw[:12])
+    assert magic == 20240522 and version == 1
+    words = struct.unpack(f"<{(len(raw) - 1024) // 2}H", raw[1024:])
+    at, correct, predictions = 0, 0, []
+    with torch.inference_mode():
+        for _ in range(count):
+            assert words[at] == 65535
+            label, n = words[at + 3], words[at + 4]
+            at += 5
+            ctx = list(words[at + 1:at + 1 + words[at]])
+            at += 1 + len(ctx)
+            means = []
+            for _ in range(n):
+                end = list(words[at + 1:at + 1 + words[at]])
+                at += 1 + len(end)
+                row = torch.tensor([ctx + end])
+                logits, _ = model(row[:, :-1])
+                losses = F.cross_entropy(logits[0, :, :model.V], row[0, 1:], reduction="none")
+                means.append(losses[len(ctx) - 1:].mean().item())
+            best = min(range(n), key=lambda i: means[i])
+            predictions.append(best)
+            correct += int(best == label)
+    print(json.dumps({"examples": count, "correct": correct, "accuracy": correct / count, "predictions": predictions}))
+
+
 def decode_step(model, tokens, pos, keys, values):
     """GPT-2 with a KV cache: `tokens` (1, n) at positions [pos, pos + n), keys/values per layer
     (1, NH, T, hs) filled there; returns the last position's logits (Vp)."""
@@ -399,6 +434,9 @@ def main():
     hl.add_argument("text")
     hl.add_argument("--window", type=int, required=True)
     hl.add_argument("--max-tokens", type=int, default=0)
+    hc = sub.add_parser("hf-choice")
+    hc.add_argument("dir")
+    hc.add_argument("file")
     bg = sub.add_parser("bench-generate")
     bg.add_argument("dir")
     bg.add_argument("--runs", type=int, default=3)
@@ -416,6 +454,8 @@ def main():
         hf_greedy(a.dir, [int(x) for x in a.prompt.split(",")], a.new)
     elif a.mode == "hf-loss":
         hf_loss(a.dir, a.text, a.window, a.max_tokens)
+    elif a.mode == "hf-choice":
+        hf_choice(a.dir, a.file)
     elif a.mode == "bench-generate":
         bench_generate(a.dir, a.runs)
     else:
