@@ -17,9 +17,10 @@
 // takes kRecoveredFast fast steps (22), and a rank slow at two steps of three does not recover by
 // chance (that needs 22 fast steps of 32 where 11 are expected).
 //
-// The supervisor sees a rank's record at each heartbeat (inotify), so a window holds the steps that
-// were read, which under load may skip some. Only this node's ranks are compared: each node's xlaunch
-// judges its own ranks (a node with one rank judges none).
+// The busy times come from rank 0's record, every rank's of one step (the end-of-step all-reduce
+// brings them to rank 0): node 0's xlaunch judges every rank of the job, on whichever node, and the
+// other nodes none. The supervisor reads the record at each of rank 0's heartbeats (inotify), so a
+// window holds the steps that were read, which under load may skip some.
 #pragma once
 
 #include <cstddef>

@@ -410,18 +410,24 @@ void Supervisor::drop_echo() {
   echo_timer_.cancel();
 }
 
-// Each beat brings the rank's progress record: its last step's busy time feeds the stragglers.
+// Rank 0's beats bring every rank's busy time of its last step (the end-of-step all-reduce gives
+// them to rank 0, whose record carries them): they feed the stragglers, so node 0 judges every rank
+// of the job, on whichever node, and the other nodes none.
 void Supervisor::on_beat(int rank) {
-  const std::optional<HeartbeatRecord> record = read_heartbeat_record(heartbeat_file_path(plan_.run_dir, rank));
-  if (!record || record->last_step <= 0) return;
+  if (rank != 0) return;
+  const std::optional<RankBusyTimes> busy = read_rank_busy_times(heartbeat_file_path(plan_.run_dir, rank));
+  if (!busy || busy->last_step <= 0) return;
   bool changed = false;
-  for (const StragglerDetector::Change& change : stragglers_.observe(rank, record->last_step, record->busy_ms)) {
-    if (change.warning) {
-      spdlog::warn("{}", change.message);
-    } else {
-      spdlog::info("{}", change.message);
+  for (size_t r = 0; r < busy->busy_ms.size(); ++r) {
+    for (const StragglerDetector::Change& change :
+         stragglers_.observe(static_cast<int>(r), busy->last_step, busy->busy_ms[r])) {
+      if (change.warning) {
+        spdlog::warn("{}", change.message);
+      } else {
+        spdlog::info("{}", change.message);
+      }
+      changed = true;
     }
-    changed = true;
   }
   if (changed) save_state();
 }

@@ -148,7 +148,7 @@ TEST_CASE("a rank 4x slower than the others: one warning, and listed as a stragg
   Job job("straggler");
   job.spec()["model"]["n_embd"] = 64;
   job.spec()["model"]["seq_len"] = 32;
-  const Outcome o = job.launch("run", 4, {"train.steps=60"}, {{"XTRAIN_FAULT_SLOW", "2:4"}});
+  const Outcome o = job.launch("run", 4, {"train.steps=100"}, {{"XTRAIN_FAULT_SLOW", "2:4"}});
   INFO(o.output);
   REQUIRE(o.exit_code == 0);
   const json stragglers = summary_of(job, "run").at("stragglers");
