@@ -358,15 +358,18 @@ void stragglers(std::string& html, const RunInfo& run) {
   json list = run.summary.is_object() ? run.summary.value("stragglers", json()) : json();
   if (!list.is_array() && run.state.is_object()) list = run.state.value("stragglers", json());
   if (list.is_array() && !list.empty()) {
-    html += "<table><tr><th>rank</th><th>from step</th><th>slower than the median by</th></tr>";
+    html += "<table><tr><th>rank</th><th>from step</th><th>reported at step</th><th>slower than the other ranks by"
+            "</th><th>recovered at step</th></tr>";
     for (const json& s : list) {
       const double by = s.value("slower_by", NAN);
-      html += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td></tr>", text_of(s, "rank"), text_of(s, "first_step"),
-                          std::isfinite(by) ? fmt::format("{:.0f}%", by * 100) : "-");
+      html += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", text_of(s, "rank"),
+                          text_of(s, "first_step"), text_of(s, "warned_step"),
+                          std::isfinite(by) ? fmt::format("{:.0f}%", by * 100) : "-",
+                          text_of(s, "recovered_step", "not yet"));
     }
     html += "</table>";
   } else {
-    html += list.is_array() ? "<p>None: every rank kept up with the median.</p>" : "<p>None reported.</p>";
+    html += list.is_array() ? "<p>None: every rank kept up with the others.</p>" : "<p>None reported.</p>";
   }
   html += "</section>";
 }

@@ -67,12 +67,13 @@ std::string progress_line(const json& p) {
   return line;
 }
 
-// "rank 3 (35% slower from step 300)"
+// "rank 3 (35% slower from step 300, recovered at step 700)"
 std::string stragglers_line(const json& stragglers) {
   std::string line;
   for (const json& s : stragglers) {
-    line += fmt::format("{}rank {} ({:.0f}% slower from step {})", line.empty() ? "" : ", ", text(s, "rank"),
-                        100 * s.value("slower_by", 0.0), text(s, "first_step"));
+    line += fmt::format("{}rank {} ({:.0f}% slower from step {}{})", line.empty() ? "" : ", ", text(s, "rank"),
+                        100 * s.value("slower_by", 0.0), text(s, "first_step"),
+                        s.contains("recovered_step") ? ", recovered at step " + text(s, "recovered_step") : "");
   }
   return line;
 }
