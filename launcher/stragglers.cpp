@@ -7,10 +7,12 @@
 namespace xtrain::launcher {
 namespace {
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+// The median of `sorted` (ascending) without its element at `skip`: O(1), so judging N ranks against
+// the others costs N log N, not N squared.
+double median_without(const std::vector<double>& sorted, size_t skip) {
+  const auto at = [&](size_t k) { return sorted[k < skip ? k : k + 1]; };
+  const size_t n = sorted.size() - 1;
+  return n % 2 ? at(n / 2) : (at(n / 2 - 1) + at(n / 2)) / 2;
 }
 
 bool slower(double busy_ms, double reference_ms, double factor) {
@@ -42,15 +44,18 @@ void StragglerDetector::new_attempt() {
   judged_step_ = 0;
 }
 
-// Walking back from the newest sample, the oldest slow one from which on at least half are slow.
+// Where the slow steps began: walking back from the newest sample, each slow one counts +1 and each
+// fast one -1; the step where that sum peaks (the newest such, a slow one). A spike some fast steps
+// before the slowdown does not pull the date back, as the fast steps in between outweigh it.
 long StragglerDetector::slow_since(const RankState& state, double reference) const {
   long since = state.window.back().step;
-  size_t slow = 0, seen = 0;
+  long sum = 0, best = 0;
   for (auto it = state.window.rbegin(); it != state.window.rend(); ++it) {
-    ++seen;
-    if (!slower(it->busy_ms, reference, kSlowAt)) continue;
-    ++slow;
-    if (2 * slow >= seen) since = it->step;
+    sum += slower(it->busy_ms, reference, kSlowAt) ? 1 : -1;
+    if (sum > best) {
+      best = sum;
+      since = it->step;
+    }
   }
   return since;
 }
@@ -59,19 +64,18 @@ void StragglerDetector::judge(long step, std::vector<Change>& changes) {
   judged_step_ = step;
   std::map<int, std::vector<double>> sorted;  // each rank's window, ascending
   std::map<int, double> medians;
+  std::vector<double> all;  // every rank's window median, ascending
   for (const auto& [rank, s] : ranks_) {
     std::vector<double>& busy = sorted[rank];
     for (const Sample& sample : s.window) busy.push_back(sample.busy_ms);
     std::sort(busy.begin(), busy.end());
-    medians[rank] = (busy[kWindow / 2 - 1] + busy[kWindow / 2]) / 2;
+    all.push_back(medians[rank] = (busy[kWindow / 2 - 1] + busy[kWindow / 2]) / 2);
   }
+  std::sort(all.begin(), all.end());
   for (auto& [rank, s] : ranks_) {
-    std::vector<double> others;
-    for (const auto& [other, m] : medians) {
-      if (other != rank) others.push_back(m);
-    }
-    const double reference = median(std::move(others));
     const double own = medians[rank];
+    const auto mine = std::lower_bound(all.begin(), all.end(), own);  // equal medians: any one of them
+    const double reference = median_without(all, static_cast<size_t>(mine - all.begin()));
     if (reference <= 0) continue;
     const double ratio = own / reference;
     if (s.episode < 0) {

@@ -57,10 +57,10 @@ class StragglerDetector {
   void new_attempt();
 
   // [{"rank": R, "first_step": S, "warned_step": W, "slower_by": 0.7, "recovered_step": E}], in the
-  // order they were found. first_step: where the slow steps began (the oldest slow step of the window
-  // from which on at least half the steps were slow); warned_step: the step judged when it was
-  // reported; slower_by: the mean of the window median's fraction above the reference over the steps
-  // judged since then while it was still at least kSlowAt; recovered_step only once it has recovered.
+  // order they were found. first_step: where the slow steps began (the step of the window from which on
+  // slow steps most outnumber fast ones); warned_step: the step judged when it was reported; slower_by:
+  // the mean of the window median's fraction above the reference over the steps judged since then
+  // while it was still at least kSlowAt; recovered_step only once it has recovered.
   nlohmann::json to_json() const;
   bool empty() const { return episodes_.empty(); }
 
