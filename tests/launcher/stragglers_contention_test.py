@@ -280,8 +280,16 @@ def contention_run(tmp, xlaunch, worker, name, nnodes=1, steps=1000, begin=200, 
 
 
 def case_contention(tmp, xlaunch, worker, runs):
+    """Every run, each one's outcome printed; then the first failure (or skip), if any."""
+    first = None
     for i in range(runs):
-        contention_run(tmp, xlaunch, worker, f"contention{i}")
+        try:
+            contention_run(tmp, xlaunch, worker, f"contention{i}")
+        except (Skip, Failed) as e:
+            print(f"contention{i}: {'skipped' if isinstance(e, Skip) else 'FAILED'}: {e}")
+            first = first or e
+    if first:
+        raise first
 
 
 def case_idle(tmp, xlaunch, worker, _runs):
