@@ -18,6 +18,7 @@ nothing about the detector: a rank sharing its core with a compiler is a straggl
 repeats the contention case and prints each run's warning and recovery steps relative to the busy
 loop's start and end.
 """
+import ctypes
 import json
 import os
 import signal
@@ -29,6 +30,7 @@ import tempfile
 import time
 
 SKIP = 77
+PR_SET_PDEATHSIG = 1
 MAX_LATENCY = 100  # steps from the busy loop's start to the warning, and from its end to the recovery
 WINDOW = 32        # launcher/stragglers.hpp kWindow: how far before the start the onset may be dated
 
@@ -75,15 +77,25 @@ def own_cpu_s():
     return total
 
 
+def die_with_this_script(sig):
+    """In a child: `sig` when this script dies (a ctest timeout's SIGKILL included)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
+
+
 class Contention:
-    """A busy loop pinned to a core while it lives (a forked child: it starts at once)."""
+    """A busy loop pinned to a core while it lives (a forked child: it starts at once, and dies with
+    this script)."""
 
     def __init__(self, core):
         self.pid = os.fork()
         if self.pid == 0:
-            os.sched_setaffinity(0, {core})
-            while True:
-                pass
+            try:
+                die_with_this_script(signal.SIGKILL)
+                os.sched_setaffinity(0, {core})
+                while True:
+                    pass
+            finally:
+                os._exit(1)
 
     def stop(self):
         os.kill(self.pid, signal.SIGKILL)
@@ -148,7 +160,8 @@ class Job:
         for node in range(self.nnodes):
             argv = [self.xlaunch, self.spec, "--run-dir", self.run_dir(node), "--set", f"nodes.node_rank={node}"]
             with open(os.path.join(self.tmp, f"{self.name}-node{node}.out"), "wb") as out:
-                self.procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env))
+                self.procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                                   preexec_fn=lambda: die_with_this_script(signal.SIGTERM)))
 
     def step(self, rank=0):
         return last_step(os.path.join(self.run_dir(0), "ranks", f"rank-{rank}.heartbeat"))
@@ -163,17 +176,26 @@ class Job:
             time.sleep(0.01)
         return now
 
-    def finish(self, deadline_s=180):
+    def finish(self, deadline_s=100):
         for p in self.procs:
             try:
                 rc = p.wait(timeout=deadline_s)
             except subprocess.TimeoutExpired:
-                for q in self.procs:
-                    q.kill()
-                    q.wait()
                 raise Failed(f"{self.name}: xlaunch still running after {deadline_s} s")
             if rc != 0:
                 raise Failed(f"{self.name}: xlaunch exited {rc}:\n{self.output()}")
+
+    def stop(self):
+        """Whatever still runs (a check failed first): SIGTERM, which xlaunch passes on to its ranks."""
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
 
     def output(self, node=0):
         with open(os.path.join(self.tmp, f"{self.name}-node{node}.out"), errors="replace") as f:
@@ -254,15 +276,18 @@ def contention_run(tmp, xlaunch, worker, name, nnodes=1, steps=1000, begin=200, 
     job = Job(tmp, xlaunch, worker, name, steps, nnodes)
     busy = Busy()
     job.start()
-    job.wait_for_step(begin)
-    loop = Contention(1)
-    start = job.step()
     try:
-        job.wait_for_step(end)
-        stop = job.step()
+        job.wait_for_step(begin)
+        loop = Contention(1)
+        start = job.step()
+        try:
+            job.wait_for_step(end)
+            stop = job.step()
+        finally:
+            loop.stop()
+        job.finish()
     finally:
-        loop.stop()
-    job.finish()
+        job.stop()
 
     def check():
         for node in range(1, nnodes):
@@ -296,7 +321,10 @@ def case_idle(tmp, xlaunch, worker, _runs):
     job = Job(tmp, xlaunch, worker, "idle", 2000)
     busy = Busy()
     job.start()
-    job.finish()
+    try:
+        job.finish()
+    finally:
+        job.stop()
 
     def extra():
         if job.output().count("is a straggler: ") != len(job.stragglers()):
