@@ -45,14 +45,15 @@ void StragglerDetector::new_attempt() {
 }
 
 // Where the slow steps began: walking back from the newest sample, each slow one counts +1 and each
-// fast one -1; the step where that sum peaks (the newest such, a slow one). A spike some fast steps
-// before the slowdown does not pull the date back, as the fast steps in between outweigh it.
+// fast one -1; the step where that sum peaks (the oldest such, a slow one: where slow and fast steps
+// alternate, the slowdown began before the newest). A spike some fast steps before the slowdown does
+// not pull the date back, as the fast steps in between outweigh it.
 long StragglerDetector::slow_since(const RankState& state, double reference) const {
   long since = state.window.back().step;
   long sum = 0, best = 0;
   for (auto it = state.window.rbegin(); it != state.window.rend(); ++it) {
     sum += slower(it->busy_ms, reference, kSlowAt) ? 1 : -1;
-    if (sum > best) {
+    if (sum >= best && sum > 0) {
       best = sum;
       since = it->step;
     }
