@@ -14,8 +14,8 @@
 // single samples lie. A rank at least kSlowAt times slower than the others at every step is reported
 // kWindow / 2 + 1 steps after it became slow (17), one slow at two steps of three within about 30; a
 // rank whose slow steps are a minority of its window (noise, a stall now and then) never is. Recovery
-// takes kRecoveredFast fast steps (22), and a rank slow at two steps of three does not recover by
-// chance (that needs 22 fast steps of 32 where 11 are expected).
+// takes kRecoveredFast fast steps (24), and a rank slow at two steps of three does not recover by
+// chance (that needs 24 fast steps of 32 where 11 are expected: about once in a million steps).
 //
 // The busy times come from rank 0's record, every rank's of one step (the end-of-step all-reduce
 // brings them to rank 0): node 0's xlaunch judges every rank of the job, on whichever node, and the
@@ -37,9 +37,9 @@ namespace xtrain::launcher {
 class StragglerDetector {
  public:
   static constexpr size_t kWindow = 32;         // busy times per rank that it is judged on
-  static constexpr double kSlowAt = 1.25;       // window median / reference: a straggler from here
-  static constexpr double kRecoveredBelow = 1.15;
-  static constexpr size_t kRecoveredFast = (2 * kWindow + 2) / 3;  // two thirds of the window
+  static constexpr double kSlowAt = 1.4;        // window median / reference: a straggler from here
+  static constexpr double kRecoveredBelow = 1.2;
+  static constexpr size_t kRecoveredFast = 3 * kWindow / 4;  // three quarters of the window
   static_assert(kWindow % 2 == 0, "the median is the mean of the middle pair");
   static constexpr double kMinExcessMs = 1.0;
 

@@ -12,9 +12,12 @@ to core 1 for a stretch of the run makes rank 1 share its core:
 
   stragglers_contention_test.py XLAUNCH XTRAIN_WORKER [CASES...] [--runs N] [--keep DIR]
 
-Exits 77 (skipped), saying why, where the affinity cannot be set or cores 0 and 1 are not both
-usable, and where a check fails while other processes kept the cores busy (the run then says
-nothing about the detector: a rank sharing its core with a compiler is a straggler too). --runs N
+The machine may be shared, and a rank sharing its core with a compiler is a straggler too: any
+other entry (another rank, another time, in the idle run) fails the test unless other processes used
+at least EXPLAINED of that rank's core while it lasted (a sampler reads /proc every 0.1 s), and then
+it is printed as a note. Exits 77 (skipped), saying why, where the affinity cannot be set or cores 0
+and 1 are not both usable, and where a check of the contended rank fails while other processes used
+more than BUSY_SHARE of a core over the run (it then says nothing about the detector). --runs N
 repeats the contention case and prints each run's warning and recovery steps relative to the busy
 loop's start and end.
 """
@@ -337,8 +340,6 @@ def check_episode(job, rank, start, end):
         raise Failed(f"rank {rank} slow since step {entry['first_step']}, contention from {start}")
     if not end < entry.get("recovered_step", 0) <= end + MAX_LATENCY:
         raise Failed(f"rank {rank} recovered at {entry.get('recovered_step')}, contention until {end}")
-    if entry["slower_by"] < 0.25:
-        raise Failed(f"rank {rank} only {entry['slower_by']:.0%} slower")
     output = job.output()
     for line in (f"rank {rank} is a straggler: ", f"than the other ranks since step {entry['first_step']} (",
                  f"rank {rank} recovered at step {entry['recovered_step']}: "):
