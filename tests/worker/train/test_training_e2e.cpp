@@ -255,6 +255,11 @@ TEST_CASE("SIGUSR1 to one rank: every rank checkpoints the same step and exits 0
   char name[32];
   std::snprintf(name, sizeof name, "step-%08ld", step);
   CHECK(job.checkpoints("usr1") == std::vector<std::string>{name});
+  // The run is preempted, not completed: it stopped short of train.steps.
+  const json summary = json::parse(read_text(job.run_dir("usr1") / "summary.json"));
+  CHECK(summary.at("status") == "preempted");
+  CHECK(summary.at("exit_reason") ==
+        "every rank checkpointed step " + std::to_string(step) + " on a stop request (SIGUSR1) and exited 0");
 }
 
 TEST_CASE("bad input: one error line naming the field or file, nonzero exit, no checkpoint", "[e2e]") {
