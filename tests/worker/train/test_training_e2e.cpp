@@ -262,6 +262,21 @@ TEST_CASE("SIGUSR1 to one rank: every rank checkpoints the same step and exits 0
         "every rank checkpointed step " + std::to_string(step) + " on a stop request (SIGUSR1) and exited 0");
 }
 
+TEST_CASE("xtrain-worker run alone names a missing data file before it prints the memory plan", "[e2e]") {
+  Job job("alone");
+  job.spec()["data"]["train"] = (job.dir() / "nope.txt").string();
+  job.spec()["run_dir"] = (job.dir() / "run").string();
+  const fs::path spec = job.dir() / "alone.json";
+  std::ofstream(spec) << job.spec().dump();
+  const pid_t pid = spawn({std::string(XTRAIN_BIN_DIR) + "/xtrain-worker", "--job", spec.string()},
+                          job.dir() / "alone.out", {});
+  CHECK(wait_for(pid, 60s) == 2);
+  const std::string output = read_text(job.dir() / "alone.out");
+  INFO(output);
+  CHECK(output.find("error: data.train: " + (job.dir() / "nope.txt").string()) != std::string::npos);
+  CHECK(output.find("memory plan") == std::string::npos);
+}
+
 TEST_CASE("bad input: one error line naming the field or file, nonzero exit, no checkpoint", "[e2e]") {
   Job job("bad");
   const fs::path dir = job.dir();
