@@ -16,6 +16,7 @@
 #              by IP address, no DNS, no spec, no node flags) and the job token a Secret would add; the
 #              worker pod starts 2 s before the master's store listens; the ranks get torchrun's
 #              variables; then the master pod is killed: the worker pod exits 125 (node_lost)
+#   (cut leaves the link down: the cases after it that need the link run in another invocation)
 #   training   (when XTRAIN_WORKER is given) a 2x2 job of the real xtrain-worker over Gloo: its
 #              losses match a single-process run of the same global batch (1e-5 relative)
 #   ddp        a PyTorch DDP script (tests/launcher/ddp_train.py) on 2 nodes x 1 rank under xlaunch
@@ -31,7 +32,7 @@ kv_tool=$(realpath "$3")
 xtrain_worker=${4:+$(realpath "$4")}
 shift $(($# < 4 ? $# : 4))
 cases=("$@")
-((${#cases[@]})) || cases=(token gang absent hang lost kill1 cut kubeflow training ddp)
+((${#cases[@]})) || cases=(token gang absent hang lost kill1 kubeflow cut training ddp)
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../../scripts/netns/two_nodes.sh"
 two_nodes_up
