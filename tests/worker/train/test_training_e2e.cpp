@@ -125,6 +125,24 @@ TEST_CASE("resume is bit-exact: after a rerun and after an xlaunch restart", "[e
   }
 }
 
+TEST_CASE("a rerun of a run trained to train.steps starts nothing and leaves the run dir as it was", "[e2e]") {
+  Job job("done");
+  const std::vector<std::string> ckpt = {"checkpoint.every=10"};
+  require_ok(job.launch("done", 1, ckpt));
+  REQUIRE(job.checkpoints("done").back() == "step-00000020");
+  const std::string summary = read_text(job.run_dir("done") / "summary.json");
+  const Outcome again = job.launch("done", 1, ckpt);
+  INFO(again.output);
+  CHECK(again.exit_code == 0);
+  CHECK_THAT(again.output, Catch::Matchers::Contains("is already trained to step 20 (train.steps 20, checkpoint "));
+  CHECK(read_text(job.run_dir("done") / "summary.json") == summary);
+  const Outcome status = job.command({"status", job.run_dir("done").string()}, "status");
+  CHECK_THAT(status.output, Catch::Matchers::Contains("progress: step 20/20"));
+  // More steps train on from the checkpoint.
+  require_ok(job.launch("done", 1, {"checkpoint.every=10", "train.steps=30"}));
+  CHECK(job.result("done", 0).at("start_step") == 20);
+}
+
 TEST_CASE("two nodes without a shared run dir: the resumed run takes node 0's checkpoint everywhere", "[e2e]") {
   Job job("nodes");
   const std::vector<std::string> ckpt = {"checkpoint.every=10"};
