@@ -1,5 +1,6 @@
 #include "launcher/cli.hpp"
 
+#include <cctype>
 #include <charconv>
 #include <climits>
 #include <cmath>
