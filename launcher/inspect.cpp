@@ -57,13 +57,13 @@ std::string outcome_line(const json& summary) {
                      text(summary, "attempts"));
 }
 
-// "step 412/1000 | loss 2.1345 | 12,345 tok/s | ETA 0:01:02"
-std::string progress_line(const json& p) {
+// "step 412/1000 | loss 2.1345 | 12,345 tok/s | ETA 0:01:02"; an ended run has no ETA.
+std::string progress_line(const json& p, bool running) {
   std::string line = fmt::format("step {}/{}", text(p, "step"), text(p, "total_steps"));
   if (p.value("loss", json()).is_number()) line += fmt::format(" | loss {:.4f}", p["loss"].get<double>());
   const double tok_s = p.value("tokens_per_s", 0.0);
   if (tok_s > 0) line += " | " + with_thousands(static_cast<long long>(tok_s + 0.5)) + " tok/s";
-  if (p.value("step", 0) < p.value("total_steps", 0)) line += " | ETA " + format_duration(p.value("eta_s", 0.0));
+  if (running && p.value("step", 0) < p.value("total_steps", 0)) line += " | ETA " + format_duration(p.value("eta_s", 0.0));
   return line;
 }
 
@@ -113,7 +113,9 @@ void print_status(const std::string& dir, const json& run, bool finished, bool a
     std::cout << "status:   lost: the supervisor (pid " << text(run, "supervisor_pid")
               << ") is gone and left no summary.json; its ranks are checked by pid and start time\n";
   }
-  if (run.value("progress", json()).is_object()) std::cout << "progress: " << progress_line(run["progress"]) << "\n";
+  if (run.value("progress", json()).is_object()) {
+    std::cout << "progress: " << progress_line(run["progress"], alive && !finished) << "\n";
+  }
   const json stragglers = run.value("stragglers", json::array());
   if (stragglers.is_array() && !stragglers.empty()) std::cout << "stragglers: " << stragglers_line(stragglers) << "\n";
   if (run.contains("ranks")) print_ranks(run.at("ranks"));
