@@ -40,6 +40,7 @@
 #include "worker/formats/file_io.hpp"
 #include "worker/model/memory_plan.hpp"
 #include "worker/cpu/openblas_core.hpp"
+#include "worker/data/token_source.hpp"
 #include "worker/train/trainer.hpp"
 
 namespace {
@@ -155,6 +156,7 @@ int main(int argc, char** argv) {
     spec = parse_job_spec(doc, std::filesystem::path(job_path).stem().string());
     resolve_model_source(spec, doc, env.run_dir.empty() ? spec.run_dir : env.run_dir);
     validate_for_training(spec, env.where.world_size);
+    check_data_files(spec.data, spec.model, spec.train.eval_every > 0);  // a missing file first, not the memory plan
     device = choose_device(spec, env.where.local_rank, DeviceProbe::of_this_machine());
     if (device.degraded) {
       spdlog::warn("{}", device.summary);
