@@ -92,7 +92,7 @@ int main(int argc, char** argv) try {
     else if (a == "--out") out = argv[++i];
     else return false;
     return true;
-  });
+  }, "[--prompt N (64)] [--new N (256)] [--runs N (3)] [--out DIR]");
   const ParamLayout layout(ModelDims::from(shape.model()));
   const ModelDims& d = layout.dims();
   std::vector<float> params(layout.total());
