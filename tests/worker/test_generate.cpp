@@ -90,6 +90,11 @@ TEST_CASE("generate: the same seed gives the same text; --stop and --num-samples
   CHECK(a.out == b.out);
   CHECK(a.out != c.out);
   CHECK(a.output.find("tokens/s") != std::string::npos);
+  // --prompt-file is the same prompt as --prompt with its text.
+  write_bytes(dir / "prompt.txt", "ab");
+  std::vector<std::string> from_file = {ckpt.dir, "--prompt-file", dir / "prompt.txt", "--max-new-tokens", "30",
+                                        "--top-k", "20", "--top-p", "0.95", "--temperature", "1.2", "--seed", "5"};
+  CHECK(generate(dir, from_file).out == a.out);
 
   // A stop text taken from the middle of the sample ends it where it first appears, unprinted.
   const std::string stop = a.out.substr(12, 2);
