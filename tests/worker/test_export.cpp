@@ -263,7 +263,7 @@ TEST_CASE("every kind of bad model file is exit 2 and one error line naming it",
   CHECK_FALSE(fs::exists(dir / "out.bin"));
 }
 
-TEST_CASE("export: a run directory is its newest checkpoint; a Hugging Face export loads with its tokenizer "
+TEST_CASE("export: a run directory is its newest checkpoint, a Hugging Face export loads with its tokenizer "
           "and generation configs, and says when it has no tokenizer", "[export]") {
   ScratchDir dir;
   const Checkpoint ckpt(dir / "run", gpt2_openai_dir(), test::model_spec(1, 1, 8, 8, 50257));

@@ -73,7 +73,7 @@ TEST_CASE("generate: greedy decoding of an export is PyTorch's, token for token,
   }
 }
 
-TEST_CASE("generate: the same seed gives the same text; --stop and --num-samples", "[generate]") {
+TEST_CASE("generate: the same seed gives the same text, --stop and --num-samples", "[generate]") {
   ScratchDir dir;
   const test::TestCheckpoint ckpt(dir / "run", "", kByteModel, 0.3f);
   const std::vector<std::string> sampled = {ckpt.dir, "--prompt", "ab", "--max-new-tokens", "30", "--top-k", "20",
@@ -150,7 +150,7 @@ TEST_CASE("generate: bad input is one error line, exit 2, nothing on stdout", "[
   }
 }
 
-TEST_CASE("generate with the GPT-2 tokenizer: the tokens' text; <|endoftext|> starts and ends a sample",
+TEST_CASE("generate with the GPT-2 tokenizer: the tokens' text, <|endoftext|> starts and ends a sample",
           "[generate]") {
   ScratchDir dir;
   const ParamLayout layout(ModelDims::from(test::model_spec(1, 1, 8, 8, 50257)));

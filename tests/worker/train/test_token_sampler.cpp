@@ -69,7 +69,7 @@ TEST_CASE("Top-k and top-p keep exactly the most likely tokens they name", "[sam
   CHECK(w.rbegin()->first == 179);  // the lower ids first on ties
 }
 
-TEST_CASE("The same seed gives the same tokens; another seed others", "[sampler]") {
+TEST_CASE("The same seed gives the same tokens, another seed others", "[sampler]") {
   std::vector<float> logits(500);
   for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(std::sin(i * 0.37));
   const SamplingOptions o{.temperature = 1.0, .top_k = 50, .top_p = 0.9};
