@@ -147,7 +147,11 @@ int main(int argc, char** argv) {
     const std::string job_path = job_path_from(argc, argv, env);
     const nlohmann::json doc = read_job_json(job_path);
     spec = parse_job_spec(doc, std::filesystem::path(job_path).stem().string());
-    resolve_model_source(spec, doc, env.run_dir.empty() ? spec.run_dir : env.run_dir);
+    if (!spec.model.init_from.empty()) {  // the shape comes from the checkpoint the trainer will resume from
+      resolve_model_source(spec, doc,
+                           find_resume_checkpoint(env.run_dir.empty() ? spec.run_dir : env.run_dir,
+                                                  spec.checkpoint.resume));
+    }
     validate_for_training(spec, env.where.world_size);
     device = choose_device(spec, env.where.local_rank, DeviceProbe::of_this_machine());
     if (device.degraded) {
