@@ -23,19 +23,8 @@ void copy_file(const std::string& from, const std::string& to) {
   out.finish();
 }
 
-}  // namespace
-
-ModelDims dims_of(const ModelFileInfo& file) {
-  ModelSpec m;
-  m.n_layer = file.n_layer;
-  m.n_head = file.n_head;
-  m.n_embd = file.n_embd;
-  m.seq_len = file.n_positions;
-  m.vocab_size = file.vocab_size;
-  return ModelDims::from(m);
-}
-
-void import_model(const ModelFileInfo& file, const ParamLayout& layout, float* params) {
+// The file's shape is the layout's (its context at least the layout's).
+void check_shape(const ModelFileInfo& file, const ParamLayout& layout) {
   const ModelDims& d = layout.dims();
   const struct {
     int file;
@@ -55,6 +44,29 @@ void import_model(const ModelFileInfo& file, const ParamLayout& layout, float* p
     throw FileError(file.shape_source, "the file has position embeddings for " + std::to_string(file.n_positions) +
                                            " tokens but model.seq_len is " + std::to_string(d.T));
   }
+}
+
+}  // namespace
+
+ModelDims dims_of(const ModelFileInfo& file) {
+  ModelSpec m;
+  m.n_layer = file.n_layer;
+  m.n_head = file.n_head;
+  m.n_embd = file.n_embd;
+  m.seq_len = file.n_positions;
+  m.vocab_size = file.vocab_size;
+  return ModelDims::from(m);
+}
+
+void check_model_headers(const ModelFileInfo& file, const ParamLayout& layout) {
+  check_shape(file, layout);
+  // An llm.c file's header and size were checked by read_model_file_info; a safetensors file's
+  // header (names, dtypes, shapes, data offsets against its size) by the reader's constructor.
+  if (file.format != ModelFormat::kLlmc) HfModelReader(file.weights, layout);
+}
+
+void import_model(const ModelFileInfo& file, const ParamLayout& layout, float* params) {
+  check_shape(file, layout);
   if (file.format == ModelFormat::kLlmc) {
     import_llmc_model(file, layout, params);
   } else {
