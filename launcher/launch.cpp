@@ -78,7 +78,7 @@ std::string describe_plan(const Plan& plan) {
 }  // namespace
 
 int run_job(const CliOptions& options) {
-  block_handled_signals(true);  // until the supervisor's signal_set exists
+  // SIGINT, SIGTERM and SIGHUP are blocked since main() began, until the supervisor's signal_set exists.
   ::signal(SIGPIPE, SIG_IGN);   // a closed console must not kill the supervisor
   for (const std::string& note : options.notes) std::cerr << "xlaunch: note: " << note << "\n";
   const Plan plan = make_plan(options, probe_host());

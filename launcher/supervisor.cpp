@@ -74,6 +74,21 @@ void block_handled_signals(bool block) {
   pthread_sigmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, nullptr);
 }
 
+std::optional<int> take_pending_stop_signal() {
+  sigset_t pending;
+  sigemptyset(&pending);
+  if (sigpending(&pending) != 0) return std::nullopt;
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    if (sigismember(&pending, sig) != 1) continue;
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    const timespec now = {0, 0};
+    if (sigtimedwait(&one, nullptr, &now) == sig) return sig;
+  }
+  return std::nullopt;
+}
+
 const char* Supervisor::phase_name(Phase phase) {
   switch (phase) {
     case Phase::kStarting: return "starting";
