@@ -39,6 +39,13 @@ enum class WorkerPhase : std::uint16_t {
   kDone = 12,
 };
 
+// Why a rank failed, stored in the record as it fails. Part of the file format.
+enum class RecordedFailure : std::int32_t {
+  kNone = 0,
+  kPrimary = 1,   // its own failure
+  kPeerLost = 2,  // a collective failed because a peer died: the echo of a failure elsewhere
+};
+
 inline constexpr std::uint32_t kHeartbeatMagic = 0x42485458;  // "XTHB" as little-endian bytes
 inline constexpr std::uint16_t kHeartbeatVersion = 1;
 
@@ -64,7 +71,11 @@ struct HeartbeatRecord {
   float busy_ms;                   //  64  step last_step, minus the time blocked in collectives
   float step_ms;                   //  68  wall time of step last_step
   float eta_s;                     //  72  to train.steps, at the recent pace
-  std::int32_t reserved0;          //  76
+  std::int32_t failure;            //  76  RecordedFailure, stored as the rank fails (0 before; a
+                                   //      reserved word in older workers). It reaches xlaunch when
+                                   //      the result file cannot be written (a full disk): the
+                                   //      record's page is allocated since startup, so the store
+                                   //      needs no free space
   std::int64_t last_step;          //  80  the last step completed (0: none yet)
   std::int64_t phase_since_ns;     //  88  CLOCK_REALTIME when the phase began
   std::int64_t updated_ns;         //  96  CLOCK_REALTIME of the last update

@@ -54,6 +54,17 @@ std::string make_run_id(const std::string& name) {
 }
 
 // The worker says its failure is the echo of a peer's (worker/main.cpp: failure_kind).
+// A rank that failed without a result file (it could not write one: a full disk) still said in its
+// heartbeat record how it failed; null when it said nothing either.
+json result_from_record(const std::string& heartbeat_file) {
+  const auto record = read_heartbeat_record(heartbeat_file);
+  if (!record || record->failure == static_cast<std::int32_t>(RecordedFailure::kNone)) return nullptr;
+  const bool peer_lost = record->failure == static_cast<std::int32_t>(RecordedFailure::kPeerLost);
+  return {{"status", "failed"},
+          {"failure_kind", peer_lost ? "peer_lost" : "primary"},
+          {"note", "no result file (the rank could not write it); the failure kind is from its heartbeat record"}};
+}
+
 bool is_peer_lost(const json& result) {
   return result.is_object() && result.value("failure_kind", json()) == "peer_lost";
 }
@@ -382,6 +393,7 @@ void Supervisor::on_exit(int id, ExitStatus status) {
   record.exit = status;
   record.ended = SteadyClock::now();
   record.result = read_result_file(result_file_path(plan_.run_dir, id));
+  if (!record.result.is_object()) record.result = result_from_record(heartbeat_file_path(plan_.run_dir, id));
   if (heartbeat_) heartbeat_->stop(id);
   if (phase_ == Phase::kRunning && !status.ok()) {
     record.status = RankStatus::kFailed;
@@ -720,17 +732,21 @@ void Supervisor::conclude_attempt() {
 void Supervisor::finish() {
   phase_ = Phase::kFinished;
   join_helpers();
-  write_state_now();
+  // The summary first: on a full disk it takes the reserve the run dir kept for it.
+  bool summary_written = true;
   try {
     run_dir_.write_summary(summary_json());
   } catch (const std::exception& e) {
     spdlog::error("cannot write the summary: {}", e.what());
+    summary_written = false;
   }
+  write_state_now();
   live_report_.finish();
   const Outcome& outcome = *outcome_;
-  spdlog::info("job {} after {:.3f} s, {}: {}; xlaunch exits {}; summary in {}", outcome_name(outcome.kind),
+  spdlog::info("job {} after {:.3f} s, {}: {}; xlaunch exits {}; {}", outcome_name(outcome.kind),
                seconds_between(started_, SteadyClock::now()), plural(attempt_, "attempt"), outcome.reason,
-               outcome.exit_code, run_files::summary(plan_.run_dir));
+               outcome.exit_code,
+               summary_written ? "summary in " + run_files::summary(plan_.run_dir) : std::string("no summary.json"));
   boost::system::error_code ignored;
   signals_.cancel(ignored);
   job_timer_.cancel();

@@ -113,8 +113,11 @@ int main(int argc, char** argv) {
       r.status = "failed";
       r.step = trainer ? trainer->completed_steps() : 0;
       r.error = e.what();
-      r.failure_kind = dynamic_cast<const CommunicatorError*>(&e) ? "peer_lost" : "primary";
+      const bool peer_lost = dynamic_cast<const CommunicatorError*>(&e) != nullptr;
+      r.failure_kind = peer_lost ? "peer_lost" : "primary";
       r.extra = {{"exit_code", code}};
+      // First the record, which needs no disk space: on a full disk the result file cannot be written.
+      report->heartbeat().set_failure(peer_lost ? RecordedFailure::kPeerLost : RecordedFailure::kPrimary);
       report->write_result(r);
     }
     return code;

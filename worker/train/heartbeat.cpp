@@ -67,6 +67,12 @@ void Heartbeat::set_backtrace_signal(int signal) {
   end_update(realtime_ns());
 }
 
+void Heartbeat::set_failure(RecordedFailure failure) {
+  begin_update();
+  record_->failure = static_cast<std::int32_t>(failure);
+  end_update(realtime_ns());
+}
+
 void Heartbeat::set_plan(long total_steps, int micro_steps, int n_layer) {
   begin_update();
   record_->total_steps = total_steps;
