@@ -19,6 +19,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -242,6 +243,35 @@ class Job {
   fs::path dir_;
   fs::path corpus_;
   json spec_;
+};
+
+// Waits until metrics.jsonl of `run_dir` records step `step` (at most 120 s).
+inline void wait_for_step(const fs::path& run_dir, long step) {
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  for (;;) {
+    const auto losses = read_losses(run_dir);
+    if (!losses.empty() && losses.rbegin()->first >= step) return;
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
+// A small tmpfs mounted at `dir` while it lives (root only; `mounted` says whether it worked).
+class Tmpfs {
+ public:
+  Tmpfs(const fs::path& dir, const std::string& size) : dir_(dir) {
+    fs::create_directories(dir);
+    mounted = ::geteuid() == 0 && ::mount("tmpfs", dir.c_str(), "tmpfs", 0, ("size=" + size).c_str()) == 0;
+  }
+  ~Tmpfs() {
+    if (mounted) ::umount2(dir_.c_str(), MNT_DETACH);
+  }
+  Tmpfs(const Tmpfs&) = delete;
+  Tmpfs& operator=(const Tmpfs&) = delete;
+  bool mounted = false;
+
+ private:
+  fs::path dir_;
 };
 
 inline void require_ok(const Outcome& o) {

@@ -414,6 +414,17 @@ TEST_CASE("a checkpoint whose step disagrees with its directory's name is skippe
   CHECK(find_resume_checkpoint(run.path(), run / "best") == run / "best");
 }
 
+TEST_CASE("every train key is either part of the run or may change on resume", "[checkpoint]") {
+  const nlohmann::json train = to_json(JobSpec{})["train"];
+  for (const auto& [key, value] : train.items()) {
+    INFO("train." << key);
+    CHECK(train_key_on_resume(key).has_value());
+  }
+  CHECK(train_key_on_resume("lr") == ResumeRule::kKept);
+  CHECK(train_key_on_resume("steps") == ResumeRule::kMayChange);
+  CHECK_FALSE(train_key_on_resume("no_such_key"));
+}
+
 TEST_CASE("a checkpoint written before checksums were recorded still resumes", "[checkpoint]") {
   ScratchDir run;
   Model model;
