@@ -40,8 +40,11 @@ struct Outcome {
   std::string output;  // xlaunch's stdout and stderr, in order
 };
 
-// Starts argv in its own process group with stdout+stderr to `log`; returns its pid.
-inline pid_t spawn(const std::vector<std::string>& argv, const fs::path& log, const std::map<std::string, std::string>& env) {
+// Starts argv in its own process group with stdout+stderr to `log`; returns its pid. A
+// `pending_signal` is blocked and raised before the exec (a pending signal survives execve): the
+// program starts with it already delivered, as by a signal in its very first moments.
+inline pid_t spawn(const std::vector<std::string>& argv, const fs::path& log,
+                   const std::map<std::string, std::string>& env, int pending_signal = 0) {
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
@@ -50,6 +53,13 @@ inline pid_t spawn(const std::vector<std::string>& argv, const fs::path& log, co
     ::dup2(fd, 1);
     ::dup2(fd, 2);
     for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    if (pending_signal != 0) {
+      sigset_t one;
+      sigemptyset(&one);
+      sigaddset(&one, pending_signal);
+      ::sigprocmask(SIG_BLOCK, &one, nullptr);
+      ::raise(pending_signal);
+    }
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);

@@ -302,7 +302,8 @@ TEST_CASE("a shard's recorded largest token: checked from the header, and agains
   write_shard(dir / "recorded.bin", iota_tokens(100, 0), kShardMagic, kShardVersion, -1, 99);
   CHECK(inspect_token_file(dir / "recorded.bin", "data.train").max_token == 99);
   CHECK_NOTHROW(check_data_files(data_spec(dir / "recorded.bin"), model_spec(8, 100), false));
-  CHECK(error_message<DataError>([&] { check_data_files(data_spec(dir / "recorded.bin"), model_spec(8, 99), false); }) ==
+  const auto check = [&](int vocab) { check_data_files(data_spec(dir / "recorded.bin"), model_spec(8, vocab), false); };
+  CHECK(error_message<DataError>([&] { check(99); }) ==
         "data.train: " + dir / "recorded.bin" +
             ": the data needs vocab_size >= 100 (its largest token is 99), but model.vocab_size is 99");
   // Another tool's shard records nothing: only the ranks, reading the tokens, can check it.

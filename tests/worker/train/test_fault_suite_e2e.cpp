@@ -29,33 +29,14 @@ void flip_a_bit(const fs::path& path) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
 }
 
-// xlaunch with `args`, started with SIGTERM already pending (blocked, raised, then exec: a
-// pending signal survives execve), as a signal in its very first moments is.
+// xlaunch with `args`, started with SIGTERM already pending, as a signal in its very first moments is.
 Outcome launch_with_pending_sigterm(const Job& job, const std::vector<std::string>& args, const std::string& name) {
-  const fs::path log = job.dir() / (name + ".out");
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    sigset_t term;
-    sigemptyset(&term);
-    sigaddset(&term, SIGTERM);
-    ::sigprocmask(SIG_BLOCK, &term, nullptr);
-    ::raise(SIGTERM);
-    std::vector<std::string> argv = {std::string(XTRAIN_BIN_DIR) + "/xlaunch"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<char*> raw;
-    for (auto& a : argv) raw.push_back(a.data());
-    raw.push_back(nullptr);
-    ::execv(raw[0], raw.data());
-    ::_exit(127);
-  }
+  std::vector<std::string> argv = {std::string(XTRAIN_BIN_DIR) + "/xlaunch"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const pid_t pid = spawn(argv, job.dir() / (name + ".out"), {}, SIGTERM);
   Outcome o;
   o.exit_code = wait_for(pid, 60s);
-  o.output = read_text(log);
+  o.output = read_text(job.dir() / (name + ".out"));
   return o;
 }
 
