@@ -9,6 +9,7 @@
 #include "worker/formats/file_io.hpp"
 #include "worker/formats/hf_model.hpp"
 #include "worker/formats/llmc_model.hpp"
+#include "worker/formats/safetensors.hpp"
 
 namespace xtrain {
 namespace {
@@ -61,8 +62,11 @@ ModelDims dims_of(const ModelFileInfo& file) {
 void check_model_headers(const ModelFileInfo& file, const ParamLayout& layout) {
   check_shape(file, layout);
   // An llm.c file's header and size were checked by read_model_file_info; a safetensors file's
-  // header (names, dtypes, shapes, data offsets against its size) by the reader's constructor.
-  if (file.format != ModelFormat::kLlmc) HfModelReader(file.weights, layout);
+  // header (names, dtypes, shapes, data offsets against its size) by the reader's constructor,
+  // and the data's digest where our writer recorded one by load(), on the mapping (~3 GB/s).
+  if (file.format == ModelFormat::kLlmc) return;
+  HfModelReader(file.weights, layout);
+  SafetensorsFile(file.weights).load();
 }
 
 void import_model(const ModelFileInfo& file, const ParamLayout& layout, float* params) {
