@@ -380,25 +380,26 @@ TEST_CASE("state.json checksums its own content: every flipped bit that changes 
   CHECK(recorded == crc32c_hex(crc32c_portable(content.dump().data(), content.dump().size())));
   REQUIRE_NOTHROW(check_checkpoint_fits(dir, model.spec, model.state.train_tokens));
 
-  // A flip passes only where it changes nothing that is read: an exponent's "e" becoming "E".
-  size_t refused = 0, harmless = 0, flips = 0;
+  // One bit of every byte, its position turning with the byte, in an eighth of the time of all
+  // 8 bits (which, run once, let only the two flips below pass). A flip may pass only where it
+  // changes nothing that is read: an exponent's "e" becoming "E".
+  size_t refused = 0, harmless = 0;
   for (size_t at = 0; at < good.size(); ++at) {
-    for (int bit = 0; bit < 8; ++bit, ++flips) {
-      std::string bad = good;
-      bad[at] = static_cast<char>(bad[at] ^ (1 << bit));
-      write_bytes(path, bad);
-      try {
-        check_checkpoint_fits(dir, model.spec, model.state.train_tokens);
-        INFO("byte " << at << " bit " << bit << " passed");
-        CHECK(nlohmann::json::parse(bad) == nlohmann::json::parse(good));
-        ++harmless;
-      } catch (const CheckpointError&) {
-        ++refused;
-      }
+    const int bit = static_cast<int>(at % 8);
+    std::string bad = good;
+    bad[at] = static_cast<char>(bad[at] ^ (1 << bit));
+    write_bytes(path, bad);
+    try {
+      check_checkpoint_fits(dir, model.spec, model.state.train_tokens);
+      INFO("byte " << at << " bit " << bit << " passed");
+      CHECK(nlohmann::json::parse(bad) == nlohmann::json::parse(good));
+      ++harmless;
+    } catch (const CheckpointError&) {
+      ++refused;
     }
   }
-  CHECK(refused + harmless == flips);
-  CHECK(harmless <= 4);  // eps 1e-08, min_lr 3e-05 and the like
+  CHECK(refused + harmless == good.size());
+  CHECK(harmless <= 2);  // the "e" of eps 1e-08 and of min_lr 3e-05
 }
 
 TEST_CASE("a checkpoint whose step disagrees with its directory's name is skipped", "[checkpoint][errors]") {
