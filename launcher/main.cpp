@@ -57,7 +57,8 @@ int main(int argc, char** argv) {
   xtrain::launcher::block_handled_signals(true);
   const int code = run_command(argc, argv);
   if (const auto sig = xtrain::launcher::take_pending_stop_signal()) {
-    std::cerr << "xlaunch: received SIG" << sigabbrev_np(*sig) << " before any rank started; exit " << 128 + *sig << "\n";
+    std::cerr << "xlaunch: received SIG" << sigabbrev_np(*sig) << " before any rank started; exit " << 128 + *sig
+              << "\n";
     return 128 + *sig;
   }
   return code;
