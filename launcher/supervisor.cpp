@@ -53,18 +53,28 @@ std::string make_run_id(const std::string& name) {
   return fmt::format("{}-{}-{}", name, stamp, ::getpid());
 }
 
-// The worker says its failure is the echo of a peer's (worker/main.cpp: failure_kind).
 // A rank that failed without a result file (it could not write one: a full disk) still said in its
-// heartbeat record how it failed; null when it said nothing either.
-json result_from_record(const std::string& heartbeat_file) {
+// heartbeat record how it failed, and its error line is in the output xlaunch kept (`tail`); null
+// when the record says nothing.
+json result_from_record(const std::string& heartbeat_file, const std::vector<std::string>& tail) {
   const auto record = read_heartbeat_record(heartbeat_file);
   if (!record || record->failure == static_cast<std::int32_t>(RecordedFailure::kNone)) return nullptr;
   const bool peer_lost = record->failure == static_cast<std::int32_t>(RecordedFailure::kPeerLost);
-  return {{"status", "failed"},
-          {"failure_kind", peer_lost ? "peer_lost" : "primary"},
-          {"note", "no result file (the rank could not write it); the failure kind is from its heartbeat record"}};
+  json result = {{"status", "failed"},
+                 {"failure_kind", peer_lost ? "peer_lost" : "primary"},
+                 {"note", "no result file (the rank could not write it): the failure kind is from its heartbeat "
+                          "record, the error from its output"}};
+  constexpr std::string_view kError = "error: ";
+  for (auto line = tail.rbegin(); line != tail.rend(); ++line) {
+    if (const size_t at = line->find(kError); at != std::string::npos) {
+      result["error"] = line->substr(at + kError.size());
+      break;
+    }
+  }
+  return result;
 }
 
+// The worker says its failure is the echo of a peer's (worker/main.cpp: failure_kind).
 bool is_peer_lost(const json& result) {
   return result.is_object() && result.value("failure_kind", json()) == "peer_lost";
 }
@@ -393,7 +403,10 @@ void Supervisor::on_exit(int id, ExitStatus status) {
   record.exit = status;
   record.ended = SteadyClock::now();
   record.result = read_result_file(result_file_path(plan_.run_dir, id));
-  if (!record.result.is_object()) record.result = result_from_record(heartbeat_file_path(plan_.run_dir, id));
+  if (!record.result.is_object()) {
+    record.result = result_from_record(heartbeat_file_path(plan_.run_dir, id),
+                                       rank.stream ? rank.stream->tail() : std::vector<std::string>{});
+  }
   if (heartbeat_) heartbeat_->stop(id);
   if (phase_ == Phase::kRunning && !status.ok()) {
     record.status = RankStatus::kFailed;

@@ -174,6 +174,8 @@ TEST_CASE("a run dir whose disk fills: the rank that hit ENOSPC is the root caus
     REQUIRE(fs::exists(job.run_dir(run) / "summary.json"));
     const json summary = json::parse(read_text(job.run_dir(run) / "summary.json"));
     CHECK(summary.at("root_cause").at("rank") == 0);
+    CHECK(summary.at("root_cause").at("message").get<std::string>().find("No space left on device") !=
+          std::string::npos);
     CHECK(output.find("summary in " + (job.run_dir(run) / "summary.json").string()) != std::string::npos);
   }
 }
