@@ -15,12 +15,18 @@ namespace {
 
 constexpr int kReadAttempts = 8;
 
-bool read_copy(int fd, HeartbeatRecord& out) {
+bool read_copy(int fd, void* out, size_t bytes) {
   ssize_t n;
   do {
-    n = ::pread(fd, &out, sizeof out, 0);
+    n = ::pread(fd, out, bytes, 0);
   } while (n < 0 && errno == EINTR);
-  return n == static_cast<ssize_t>(sizeof out);
+  return n == static_cast<ssize_t>(bytes);
+}
+
+bool read_copy(int fd, HeartbeatRecord& out) { return read_copy(fd, &out, sizeof out); }
+
+bool is_record(const HeartbeatRecord& r) {
+  return r.magic == kHeartbeatMagic && r.version >= kHeartbeatVersion && r.size >= sizeof(HeartbeatRecord);
 }
 
 // "layer 7", "(the embeddings)", "(the output layer)" for a forward or backward detail.
@@ -47,8 +53,7 @@ std::optional<HeartbeatRecord> read_heartbeat_record(const std::string& path) {
   if (fd < 0) return std::nullopt;
   HeartbeatRecord a{}, b{};
   bool same = false;
-  bool ok = read_copy(fd, a) && a.magic == kHeartbeatMagic && a.version >= kHeartbeatVersion &&
-            a.size >= sizeof(HeartbeatRecord);
+  bool ok = read_copy(fd, a) && is_record(a);
   for (int attempt = 0; ok && attempt < kReadAttempts; ++attempt) {
     ok = read_copy(fd, b);
     same = ok && std::memcmp(&a, &b, sizeof a) == 0;
@@ -60,6 +65,31 @@ std::optional<HeartbeatRecord> read_heartbeat_record(const std::string& path) {
   // The record is as good as it will get.
   if (!ok || !same) return std::nullopt;
   return a;
+}
+
+std::optional<RankBusyTimes> read_rank_busy_times(const std::string& path) {
+  const std::optional<HeartbeatRecord> head = read_heartbeat_record(path);
+  if (!head || head->rank_busy_count <= 0) return std::nullopt;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  const size_t bytes = sizeof(HeartbeatRecord) + sizeof(float) * static_cast<size_t>(head->rank_busy_count);
+  std::vector<char> a(bytes), b(bytes);
+  bool ok = read_copy(fd, a.data(), bytes), same = false;
+  for (int attempt = 0; ok && attempt < kReadAttempts; ++attempt) {
+    ok = read_copy(fd, b.data(), bytes);
+    same = ok && a == b;
+    HeartbeatRecord r;
+    std::memcpy(&r, a.data(), sizeof r);
+    if (same && r.sequence % 2 == 0) break;
+    a.swap(b);
+  }
+  ::close(fd);
+  HeartbeatRecord r;
+  std::memcpy(&r, a.data(), sizeof r);
+  if (!ok || !same || !is_record(r) || r.rank_busy_count != head->rank_busy_count) return std::nullopt;
+  RankBusyTimes out{r.last_step, std::vector<float>(static_cast<size_t>(r.rank_busy_count))};
+  std::memcpy(out.busy_ms.data(), a.data() + sizeof r, sizeof(float) * out.busy_ms.size());
+  return out;
 }
 
 std::string phase_name(std::uint16_t phase) {

@@ -8,15 +8,18 @@
 // Other worker programs only touch the file: an empty, short or foreign file reads as "no record",
 // and everything that uses records works without them.
 //
-// Layout, version 1: 128 bytes, little-endian, every field naturally aligned (offsets below).
-// A writer bumps `sequence` to odd before an update and to even after it (a seqlock). A reader
-// takes two copies one after the other and keeps them only when both are identical with an even
-// sequence: a copy torn by an update in flight always differs from the next one.
+// Layout, version 1: 128 bytes, little-endian, every field naturally aligned (offsets below),
+// then `rank_busy_count` floats: in rank 0's file, every rank's busy_ms of step last_step, by rank
+// (the end-of-step all-reduce brings them), so node 0's xlaunch sees the whole job's; elsewhere none.
+// A writer bumps `sequence` to odd before an update and to even after it (a seqlock, over the
+// floats too). A reader takes two copies one after the other and keeps them only when both are
+// identical with an even sequence: a copy torn by an update in flight always differs from the next.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -71,15 +74,17 @@ struct HeartbeatRecord {
   float busy_ms;                   //  64  step last_step, minus the time blocked in collectives
   float step_ms;                   //  68  wall time of step last_step
   float eta_s;                     //  72  to train.steps, at the recent pace
-  std::int32_t failure;            //  76  RecordedFailure, stored as the rank fails (0 before; a
+  std::int32_t rank_busy_count;    //  76  floats after the record (world size in rank 0's; else 0)
+  std::int64_t last_step;          //  80  the last step completed (0: none yet)
+  std::int64_t phase_since_ns;     //  88  CLOCK_REALTIME when the phase began
+  std::int64_t updated_ns;         //  96  CLOCK_REALTIME of the last update
+  std::int32_t failure;            // 104  RecordedFailure, stored as the rank fails (0 before; a
                                    //      reserved word in older workers). It reaches xlaunch when
                                    //      the result file cannot be written (a full disk): the
                                    //      record's page is allocated since startup, so the store
                                    //      needs no free space
-  std::int64_t last_step;          //  80  the last step completed (0: none yet)
-  std::int64_t phase_since_ns;     //  88  CLOCK_REALTIME when the phase began
-  std::int64_t updated_ns;         //  96  CLOCK_REALTIME of the last update
-  std::int64_t reserved[3];        // 104
+  std::int32_t reserved0;          // 108
+  std::int64_t reserved[2];        // 112
 };
 static_assert(sizeof(HeartbeatRecord) == 128, "the heartbeat record is 128 bytes on every platform");
 
@@ -87,6 +92,14 @@ static_assert(sizeof(HeartbeatRecord) == 128, "the heartbeat record is 128 bytes
 // not a record (another program just touches it), of an unknown layout, or being rewritten so
 // fast that no two consecutive copies agree.
 std::optional<HeartbeatRecord> read_heartbeat_record(const std::string& path);
+
+// Every rank's busy time of step `last_step`, from the floats after rank 0's record; nullopt when
+// the file has no record or none of them, or no two consecutive copies agree.
+struct RankBusyTimes {
+  std::int64_t last_step = 0;
+  std::vector<float> busy_ms;  // by rank
+};
+std::optional<RankBusyTimes> read_rank_busy_times(const std::string& path);
 
 // "backward", "gradient_wait", ...: the JSON name of a phase ("phase_N" for an unknown value).
 std::string phase_name(std::uint16_t phase);

@@ -238,6 +238,7 @@ template <class V> void describe(V& v, WorkerSpec& s) {
 template <class V> void describe(V& v, LauncherSpec& s) {
   v.integer("max_restarts", s.max_restarts, 0, 1000);
   v.number("term_timeout_s", s.term_timeout_s, 0);
+  v.number("preempt_grace_s", s.preempt_grace_s, 0);
   v.number("heartbeat_timeout_s", s.heartbeat_timeout_s, 0);
   v.number("timeout_s", s.timeout_s, 0);
   v.string("tee", s.tee, {"all", "rank0", "none"});

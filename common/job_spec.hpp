@@ -36,6 +36,7 @@ struct WorkerSpec {
 struct LauncherSpec {
   int max_restarts = 0;
   double term_timeout_s = 10.0;     // SIGTERM -> SIGKILL grace period
+  double preempt_grace_s = 0;       // > 0: xlaunch's SIGTERM asks the ranks to checkpoint first, 0 = stop at once
   double heartbeat_timeout_s = 0;   // 0 = no heartbeat watchdog
   double timeout_s = 0;             // whole-job wall-clock limit, 0 = none
   std::string tee = "all";          // all | rank0 | none

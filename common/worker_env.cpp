@@ -13,6 +13,8 @@ const char* const kContract[] = {
     env::kMasterAddr, env::kMasterPort,   env::kNcclId,       env::kRunId,          env::kRunDir,
     env::kJob,        env::kRestartCount, env::kMaxRestarts,  env::kResultFile,     env::kHeartbeatFile,
     env::kStoreEndpoint, env::kJobToken,  env::kNodeAddr,
+    env::kGroupWorldSize, env::kRoleRank, env::kRoleWorldSize, env::kRoleName, env::kElasticRestartCount,
+    env::kElasticMaxRestarts, env::kElasticRunId,
 };
 
 std::string getenv_or(const char* name, const std::string& fallback) {
@@ -61,6 +63,10 @@ std::map<std::string, std::string> build_worker_env(const JobSpec& spec, const R
   e[env::kLocalRank] = std::to_string(where.local_rank);
   e[env::kLocalWorldSize] = std::to_string(where.local_world_size);
   e[env::kGroupRank] = std::to_string(where.node_rank);
+  e[env::kGroupWorldSize] = std::to_string(where.nnodes);
+  e[env::kRoleRank] = e[env::kRank];  // one role: its ranks are the world's
+  e[env::kRoleWorldSize] = e[env::kWorldSize];
+  e[env::kRoleName] = attempt.role_name;
   e[env::kMasterAddr] = attempt.master_addr;
   e[env::kMasterPort] = std::to_string(attempt.master_port);
   if (!attempt.nccl_id_hex.empty()) e[env::kNcclId] = attempt.nccl_id_hex;
@@ -69,6 +75,9 @@ std::map<std::string, std::string> build_worker_env(const JobSpec& spec, const R
   e[env::kJob] = attempt.job_path;
   e[env::kRestartCount] = std::to_string(attempt.restart_count);
   e[env::kMaxRestarts] = std::to_string(attempt.max_restarts);
+  e[env::kElasticRestartCount] = e[env::kRestartCount];
+  e[env::kElasticMaxRestarts] = e[env::kMaxRestarts];
+  e[env::kElasticRunId] = attempt.elastic_run_id;
   e[env::kResultFile] = result_file_path(attempt.run_dir, where.rank);
   e[env::kHeartbeatFile] = heartbeat_file_path(attempt.run_dir, where.rank);
   if (!attempt.store_endpoint.empty()) {

@@ -15,6 +15,15 @@ inline constexpr const char* kWorldSize = "WORLD_SIZE";
 inline constexpr const char* kLocalRank = "LOCAL_RANK";
 inline constexpr const char* kLocalWorldSize = "LOCAL_WORLD_SIZE";
 inline constexpr const char* kGroupRank = "GROUP_RANK";
+// torchrun's (torch.distributed.elastic) other variables: the node count, the rank and world
+// within the one role every rank has, the role's name, and the restart counters and run id.
+inline constexpr const char* kGroupWorldSize = "GROUP_WORLD_SIZE";
+inline constexpr const char* kRoleRank = "ROLE_RANK";
+inline constexpr const char* kRoleWorldSize = "ROLE_WORLD_SIZE";
+inline constexpr const char* kRoleName = "ROLE_NAME";
+inline constexpr const char* kElasticRestartCount = "TORCHELASTIC_RESTART_COUNT";
+inline constexpr const char* kElasticMaxRestarts = "TORCHELASTIC_MAX_RESTARTS";
+inline constexpr const char* kElasticRunId = "TORCHELASTIC_RUN_ID";
 inline constexpr const char* kMasterAddr = "MASTER_ADDR";
 inline constexpr const char* kMasterPort = "MASTER_PORT";
 inline constexpr const char* kNcclId = "XTRAIN_NCCL_ID";
@@ -40,6 +49,7 @@ struct RankPlacement {
   int world_size = 1;
   int local_world_size = 1;
   int node_rank = 0;
+  int nnodes = 1;
 };
 
 // What one restart attempt shares across its ranks.
@@ -48,6 +58,8 @@ struct AttemptEnv {
   int master_port = 0;
   std::string nccl_id_hex;     // empty unless the backend is NCCL
   std::string run_id;          // unique per run and attempt: <name>-<time>-<pid>-a<attempt>
+  std::string elastic_run_id;  // TORCHELASTIC_RUN_ID: --rdzv-id, else the run's id (node 0's, every attempt)
+  std::string role_name = "default";  // ROLE_NAME: --role
   std::string run_dir;         // absolute
   std::string job_path;        // absolute path of the resolved job.json
   int restart_count = 0;

@@ -114,6 +114,8 @@ AttemptEnv make_attempt_env(const Plan& plan, const std::string& run_id, int res
     if (plan.backend == "nccl") attempt.nccl_id_hex = nccl_unique_id_hex();
   }
   attempt.run_id = run_id + "-a" + std::to_string(restart_count + 1);
+  attempt.elastic_run_id = plan.rdzv_id.empty() ? run_id : plan.rdzv_id;
+  attempt.role_name = plan.role;
   attempt.run_dir = plan.run_dir;
   attempt.job_path = run_files::job(plan.run_dir);
   attempt.restart_count = restart_count;

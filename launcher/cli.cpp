@@ -1,9 +1,11 @@
 #include "launcher/cli.hpp"
 
+#include <cctype>
 #include <charconv>
 #include <climits>
 #include <cmath>
 #include <functional>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +23,7 @@ struct ParseState {
   bool module = false;
   bool run_path = false;
   bool run_dir_flag = false;
+  std::set<std::string> given;  // the options on the command line, by canonical name
 };
 
 // `typed`: the option's name as the user wrote it ("--nproc_per_node"), for messages.
@@ -83,6 +86,15 @@ const std::map<std::string, OptionRule>& option_rules() {
            throw CliError(typed + ": expected all, rank0 or none (or torchrun's 0-3, LOCAL_RANK:VALUE), got \"" + v +
                           "\"");
          }
+       }}},
+      {"--preempt-grace", {true, kRun, [](ParseState& s, const std::string& v, const std::string& typed) {
+         double grace = 0;
+         try {
+           grace = parse_number_option(typed, v, 0);
+         } catch (const CliError&) {
+         }
+         if (!(grace > 0)) throw CliError(typed + ": expected a number of seconds > 0, got \"" + v + "\"");
+         flag_override(s, "launcher.preempt_grace_s", grace, typed + " " + v);
        }}},
       {"--dry-run", {false, kRun, set_option(&CliOptions::dry_run)}},
       {"--check", {false, kRun, set_option(&CliOptions::check)}},
@@ -153,7 +165,10 @@ const std::map<std::string, OptionRule>& option_rules() {
          }
          note("every rank is a new process (fork and exec of the program)")(s, v, typed);
        }}},
-      {"--role", {true, kRun, note("xlaunch runs one role")}},
+      {"--role", {true, kRun, [](ParseState& s, const std::string& v, const std::string& typed) {
+         if (v.empty()) throw CliError(typed + ": expected a role name, got \"\"");
+         s.options.rendezvous.role = v;
+       }}},
       // The subcommands'.
       {"--json", {false, {Command::kStatus, Command::kList}, set_option(&CliOptions::json)}},
       {"--follow", {false, {Command::kLogs}, set_option(&CliOptions::follow)}},
@@ -221,6 +236,7 @@ bool read_option(ParseState& state, const std::vector<std::string>& args, size_t
   }
   const auto rule = option_rules().find(name);
   if (rule == option_rules().end()) throw CliError("unknown option " + typed + " (see xlaunch --help)");
+  state.given.insert(name);
   if (rule->second.takes_value && !inline_value) {
     if (i + 1 >= args.size()) throw CliError(typed + ": expected a value");
     value = args[++i];
@@ -254,6 +270,45 @@ CliOptions parse_subcommand(ParseState& state, const std::vector<std::string>& a
   }
   o.run_dir = positionals.empty() ? "runs" : positionals.front();
   return o;
+}
+
+// torchrun's flags, which torchrun also reads from PET_<FLAG> (xlaunch's own flags have no variable).
+const std::set<std::string> kTorchrunFlags = {
+    "--nproc-per-node", "--nnodes",      "--node-rank",   "--rdzv-endpoint", "--rdzv-backend",     "--rdzv-id",
+    "--rdzv-conf",      "--standalone",  "--max-restarts", "--master-addr",  "--master-port",      "--redirects",
+    "--tee",            "--log-dir",     "--no-python",   "--module",        "--run-path",         "--monitor-interval",
+    "--start-method",   "--role"};
+
+// "PET_NPROC_PER_NODE" -> "--nproc-per-node"
+std::string flag_of_variable(const std::string& variable) {
+  std::string flag = "--";
+  for (size_t i = 4; i < variable.size(); ++i) {
+    flag += variable[i] == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(variable[i])));
+  }
+  return flag;
+}
+
+// torchrun's PET_<FLAG> variables as the defaults of the flags the command line does not give.
+// A switch (--standalone) takes 0 or 1 (torchrun reads bool(int(value))). Their
+// overrides go before the command line's, so that --set still wins over them.
+void apply_environment(ParseState& s, const std::map<std::string, std::string>& environment) {
+  std::vector<std::string> command_line = std::move(s.options.overrides);
+  s.options.overrides.clear();
+  for (const auto& [variable, value] : environment) {
+    if (variable.rfind("PET_", 0) != 0) continue;
+    const std::string flag = flag_of_variable(variable);
+    if (const char* why = torchrun::unsupported_reason(flag)) {
+      throw CliError(variable + " (torchrun's " + flag + ") is not supported by xlaunch: " + why);
+    }
+    if (!kTorchrunFlags.count(flag) || s.given.count(flag)) continue;
+    const OptionRule& rule = option_rules().at(flag);
+    if (rule.takes_value) {
+      rule.apply(s, value, variable);
+    } else if (parse_int_option(variable, value, 0, 1) == 1) {
+      rule.apply(s, "", variable);
+    }
+  }
+  s.options.overrides.insert(s.options.overrides.end(), command_line.begin(), command_line.end());
 }
 
 void resolve_program(ParseState& s) {
@@ -303,8 +358,9 @@ void resolve_run(ParseState& s) {
   }
   if (s.redirects || s.stream_tee) {
     if (o.flag_of.count("launcher.tee")) {
-      throw CliError("--redirects takes torchrun's --tee values (0-3, LOCAL_RANK:VALUE), not " +
-                     o.flag_of.at("launcher.tee"));
+      throw CliError(o.flag_of.at("launcher.tee") + " and --redirects exclude each other: --redirects goes with "
+                     "torchrun's --tee values (0-3, LOCAL_RANK:VALUE); use either xlaunch's --tee all|rank0|none alone, "
+                     "or torchrun's --redirects/--tee");
     }
     o.overrides.push_back(string_override("launcher.tee", torchrun::console_tee(s.redirects, s.stream_tee, o.notes)));
     o.flag_of["launcher.tee"] = "--redirects/--tee";
@@ -332,7 +388,7 @@ double parse_number_option(const std::string& flag, const std::string& value, do
   return x;
 }
 
-CliOptions parse_cli(const std::vector<std::string>& args) {
+CliOptions parse_cli(const std::vector<std::string>& args, const std::map<std::string, std::string>& environment) {
   ParseState state;
   CliOptions& o = state.options;
   if (!args.empty() && kSubcommands.count(args.front())) {
@@ -364,6 +420,7 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
     o.program.assign(args.begin() + static_cast<long>(i), args.end());
     break;
   }
+  apply_environment(state, environment);
   resolve_run(state);
   return o;
 }
@@ -386,6 +443,8 @@ options of a run (flags win over the spec file):
   --run-dir DIR           where state, summary and logs go (default runs/<name>; a program
                           run without a spec: runs/<name>-<time>)
   --tee all|rank0|none    which ranks' lines go to the console (files always get all)
+  --preempt-grace S       on SIGTERM, every rank checkpoints at its next step and exits; the
+                          usual stop only after S s (launcher.preempt_grace_s; README: Preemption)
   --dry-run               print the resolved plan as JSON and start nothing
   --check                 validate the spec and exit (0 valid, else the code the run would give)
   --detach                run in the background; print the run dir and the supervisor's pid

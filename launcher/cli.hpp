@@ -34,6 +34,7 @@ struct RendezvousFlags {
   std::optional<int> nnodes;               // --nnodes
   bool node_rank = false;                  // --node-rank was given
   bool standalone = false;                 // --standalone
+  std::string role = "default";            // --role: the ranks' ROLE_NAME, torchrun's default
 };
 
 struct CliOptions {
@@ -69,8 +70,10 @@ int parse_int_option(const std::string& flag, const std::string& value, long lon
 // A finite number >= `min`; throws CliError naming `flag` otherwise.
 double parse_number_option(const std::string& flag, const std::string& value, double min);
 
-// `args` excludes argv[0].
-CliOptions parse_cli(const std::vector<std::string>& args);
+// `args` excludes argv[0]. `environment` gives a run torchrun's PET_<FLAG> variables: each is the
+// default of --<flag> (PET_NNODES of --nnodes, ...), as torchrun reads them; the command line wins.
+// A malformed value is a CliError naming the variable.
+CliOptions parse_cli(const std::vector<std::string>& args, const std::map<std::string, std::string>& environment = {});
 
 std::string usage();
 

@@ -23,7 +23,15 @@ unsigned count_cores() {
   return online > 0 ? static_cast<unsigned>(online) : 1u;
 }
 
-std::map<std::string, std::string> read_environment() {
+std::string trim(const std::string& s) {
+  const auto first = s.find_first_not_of(" \t");
+  if (first == std::string::npos) return "";
+  return s.substr(first, s.find_last_not_of(" \t") - first + 1);
+}
+
+}  // namespace
+
+std::map<std::string, std::string> process_environment() {
   std::map<std::string, std::string> env;
   for (char** e = environ; *e; ++e) {
     const std::string entry = *e;
@@ -32,14 +40,6 @@ std::map<std::string, std::string> read_environment() {
   }
   return env;
 }
-
-std::string trim(const std::string& s) {
-  const auto first = s.find_first_not_of(" \t");
-  if (first == std::string::npos) return "";
-  return s.substr(first, s.find_last_not_of(" \t") - first + 1);
-}
-
-}  // namespace
 
 int visible_gpus(int physical_gpus, const std::optional<std::string>& cuda_visible_devices) {
   if (!cuda_visible_devices) return physical_gpus;
@@ -65,7 +65,7 @@ int visible_gpus(int physical_gpus, const std::optional<std::string>& cuda_visib
 HostInfo probe_host() {
   HostInfo host;
   host.physical_gpus = count_nvidia_gpus();
-  host.environment = read_environment();
+  host.environment = process_environment();
   if (auto it = host.environment.find("CUDA_VISIBLE_DEVICES"); it != host.environment.end()) {
     host.cuda_visible_devices = it->second;
   }

@@ -18,6 +18,9 @@ struct HostInfo {
 
 HostInfo probe_host();
 
+// This process's environment (environ), name -> value.
+std::map<std::string, std::string> process_environment();
+
 // CUDA's rule: the list is read up to its first invalid entry (an index out of range, a
 // repeated index, or anything else unparsable); "" and "-1" hide every GPU. GPU-/MIG- UUIDs
 // count as valid since only the driver could check them.

@@ -31,7 +31,7 @@ h1{font-size:22px;margin:0 10px 0 0;display:inline}
 h2{font-size:15px;margin:0 0 8px}
 .badge{display:inline-block;padding:2px 11px;border-radius:999px;font-weight:600;font-size:13px;vertical-align:3px}
 .badge.completed{background:#dafbe1;color:var(--ok)}.badge.failed,.badge.lost{background:#ffebe9;color:var(--bad)}
-.badge.stopped{background:#fff4c2;color:var(--warn)}.badge.running{background:#ddf4ff;color:var(--run)}
+.badge.stopped,.badge.preempted{background:#fff4c2;color:var(--warn)}.badge.running{background:#ddf4ff;color:var(--run)}
 .meta{color:var(--muted);margin:6px 0 16px}
 .card{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:12px 16px;margin-bottom:14px}
 .cause{border-left:4px solid var(--bad)}.cause.stopped{border-left-color:#d4a72c}
@@ -118,6 +118,7 @@ const char* badge_class(RunState state) {
   switch (state) {
     case RunState::kRunning: return "running";
     case RunState::kCompleted: return "completed";
+    case RunState::kPreempted: return "preempted";
     case RunState::kFailed: return "failed";
     case RunState::kStopped: return "stopped";
     case RunState::kLost: return "lost";
@@ -208,7 +209,7 @@ std::string failure_text(const json& cause) {
 // Why the run ended, when it did not succeed: the root cause with its message and log tail.
 void outcome(std::string& html, const RunInfo& run) {
   if (run.run_state == RunState::kRunning || run.run_state == RunState::kCompleted) return;
-  const bool stopped = run.run_state == RunState::kStopped;
+  const bool stopped = run.run_state == RunState::kStopped || run.run_state == RunState::kPreempted;
   html += fmt::format(R"(<section class="card cause{}" id="root-cause"><h2>{}</h2>)", stopped ? " stopped" : "",
                       stopped ? "Why it stopped" : "Why it failed");
   if (run.run_state == RunState::kLost) {
@@ -358,15 +359,18 @@ void stragglers(std::string& html, const RunInfo& run) {
   json list = run.summary.is_object() ? run.summary.value("stragglers", json()) : json();
   if (!list.is_array() && run.state.is_object()) list = run.state.value("stragglers", json());
   if (list.is_array() && !list.empty()) {
-    html += "<table><tr><th>rank</th><th>from step</th><th>slower than the median by</th></tr>";
+    html += "<table><tr><th>rank</th><th>from step</th><th>reported at step</th><th>slower than the other ranks by"
+            "</th><th>recovered at step</th></tr>";
     for (const json& s : list) {
       const double by = s.value("slower_by", NAN);
-      html += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td></tr>", text_of(s, "rank"), text_of(s, "first_step"),
-                          std::isfinite(by) ? fmt::format("{:.0f}%", by * 100) : "-");
+      html += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", text_of(s, "rank"),
+                          text_of(s, "first_step"), text_of(s, "warned_step"),
+                          std::isfinite(by) ? fmt::format("{:.0f}%", by * 100) : "-",
+                          text_of(s, "recovered_step", "not yet"));
     }
     html += "</table>";
   } else {
-    html += list.is_array() ? "<p>None: every rank kept up with the median.</p>" : "<p>None reported.</p>";
+    html += list.is_array() ? "<p>None: every rank kept up with the others.</p>" : "<p>None reported.</p>";
   }
   html += "</section>";
 }

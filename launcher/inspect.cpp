@@ -57,22 +57,23 @@ std::string outcome_line(const json& summary) {
                      text(summary, "attempts"));
 }
 
-// "step 412/1000 | loss 2.1345 | 12,345 tok/s | ETA 0:01:02"
-std::string progress_line(const json& p) {
+// "step 412/1000 | loss 2.1345 | 12,345 tok/s | ETA 0:01:02"; an ended run has no ETA.
+std::string progress_line(const json& p, bool running) {
   std::string line = fmt::format("step {}/{}", text(p, "step"), text(p, "total_steps"));
   if (p.value("loss", json()).is_number()) line += fmt::format(" | loss {:.4f}", p["loss"].get<double>());
   const double tok_s = p.value("tokens_per_s", 0.0);
   if (tok_s > 0) line += " | " + with_thousands(static_cast<long long>(tok_s + 0.5)) + " tok/s";
-  if (p.value("step", 0) < p.value("total_steps", 0)) line += " | ETA " + format_duration(p.value("eta_s", 0.0));
+  if (running && p.value("step", 0) < p.value("total_steps", 0)) line += " | ETA " + format_duration(p.value("eta_s", 0.0));
   return line;
 }
 
-// "rank 3 (35% slower from step 300)"
+// "rank 3 (35% slower from step 300, recovered at step 700)"
 std::string stragglers_line(const json& stragglers) {
   std::string line;
   for (const json& s : stragglers) {
-    line += fmt::format("{}rank {} ({:.0f}% slower from step {})", line.empty() ? "" : ", ", text(s, "rank"),
-                        100 * s.value("slower_by", 0.0), text(s, "first_step"));
+    line += fmt::format("{}rank {} ({:.0f}% slower from step {}{})", line.empty() ? "" : ", ", text(s, "rank"),
+                        100 * s.value("slower_by", 0.0), text(s, "first_step"),
+                        s.contains("recovered_step") ? ", recovered at step " + text(s, "recovered_step") : "");
   }
   return line;
 }
@@ -112,7 +113,9 @@ void print_status(const std::string& dir, const json& run, bool finished, bool a
     std::cout << "status:   lost: the supervisor (pid " << text(run, "supervisor_pid")
               << ") is gone and left no summary.json; its ranks are checked by pid and start time\n";
   }
-  if (run.value("progress", json()).is_object()) std::cout << "progress: " << progress_line(run["progress"]) << "\n";
+  if (run.value("progress", json()).is_object()) {
+    std::cout << "progress: " << progress_line(run["progress"], alive && !finished) << "\n";
+  }
   const json stragglers = run.value("stragglers", json::array());
   if (stragglers.is_array() && !stragglers.empty()) std::cout << "stragglers: " << stragglers_line(stragglers) << "\n";
   if (run.contains("ranks")) print_ranks(run.at("ranks"));

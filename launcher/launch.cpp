@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -11,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/checkpoint_dirs.hpp"
 #include "common/exit_codes.hpp"
 #include "launcher/console.hpp"
 #include "launcher/guard.hpp"
@@ -70,6 +72,24 @@ std::optional<pid_t> detach(RunDir& run_dir) {
   return self;
 }
 
+// Our worker resuming (checkpoint.resume auto) from a sound checkpoint at train.steps or later
+// would train nothing: say so instead of starting, so that the run dir (its summary, status and
+// progress) keeps what the run that trained it left. The plan has chosen that checkpoint as the
+// worker does (every file's CRC verified, checked against the spec). One node only: on several,
+// node 0's checkpoint decides (docs/multinode.md), which the other nodes learn at the rendezvous.
+std::optional<std::string> trained_already(const Plan& plan) {
+  const JobSpec& spec = plan.spec;
+  if (!plan.own_worker || spec.checkpoint.resume != "auto" || spec.nodes.nnodes > 1 || !plan.resume_from) {
+    return std::nullopt;
+  }
+  const auto step = checkpoint_step(std::filesystem::path(*plan.resume_from).filename().string());
+  if (!step || *step < spec.train.steps) return std::nullopt;
+  return plan.run_dir + " is already trained to step " + std::to_string(*step) + " (train.steps " +
+         std::to_string(spec.train.steps) + ", checkpoint " + *plan.resume_from +
+         "): nothing to train, nothing started; raise train.steps to train on, or set checkpoint.resume to "
+         "never to start over";
+}
+
 std::string describe_plan(const Plan& plan) {
   return std::to_string(plan.ranks.size()) + " rank(s) on " + plan.device + " with " + describe_backend(plan) +
          ", run dir " + plan.run_dir;
@@ -89,6 +109,10 @@ int run_job(const CliOptions& options) {
   if (options.check) {
     const std::string what = options.job_path.empty() ? "the command line" : options.job_path;
     std::cout << "xlaunch: " << what << " is valid: " << describe_plan(plan) << std::endl;
+    return exit_code::kSuccess;
+  }
+  if (const auto done = trained_already(plan)) {
+    std::cout << "xlaunch: " << *done << std::endl;
     return exit_code::kSuccess;
   }
   RunDir run_dir(plan.run_dir, to_json(plan.spec));

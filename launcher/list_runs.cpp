@@ -20,14 +20,15 @@ using nlohmann::json;
 
 struct Row {
   RunInfo run;
+  std::string label;  // the RUN column: the run dir's path under the listed directory
   std::optional<long> step;
   std::optional<long> total;
   std::optional<double> loss;
 };
 
 // Progress from the metrics' last step record, else from rank 0's result in summary.json.
-Row make_row(RunInfo run) {
-  Row row{std::move(run), std::nullopt, std::nullopt, std::nullopt};
+Row make_row(RunInfo run, std::string label) {
+  Row row{std::move(run), std::move(label), std::nullopt, std::nullopt, std::nullopt};
   row.total = row.run.total_steps;
   if (const auto last = last_step_record(run_files::metrics(row.run.dir))) {
     row.step = last->step;
@@ -46,13 +47,24 @@ Row make_row(RunInfo run) {
 std::vector<Row> find_runs(const std::string& dir) {
   std::vector<Row> rows;
   if (auto self = read_run_info(dir)) {  // DIR is itself a run directory
-    rows.push_back(make_row(std::move(*self)));
+    rows.push_back(make_row(std::move(*self), fs::path(dir).filename().string()));
     return rows;
   }
+  // Run dirs directly under DIR, and one level deeper: a job's per-node run dirs (NAME/node-K).
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     if (!entry.is_directory(ec)) continue;
-    if (auto run = read_run_info(entry.path().string())) rows.push_back(make_row(std::move(*run)));
+    const std::string name = entry.path().filename().string();
+    if (auto run = read_run_info(entry.path().string())) {
+      rows.push_back(make_row(std::move(*run), name));
+      continue;
+    }
+    for (const auto& inner : fs::directory_iterator(entry.path(), ec)) {
+      if (!inner.is_directory(ec)) continue;
+      if (auto run = read_run_info(inner.path().string())) {
+        rows.push_back(make_row(std::move(*run), name + "/" + inner.path().filename().string()));
+      }
+    }
   }
   std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
     const double ta = a.run.started.value_or(0), tb = b.run.started.value_or(0);
@@ -79,7 +91,7 @@ std::vector<std::string> row_cells(const Row& row) {
   const RunInfo& run = row.run;
   std::string step = row.step ? std::to_string(*row.step) : "-";
   if (row.step && row.total) step += "/" + std::to_string(*row.total);
-  return {fs::path(run.dir).filename().string(),
+  return {row.label,
           state_label(run),
           run.started ? format_local_time(*run.started) : "-",
           run.duration_s ? duration_text(*run.duration_s) : "-",

@@ -5,6 +5,7 @@
 #include "common/exit_codes.hpp"
 #include "common/job_spec.hpp"
 #include "launcher/cli.hpp"
+#include "launcher/host.hpp"
 #include "launcher/html_report.hpp"
 #include "launcher/inspect.hpp"
 #include "launcher/launch.hpp"
@@ -33,7 +34,7 @@ int dispatch(const xtrain::launcher::CliOptions& options) {
 int run_command(int argc, char** argv) {
   namespace exit_code = xtrain::exit_code;
   try {
-    return dispatch(xtrain::launcher::parse_cli({argv + 1, argv + argc}));
+    return dispatch(xtrain::launcher::parse_cli({argv + 1, argv + argc}, xtrain::launcher::process_environment()));
   } catch (const xtrain::launcher::CliError& e) {
     std::cerr << "xlaunch: error: " << e.what() << "\n";
     return exit_code::kInvalidSpec;

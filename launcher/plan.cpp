@@ -101,7 +101,8 @@ void resolve_world(Plan& plan) {
   }
   const int world = nproc * spec.nodes.nnodes;
   for (int local = 0; local < nproc; ++local) {
-    plan.ranks.push_back({spec.nodes.node_rank * nproc + local, local, world, nproc, spec.nodes.node_rank});
+    plan.ranks.push_back(
+        {spec.nodes.node_rank * nproc + local, local, world, nproc, spec.nodes.node_rank, spec.nodes.nnodes});
   }
 }
 
@@ -176,6 +177,10 @@ void resolve_worker(Plan& plan, const CliOptions& options) {
                            : python ? std::string("the Python interpreter (") + torchrun::kPythonVariable + ")"
                                     : "the program";
   plan.worker_argv.front() = resolve_command(command.front(), path_env, what);
+  if (python) {
+    plan.python = plan.worker_argv.front();
+    plan.python_program = options.program.front();
+  }
   // torchrun would start every rank and let each fail with python's exit code 2: say it once, before.
   if (!options.program.empty() && options.program_kind == ProgramKind::kPythonScript &&
       !fs::is_regular_file(options.program.front())) {
@@ -217,6 +222,8 @@ std::string resolve_command(const std::string& command, const std::string& path_
 Plan make_plan(const CliOptions& options, const HostInfo& host) {
   Plan plan;
   plan.host = host;
+  plan.rdzv_id = options.rendezvous.rdzv_id;
+  plan.role = options.rendezvous.role;
   try {
     json doc;
     plan.spec = read_spec(options, host, plan.nodes_from_slurm, doc);
@@ -229,14 +236,14 @@ Plan make_plan(const CliOptions& options, const HostInfo& host) {
     if (plan.own_worker) {
       // The model shape from model.init_from's header (or the checkpoint a resume continues
       // from), so the job.json every rank reads carries the resolved shape.
-      const std::optional<std::string> resume_from = resume_checkpoint(plan);
-      resolve_model_source(plan.spec, doc, resume_from);
+      plan.resume_from = resume_checkpoint(plan);
+      resolve_model_source(plan.spec, doc, plan.resume_from);
       validate_for_training(plan.spec, static_cast<int>(plan.ranks.size()));
       const Precision precision = resolve_precision(plan.spec.train, plan.device);
       plan.precision = precision_name(precision);
       plan.cuda_graph = choose_cuda_graphs(plan.spec.train, plan.spec.model, plan.device, precision).why;
       plan_rank_memory(plan, precision);
-      check_training_inputs(plan.spec, resume_from);
+      check_training_inputs(plan.spec, plan.resume_from);
       warn_about_schedule(plan.spec.train);
     }
   } catch (const SpecError& e) {
@@ -265,6 +272,8 @@ json plan_to_json(const Plan& plan) {
   attempt.master_port = plan.spec.launcher.master_port;
   if (plan.backend == "nccl") attempt.nccl_id_hex = "<ncclGetUniqueId, fresh per attempt>";
   attempt.run_id = "<" + plan.spec.name + "-TIME-PID-aN, assigned at launch>";
+  attempt.elastic_run_id = plan.rdzv_id.empty() ? "<" + plan.spec.name + "-TIME-PID, node 0's>" : plan.rdzv_id;
+  attempt.role_name = plan.role;
   attempt.run_dir = plan.run_dir;
   attempt.job_path = plan.run_dir + "/job.json";
   attempt.max_restarts = plan.spec.launcher.max_restarts;

@@ -26,14 +26,20 @@ struct Plan {
   std::string precision;                 // resolved train.precision for our worker, else empty
   int visible_gpus = 0;
   std::vector<std::string> worker_argv;  // argv[0] resolved to an absolute path
+  std::string python;                    // a .py or -m program: the interpreter that runs it
+  std::string python_program;            // and the script or module, as given
   bool own_worker = false;               // xtrain-worker: its training sections were validated
   std::vector<RankPlacement> ranks;      // this node's ranks, by local rank
   HostInfo host;
   std::string job_token;                 // several nodes: the rendezvous store's token
+  std::string rdzv_id;                   // --rdzv-id: the ranks' TORCHELASTIC_RUN_ID, when given
+  std::string role;                      // --role: the ranks' ROLE_NAME
   bool nodes_from_slurm = false;         // `nodes` came from SLURM's variables, not the spec
   NcclLibrary nccl;                      // backend nccl: the libnccl that xlaunch and the ranks load
   std::optional<MemoryPlan> memory;      // our worker: each rank's memory plan (worker/model/memory_plan.hpp)
   std::string cuda_graph;                // our worker: train.cuda_graph resolved, and why
+  std::optional<std::string> resume_from;  // our worker: the checkpoint it resumes from, verified and
+                                           // checked against the spec (worker/train/checkpoint.hpp)
 };
 
 // Throws SpecError (exit 2) for an invalid spec or world, LaunchError for a worker command that

@@ -52,6 +52,7 @@ std::string status_name(RankStatus status) {
 std::string outcome_name(OutcomeKind kind) {
   switch (kind) {
     case OutcomeKind::kSucceeded: return "succeeded";
+    case OutcomeKind::kPreempted: return "preempted";
     case OutcomeKind::kRankFailed: return "failed";
     case OutcomeKind::kRankHung: return "hung";
     case OutcomeKind::kJobTimeout: return "timed_out";
@@ -63,7 +64,7 @@ std::string outcome_name(OutcomeKind kind) {
 }
 
 OutcomeKind outcome_kind(const std::string& name) {
-  for (OutcomeKind kind : {OutcomeKind::kSucceeded, OutcomeKind::kRankFailed, OutcomeKind::kRankHung,
+  for (OutcomeKind kind : {OutcomeKind::kSucceeded, OutcomeKind::kPreempted, OutcomeKind::kRankFailed, OutcomeKind::kRankHung,
                            OutcomeKind::kJobTimeout, OutcomeKind::kSignal, OutcomeKind::kNodeLost}) {
     if (outcome_name(kind) == name) return kind;
   }

@@ -48,7 +48,7 @@ struct RankFailure {
 };
 
 // kNodeLost: another node's xlaunch (or node 0's rendezvous store) went away mid-attempt (125).
-enum class OutcomeKind { kSucceeded, kRankFailed, kRankHung, kJobTimeout, kSignal, kLaunchFailed, kNodeLost };
+enum class OutcomeKind { kSucceeded, kPreempted, kRankFailed, kRankHung, kJobTimeout, kSignal, kLaunchFailed, kNodeLost };
 
 // Why the job (or one attempt) ended, and xlaunch's exit code for it (contract table).
 struct Outcome {

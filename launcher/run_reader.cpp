@@ -111,9 +111,10 @@ std::optional<RunInfo> read_run_info(const std::string& dir) {
   run.started = time_of(latest, "started_at");
   if (run.summary.is_object()) {
     const std::string status = run.summary.value("status", "");
-    run.run_state = status == "succeeded" ? RunState::kCompleted
-                    : status == "stopped" ? RunState::kStopped
-                                          : RunState::kFailed;
+    run.run_state = status == "succeeded"   ? RunState::kCompleted
+                    : status == "preempted" ? RunState::kPreempted
+                    : status == "stopped"   ? RunState::kStopped
+                                            : RunState::kFailed;
     if (run.summary.value("exit_code", json()).is_number_integer()) run.exit_code = run.summary.at("exit_code").get<int>();
     const double duration = number(run.summary, "duration_s");
     if (!std::isnan(duration)) run.duration_s = duration;
@@ -134,6 +135,7 @@ std::string state_label(const RunInfo& run) {
   switch (run.run_state) {
     case RunState::kRunning: return run.phase.empty() ? "running" : run.phase;
     case RunState::kCompleted: return "completed";
+    case RunState::kPreempted: return "preempted" + code;
     case RunState::kFailed: return "failed" + code;
     case RunState::kStopped: return "stopped" + code;
     case RunState::kLost: return "lost";

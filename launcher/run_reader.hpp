@@ -15,7 +15,7 @@ namespace xtrain::launcher {
 
 // A run's state as one word: finished (summary.json), or alive (the supervisor holds the run
 // dir's lock), or lost (neither: the supervisor was killed and left no summary).
-enum class RunState { kRunning, kCompleted, kFailed, kStopped, kLost };
+enum class RunState { kRunning, kCompleted, kPreempted, kFailed, kStopped, kLost };
 
 struct RunInfo {
   std::string dir;

@@ -5,17 +5,37 @@
 #include <fmt/format.h>
 
 namespace xtrain::launcher {
+namespace {
+
+// The median of `sorted` (ascending) without its element at `skip`: O(1), so judging N ranks against
+// the others costs N log N, not N squared.
+double median_without(const std::vector<double>& sorted, size_t skip) {
+  const auto at = [&](size_t k) { return sorted[k < skip ? k : k + 1]; };
+  const size_t n = sorted.size() - 1;
+  return n % 2 ? at(n / 2) : (at(n / 2 - 1) + at(n / 2)) / 2;
+}
+
+bool slower(double busy_ms, double reference_ms, double factor) {
+  return busy_ms >= factor * reference_ms && busy_ms - reference_ms >= StragglerDetector::kMinExcessMs;
+}
+
+}  // namespace
 
 std::vector<StragglerDetector::Change> StragglerDetector::observe(int rank, long step, double busy_ms) {
   std::vector<Change> changes;
   RankState& state = ranks_[rank];
   if (step <= state.last_step) return changes;  // a beat without a new step
   state.last_step = step;
-  state.busy_ms = busy_ms;
-  // The newest step that every rank has finished: judge it once.
+  state.window.push_back({step, busy_ms});
+  if (state.window.size() > kWindow) state.window.pop_front();
+  // The newest step that every rank has finished: judge it once, when every window is full.
   long complete = step;
-  for (const auto& [r, s] : ranks_) complete = std::min(complete, s.last_step);
-  if (ranks_.size() >= 2 && complete > judged_step_) judge(complete, changes);
+  bool full = true;
+  for (const auto& [r, s] : ranks_) {
+    complete = std::min(complete, s.last_step);
+    full = full && s.window.size() == kWindow;
+  }
+  if (ranks_.size() >= 2 && full && complete > judged_step_) judge(complete, changes);
   return changes;
 }
 
@@ -24,52 +44,79 @@ void StragglerDetector::new_attempt() {
   judged_step_ = 0;
 }
 
+// Where the slow steps began: walking back from the newest sample, each slow one counts +1 and each
+// fast one -1; the step where that sum peaks (the oldest such, a slow one: where slow and fast steps
+// alternate, the slowdown began before the newest). A spike some fast steps before the slowdown does
+// not pull the date back, as the fast steps in between outweigh it.
+long StragglerDetector::slow_since(const RankState& state, double reference) const {
+  long since = state.window.back().step;
+  long sum = 0, best = 0;
+  for (auto it = state.window.rbegin(); it != state.window.rend(); ++it) {
+    sum += slower(it->busy_ms, reference, kSlowAt) ? 1 : -1;
+    if (sum >= best && sum > 0) {
+      best = sum;
+      since = it->step;
+    }
+  }
+  return since;
+}
+
 void StragglerDetector::judge(long step, std::vector<Change>& changes) {
   judged_step_ = step;
-  std::vector<double> busy;
-  for (const auto& [rank, s] : ranks_) busy.push_back(s.busy_ms);
-  std::sort(busy.begin(), busy.end());
-  const size_t n = busy.size();
-  const double median = n % 2 ? busy[n / 2] : (busy[n / 2 - 1] + busy[n / 2]) / 2;
-  if (median <= 0) return;
+  std::map<int, std::vector<double>> sorted;  // each rank's window, ascending
+  std::map<int, double> medians;
+  std::vector<double> all;  // every rank's window median, ascending
+  for (const auto& [rank, s] : ranks_) {
+    std::vector<double>& busy = sorted[rank];
+    for (const Sample& sample : s.window) busy.push_back(sample.busy_ms);
+    std::sort(busy.begin(), busy.end());
+    all.push_back(medians[rank] = (busy[kWindow / 2 - 1] + busy[kWindow / 2]) / 2);
+  }
+  std::sort(all.begin(), all.end());
   for (auto& [rank, s] : ranks_) {
-    const double ratio = s.busy_ms / median;
-    const bool slow = ratio >= 1 + kSlowerBy && s.busy_ms - median >= kMinExcessMs;
-    if (!slow) {
-      ++s.fast_steps;
-      if (s.episode < 0 || s.fast_steps >= kRecoverSteps) {
-        if (s.episode >= 0) {
-          changes.push_back({fmt::format("rank {} recovered at step {}: busy {:.1f} ms per step, the median rank's "
-                                         "{:.1f} ms",
-                                         rank, step, s.busy_ms, median),
-                             false});
-        }
-        s = RankState{s.last_step, s.busy_ms};
-      }
+    const double own = medians[rank];
+    const auto mine = std::lower_bound(all.begin(), all.end(), own);  // equal medians: any one of them
+    const double reference = median_without(all, static_cast<size_t>(mine - all.begin()));
+    if (reference <= 0) continue;
+    const double ratio = own / reference;
+    if (s.episode < 0) {
+      if (!slower(own, reference, kSlowAt)) continue;
+      s.episode = static_cast<int>(episodes_.size());
+      const long since = slow_since(s, reference);
+      episodes_.push_back({rank, since, step, ratio - 1, 1, std::nullopt});
+      changes.push_back({rank,
+                         fmt::format("rank {} is a straggler: {:.0f}% slower than the other ranks since step {} "
+                                     "(median busy time {:.1f} ms per step over its last {} steps, theirs {:.1f} ms)",
+                                     rank, 100 * (ratio - 1), since, own, kWindow, reference),
+                         true});
       continue;
     }
-    if (s.slow_since == 0) s.slow_since = step;
-    s.fast_steps = 0;
-    s.ratio_sum += ratio - 1;
-    ++s.slow_steps;
-    const double slower_by = s.ratio_sum / static_cast<double>(s.slow_steps);
-    if (s.episode >= 0) {
-      episodes_[static_cast<size_t>(s.episode)].slower_by = slower_by;
-    } else if (step - s.slow_since + 1 >= kStreak) {
-      s.episode = static_cast<int>(episodes_.size());
-      episodes_.push_back({rank, s.slow_since, slower_by});
-      changes.push_back({fmt::format("rank {} is a straggler: {:.0f}% slower than the median rank for {} steps "
-                                     "since step {} (busy {:.1f} ms per step against {:.1f} ms)",
-                                     rank, 100 * slower_by, step - s.slow_since + 1, s.slow_since, s.busy_ms, median),
-                         true});
+    Episode& episode = episodes_[static_cast<size_t>(s.episode)];
+    if (slower(own, reference, kSlowAt)) {
+      episode.excess_sum += ratio - 1;
+      ++episode.judged;
     }
+    // The kRecoveredFast-th fastest busy time: below the bar, that many are.
+    if (slower(sorted[rank][kRecoveredFast - 1], reference, kRecoveredBelow)) continue;
+    episode.recovered_step = step;
+    s.episode = -1;
+    changes.push_back({rank,
+                       fmt::format("rank {} recovered at step {}: median busy time {:.1f} ms per step over its last "
+                                   "{} steps, the other ranks' {:.1f} ms (a straggler since step {}, {:.0f}% slower)",
+                                   rank, step, own, kWindow, reference, episode.first_step, 100 * episode.slower_by()),
+                       false});
   }
 }
 
 nlohmann::json StragglerDetector::to_json() const {
   nlohmann::json out = nlohmann::json::array();
   for (const Episode& e : episodes_) {
-    out.push_back({{"rank", e.rank}, {"first_step", e.first_step}, {"slower_by", e.slower_by}});
+    nlohmann::json entry = {{"rank", e.rank},
+                            {"first_step", e.first_step},
+                            {"warned_step", e.warned_step},
+                            {"slower_by", e.slower_by()}};
+    if (e.recovered_step) entry["recovered_step"] = *e.recovered_step;
+    out.push_back(std::move(entry));
   }
   return out;
 }

@@ -1,17 +1,32 @@
 // Straggler detection from the busy times in the heartbeat records (worker/train/trainer.hpp: a rank's
 // step time minus its time blocked in collectives; wall times are all equal in synchronous data
-// parallelism). For each step that every reporting rank has finished, a rank whose busy time is
-// at least kSlowerBy above the median of this node's ranks (and kMinExcessMs above it: below
-// that, scheduling noise) is slow at that step; kStreak slow steps in a row make it a straggler:
-// one warning, and an entry in state.json and summary.json ("stragglers"). A straggler with
-// kRecoverSteps fast steps in a row has recovered (one line); falling behind again makes a new
-// entry. (One fast step in a slow run is noise, so it does not end the run either.)
+// parallelism). Real slowness (a busy core, a throttled GPU, a slow link) is slow on average and noisy
+// from step to step, so each rank is judged on a window: the median of its last kWindow busy times,
+// against the reference, the median of the other ranks' window medians (with two ranks: the other
+// rank's). A rank whose window median is at least kSlowAt times the reference (and kMinExcessMs above
+// it: below that, scheduling noise) is a straggler: one warning, and an entry in state.json and
+// summary.json ("stragglers"). It has recovered once kRecoveredFast of its kWindow busy times are
+// below kRecoveredBelow times the reference (or within kMinExcessMs of it): one line, and the entry's
+// recovered_step; falling behind again makes a new entry. Both gaps, in how slow and in how many,
+// keep a rank that is slow at some steps and not at others from flapping.
 //
-// The supervisor sees a rank's record at each heartbeat (inotify), so steps that pass between two
-// reads are judged by the newer value. Only this node's ranks are compared.
+// What that guarantees: a median moves only when more than half of the window moves, however far
+// single samples lie. A rank at least kSlowAt times slower than the others at every step is reported
+// within kWindow / 2 + 1 steps of becoming slow (17), one slow at two steps of three within about 30; a
+// rank whose slow steps are a minority of its window (noise, a stall now and then) never is. Recovery
+// takes kRecoveredFast fast steps (24), and a rank slow at two steps of three does not recover by
+// chance (that needs 24 fast steps of 32 where 11 are expected: about once in a million steps).
+//
+// The busy times come from rank 0's record, every rank's of one step (the end-of-step all-reduce
+// brings them to rank 0): node 0's xlaunch judges every rank of the job, on whichever node, and the
+// other nodes none. The supervisor reads the record at each of rank 0's heartbeats (inotify), so a
+// window holds the steps that were read, which under load may skip some.
 #pragma once
 
+#include <cstddef>
+#include <deque>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,44 +36,58 @@ namespace xtrain::launcher {
 
 class StragglerDetector {
  public:
-  static constexpr double kSlowerBy = 0.2;
+  static constexpr size_t kWindow = 32;         // busy times per rank that it is judged on
+  // Window median / reference: a straggler from here. Two identical ranks pinned to their own cores of
+  // a shared 2-core VM drift up to 1.33x apart for a few dozen steps.
+  static constexpr double kSlowAt = 1.4;
+  static constexpr double kRecoveredBelow = 1.2;
+  static constexpr size_t kRecoveredFast = 3 * kWindow / 4;  // three quarters of the window
+  static_assert(kWindow % 2 == 0, "the median is the mean of the middle pair");
   static constexpr double kMinExcessMs = 1.0;
-  static constexpr long kStreak = 20;
-  static constexpr long kRecoverSteps = 5;
 
   // A line for the log when a rank becomes a straggler or recovers; empty otherwise.
   struct Change {
+    int rank;
     std::string message;
     bool warning = false;  // a new straggler (else a recovery)
   };
 
   // Rank `rank` finished step `step` with `busy_ms`. Returns what changed, if anything.
   std::vector<Change> observe(int rank, long step, double busy_ms);
-  // A restarted gang counts its steps again (from its checkpoint); the episodes found so far stay.
+  // A restarted gang counts its steps again (from its checkpoint): the windows start empty; the
+  // episodes found so far stay (one still open has no recovered_step).
   void new_attempt();
 
-  // [{"rank": R, "first_step": S, "slower_by": 0.35}], in the order they were found; slower_by is
-  // the mean fraction above the median over the straggling steps so far.
+  // [{"rank": R, "first_step": S, "warned_step": W, "slower_by": 0.7, "recovered_step": E}], in the
+  // order they were found. first_step: where the slow steps began (the step of the window from which on
+  // slow steps most outnumber fast ones); warned_step: the step judged when it was reported; slower_by:
+  // the mean of the window median's fraction above the reference over the steps judged since then
+  // while it was still at least kSlowAt; recovered_step only once it has recovered.
   nlohmann::json to_json() const;
   bool empty() const { return episodes_.empty(); }
 
  private:
+  struct Sample {
+    long step;
+    double busy_ms;
+  };
   struct RankState {
-    long last_step = 0;   // of the latest busy time seen
-    double busy_ms = 0;
-    long slow_since = 0;  // first step of the current slow run; 0: not slow
-    double ratio_sum = 0; // over the slow steps of the run
-    long slow_steps = 0;
-    long fast_steps = 0;  // fast steps in a row since the last slow one
-    int episode = -1;     // index in episodes_ while flagged
+    long last_step = 0;          // of the latest busy time seen
+    std::deque<Sample> window;   // the latest kWindow samples, oldest first
+    int episode = -1;            // index in episodes_ while a straggler
   };
   struct Episode {
     int rank;
     long first_step;
-    double slower_by;
+    long warned_step;
+    double excess_sum = 0;  // of window median / reference - 1, over the steps judged slow since warned_step
+    long judged = 0;
+    std::optional<long> recovered_step;
+    double slower_by() const { return judged > 0 ? excess_sum / static_cast<double>(judged) : 0; }
   };
 
   void judge(long step, std::vector<Change>& changes);
+  long slow_since(const RankState& state, double reference) const;
 
   std::map<int, RankState> ranks_;
   long judged_step_ = 0;  // the last step judged

@@ -1,5 +1,6 @@
 #include "launcher/supervisor.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include <csignal>
@@ -15,6 +16,7 @@
 #include "launcher/attempt.hpp"
 #include "launcher/launch_error.hpp"
 #include "launcher/proc_info.hpp"
+#include "launcher/torchrun.hpp"
 
 namespace xtrain::launcher {
 namespace {
@@ -450,18 +452,24 @@ void Supervisor::drop_echo() {
   echo_timer_.cancel();
 }
 
-// Each beat brings the rank's progress record: its last step's busy time feeds the stragglers.
+// Rank 0's beats bring every rank's busy time of its last step (the end-of-step all-reduce gives
+// them to rank 0, whose record carries them): they feed the stragglers, so node 0 judges every rank
+// of the job, on whichever node, and the other nodes none.
 void Supervisor::on_beat(int rank) {
-  const std::optional<HeartbeatRecord> record = read_heartbeat_record(heartbeat_file_path(plan_.run_dir, rank));
-  if (!record || record->last_step <= 0) return;
+  if (rank != 0) return;
+  const std::optional<RankBusyTimes> busy = read_rank_busy_times(heartbeat_file_path(plan_.run_dir, rank));
+  if (!busy || busy->last_step <= 0) return;
   bool changed = false;
-  for (const StragglerDetector::Change& change : stragglers_.observe(rank, record->last_step, record->busy_ms)) {
-    if (change.warning) {
-      spdlog::warn("{}", change.message);
-    } else {
-      spdlog::info("{}", change.message);
+  for (size_t r = 0; r < busy->busy_ms.size(); ++r) {
+    for (const StragglerDetector::Change& change :
+         stragglers_.observe(static_cast<int>(r), busy->last_step, busy->busy_ms[r])) {
+      if (change.warning) {
+        spdlog::warn("{}", change.message);
+      } else {
+        spdlog::info("{}", change.message);
+      }
+      changed = true;
     }
-    changed = true;
   }
   if (changed) save_state();
 }
@@ -481,17 +489,14 @@ void Supervisor::rank_failed(RankFailure failure, Outcome outcome) {
   if (phase_ != Phase::kRunning && phase_ != Phase::kStarting) return;  // teardown already under way
   drop_echo();  // a primary failure (or a hang) takes the place of a held echo
   const bool restart = outcome.kind != OutcomeKind::kLaunchFailed && attempt_ <= plan_.spec.launcher.max_restarts;
-  const std::string stopping =
-      fmt::format("stopping {} (SIGTERM, then SIGKILL after {} s){}", plural(running_count(), "running rank"),
-                  plan_.spec.launcher.term_timeout_s,
-                  restart ? fmt::format(", then restarting ({} of {})", attempt_, plan_.spec.launcher.max_restarts) : "");
   failure.node = plan_.spec.nodes.node_rank;
   const bool diagnose = failure.kind == FailureKind::kHung && phase_ == Phase::kRunning;
-  if (diagnose) {  // the rank whose clock ran out first is not necessarily the one the others wait for
-    spdlog::error("rank {} sent no heartbeat for {} s; finding where every rank is, then {}", failure.rank,
-                  plan_.spec.launcher.heartbeat_timeout_s, stopping);
+  if (diagnose) {  // the rank whose clock ran out first is not necessarily the one the others wait for:
+                   // the diagnosis names the hung rank (end_diagnosis)
+    spdlog::warn("a rank sent no heartbeat for {} s (launcher.heartbeat_timeout_s); finding where every rank is",
+                 plan_.spec.launcher.heartbeat_timeout_s);
   } else {
-    spdlog::error("{}; {}", outcome.reason, stopping);
+    spdlog::error("{}; {}", outcome.reason, stopping_text(restart));
   }
   root_cause_ = std::move(failure);
   outcome_ = std::move(outcome);
@@ -531,7 +536,6 @@ void Supervisor::end_diagnosis() {
   const std::string summary = summarize(diagnosis_->ranks());
   const std::vector<int> behind = ranks_behind(diagnosis_->ranks());
   diagnosis_.reset();
-  if (!summary.empty()) spdlog::error("where the ranks are: {}", summary);
   if (root_cause_ && root_cause_->kind == FailureKind::kHung && !summary.empty()) {
     // The watchdog fires for whichever rank's clock runs out first; the rank the others wait for
     // is the cause.
@@ -547,7 +551,18 @@ void Supervisor::end_diagnosis() {
     }
     root_cause_->message += "; " + summary;
   }
+  if (root_cause_ && root_cause_->kind == FailureKind::kHung) {
+    spdlog::error("{}; {}", outcome_->reason, stopping_text(after_diagnosis_ == Phase::kRestarting));
+  }
+  if (!summary.empty()) spdlog::error("where the ranks are: {}", summary);
   stop_gang(after_diagnosis_, SIGTERM);
+}
+
+std::string Supervisor::stopping_text(bool restart) const {
+  return fmt::format("stopping {} (SIGTERM, then SIGKILL after {} s){}", plural(running_count(), "running rank"),
+                     plan_.spec.launcher.term_timeout_s,
+                     restart ? fmt::format(", then restarting ({} of {})", attempt_, plan_.spec.launcher.max_restarts)
+                             : "");
 }
 
 void Supervisor::on_signal(int sig) {
@@ -558,6 +573,10 @@ void Supervisor::on_signal(int sig) {
     return;
   }
   if (signaled_with_ranks(sig)) return;
+  if (sig == SIGTERM && phase_ == Phase::kRunning && plan_.spec.launcher.preempt_grace_s > 0) {
+    begin_preemption(sig);
+    return;
+  }
   if (sig == SIGINT && ++interrupts_ >= 2) {
     spdlog::warn("second SIGINT: killing every rank now");
     kill_stragglers();
@@ -585,6 +604,43 @@ void Supervisor::on_signal(int sig) {
     return;
   }
   stop_gang(Phase::kStopping, forward);
+}
+
+// launcher.preempt_grace_s: a SIGTERM (a Kubernetes eviction, a scheduler's preemption) first asks
+// every rank to checkpoint at its next step boundary and exit, by xtrain-worker's stop request
+// (SIGUSR1, which rides on the step's all-reduce to every rank of every node), and stops the gang
+// the usual way only if the grace period ends first. A second signal stops it at once (on_signal).
+void Supervisor::begin_preemption(int sig) {
+  const double grace = plan_.spec.launcher.preempt_grace_s;
+  outcome_ = Outcome{OutcomeKind::kSignal, exit_code::kSignalBase + sig, "xlaunch received " + signal_name(sig)};
+  preempting_ = true;
+  spdlog::warn("received {}; asking {} to checkpoint at the next step and exit (SIGUSR1); stopping them after "
+               "{} s (launcher.preempt_grace_s) if they have not",
+               signal_name(sig), plural(running_count(), "running rank"), grace);
+  drop_echo();
+  phase_ = Phase::kStopping;
+  stop_signal_ = SIGUSR1;
+  signal_groups(SIGUSR1);
+  kill_timer_.expires_after(seconds(grace));
+  kill_timer_.async_wait([this, attempt = attempt_, sig, grace](const boost::system::error_code& ec) {
+    if (ec || attempt != attempt_ || running_count() == 0) return;
+    spdlog::warn("{} still running {} s after the checkpoint request; stopping them",
+                 plural(running_count(), "rank"), grace);
+    stop_gang(Phase::kStopping, sig);
+  });
+  save_state();
+}
+
+// Every rank exited 0 after writing its checkpoint on a stop request (its result says "preempted").
+bool Supervisor::every_rank_preempted() const {
+  for (const Rank& rank : ranks_) {
+    const json& result = rank.record.result;
+    if (!rank.record.exit || !rank.record.exit->ok() || !result.is_object() ||
+        result.value("status", "") != "preempted") {
+      return false;
+    }
+  }
+  return true;
 }
 
 // scancel (and a terminal's Ctrl-C without job control) signals every process of the job, the
@@ -681,9 +737,17 @@ void Supervisor::check_attempt_over() {
   }
   if (!groups_released_) {
     kill_timer_.cancel();
+    const long step = ranks_.front().record.result.is_object() ? ranks_.front().record.result.value("step", 0L) : 0;
     if (phase_ == Phase::kRunning) {
-      outcome_ = Outcome{OutcomeKind::kSucceeded, exit_code::kSuccess, "every rank exited 0"};
+      outcome_ = every_rank_preempted()
+                     ? Outcome{OutcomeKind::kPreempted, exit_code::kSuccess,
+                               fmt::format("every rank checkpointed step {} on a stop request (SIGUSR1) and exited 0", step)}
+                     : Outcome{OutcomeKind::kSucceeded, exit_code::kSuccess, "every rank exited 0"};
       phase_ = Phase::kStopping;
+    } else if (preempting_ && every_rank_preempted()) {
+      outcome_ = Outcome{OutcomeKind::kPreempted, outcome_->exit_code,
+                         fmt::format("{}: every rank checkpointed step {} and exited 0 within launcher.preempt_grace_s",
+                                     outcome_->reason, step)};
     }
     signal_groups(SIGKILL);  // whatever the ranks left behind in their groups
     groups_released_ = true;
@@ -724,6 +788,14 @@ void Supervisor::conclude_attempt() {
     const auto lines = report_lines(*root_cause_);
     spdlog::error("{}", lines.front());
     for (size_t i = 1; i < lines.size(); ++i) spdlog::info("{}", lines[i]);
+    const auto& tail = root_cause_->log_tail;
+    if (!plan_.python.empty() && std::any_of(tail.begin(), tail.end(), [](const std::string& line) {
+          return line.find("ModuleNotFoundError") != std::string::npos;
+        })) {
+      spdlog::error("rank {} ran {} with {}, which lacks a module it imports; {} chooses the interpreter (else "
+                    "python3 from PATH)",
+                    root_cause_->rank, plan_.python_program, plan_.python, torchrun::kPythonVariable);
+    }
   }
   attempt_history_.push_back({{"attempt", attempt_},
                               {"duration_s", seconds_between(attempt_started_, SteadyClock::now())},

@@ -107,8 +107,11 @@ class Supervisor {
   void on_beat(int rank);
   void on_signal(int signal);
   bool signaled_with_ranks(int signal);
+  void begin_preemption(int signal);
+  bool every_rank_preempted() const;
   void on_job_timeout();
   void rank_failed(RankFailure failure, Outcome outcome);
+  std::string stopping_text(bool restart) const;  // "stopping 4 running ranks (SIGTERM, then SIGKILL after 2 s)"
 
   // A peer_lost failure waits for the primary one.
   void hold_echo(RankFailure failure, Outcome outcome);
@@ -164,6 +167,7 @@ class Supervisor {
   bool attempt_over_ = false;
   int stop_signal_ = 0;             // the signal sent to begin this attempt's stop
   int interrupts_ = 0;              // SIGINTs received; the second kills at once
+  bool preempting_ = false;         // a SIGTERM under launcher.preempt_grace_s: the ranks checkpoint first
   std::optional<Outcome> outcome_;  // this attempt's, set by its first decisive event
   std::optional<RankFailure> root_cause_;   // a rank of this node
   std::optional<nlohmann::json> remote_cause_;  // or another node's root cause, as it reported it

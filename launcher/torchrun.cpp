@@ -108,8 +108,19 @@ std::vector<std::string> program_argv(const CliOptions& options, const HostInfo&
   return argv;
 }
 
+// An Indexed Job's (and a JobSet's) pod index: the node rank where nothing else gives one.
+void apply_completion_index(json& doc, int nnodes, const std::map<std::string, std::string>& environment) {
+  const auto index = environment.find(kCompletionIndexVariable);
+  if (index == environment.end() || get_path(doc, "nodes.node_rank")) return;
+  try {
+    set_path(doc, "nodes.node_rank", parse_int_option(kCompletionIndexVariable, index->second, 0, nnodes - 1));
+  } catch (const CliError& e) {
+    throw SpecError("", std::string(e.what()) + " (the node rank of a job on " + std::to_string(nnodes) + " nodes)");
+  }
+}
+
 // Node 0's address for several nodes, 127.0.0.1's MASTER_PORT for one; see the README's table.
-void apply_rendezvous_flags(json& doc, const CliOptions& options) {
+void apply_rendezvous_flags(json& doc, const CliOptions& options, const std::map<std::string, std::string>& environment) {
   const RendezvousFlags& flags = options.rendezvous;
   if (flags.standalone) {
     set_path(doc, "nodes.nnodes", 1);
@@ -122,6 +133,7 @@ void apply_rendezvous_flags(json& doc, const CliOptions& options) {
     if (flags.master_port) set_path(doc, "launcher.master_port", *flags.master_port);
     return;
   }
+  apply_completion_index(doc, nnodes, environment);
   if (!flags.endpoint && (flags.master_addr || flags.master_port)) {
     set_path(doc, "nodes.rdzv_endpoint",
              flags.master_addr.value_or("127.0.0.1") + ":" + std::to_string(flags.master_port.value_or(kDefaultMasterPort)));
@@ -133,9 +145,9 @@ void apply_rendezvous_flags(json& doc, const CliOptions& options) {
                                     "add --rdzv-endpoint HOST:PORT, or --master-addr HOST [--master-port PORT]");
   }
   if (!flags.node_rank && !get_path(doc, "nodes.node_rank")) {
-    throw SpecError("nodes.nnodes", "a job on " + nodes + " needs --node-rank on every node (0 where the "
-                                    "rendezvous endpoint is): torchrun's c10d numbers nodes as they arrive, "
-                                    "xlaunch by --node-rank");
+    throw SpecError("nodes.nnodes", "a job on " + nodes + " needs --node-rank (or PET_NODE_RANK, or an Indexed "
+                                    "Job's JOB_COMPLETION_INDEX) on every node, 0 where the rendezvous endpoint "
+                                    "is: torchrun's c10d numbers nodes as they arrive, xlaunch by --node-rank");
   }
 }
 
@@ -300,7 +312,7 @@ json job_document(const CliOptions& options, const HostInfo& host) {
   for (const std::string& assignment : options.overrides) apply_override(doc, assignment);
   if (!doc.is_object()) return doc;  // parse_job_spec says what is wrong
   if (!options.program.empty()) set_path(doc, "worker.command", program_argv(options, host));
-  apply_rendezvous_flags(doc, options);
+  apply_rendezvous_flags(doc, options, host.environment);
   apply_run_dir(doc, options);
   return doc;
 }

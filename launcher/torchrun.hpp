@@ -25,6 +25,9 @@ inline constexpr int kDefaultMasterPort = 29500;
 // The interpreter for .py programs and -m: torchrun's own override variable, else python3 from PATH.
 inline constexpr const char* kPythonVariable = "PYTHON_EXEC";
 inline constexpr const char* kDefaultPython = "python3";
+// A Kubernetes Indexed Job's (and JobSet's) pod index: the node rank of a job on several nodes
+// when neither --node-rank, PET_NODE_RANK nor the spec gives one.
+inline constexpr const char* kCompletionIndexVariable = "JOB_COMPLETION_INDEX";
 
 // --nproc-per-node: a number, "auto" (the visible GPUs, else the CPU ranks), "gpu" (the
 // visible GPUs; device cuda), "cpu" (the CPU ranks; device cpu). Appends overrides.

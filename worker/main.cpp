@@ -38,6 +38,7 @@
 #include "worker/formats/file_io.hpp"
 #include "worker/model/memory_plan.hpp"
 #include "worker/cpu/openblas_core.hpp"
+#include "worker/data/token_source.hpp"
 #include "worker/train/trainer.hpp"
 
 namespace {
@@ -156,6 +157,7 @@ int main(int argc, char** argv) {
                                                   spec.checkpoint.resume));
     }
     validate_for_training(spec, env.where.world_size);
+    check_data_files(spec.data, spec.model, spec.train.eval_every > 0);  // a missing file first, not the memory plan
     device = choose_device(spec, env.where.local_rank, DeviceProbe::of_this_machine());
     if (device.degraded) {
       spdlog::warn("{}", device.summary);

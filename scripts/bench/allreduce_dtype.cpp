@@ -49,7 +49,7 @@ Options parse(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--precision") == 0) o.precision = argv[++i];
     else return false;
     return true;
-  });
+  }, "--data FILE [--precision bf16|fp32]");
   if (o.data.empty() || o.steps < 1 || o.batch < 1 || (o.precision != "bf16" && o.precision != "fp32")) {
     std::fprintf(stderr, "xtrain-bench-allreduce-dtype: --data FILE is required, --steps and --batch >= 1, "
                          "--precision bf16 or fp32\n");

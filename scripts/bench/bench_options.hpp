@@ -20,9 +20,10 @@ struct BenchShape {
 };
 
 // Reads `--layers N ... --warmup N` into `shape`; any other argument goes to `extra(i)`, which
-// returns true when it took argv[i] (advancing i past a value). Anything else exits 2.
+// returns true when it took argv[i] (advancing i past a value). Anything else exits 2. --help
+// (-h) prints the shape flags with their defaults and `own_flags`, the program's, and exits 0.
 inline void parse_bench_flags(const char* program, int argc, char** argv, BenchShape& shape,
-                              const std::function<bool(int&)>& extra) {
+                              const std::function<bool(int&)>& extra, const char* own_flags) {
   struct Flag {
     const char* name;
     int* value;
@@ -30,6 +31,14 @@ inline void parse_bench_flags(const char* program, int argc, char** argv, BenchS
                {"--seq", &shape.seq},       {"--vocab", &shape.vocab}, {"--batch", &shape.batch},
                {"--steps", &shape.steps},   {"--warmup", &shape.warmup}};
   for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::printf("usage: %s", program);
+      for (const Flag& f : flags) std::printf(" [%s N (%d)]", f.name, *f.value);
+      std::printf(" %s\n(the model shape, the micro-batch, timed steps after warm-up steps; defaults in "
+                  "parentheses)\n",
+                  own_flags);
+      std::exit(0);
+    }
     bool known = false;
     for (const Flag& f : flags) {
       if (std::strcmp(argv[i], f.name) == 0 && i + 1 < argc) {

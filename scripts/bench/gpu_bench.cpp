@@ -73,7 +73,7 @@ Options parse(int argc, char** argv) {
       return true;
     }
     return false;
-  });
+  }, "[--precision bf16|tf32|fp32 (tf32)] [--cuda-graph on|off (off)] [--out FILE]");
   if (o.precision != "bf16" && o.precision != "tf32" && o.precision != "fp32") {
     std::fprintf(stderr, "xtrain-bench-gpu: --precision must be bf16, tf32 or fp32\n");
     std::exit(2);

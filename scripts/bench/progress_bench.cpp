@@ -49,7 +49,7 @@ int main(int argc, char** argv) try {
     if (std::strcmp(argv[i], "--threads") != 0 || i + 1 >= argc) return false;
     o.threads = std::atoi(argv[++i]);
     return true;
-  });
+  }, "[--threads N]");
   openblas_set_num_threads(o.threads);
   char path[] = "/tmp/xtrain-bench-progress-XXXXXX";
   const int fd = ::mkstemp(path);

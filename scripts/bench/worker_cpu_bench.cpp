@@ -47,7 +47,7 @@ Options parse(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--precision") == 0) o.precision = argv[++i];
     else return false;
     return true;
-  });
+  }, "[--threads N] [--precision fp32|bf16] [--profile]");
   if (o.steps < 1 || o.warmup < 0 || o.threads < 1 || o.batch < 1 ||
       (o.precision != "fp32" && o.precision != "bf16")) {
     std::fprintf(stderr, "xtrain-bench-cpu: --steps, --threads and --batch must be >= 1, --warmup >= 0, "

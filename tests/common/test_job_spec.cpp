@@ -30,6 +30,7 @@ TEST_CASE("an empty spec gets every default", "[spec]") {
   CHECK(s.run_dir == "runs/demo");
   CHECK_FALSE(s.nproc_per_node.has_value());
   CHECK(s.launcher.term_timeout_s == 10.0);
+  CHECK(s.launcher.preempt_grace_s == 0);  // off: SIGTERM stops the ranks at once
   CHECK(s.launcher.tee == "all");
   CHECK(s.model.vocab_size == 256);
   CHECK(s.checkpoint.resume == "auto");
@@ -60,6 +61,10 @@ TEST_CASE("errors name the field by JSON path and say what was expected", "[spec
         R"(launcher.term_timeout_s: expected a number >= 0, got "ten")");
   CHECK(error_of(json::parse(R"({"launcher": {"term_timeout_s": -1}})")) ==
         "launcher.term_timeout_s: expected a number >= 0, got -1");
+  CHECK(error_of(json::parse(R"({"launcher": {"preempt_grace_s": -30}})")) ==
+        "launcher.preempt_grace_s: expected a number >= 0, got -30");
+  CHECK(error_of(json::parse(R"({"launcher": {"preempt_grace_s": "1m"}})")) ==
+        R"(launcher.preempt_grace_s: expected a number >= 0, got "1m")");
   CHECK(error_of(json::parse(R"({"nproc_per_node": 0})")) ==
         R"(nproc_per_node: expected "auto" or an integer >= 1, got 0)");
   CHECK(error_of(json::parse(R"({"nproc_per_node": "many"})")) ==

@@ -14,6 +14,7 @@ AttemptEnv sample_attempt() {
   AttemptEnv a;
   a.master_port = 29501;
   a.run_id = "job-1";
+  a.elastic_run_id = "job";
   a.run_dir = "/runs/job";
   a.job_path = "/runs/job/job.json";
   a.restart_count = 1;
@@ -25,10 +26,11 @@ AttemptEnv sample_attempt() {
 
 TEST_CASE("the env builder sets exactly the contract's variables", "[env]") {
   JobSpec spec = parse_job_spec(nlohmann::json::parse(R"({"worker": {"env": {"EXTRA": "1"}}})"));
-  RankPlacement where{5, 1, 8, 4, 1};
+  RankPlacement where{5, 1, 8, 4, 1, 2};
   AttemptEnv attempt = sample_attempt();
   attempt.nccl_id_hex = std::string(256, 'a');
-  const auto e = build_worker_env(spec, where, attempt, {{"PATH", "/bin"}, {"RANK", "stale"}}, 16);
+  const auto e = build_worker_env(spec, where, attempt,
+                                  {{"PATH", "/bin"}, {"RANK", "stale"}, {"TORCHELASTIC_RUN_ID", "stale"}}, 16);
   const std::map<std::string, std::string> expected = {
       {"PATH", "/bin"},
       {"RANK", "5"},
@@ -36,6 +38,13 @@ TEST_CASE("the env builder sets exactly the contract's variables", "[env]") {
       {"LOCAL_RANK", "1"},
       {"LOCAL_WORLD_SIZE", "4"},
       {"GROUP_RANK", "1"},
+      {"GROUP_WORLD_SIZE", "2"},
+      {"ROLE_RANK", "5"},
+      {"ROLE_WORLD_SIZE", "8"},
+      {"ROLE_NAME", "default"},
+      {"TORCHELASTIC_RESTART_COUNT", "1"},
+      {"TORCHELASTIC_MAX_RESTARTS", "3"},
+      {"TORCHELASTIC_RUN_ID", "job"},
       {"MASTER_ADDR", "127.0.0.1"},
       {"MASTER_PORT", "29501"},
       {"XTRAIN_NCCL_ID", std::string(256, 'a')},

@@ -111,10 +111,21 @@ TEST_CASE("launcher/cli: torchrun's flags in both spellings and both value forms
   CHECK(o.log_dir == "/tmp/logs");
   CHECK(o.flag_of.at("nodes.rdzv_endpoint") == "--rdzv-endpoint 10.0.0.1");
   CHECK(o.flag_of.at("run_dir") == "--log_dir /tmp/logs");
-  REQUIRE(o.notes.size() == 3);
+  CHECK(o.rendezvous.role == "trainer");
+  REQUIRE(o.notes.size() == 2);
   CHECK_THAT(o.notes[0], Catch::Matchers::StartsWith("--monitor_interval is ignored"));
   CHECK_THAT(o.notes[1], Catch::Matchers::StartsWith("--start-method is ignored"));
-  CHECK_THAT(o.notes[2], Catch::Matchers::StartsWith("--role is ignored"));
+}
+
+TEST_CASE("launcher/cli: PET_* variables go before the command line's overrides", "[cli][torchrun]") {
+  const CliOptions o = parse_cli({"--set", "nodes.nnodes=3", "--max-restarts", "2", "a.json"},
+                                 {{"PET_NNODES", "2"}, {"PET_MAX_RESTARTS", "5"}, {"NNODES", "7"}, {"PET_OTHER", "x"}});
+  // PET_MAX_RESTARTS is not read: its flag is on the command line; the others are not torchrun's.
+  CHECK(o.overrides == std::vector<std::string>{"nodes.nnodes=2", "nodes.nnodes=3", "launcher.max_restarts=2"});
+  CHECK(o.flag_of.at("nodes.nnodes") == "PET_NNODES 2");
+  CHECK(o.rendezvous.nnodes == 2);
+  // A subcommand reads no variable.
+  CHECK(parse_cli({"status", "runs/x"}, {{"PET_NNODES", "two"}}).run_dir == "runs/x");
 }
 
 TEST_CASE("launcher/cli: --nproc-per-node takes a number or auto or gpu or cpu", "[cli][torchrun]") {
@@ -171,7 +182,7 @@ TEST_CASE("launcher/cli: bad torchrun command lines name the flag", "[cli][torch
   CHECK_THAT(error({"--redirects", "3", "--tee", "1:3", "a.py"}),
              Contains("--redirects/--tee: xlaunch's console shows every rank, rank 0 only, or none"));
   CHECK_THAT(error({"--redirects", "3", "--tee", "rank0", "a.py"}),
-             Contains("--redirects takes torchrun's --tee values (0-3, LOCAL_RANK:VALUE), not --tee rank0"));
+             Contains("--tee rank0 and --redirects exclude each other: --redirects goes with torchrun's --tee values"));
   CHECK_THAT(error({"--start-method", "thread", "a.py"}), Contains("--start-method: expected spawn, fork or forkserver"));
   CHECK_THAT(error({"--local-addr", "h", "a.py"}), Contains("torchrun's --local-addr is not supported by xlaunch"));
   CHECK_THAT(error({"--local_ranks_filter", "0", "a.py"}),
@@ -197,4 +208,14 @@ TEST_CASE("launcher/cli: ls and report", "[cli]") {
   CHECK(report.out == "/tmp/r.html");
   CHECK_THROWS_WITH(parse_cli({"report"}), Catch::Matchers::Contains("expected a run directory: xlaunch report RUN_DIR"));
   CHECK_THROWS_WITH(parse_cli({"ls", "--out", "x"}), Catch::Matchers::Contains("--out is not an option of `xlaunch ls`"));
+}
+
+TEST_CASE("launcher/cli: --preempt-grace takes a number of seconds > 0", "[cli]") {
+  const CliOptions o = parse_cli({"--preempt-grace", "90", "a.json"});
+  CHECK(o.overrides == std::vector<std::string>{"launcher.preempt_grace_s=90.0"});
+  for (const char* bad : {"0", "-5", "soon", ""}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(parse_cli({"--preempt-grace", bad, "a.json"}),
+                      "--preempt-grace: expected a number of seconds > 0, got \"" + std::string(bad) + "\"");
+  }
 }

@@ -1,5 +1,5 @@
-// What the supervisor concludes from progress records and /proc: the hang report's sentence,
-// the straggler detector, and the process checks behind them.
+// What the supervisor concludes from progress records and /proc: the hang report's sentence and
+// the process checks behind it (the straggler detector: test_stragglers.cpp).
 #include <catch2/catch.hpp>
 
 #include <csignal>
@@ -10,7 +10,6 @@
 
 #include "launcher/hang_report.hpp"
 #include "launcher/proc_info.hpp"
-#include "launcher/stragglers.hpp"
 
 using namespace xtrain;
 using namespace xtrain::launcher;
@@ -91,59 +90,6 @@ TEST_CASE("launcher/hang report: backtrace lines get their C++ names back", "[di
   CHECK(demangle_frame("/lib/libc.so.6(+0x85f16)[0x7f3a]") == "/lib/libc.so.6(+0x85f16)[0x7f3a]");
   CHECK(demangle_frame("/lib/libc.so.6(epoll_wait+0x56)[0x7f3a]") == "/lib/libc.so.6(epoll_wait+0x56)[0x7f3a]");
   CHECK(demangle_frame("[0x7f3a]") == "[0x7f3a]");
-}
-
-TEST_CASE("launcher/stragglers: 20 slow steps in a row make one warning and one entry", "[diagnosis]") {
-  StragglerDetector d;
-  std::vector<std::string> warnings, recoveries;
-  const auto step = [&](long s, double slow_ms) {
-    for (int r = 0; r < 4; ++r) {
-      for (const auto& change : d.observe(r, s, r == 2 ? slow_ms : 10.0)) {
-        (change.warning ? warnings : recoveries).push_back(change.message);
-      }
-    }
-  };
-  for (long s = 1; s <= 10; ++s) step(s, 10.5);  // within 20%: noise
-  for (long s = 11; s <= 29; ++s) step(s, 13.5);
-  CHECK(warnings.empty());
-  CHECK(d.empty());
-  step(30, 13.5);  // the 20th slow step
-  REQUIRE(warnings.size() == 1);
-  CHECK(warnings[0] == "rank 2 is a straggler: 35% slower than the median rank for 20 steps since step 11 "
-                       "(busy 13.5 ms per step against 10.0 ms)");
-  for (long s = 31; s <= 60; ++s) step(s, 13.5);
-  CHECK(warnings.size() == 1);  // once, not once per step
-  step(61, 10.0);               // one fast step in a slow run is noise
-  step(62, 13.5);
-  CHECK(recoveries.empty());
-  for (long s = 63; s <= 67; ++s) step(s, 10.0);
-  REQUIRE(recoveries.size() == 1);
-  CHECK(recoveries[0] == "rank 2 recovered at step 67: busy 10.0 ms per step, the median rank's 10.0 ms");
-  for (long s = 68; s <= 90; ++s) step(s, 16.0);
-  CHECK(warnings.size() == 2);
-  const nlohmann::json json = d.to_json();
-  REQUIRE(json.size() == 2);
-  CHECK(json[0]["rank"] == 2);
-  CHECK(json[0]["first_step"] == 11);
-  CHECK(json[0]["slower_by"].get<double>() == Approx(0.35));
-  CHECK(json[1]["first_step"] == 68);
-  CHECK(json[1]["slower_by"].get<double>() == Approx(0.6));
-}
-
-TEST_CASE("launcher/stragglers: a step is judged once every rank has finished it", "[diagnosis]") {
-  StragglerDetector d;
-  // Rank 1 reports steps 1-25 before the others report any: nothing can be judged.
-  for (long s = 1; s <= 25; ++s) CHECK(d.observe(1, s, 50.0).empty());
-  // The others report only step 25 (their earlier beats were coalesced): one judgment.
-  CHECK(d.observe(0, 25, 10.0).empty());
-  CHECK(d.observe(2, 25, 10.0).empty());
-  CHECK(d.empty());
-  // Sub-millisecond differences are noise however large the ratio.
-  StragglerDetector tiny;
-  for (long s = 1; s <= 40; ++s) {
-    for (int r = 0; r < 3; ++r) tiny.observe(r, s, r == 0 ? 0.9 : 0.1);
-  }
-  CHECK(tiny.empty());
 }
 
 TEST_CASE("launcher/proc: state letters and start times tell a process from a reused pid", "[diagnosis]") {

@@ -267,6 +267,13 @@ TEST_CASE("launcher/plan: each rank's environment is the contract's", "[plan][en
       {"LOCAL_RANK", "2"},
       {"LOCAL_WORLD_SIZE", "4"},
       {"GROUP_RANK", "0"},
+      {"GROUP_WORLD_SIZE", "1"},
+      {"ROLE_RANK", "2"},
+      {"ROLE_WORLD_SIZE", "4"},
+      {"ROLE_NAME", "default"},
+      {"TORCHELASTIC_RESTART_COUNT", "1"},
+      {"TORCHELASTIC_MAX_RESTARTS", "2"},
+      {"TORCHELASTIC_RUN_ID", "job-x"},  // the run's, the same in every attempt
       {"MASTER_ADDR", "127.0.0.1"},
       {"MASTER_PORT", std::to_string(attempt.master_port)},
       {"XTRAIN_RUN_ID", "job-x-a2"},

@@ -1,5 +1,5 @@
-// The report's pieces without a browser: ticks, labels, downsampling, the SVG a chart becomes, and
-// metrics.jsonl read incrementally with repeated steps.
+// The report's pieces without a browser: ticks, labels, downsampling, the SVG a chart becomes,
+// metrics.jsonl read incrementally with repeated steps, and the stragglers' table.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness.hpp"
+#include "launcher/html_report.hpp"
 #include "launcher/run_reader.hpp"
 #include "launcher/svg_chart.hpp"
 
@@ -152,4 +153,17 @@ TEST_CASE("launcher/report: durations and times as people read them", "[report]"
   const auto t = parse_iso_time("2026-11-30T10:41:12.345Z");
   REQUIRE(t);
   CHECK(*t == Approx(1796035272.345).epsilon(0).margin(1e-3));
+}
+
+TEST_CASE("launcher/report: each straggler with its start, its warning, by how much and its recovery", "[report]") {
+  TempFile file;
+  RunInfo run;
+  run.name = "s";
+  run.run_state = RunState::kCompleted;
+  run.summary = {{"stragglers",
+                  {{{"rank", 1}, {"first_step", 312}, {"warned_step", 329}, {"slower_by", 0.7}, {"recovered_step", 921}},
+                   {{"rank", 3}, {"first_step", 1200}, {"warned_step", 1217}, {"slower_by", 0.4}}}}};
+  const std::string html = render_report(run, MetricsLog(file.path()));
+  CHECK_THAT(html, Contains("<tr><td>1</td><td>312</td><td>329</td><td>70%</td><td>921</td></tr>"));
+  CHECK_THAT(html, Contains("<tr><td>3</td><td>1200</td><td>1217</td><td>40%</td><td>not yet</td></tr>"));
 }

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <csignal>
+#include <filesystem>
 #include <regex>
 
 #include "harness.hpp"
@@ -45,6 +46,7 @@ TEST_CASE("launcher/ls: one line per run with its state and progress and loss wi
 
   const auto ls = run_xlaunch({"ls", runs});
   REQUIRE(ls);
+  INFO(ls->out);
   CHECK(ls->exit_code == 0);
   const auto lines = split_lines(ls->out);
   REQUIRE(lines.size() == 5);
@@ -67,6 +69,13 @@ TEST_CASE("launcher/ls: one line per run with its state and progress and loss wi
   CHECK(list[2]["state"] == "lost");
   CHECK(list[2]["exit_code"].is_null());
   CHECK(list[3]["state"] == "running");
+
+  // A job's per-node run dirs one level down (runs/NAME/node-K) are listed too, by that path.
+  std::filesystem::create_directories(runs + "/pair");
+  std::filesystem::copy(runs + "/done", runs + "/pair/node-1", std::filesystem::copy_options::recursive);
+  const auto nested = run_xlaunch({"ls", runs});
+  REQUIRE(nested);
+  CHECK(std::regex_search(nested->out, std::regex(R"((^|\n)pair/node-1 +completed +\d{4}-)")));
 
   const auto one = run_xlaunch({"ls", runs + "/done"});  // a run dir itself: that run
   REQUIRE(one);

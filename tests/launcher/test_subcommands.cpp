@@ -114,3 +114,19 @@ TEST_CASE("launcher/status: a directory that is not a run is an error", "[integr
     CHECK_THAT(r->err, Contains("is not a run directory"));
   }
 }
+
+TEST_CASE("launcher/status: stragglers with their start, how much slower, and their recovery", "[integration][subcommands]") {
+  TempDir dir;
+  const auto done = run_job(dir, test_spec(dir, 1, {}));
+  REQUIRE(done.run.exit_code == 0);
+  nlohmann::json summary = done.summary;
+  summary["stragglers"] = {
+      {{"rank", 1}, {"first_step", 202}, {"warned_step", 212}, {"slower_by", 0.79}, {"recovered_step", 633}},
+      {{"rank", 3}, {"first_step", 1200}, {"warned_step", 1217}, {"slower_by", 0.4}}};
+  write_file(dir / "run/summary.json", summary.dump());
+  const auto r = run_xlaunch({"status", dir / "run"});
+  REQUIRE(r);
+  CHECK(r->exit_code == 0);
+  CHECK_THAT(r->out, Contains("stragglers: rank 1 (79% slower from step 202, recovered at step 633), "
+                              "rank 3 (40% slower from step 1200)\n"));
+}

@@ -47,19 +47,32 @@ struct Fixture {
   // parse_cli + make_plan, with the run dir inside the fixture unless the arguments choose one.
   Plan plan(std::vector<std::string> args, bool own_run_dir = true) {
     if (own_run_dir) args.insert(args.begin(), {"--run-dir", path("run")});
-    return make_plan(parse_cli(args), host);
+    return make_plan(parse_cli(args, host.environment), host);
   }
   std::string spec(const std::string& json) {
     std::ofstream(path("job.json")) << json;
     return path("job.json");
   }
-  std::string spec_error(const std::vector<std::string>& args) {
+  // The message of the `Error` that planning `args` throws.
+  template <class Error>
+  std::string error_of(const std::vector<std::string>& args) {
     try {
       plan(args);
-    } catch (const SpecError& e) {
+    } catch (const Error& e) {
       return e.what();
     }
     return "no error";
+  }
+  std::string spec_error(const std::vector<std::string>& args) { return error_of<SpecError>(args); }
+  std::string cli_error(const std::vector<std::string>& args) { return error_of<CliError>(args); }
+  // The environment a Kubeflow PyTorchJob gives node `rank` of 2 (by IP address), and a job token.
+  void kubeflow_pod(int rank) {
+    host.environment["PET_NNODES"] = "2";
+    host.environment["PET_NPROC_PER_NODE"] = "2";
+    host.environment["PET_NODE_RANK"] = std::to_string(rank);
+    host.environment["PET_MASTER_ADDR"] = "10.0.0.1";
+    host.environment["PET_MASTER_PORT"] = "23456";
+    host.environment["XTRAIN_JOB_TOKEN"] = "secret";
   }
 };
 
@@ -168,7 +181,8 @@ TEST_CASE("launcher/torchrun: spec errors caused by a flag name the flag", "[tor
              StartsWith("--nnodes 2: a job on 2 nodes needs node 0's address, the same on every node: add "
                         "--rdzv-endpoint HOST:PORT"));
   CHECK_THAT(f.spec_error({"--nnodes", "2", "--rdzv-endpoint", "h:1", "worker"}),
-             StartsWith("--nnodes 2: a job on 2 nodes needs --node-rank on every node"));
+             StartsWith("--nnodes 2: a job on 2 nodes needs --node-rank (or PET_NODE_RANK, or an Indexed Job's "
+                        "JOB_COMPLETION_INDEX) on every node"));
   CHECK_THAT(f.spec_error({"--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "h:1", "worker"}),
              StartsWith("--nnodes 2: a job on 2 nodes needs a job token shared by every node"));
   CHECK_THAT(f.spec_error({"--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:1", "worker"}),
@@ -217,4 +231,89 @@ TEST_CASE("launcher/torchrun: console_tee maps torchrun's stream values", "[torc
   CHECK_THAT(notes[0], StartsWith("--redirects/--tee: local rank 0 shows only its stderr under torchrun"));
   CHECK_THROWS_AS(console_tee("3", "2:3", notes), CliError);
   CHECK_THROWS_AS(console_tee("0:3", std::nullopt, notes), CliError);  // every rank but 0 on the console
+}
+
+TEST_CASE("launcher/torchrun: PET_* variables are the flags' defaults and the command line wins", "[torchrun]") {
+  Fixture f;
+  f.kubeflow_pod(1);
+  Plan plan = f.plan({"worker"});
+  CHECK(plan.spec.nodes.nnodes == 2);
+  CHECK(plan.spec.nodes.node_rank == 1);
+  CHECK(plan.spec.nodes.rdzv_endpoint == "10.0.0.1:23456");
+  REQUIRE(plan.ranks.size() == 2);
+  CHECK(plan.ranks.front().rank == 2);
+  CHECK(plan.ranks.front().world_size == 4);
+  // Flags win over the variables, --set wins over both, and the variables win over the spec.
+  plan = f.plan({"--node-rank", "0", "--nproc-per-node", "1", "--master-port", "999", "worker"});
+  CHECK(plan.spec.nodes.node_rank == 0);
+  CHECK(plan.ranks.size() == 1);
+  CHECK(plan.spec.nodes.rdzv_endpoint == "10.0.0.1:999");
+  CHECK(f.plan({"--set", "nodes.node_rank=0", "worker"}).spec.nodes.node_rank == 0);
+  const std::string job = f.spec(R"({"nproc_per_node": 3, "worker": {"command": ["worker"]}})");
+  CHECK(f.plan({job}).ranks.size() == 2);
+  // torchrun's c10d variables, a switch and the role.
+  f.host.environment = {{"PATH", f.path("bin")}, {"PET_NNODES", "2"}, {"PET_NODE_RANK", "0"},
+                        {"PET_RDZV_BACKEND", "c10d"}, {"PET_RDZV_ENDPOINT", "10.0.0.1"}, {"PET_RDZV_ID", "job9"},
+                        {"PET_RDZV_CONF", "join_timeout=7"}, {"PET_MAX_RESTARTS", "3"}, {"PET_ROLE", "trainer"}};
+  plan = f.plan({"worker"});
+  CHECK(plan.spec.nodes.rdzv_endpoint == "10.0.0.1:29400");
+  CHECK(plan.job_token == "rdzv-id:job9");
+  CHECK(plan.spec.nodes.rdzv_timeout_s == 7);
+  CHECK(plan.spec.launcher.max_restarts == 3);
+  CHECK(plan.role == "trainer");
+  f.host.environment["PET_STANDALONE"] = "0";
+  CHECK(f.plan({"worker"}).spec.nodes.nnodes == 2);
+  f.host.environment.erase("PET_NNODES");
+  f.host.environment["PET_STANDALONE"] = "1";
+  f.host.environment["PET_NODE_RANK"] = "1";
+  plan = f.plan({"worker"});
+  CHECK(plan.spec.nodes.nnodes == 1);
+  CHECK(plan.spec.nodes.node_rank == 0);
+}
+
+TEST_CASE("launcher/torchrun: a malformed PET_* variable is an error naming it", "[torchrun]") {
+  Fixture f;
+  f.kubeflow_pod(0);
+  f.host.environment["PET_NNODES"] = "two";
+  CHECK_THAT(f.cli_error({"worker"}), StartsWith("PET_NNODES: expected an integer >= 1"));
+  CHECK(f.plan({"--nnodes", "2", "worker"}).spec.nodes.nnodes == 2);  // the flag wins: the variable is not read
+  f.host.environment["PET_NNODES"] = "1:4";
+  CHECK_THAT(f.cli_error({"worker"}), StartsWith("PET_NNODES 1:4: elastic ranges (MIN:MAX) are not supported"));
+  f.kubeflow_pod(0);
+  f.host.environment["PET_MASTER_PORT"] = "http";
+  CHECK_THAT(f.cli_error({"worker"}), StartsWith("PET_MASTER_PORT: expected an integer >= 1 and <= 65535, got \"http\""));
+  f.kubeflow_pod(0);
+  f.host.environment["PET_STANDALONE"] = "yes";
+  CHECK_THAT(f.cli_error({"worker"}), StartsWith("PET_STANDALONE: expected an integer >= 0 and <= 1, got \"yes\""));
+  f.host.environment.erase("PET_STANDALONE");
+  f.host.environment["PET_LOCAL_ADDR"] = "10.0.0.2";
+  CHECK_THAT(f.cli_error({"worker"}), StartsWith("PET_LOCAL_ADDR (torchrun's --local-addr) is not supported by xlaunch"));
+  f.host.environment.erase("PET_LOCAL_ADDR");
+  f.host.environment["PET_NODE_RANK"] = "2";
+  CHECK_THAT(f.spec_error({"worker"}), StartsWith("PET_NODE_RANK 2: expected an integer < nodes.nnodes (2)"));
+}
+
+TEST_CASE("launcher/torchrun: JOB_COMPLETION_INDEX is the node rank where nothing else gives one", "[torchrun]") {
+  Fixture f;
+  f.kubeflow_pod(0);
+  f.host.environment.erase("PET_NODE_RANK");
+  f.host.environment["JOB_COMPLETION_INDEX"] = "1";
+  CHECK(f.plan({"worker"}).spec.nodes.node_rank == 1);
+  CHECK(f.plan({"--node-rank", "0", "worker"}).spec.nodes.node_rank == 0);
+  f.host.environment["PET_NODE_RANK"] = "0";
+  CHECK(f.plan({"worker"}).spec.nodes.node_rank == 0);
+  const std::string job =
+      f.spec(R"({"nodes": {"nnodes": 2, "node_rank": 0, "rdzv_endpoint": "h:1"}, "worker": {"command": ["worker"]}})");
+  f.host.environment.erase("PET_NODE_RANK");
+  f.host.environment.erase("PET_NNODES");
+  CHECK(f.plan({job}).spec.nodes.node_rank == 0);  // the spec's
+  // One node: the index means nothing to the job and is not read.
+  f.host.environment["PET_NNODES"] = "1";
+  f.host.environment["JOB_COMPLETION_INDEX"] = "x";
+  CHECK(f.plan({"worker"}).spec.nodes.nnodes == 1);
+  f.host.environment["PET_NNODES"] = "2";
+  CHECK_THAT(f.spec_error({"worker"}),
+             StartsWith("JOB_COMPLETION_INDEX: expected an integer >= 0 and <= 1, got \"x\" (the node rank of a job on 2 nodes)"));
+  f.host.environment["JOB_COMPLETION_INDEX"] = "2";
+  CHECK_THAT(f.spec_error({"worker"}), StartsWith("JOB_COMPLETION_INDEX: expected an integer >= 0 and <= 1, got \"2\""));
 }

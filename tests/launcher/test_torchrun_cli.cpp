@@ -28,6 +28,15 @@ TEST_CASE("launcher/torchrun-cli: a program after -- runs as every rank with tor
     CHECK(env.at("WORLD_SIZE") == "2");
     CHECK(env.at("MASTER_ADDR") == "127.0.0.1");
     CHECK(std::stoi(env.at("MASTER_PORT")) > 0);
+    // torch.distributed.elastic's, from the second attempt (the first failed on purpose).
+    CHECK(env.at("GROUP_RANK") == "0");
+    CHECK(env.at("GROUP_WORLD_SIZE") == "1");
+    CHECK(env.at("ROLE_RANK") == std::to_string(rank));
+    CHECK(env.at("ROLE_WORLD_SIZE") == "2");
+    CHECK(env.at("ROLE_NAME") == "default");
+    CHECK(env.at("TORCHELASTIC_RESTART_COUNT") == "1");
+    CHECK(env.at("TORCHELASTIC_MAX_RESTARTS") == "1");
+    CHECK(env.at("TORCHELASTIC_RUN_ID") == summary["run_id"]);
   }
   const auto job = read_json(dir / "run/job.json");
   CHECK(job["name"] == "xtrain-test-worker");
@@ -48,6 +57,22 @@ TEST_CASE("launcher/torchrun-cli: a .py program runs as $PYTHON_EXEC -u SCRIPT A
   const auto module = run_xlaunch({"--run-dir", dir / "mod", "-m", "pkg.train", "x"}, 30, &env);
   REQUIRE(module);
   CHECK_THAT(read_file(dir / "mod/logs/rank-0.log"), Contains("python argv: -u -m pkg.train x\n"));
+}
+
+TEST_CASE("launcher/torchrun-cli: a .py rank without a module says which python ran it and what chooses it",
+          "[integration][torchrun]") {
+  TempDir dir;
+  const std::string python = write_file(
+      dir / "python", "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n");
+  ::chmod(python.c_str(), 0755);
+  const std::string script = write_file(dir / "train.py", "import torch\n");
+  const auto env = environment_with({{"PYTHON_EXEC", python}});
+  const auto r = run_xlaunch({"--run-dir", dir / "run", "--standalone", script}, 30, &env);
+  REQUIRE(r);
+  CHECK(r->exit_code == 1);
+  CHECK_THAT(r->err, Contains("rank 0 ran " + script + " with " + python +
+                              ", which lacks a module it imports; PYTHON_EXEC chooses the interpreter "
+                              "(else python3 from PATH)"));
 }
 
 TEST_CASE("launcher/torchrun-cli: flags that do nothing here say so on stderr", "[integration][torchrun]") {
@@ -82,7 +107,7 @@ TEST_CASE("launcher/torchrun-cli: bad command lines exit 2 with one line naming 
       {{"--rdzv-backend", "etcd-v2", worker}, "--rdzv-backend etcd-v2: not supported"},
       {{"--rdzv-conf", "timeout=5", worker}, "--rdzv-conf: \"timeout=5\" is not supported"},
       {{"--local-addr", "10.0.0.1", worker}, "torchrun's --local-addr is not supported by xlaunch"},
-      {{"--tee", "rank0", "--redirects", "3", worker}, "--redirects takes torchrun's --tee values"},
+      {{"--tee", "rank0", "--redirects", "3", worker}, "--tee rank0 and --redirects exclude each other"},
       {{"-m"}, "-m: expected the program after the options"},
   };
   for (const auto& [args, message] : cases) {

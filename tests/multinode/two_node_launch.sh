@@ -12,6 +12,11 @@
 #              stop their ranks and exit 125, each naming the other
 #              (lost, kill1, cut: within 5 s of the event, + 1 s margin for a loaded machine; the
 #              5 s are nodes.keepalive_timeout_s = 3 s to notice, then the ranks' SIGTERM and exit)
+#   kubeflow   two "pods" with only the environment Kubeflow's PyTorchJob gives them (PET_* and MASTER_*
+#              by IP address, no DNS, no spec, no node flags) and the job token a Secret would add; the
+#              worker pod starts 2 s before the master's store listens; the ranks get torchrun's
+#              variables; then the master pod is killed: the worker pod exits 125 (node_lost)
+#   (cut leaves the link down: the cases after it that need the link run in another invocation)
 #   training   (when XTRAIN_WORKER is given) a 2x2 job of the real xtrain-worker over Gloo: its
 #              losses match a single-process run of the same global batch (1e-5 relative)
 #   ddp        a PyTorch DDP script (tests/launcher/ddp_train.py) on 2 nodes x 1 rank under xlaunch
@@ -27,7 +32,7 @@ kv_tool=$(realpath "$3")
 xtrain_worker=${4:+$(realpath "$4")}
 shift $(($# < 4 ? $# : 4))
 cases=("$@")
-((${#cases[@]})) || cases=(token gang absent hang lost kill1 cut training ddp)
+((${#cases[@]})) || cases=(token gang absent hang lost kill1 kubeflow cut training ddp)
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../../scripts/netns/two_nodes.sh"
 two_nodes_up
@@ -239,6 +244,57 @@ case_cut() {  # node 1's link goes down: silence both ways; each node gives the 
   no_rank_survives "$tmp/cut-pids" "the cut"
   echo "two_node_launch: cut: passed (link down; node 0 exits 125 after $after0 s naming node 1," \
     "node 1 after $after s naming node 0; no rank survives)"
+}
+
+# pod NAME NODE ARGS...: xlaunch in NODE's namespace with nothing in its environment but what
+# Kubeflow's operator sets for replica NODE of 2 (2 ranks each), PATH and the job token.
+pod() {
+  local name=$1 node=$2 ns
+  shift 2
+  ns=$([[ $node == 0 ]] && echo "$XT_NS1" || echo "$XT_NS2")
+  ip netns exec "$ns" env -i PATH="$PATH" XTRAIN_JOB_TOKEN="$XTRAIN_JOB_TOKEN" PYTHONUNBUFFERED=1 \
+    MASTER_ADDR="$XT_ADDR1" MASTER_PORT="$port" WORLD_SIZE=2 RANK="$node" \
+    PET_MASTER_ADDR="$XT_ADDR1" PET_MASTER_PORT="$port" PET_NNODES=2 PET_NODE_RANK="$node" PET_NPROC_PER_NODE=2 \
+    "$xlaunch" --run-dir "$tmp/$name-node$node" "$@" >"$tmp/$name-node$node.out" 2>"$tmp/$name-node$node.err" &
+  pid=$!
+  two_nodes_track "$pid"
+}
+
+case_kubeflow() {
+  ((++port))
+  mkdir -p "$tmp/kubeflow-pids"
+  local args=(--set launcher.term_timeout_s=3 --set nodes.rdzv_timeout_s=20 --
+              "$test_worker" --print-env --pid-dir "$tmp/kubeflow-pids" --sleep 60)
+  pod kubeflow 1 "${args[@]}"
+  node1=$pid
+  sleep 2
+  kill -0 "$node1" 2>/dev/null || fail "kubeflow: the worker pod gave up before the master started: $(cat "$tmp/kubeflow-node1.err")"
+  pod kubeflow 0 "${args[@]}"
+  node0=$pid
+  await_ranks "$tmp/kubeflow-pids"
+  local r v
+  for r in 0 1 2 3; do
+    for _ in $(seq 50); do grep -q "^ENV TORCHELASTIC_RUN_ID=" "$tmp/kubeflow-node$((r / 2))/logs/rank-$r.log" 2>/dev/null && break; sleep 0.1; done
+    for v in "RANK=$r" "WORLD_SIZE=4" "LOCAL_RANK=$((r % 2))" "GROUP_RANK=$((r / 2))" "GROUP_WORLD_SIZE=2" \
+             "ROLE_RANK=$r" "ROLE_WORLD_SIZE=4" "ROLE_NAME=default" "MASTER_ADDR=$XT_ADDR1" \
+             "TORCHELASTIC_RESTART_COUNT=0" "TORCHELASTIC_MAX_RESTARTS=0"; do
+      grep -qx "ENV $v" "$tmp/kubeflow-node$((r / 2))/logs/rank-$r.log" ||
+        fail "kubeflow: rank $r lacks $v: $(grep '^ENV' "$tmp/kubeflow-node$((r / 2))/logs/rank-$r.log" | tr '\n' ' ')"
+    done
+  done
+  local ids
+  ids=$(grep -h "^ENV TORCHELASTIC_RUN_ID=" "$tmp"/kubeflow-node*/logs/rank-*.log | sort -u)
+  [[ $(wc -l <<<"$ids") == 1 ]] || fail "kubeflow: the ranks disagree on TORCHELASTIC_RUN_ID: $ids"
+  event_at=$(date +%s.%N)
+  kill -KILL "$node0"
+  for pid in "$node0" "$node1"; do
+    rc_of[$pid]=0
+    { wait "$pid" || rc_of[$pid]=$?; } 2>/dev/null
+  done
+  expect_lost kubeflow 1 0
+  no_rank_survives "$tmp/kubeflow-pids" "the loss of the master pod"
+  echo "two_node_launch: kubeflow: passed (PET_* pods, worker first; torchrun's variables on 4 ranks;" \
+    "master pod killed: the worker pod exits 125 node_lost after $after s)"
 }
 
 case_training() {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <sstream>
 
@@ -17,6 +18,20 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// For a path that is not there: where a relative one was looked for, which a newcomer may not guess.
+std::string relative_note(const std::string& path) {
+  if (path.empty() || path.front() == '/') return "";
+  std::error_code ec;
+  return " (a relative path, taken from the current directory " + std::filesystem::current_path(ec).string() + ")";
+}
+
+// The directory a pattern lists: its part before the first wildcard, up to the last '/'.
+std::string pattern_directory(const std::string& pattern) {
+  const std::string fixed = pattern.substr(0, pattern.find_first_of("*?["));
+  const size_t slash = fixed.rfind('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : fixed.substr(0, slash);
+}
+
 std::vector<std::string> expand(const std::string& pattern, const std::string& field) {
   if (!is_glob(pattern)) return {pattern};
   glob_t g{};
@@ -24,9 +39,17 @@ std::vector<std::string> expand(const std::string& pattern, const std::string& f
   std::vector<std::string> files;
   if (rc == 0) files.assign(g.gl_pathv, g.gl_pathv + g.gl_pathc);
   ::globfree(&g);
-  if (rc == GLOB_NOMATCH || (rc == 0 && files.empty())) throw DataError(field, "no file matches " + pattern);
-  if (rc != 0)
-    throw DataError(field, pattern + ": cannot list the matching files (glob error " + std::to_string(rc) + ")");
+  if (rc == GLOB_NOMATCH || (rc == 0 && files.empty())) {
+    throw DataError(field, "no file matches " + pattern + relative_note(pattern));
+  }
+  if (rc != 0) {
+    const std::string dir = pattern_directory(pattern);
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec)) {
+      throw DataError(field, pattern + ": the directory " + dir + " does not exist" + relative_note(dir));
+    }
+    throw DataError(field, pattern + ": cannot list the matching files: a directory on the way cannot be read");
+  }
   std::sort(files.begin(), files.end());  // by bytes, whatever the locale
   return files;
 }
@@ -35,7 +58,8 @@ MappedFile map_data_file(const std::string& path, const std::string& field) {
   try {
     return MappedFile(path);
   } catch (const FileError& e) {
-    throw DataError(field, e.what());
+    std::error_code ec;
+    throw DataError(field, e.what() + (std::filesystem::exists(path, ec) ? "" : relative_note(path)));
   }
 }
 

@@ -5,6 +5,7 @@
 // Exit codes: 0 the shards are in place; 1 runtime failure (the file system failed); 2 bad input
 // (command line, vocabulary, input files, output directory), with one line "xtrain-data: error:
 // <file[:line]>: <what>"; 128+N stopped by signal N (SIGINT, SIGTERM), leaving nothing behind.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -42,7 +43,8 @@ const char* const kUsage =
     "  --jsonl-field NAME   inputs are JSON Lines; each line's string field NAME is a document\n"
     "  --shard-tokens N     tokens per shard (default 100000000, as llm.c)\n"
     "  --val-tokens N       the first documents, whole, until at least N tokens, are the validation\n"
-    "                       split (default: --shard-tokens, llm.c's first shard; 0: none)\n"
+    "                       split (default: a tenth of the input's tokens, estimated at 4 bytes\n"
+    "                       a token, at most --shard-tokens, llm.c's first shard; 0: none)\n"
     "  --threads N          encoding threads (default: the number of cores)\n"
     "  --chunk-bytes N      text per unit of work (default 1048576; changes no output)\n"
     "  --quiet              no progress line\n"
@@ -110,7 +112,6 @@ Options parse(int argc, char** argv) {
   if (o.vocab.empty()) throw InputError("command line: no vocabulary: give --vocab PATH (see --help)");
   if (o.out.empty()) throw InputError("command line: no output directory: give --out DIR (see --help)");
   if (o.inputs.empty()) throw InputError("command line: no input: give text files, directories or JSON Lines files");
-  if (!o.val_tokens_given) o.val_tokens = o.shard_tokens;
   if (o.prefix.empty()) o.prefix = fs::path(o.out).lexically_normal().filename().string();
   if (o.prefix.empty()) o.prefix = fs::path(o.out).lexically_normal().parent_path().filename().string();
   if (o.prefix.empty() || o.prefix.find('/') != std::string::npos) {
@@ -130,6 +131,23 @@ void check_output_outside_inputs(const Options& o) {
   }
 }
 
+// Without --val-tokens: a tenth of the input's tokens (at about 4 bytes a token of English), at
+// most one shard as llm.c's first, so that a small corpus keeps most of its text to train on.
+constexpr std::uint64_t kBytesPerToken = 4;
+constexpr std::uint64_t kValShare = 10;
+
+void choose_val_tokens(Options& o, const std::vector<InputFile>& files) {
+  if (o.val_tokens_given) return;
+  std::uint64_t bytes = 0;
+  for (const InputFile& f : files) bytes += f.size;
+  const std::uint64_t estimate = bytes / kBytesPerToken;
+  o.val_tokens = std::clamp<std::uint64_t>(estimate / kValShare, 1, o.shard_tokens);
+  std::fprintf(stderr,
+               "xtrain-data: validation split: the first documents up to %llu tokens (default --val-tokens: a "
+               "tenth of the input's about %llu tokens, at most --shard-tokens)\n",
+               static_cast<unsigned long long>(o.val_tokens), static_cast<unsigned long long>(estimate));
+}
+
 extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
 
 std::string summary(const char* name, const ShardSet::Split& s) {
@@ -141,7 +159,7 @@ std::string summary(const char* name, const ShardSet::Split& s) {
 
 int main(int argc, char** argv) {
   try {
-    const Options o = parse(argc, argv);
+    Options o = parse(argc, argv);
     const std::vector<InputFile> files = list_inputs(o.inputs, !o.pipeline.jsonl_field.empty());
     check_output_outside_inputs(o);
     const Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(o.vocab);
@@ -152,6 +170,7 @@ int main(int argc, char** argv) {
     }
     std::signal(SIGINT, on_stop_signal);
     std::signal(SIGTERM, on_stop_signal);
+    choose_val_tokens(o, files);  // said once every input is known good
     ShardSet shards({o.out, o.prefix, o.shard_tokens, o.val_tokens, tokenizer.eot()});
     run_pipeline(files, tokenizer, shards, o.pipeline);
     std::fprintf(stderr, "xtrain-data: wrote %s: %s; %s\n", o.out.c_str(), summary("val", shards.val()).c_str(),

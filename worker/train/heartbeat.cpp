@@ -1,5 +1,6 @@
 #include "worker/train/heartbeat.hpp"
 
+#include <algorithm>
 #include <atomic>
 
 #include <fcntl.h>
@@ -21,7 +22,10 @@ Heartbeat::Heartbeat(const std::string& path) : path_(path), record_(&private_) 
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd_ >= 0 && ::ftruncate(fd_, sizeof(HeartbeatRecord)) == 0) {
       void* mapped = ::mmap(nullptr, sizeof(HeartbeatRecord), PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
-      if (mapped != MAP_FAILED) record_ = static_cast<HeartbeatRecord*>(mapped);
+      if (mapped != MAP_FAILED) {
+        record_ = static_cast<HeartbeatRecord*>(mapped);
+        mapped_bytes_ = sizeof(HeartbeatRecord);
+      }
     }
   }
   HeartbeatRecord& r = *record_;
@@ -39,7 +43,7 @@ Heartbeat::Heartbeat(const std::string& path) : path_(path), record_(&private_) 
 }
 
 Heartbeat::~Heartbeat() {
-  if (record_ != &private_) ::munmap(record_, sizeof(HeartbeatRecord));
+  if (mapped_bytes_ > 0) ::munmap(record_, mapped_bytes_);
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -73,8 +77,20 @@ void Heartbeat::set_failure(RecordedFailure failure) {
   end_update(realtime_ns());
 }
 
-void Heartbeat::set_plan(long total_steps, int micro_steps, int n_layer) {
+void Heartbeat::set_plan(long total_steps, int micro_steps, int n_layer, int rank_busy_slots) {
+  // The floats go after the record: the file grows first, then the record says how many there are.
+  // (A mapping that cannot grow keeps the record alone: xlaunch then sees no busy times.)
+  const size_t grown = sizeof(HeartbeatRecord) + sizeof(float) * static_cast<size_t>(std::max(rank_busy_slots, 0));
+  if (mapped_bytes_ > 0 && grown > mapped_bytes_ && ::ftruncate(fd_, static_cast<off_t>(grown)) == 0) {
+    void* mapped = ::mremap(record_, mapped_bytes_, grown, MREMAP_MAYMOVE);
+    if (mapped != MAP_FAILED) {
+      record_ = static_cast<HeartbeatRecord*>(mapped);
+      mapped_bytes_ = grown;
+      rank_busy_ = reinterpret_cast<float*>(record_ + 1);
+    }
+  }
   begin_update();
+  record_->rank_busy_count = rank_busy_ ? rank_busy_slots : 0;
   record_->total_steps = total_steps;
   record_->micro_steps = micro_steps;
   record_->n_layer = n_layer;
@@ -119,6 +135,9 @@ void Heartbeat::end_step(const StepStats& s, double tokens_per_s, double eta_s) 
   record_->step_ms = static_cast<float>(s.step_ms);
   record_->tokens_per_s = static_cast<float>(tokens_per_s);
   record_->eta_s = static_cast<float>(eta_s);
+  if (rank_busy_ && s.rank_busy_ms.size() == static_cast<size_t>(record_->rank_busy_count)) {
+    for (size_t r = 0; r < s.rank_busy_ms.size(); ++r) rank_busy_[r] = static_cast<float>(s.rank_busy_ms[r]);
+  }
   end_update(realtime_ns());
 }
 

@@ -4,7 +4,8 @@
 // so the training loop marks every layer.
 //
 // Threads: the training thread owns the record's seqlocked fields; the communication thread
-// stores only comm_bucket (set_comm_bucket), an aligned 32-bit word outside the seqlock.
+// stores only comm_bucket (set_comm_bucket), an aligned 32-bit word outside the seqlock, and only
+// after set_plan (which may map the file anew).
 #pragma once
 
 #include <cstdint>
@@ -40,7 +41,9 @@ class Heartbeat {
   void beat() const;
 
   void set_backtrace_signal(int signal);
-  void set_plan(long total_steps, int micro_steps, int n_layer);
+  // `rank_busy_slots`: rank 0 passes the world size, and the file grows by that many floats that
+  // end_step fills with every rank's busy time (common/heartbeat_record.hpp); others pass 0.
+  void set_plan(long total_steps, int micro_steps, int n_layer, int rank_busy_slots = 0);
   void begin_step(long step);  // micro-step 0, phase kData
   void micro_step(int micro);  // phase kData
   void phase(WorkerPhase phase, int detail = -1);
@@ -58,6 +61,8 @@ class Heartbeat {
   std::string path_;
   int fd_ = -1;
   HeartbeatRecord* record_ = nullptr;  // the mapping, or private_
+  size_t mapped_bytes_ = 0;            // 0: private_
+  float* rank_busy_ = nullptr;         // record_->rank_busy_count floats after the record in the mapping
   HeartbeatRecord private_{};
 };
 

@@ -350,7 +350,7 @@ RankResult Trainer::run(Communicator& comm, const std::atomic<bool>& stop_reques
     }
   }
   Heartbeat& live = report_.heartbeat();
-  live.set_plan(t.steps, accum_, spec_.model.n_layer);
+  live.set_plan(t.steps, accum_, spec_.model.n_layer, rank_ == 0 ? world_ : 0);
   comm.set_bucket_observer([&live](int bucket) { live.set_comm_bucket(bucket); });
   live.phase(WorkerPhase::kConnecting);
   adopt_rank0_start(comm);

@@ -130,6 +130,19 @@ TEST_CASE("bad data files give one-line errors naming the field and the file", "
     CHECK(error_message<DataError>([&] { TokenSource(dir / "*.bin", "data.train"); }) ==
           "data.train: no file matches " + dir / "*.bin");
   }
+  SECTION("a glob in a directory that does not exist") {
+    CHECK(error_message<DataError>([&] { TokenSource(dir / "shards/*.bin", "data.train"); }) ==
+          "data.train: " + dir / "shards/*.bin" + ": the directory " + dir / "shards" + " does not exist");
+  }
+  SECTION("a relative path that is not there says where it was looked for") {
+    const std::string cwd = std::filesystem::current_path().string();
+    CHECK(error_message<DataError>([&] { TokenSource("no-such-dir/*.bin", "data.train"); }) ==
+          "data.train: no-such-dir/*.bin: the directory no-such-dir does not exist (a relative path, taken from the "
+          "current directory " + cwd + ")");
+    CHECK(error_message<DataError>([&] { TokenSource("no-such-file.bin", "data.train"); }) ==
+          "data.train: no-such-file.bin: No such file or directory (a relative path, taken from the current directory " +
+              cwd + ")");
+  }
   SECTION("a .bin file without the shard magic") {
     write_shard(dir / "x.bin", iota_tokens(10, 0), 20240326);
     CHECK(error_message<DataError>([&] { TokenSource(dir / "x.bin", "data.train"); }) ==

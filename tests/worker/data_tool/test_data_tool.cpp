@@ -213,6 +213,18 @@ TEST_CASE("a broken JSON line, a missing or wrong field: file and line named, ex
   fails("[\"text\"]\n", "1: expected a JSON object, got array");
 }
 
+TEST_CASE("without --val-tokens a small corpus gives a tenth to validation and says so", "[data_tool]") {
+  ScratchDir dir;
+  fs::create_directories(dir / "in");
+  for (const char* name : {"a.txt", "b.txt", "c.txt"}) write_bytes(dir / ("in/" + std::string(name)), std::string(1000, 'x') + " words");
+  const Result r = run_tool("--out " + dir / "out --quiet " + dir / "in");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.err, Catch::Contains("xtrain-data: validation split: the first documents up to 75 tokens (default "
+                                    "--val-tokens: a tenth of the input's about 754 tokens, at most --shard-tokens)"));
+  CHECK_THAT(r.err, Catch::Contains("val 1 shard") && Catch::Contains("1 documents; train 1 shard"));
+}
+
 TEST_CASE("bad inputs, vocabularies and outputs are one error line and exit 2", "[data_tool]") {
   ScratchDir dir;
   write_bytes(dir / "a.txt", "some text");
@@ -220,9 +232,9 @@ TEST_CASE("bad inputs, vocabularies and outputs are one error line and exit 2", 
   CHECK(r.code == 2);
   CHECK(r.err == "xtrain-data: error: " + dir / "missing.txt" + ": no such file or directory\n");
 
-  r = run_tool("--out " + dir / "out " + dir / "a.txt");  // the default validation split takes everything
+  r = run_tool("--out " + dir / "out " + dir / "a.txt");  // one document: the validation split takes it whole
   CHECK(r.code == 2);
-  CHECK_THAT(r.err, Catch::Contains("tokens went to validation (--val-tokens 100000000), none are left to train on"));
+  CHECK_THAT(r.err, Catch::Contains("tokens went to validation (--val-tokens 1), none are left to train on"));
   CHECK(files_in(dir.path()) == std::vector<std::string>{"a.txt"});
 
   write_bytes(dir / "x.jsonl", "{}\n");

@@ -66,6 +66,11 @@ TEST_CASE("a SIGSTOPped rank of 4: the hang report names it before anything is k
   const std::string sentence = report.at("summary").get<std::string>();
   CHECK(sentence.rfind("rank 3 is stopped (SIGSTOP): it ", 0) == 0);
   CHECK(output.find("where the ranks are: " + sentence) != std::string::npos);
+  // The first line that names a hung rank names the one the diagnosis found, whichever watchdog fired.
+  const size_t named = output.find(" hung: no heartbeat for 5 s; stopping ");
+  REQUIRE(named != std::string::npos);
+  CHECK(output.compare(named - 6, 6, "rank 3") == 0);
+  CHECK(output.find("sent no heartbeat for 5 s (launcher.heartbeat_timeout_s)") < named);
   CHECK(summary.at("root_cause").at("rank") == 3);
   CHECK(summary.at("ranks").at(3).at("status") == "hung");
   const json& stopped = report.at("ranks").at(3);
@@ -121,7 +126,7 @@ TEST_CASE("a rank 4x slower than the others: one warning, and listed as a stragg
   Job job("straggler");
   job.spec()["model"]["n_embd"] = 64;
   job.spec()["model"]["seq_len"] = 32;
-  const Outcome o = job.launch("run", 4, {"train.steps=60"}, {{"XTRAIN_FAULT_SLOW", "2:4"}});
+  const Outcome o = job.launch("run", 4, {"train.steps=100"}, {{"XTRAIN_FAULT_SLOW", "2:4"}});
   INFO(o.output);
   REQUIRE(o.exit_code == 0);
   const json stragglers = summary_of(job, "run").at("stragglers");

@@ -123,6 +123,39 @@ TEST_CASE("a heartbeat file that holds no record reads as none", "[heartbeat]") 
   CHECK(read_heartbeat_record(dir / "longer"));
 }
 
+TEST_CASE("rank 0's record carries every rank's busy time of its last step", "[heartbeat]") {
+  ScratchDir dir;
+  Heartbeat rank0(dir / "rank-0.heartbeat");
+  rank0.set_plan(100, 1, 2, 3);
+  CHECK(read_bytes(dir / "rank-0.heartbeat").size() == sizeof(HeartbeatRecord) + 3 * sizeof(float));
+  CHECK(read_rank_busy_times(dir / "rank-0.heartbeat")->last_step == 0);  // no step yet
+  StepStats stats;
+  stats.step = 5;
+  stats.busy_ms = 6.0;
+  stats.rank_busy_ms = {6.0, 11.5, 7.25};
+  rank0.end_step(stats, 0, 0);
+  rank0.set_comm_bucket(1);  // after the file grew: the communication thread's store lands in the mapping
+  const auto busy = read_rank_busy_times(dir / "rank-0.heartbeat");
+  REQUIRE(busy);
+  CHECK(busy->last_step == 5);
+  CHECK(busy->busy_ms == std::vector<float>{6.0f, 11.5f, 7.25f});
+  const auto record = read_heartbeat_record(dir / "rank-0.heartbeat");
+  REQUIRE(record);  // the record reads as before
+  CHECK(record->rank_busy_count == 3);
+  CHECK(record->busy_ms == 6.0f);
+  CHECK(record->comm_bucket == 1);
+
+  // The other ranks' records carry none; neither does a file cut short after the record.
+  Heartbeat rank1(dir / "rank-1.heartbeat");
+  rank1.set_plan(100, 1, 2);
+  stats.rank_busy_ms.clear();
+  rank1.end_step(stats, 0, 0);
+  CHECK(read_heartbeat_record(dir / "rank-1.heartbeat")->rank_busy_count == 0);
+  CHECK_FALSE(read_rank_busy_times(dir / "rank-1.heartbeat"));
+  write_bytes(dir / "cut", read_bytes(dir / "rank-0.heartbeat").substr(0, sizeof(HeartbeatRecord) + 4));
+  CHECK_FALSE(read_rank_busy_times(dir / "cut"));
+}
+
 TEST_CASE("phases read as sentences about one rank or several", "[heartbeat]") {
   HeartbeatRecord r{};
   r.step = 1042;

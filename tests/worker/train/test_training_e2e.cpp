@@ -126,6 +126,24 @@ TEST_CASE("resume is bit-exact: after a rerun and after an xlaunch restart", "[e
   }
 }
 
+TEST_CASE("a rerun of a run trained to train.steps starts nothing and leaves the run dir as it was", "[e2e]") {
+  Job job("done");
+  const std::vector<std::string> ckpt = {"checkpoint.every=10"};
+  require_ok(job.launch("done", 1, ckpt));
+  REQUIRE(job.checkpoints("done").back() == "step-00000020");
+  const std::string summary = read_text(job.run_dir("done") / "summary.json");
+  const Outcome again = job.launch("done", 1, ckpt);
+  INFO(again.output);
+  CHECK(again.exit_code == 0);
+  CHECK_THAT(again.output, Catch::Matchers::Contains("is already trained to step 20 (train.steps 20, checkpoint "));
+  CHECK(read_text(job.run_dir("done") / "summary.json") == summary);
+  const Outcome status = job.command({"status", job.run_dir("done").string()}, "status");
+  CHECK_THAT(status.output, Catch::Matchers::Contains("progress: step 20/20"));
+  // More steps train on from the checkpoint.
+  require_ok(job.launch("done", 1, {"checkpoint.every=10", "train.steps=30"}));
+  CHECK(job.result("done", 0).at("start_step") == 20);
+}
+
 TEST_CASE("two nodes without a shared run dir: the resumed run takes node 0's checkpoint everywhere", "[e2e]") {
   Job job("nodes");
   const std::vector<std::string> ckpt = {"checkpoint.every=10"};
@@ -256,6 +274,26 @@ TEST_CASE("SIGUSR1 to one rank: every rank checkpoints the same step and exits 0
   char name[32];
   std::snprintf(name, sizeof name, "step-%08ld", step);
   CHECK(job.checkpoints("usr1") == std::vector<std::string>{name});
+  // The run is preempted, not completed: it stopped short of train.steps.
+  const json summary = json::parse(read_text(job.run_dir("usr1") / "summary.json"));
+  CHECK(summary.at("status") == "preempted");
+  CHECK(summary.at("exit_reason") ==
+        "every rank checkpointed step " + std::to_string(step) + " on a stop request (SIGUSR1) and exited 0");
+}
+
+TEST_CASE("xtrain-worker run alone names a missing data file before it prints the memory plan", "[e2e]") {
+  Job job("alone");
+  job.spec()["data"]["train"] = (job.dir() / "nope.txt").string();
+  job.spec()["run_dir"] = (job.dir() / "run").string();
+  const fs::path spec = job.dir() / "alone.json";
+  std::ofstream(spec) << job.spec().dump();
+  const pid_t pid = spawn({std::string(XTRAIN_BIN_DIR) + "/xtrain-worker", "--job", spec.string()},
+                          job.dir() / "alone.out", {});
+  CHECK(wait_for(pid, 60s) == 2);
+  const std::string output = read_text(job.dir() / "alone.out");
+  INFO(output);
+  CHECK(output.find("error: data.train: " + (job.dir() / "nope.txt").string()) != std::string::npos);
+  CHECK(output.find("memory plan") == std::string::npos);
 }
 
 TEST_CASE("bad input: one error line naming the field or file, nonzero exit, no checkpoint", "[e2e]") {
