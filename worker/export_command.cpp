@@ -16,6 +16,7 @@
 #include "common/model_file.hpp"
 #include "worker/formats/llmc_model.hpp"
 #include "worker/formats/model_io.hpp"
+#include "worker/train/model_argument.hpp"
 
 namespace xtrain {
 namespace {
@@ -27,13 +28,15 @@ constexpr int kExitBadInput = 2;
 
 const char* const kUsage =
     "usage: xtrain-worker export SOURCE --format hf|llmc OUT [--dtype fp32|bf16] [--tokenizer PATH] [--force]\n"
-    "  Writes the weights of SOURCE (a checkpoint directory, or anything model.init_from takes: a\n"
-    "  Hugging Face GPT-2 directory or an llm.c model file) as\n"
+    "  Writes the weights of SOURCE (a run directory: its newest intact checkpoint; a checkpoint, or\n"
+    "  anything model.init_from takes: a Hugging Face GPT-2 directory or an llm.c model file) as\n"
     "    hf    a Hugging Face GPT-2 directory: config.json, model.safetensors (F32) and, when the\n"
-    "          checkpoint's run named a tokenizer (or --tokenizer names one), vocab.json + merges.txt\n"
-    "    llmc  an llm.c model file: version 3 (fp32, the default) or version 5 (--dtype bf16)\n"
+    "          checkpoint's run named a tokenizer (or --tokenizer names one), vocab.json + merges.txt,\n"
+    "          tokenizer_config.json and generation_config.json (a warning says when there is none)\n"
+    "    llmc  an llm.c model file: version 3 (fp32, the default) or version 5 (--dtype bf16), and\n"
+    "          with a tokenizer gpt2_tokenizer.bin beside it (the file llm.c's sampler reads)\n"
     "  OUT (and the directories above it) is written under a temporary name, fsynced and renamed\n"
-    "  into place; an existing OUT is an error unless --force.\n"
+    "  into place; an existing OUT (or gpt2_tokenizer.bin) is an error unless --force.\n"
     "exit codes: 0 written; 1 runtime failure (OUT could not be written); 2 bad input (command line,\n"
     "  SOURCE unreadable or malformed, OUT exists)\n";
 
@@ -91,28 +94,38 @@ ExportOptions parse(int argc, char** argv) {
   if (o.dtype == "bf16" && o.format != "llmc") {
     throw BadInput("--dtype: bf16 is for --format llmc (llm.c's version 5); the Hugging Face export is F32");
   }
-  if (!o.tokenizer.empty() && o.format != "hf") throw BadInput("--tokenizer: only --format hf ships a tokenizer");
   std::error_code ec;
   if (fs::exists(o.out, ec) && !o.force) throw BadInput(o.out + ": exists (give --force to replace it)");
   return o;
 }
 
-// The vocabulary to ship with a Hugging Face export: --tokenizer, else the one the source names;
-// loaded, so that only a vocabulary that works, and fits the model, is shipped.
-std::optional<ExportVocab> vocabulary(const ExportOptions& o, const ModelFileInfo& source) {
+// The vocabulary an export ships: --tokenizer, else the one the source names; loaded, so that
+// only a vocabulary that works, and fits the model, is shipped.
+struct ShippedVocab {
+  Gpt2Tokenizer tokenizer;
+  ExportVocab files;
+};
+
+std::optional<ShippedVocab> vocabulary(const ExportOptions& o, const ModelFileInfo& source) {
   const std::string& path = o.tokenizer.empty() ? source.tokenizer : o.tokenizer;
   if (path.empty()) return std::nullopt;
   const std::string field = o.tokenizer.empty() ? source.path + ": its tokenizer: " : "--tokenizer: ";
   try {
-    const Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(path);
+    Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(path);
     if (tokenizer.vocab_size() != source.vocab_size) {
       throw BadInput(field + tokenizer.source() + " has " + std::to_string(tokenizer.vocab_size()) +
                      " tokens but the model's vocabulary is " + std::to_string(source.vocab_size));
     }
-    return ExportVocab{find_vocabulary_files(path), tokenizer.eot()};
+    ExportVocab files{find_vocabulary_files(path), tokenizer.eot(), tokenizer.decode_token(tokenizer.eot())};
+    return ShippedVocab{std::move(tokenizer), std::move(files)};
   } catch (const TokenizerError& e) {
     throw BadInput(field + e.what() + (o.tokenizer.empty() ? " (name the vocabulary with --tokenizer PATH)" : ""));
   }
+}
+
+// Where an llm.c export's tokenizer goes: beside OUT, under the name llm.c's sampler opens.
+std::string llmc_tokenizer_path(const std::string& out) {
+  return (fs::path(out).parent_path() / kLlmcTokenizerFile).string();
 }
 
 }  // namespace
@@ -121,14 +134,18 @@ int run_export(int argc, char** argv) {
   init_logging("");
   ExportOptions o;
   ModelFileInfo source;
-  std::optional<ExportVocab> vocab;
+  std::optional<ShippedVocab> vocab;
   std::vector<float> params;
   std::optional<ParamLayout> layout;
   const auto t0 = std::chrono::steady_clock::now();
   try {
     o = parse(argc, argv);
-    source = read_model_file_info(o.source);
-    if (o.format == "hf") vocab = vocabulary(o, source);
+    source = open_model_argument(o.source);
+    vocab = vocabulary(o, source);
+    std::error_code ec;
+    if (o.format == "llmc" && vocab && fs::exists(llmc_tokenizer_path(o.out), ec) && !o.force) {
+      throw BadInput(llmc_tokenizer_path(o.out) + ": exists (give --force to replace it)");
+    }
     layout.emplace(dims_of(source));
     params.resize(layout->total());
     import_model(source, *layout, params.data());
@@ -140,6 +157,11 @@ int run_export(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return kExitBadInput;
   }
+  if (!vocab) {
+    spdlog::warn("{} comes with no tokenizer: {} (give --tokenizer PATH to ship GPT-2's)", describe(source),
+                 o.format == "hf" ? o.out + " gets no vocabulary files"
+                                  : "no " + std::string(kLlmcTokenizerFile) + " is written beside " + o.out);
+  }
   try {
     const fs::path parent = fs::path(o.out).parent_path();
     std::error_code ec;
@@ -147,9 +169,10 @@ int run_export(int argc, char** argv) {
       throw FileError(parent.string(), "cannot create the directory: " + ec.message());
     }
     if (o.format == "hf") {
-      export_hf_directory(o.out, *layout, params.data(), vocab, o.force);
+      export_hf_directory(o.out, *layout, params.data(), vocab ? std::optional(vocab->files) : std::nullopt, o.force);
     } else {
       export_llmc_model(o.out, *layout, params.data(), o.dtype == "bf16" ? kLlmcVersionBf16 : kLlmcVersionFp32);
+      if (vocab) export_llmc_tokenizer(llmc_tokenizer_path(o.out), vocab->tokenizer);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
@@ -162,7 +185,8 @@ int run_export(int argc, char** argv) {
                                 : "an llm.c model file (version " +
                                       std::to_string(o.dtype == "bf16" ? kLlmcVersionBf16 : kLlmcVersionFp32) + ", " +
                                       o.dtype + ")",
-               vocab ? " with vocab.json + merges.txt" : "", seconds);
+               !vocab ? "" : o.format == "hf" ? " with vocab.json + merges.txt" : " with " + llmc_tokenizer_path(o.out),
+               seconds);
   return 0;
 }
 

@@ -35,6 +35,8 @@
 #include "worker/train/checkpoint.hpp"
 #include "worker/device/device_choice.hpp"
 #include "worker/export_command.hpp"
+#include "worker/eval_command.hpp"
+#include "worker/generate_command.hpp"
 #include "worker/formats/file_io.hpp"
 #include "worker/model/memory_plan.hpp"
 #include "worker/cpu/openblas_core.hpp"
@@ -63,6 +65,8 @@ struct BadInput : std::runtime_error {
 const char* const kUsage =
     "usage: xtrain-worker [--job FILE]\n"
     "       xtrain-worker export SOURCE --format hf|llmc OUT ...   (see export --help)\n"
+    "       xtrain-worker generate MODEL [--prompt TEXT] ...         (see generate --help)\n"
+    "       xtrain-worker eval MODEL --data GLOB ...                 (see eval --help)\n"
     "  One rank of data-parallel GPT-2 training. Under xlaunch the job and the rank come from the\n"
     "  environment (XTRAIN_JOB, RANK, WORLD_SIZE, ...); by hand, --job FILE runs a world of one.\n"
     "exit codes: 0 completed (or preempted by SIGUSR1 after a checkpoint); 1 runtime failure;\n"
@@ -97,6 +101,8 @@ bool is_bad_input(const std::exception& e) {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "export") return run_export(argc - 1, argv + 1);
+  if (argc > 1 && std::string(argv[1]) == "generate") return run_generate(argc - 1, argv + 1);
+  if (argc > 1 && std::string(argv[1]) == "eval") return run_eval(argc - 1, argv + 1);
   // Declared in dependency order: the trainer refers to the spec, the report and the backend, so
   // it must be destroyed first.
   int rank = 0;

@@ -19,12 +19,14 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/worker/test_files.hpp"
+#include "common/tokenizer/gpt2_tokenizer.hpp"
 #include "tests/common/tokenizer/gpt2_reference.hpp"
 #include "worker/train/checkpoint.hpp"
 #include "worker/cpu/cpu_backend.hpp"
 #include "worker/model/gpt.hpp"
 #include "worker/formats/model_io.hpp"
 #include "tests/worker/gpt_test_util.hpp"
+#include "tests/worker/worker_cli.hpp"
 
 using namespace xtrain;
 using xtrain::test::gpt2_openai_dir;
@@ -36,62 +38,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  int code = -1;
-  std::string output;  // stdout and stderr
-};
+using Run = xtrain::test::CliRun;
+using Checkpoint = xtrain::test::TestCheckpoint;
+using xtrain::test::error_line;
 
-// xtrain-worker export ARGS..., its exit code and output.
 Run export_cli(const ScratchDir& dir, const std::vector<std::string>& args) {
-  std::string command = shell_quote(std::string(XTRAIN_BIN_DIR) + "/xtrain-worker") + " export";
-  for (const auto& a : args) command += " " + shell_quote(a);
-  const std::string log = dir / "export.log";
-  const int status = std::system((command + " > " + shell_quote(log) + " 2>&1").c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_bytes(log)};
+  return xtrain::test::run_worker(dir, "export", args);
 }
-
-// One line of `output` starting with "error: " (and no other error lines).
-std::string error_line(const std::string& output) {
-  std::istringstream in(output);
-  std::string line, found;
-  int count = 0;
-  while (std::getline(in, line)) {
-    if (line.rfind("error: ", 0) == 0) found = line, ++count;
-  }
-  return count == 1 ? found : "(" + std::to_string(count) + " error lines)";
-}
-
-// A checkpoint of a small model with random weights (zero wte padding rows, as training keeps them).
-struct Checkpoint {
-  JobSpec spec;
-  std::unique_ptr<ParamLayout> layout;
-  std::vector<float> params;
-  std::string dir;
-
-  // `tokenizer`: the vocabulary the run named, which the checkpoint records.
-  explicit Checkpoint(const std::string& run_dir, const std::string& tokenizer = "") {
-    spec.tokenizer = tokenizer;
-    spec.model = test::model_spec(2, 2, 16, 8, 70);
-    layout = std::make_unique<ParamLayout>(ModelDims::from(spec.model));
-    const ModelDims& d = layout->dims();
-    std::mt19937 rng(3);
-    std::normal_distribution<float> normal(0.0f, 0.3f);
-    params.resize(layout->total());
-    for (auto& x : params) x = normal(rng);
-    std::fill(params.begin() + static_cast<long>(layout->wte()) + static_cast<long>(d.V) * d.C,
-              params.begin() + static_cast<long>(layout->wte()) + static_cast<long>(d.Vp) * d.C, 0.0f);
-    const std::vector<float> moments(layout->total(), 0.5f);
-    TrainState state;
-    state.step = 3;
-    dir = save_checkpoint(run_dir, spec, *layout, params.data(), moments.data(), moments.data(), state);
-  }
-
-  std::vector<float> import(const std::string& path) const {
-    std::vector<float> out(layout->total(), std::nanf(""));
-    import_model(read_model_file_info(path), *layout, out.data());
-    return out;
-  }
-};
 
 bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -202,7 +155,7 @@ TEST_CASE("export: bad input is exit 2, an unwritable OUT exit 1, one error line
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(dir.path())) left.push_back(e.path().filename().string());
   std::sort(left.begin(), left.end());
-  CHECK(left == std::vector<std::string>{"export.log", "m.bin", "run"});  // no OUT, no temporary
+  CHECK(left == std::vector<std::string>{"cli.err", "cli.out", "m.bin", "run"});  // no OUT, no temporary
 
   SECTION("a tokenizer the run recorded that is gone") {
     const Checkpoint moved(dir / "run2", dir / "gone");
@@ -210,7 +163,9 @@ TEST_CASE("export: bad input is exit 2, an unwritable OUT exit 1, one error line
     CHECK(run.code == 2);
     CHECK(error_line(run.output) == "error: " + moved.dir + ": its tokenizer: " + dir / "gone" +
                                         ": no such file or directory (name the vocabulary with --tokenizer PATH)");
-    CHECK(export_cli(dir, {moved.dir, "--format", "llmc", dir / "out.bin"}).code == 0);  // llm.c files hold no vocabulary
+    // The llm.c export ships the tokenizer too (gpt2_tokenizer.bin), so it needs it as much.
+    CHECK(export_cli(dir, {moved.dir, "--format", "llmc", dir / "out.bin"}).code == 2);
+    CHECK_FALSE(fs::exists(dir / "out.bin"));
   }
   SECTION("OUT's directories are created") {
     REQUIRE(export_cli(dir, {ckpt.dir, "--format", "hf", dir / "exports/new/hf"}).code == 0);
@@ -274,7 +229,9 @@ TEST_CASE("every kind of bad model file is exit 2 and one error line naming it",
   }
   SECTION("config.json missing") {
     fs::remove(config);
-    expected = dir / "hf" + ": no config.json";
+    expected = dir / "hf" + ": not a model: expected a run directory (with checkpoints/), a checkpoint or a "
+                            "Hugging Face GPT-2 directory (config.json + model.safetensors), or an llm.c model file; "
+                            "this directory has neither checkpoints/ nor config.json";
   }
   SECTION("config.json with n_embd not a multiple of n_head") {
     auto json = nlohmann::json::parse(read_bytes(config));
@@ -285,7 +242,9 @@ TEST_CASE("every kind of bad model file is exit 2 and one error line naming it",
   SECTION("llm.c: a wrong magic") {
     source = dir / "m.bin";
     llmc_int(0, 20240520);
-    expected = source + ": not an llm.c model file: magic is 20240520";
+    expected = source + ": not a model: expected a run directory (with checkpoints/), a checkpoint or a Hugging "
+                        "Face GPT-2 directory (config.json + model.safetensors), or an llm.c model file; this file "
+                        "begins with 20240520, not llm.c's magic 20240326";
   }
   SECTION("llm.c: a wrong version") {
     source = dir / "m.bin";
@@ -302,4 +261,70 @@ TEST_CASE("every kind of bad model file is exit 2 and one error line naming it",
   CHECK(run.code == 2);
   CHECK(error_line(run.output).rfind("error: " + expected, 0) == 0);
   CHECK_FALSE(fs::exists(dir / "out.bin"));
+}
+
+TEST_CASE("export: a run directory is its newest checkpoint; a Hugging Face export loads with its tokenizer "
+          "and generation configs, and says when it has no tokenizer", "[export]") {
+  ScratchDir dir;
+  const Checkpoint ckpt(dir / "run", gpt2_openai_dir(), test::model_spec(1, 1, 8, 8, 50257));
+  const Run run = export_cli(dir, {dir / "run", "--format", "hf", dir / "hf"});
+  INFO(run.output);
+  REQUIRE(run.code == 0);
+  CHECK(run.output.find("warn") == std::string::npos);
+  REQUIRE(export_cli(dir, {ckpt.dir, "--format", "hf", dir / "hf-ckpt"}).code == 0);
+  CHECK(read_bytes(dir / "hf/model.safetensors") == read_bytes(dir / "hf-ckpt/model.safetensors"));
+
+  const auto tokenizer = nlohmann::json::parse(read_bytes(dir / "hf/tokenizer_config.json"));
+  CHECK(tokenizer.at("tokenizer_class") == "GPT2Tokenizer");
+  CHECK(tokenizer.at("eos_token") == "<|endoftext|>");
+  CHECK(tokenizer.at("bos_token") == "<|endoftext|>");
+  CHECK(tokenizer.at("model_max_length") == 8);
+  const auto generation = nlohmann::json::parse(read_bytes(dir / "hf/generation_config.json"));
+  CHECK(generation.at("bos_token_id") == 50256);
+  CHECK(generation.at("eos_token_id") == 50256);
+  CHECK(read_bytes(dir / "hf/vocab.json") == read_bytes(gpt2_openai_dir() + "/encoder.json"));
+
+  // The llm.c export writes llm.c's tokenizer file beside it: the header, then each token's bytes.
+  REQUIRE(export_cli(dir, {dir / "run", "--format", "llmc", dir / "llmc/m.bin"}).code == 0);
+  const std::string table = read_bytes(dir / "llmc/gpt2_tokenizer.bin");
+  REQUIRE(table.size() > 1024);
+  std::uint32_t header[4];
+  std::memcpy(header, table.data(), sizeof header);
+  CHECK(header[0] == 20240328);
+  CHECK(header[1] == 2);
+  CHECK(header[2] == 50257);
+  CHECK(header[3] == 50256);
+  const Gpt2Tokenizer gpt2 = Gpt2Tokenizer::load(gpt2_openai_dir());
+  size_t at = 1024;
+  bool same = true;
+  for (std::int32_t id = 0; id < 50257 && same; ++id) {
+    const auto length = static_cast<unsigned char>(table.at(at));
+    same = table.substr(at + 1, length) == gpt2.decode_token(id);
+    at += 1 + length;
+  }
+  CHECK(same);
+  CHECK(at == table.size());
+  // An existing tokenizer file is replaced only with --force.
+  const Run again = export_cli(dir, {dir / "run", "--format", "llmc", dir / "llmc/m2.bin"});
+  CHECK(again.code == 2);
+  CHECK(error_line(again.output) == "error: " + dir / "llmc/gpt2_tokenizer.bin" + ": exists (give --force to replace it)");
+  CHECK_FALSE(fs::exists(dir / "llmc/m2.bin"));
+
+  // No tokenizer: one warning line, and no vocabulary or tokenizer files.
+  REQUIRE(export_cli(dir, {ckpt.dir, "--format", "llmc", dir / "m.bin"}).code == 0);
+  const Run bare = export_cli(dir, {dir / "m.bin", "--format", "hf", dir / "bare"});
+  CHECK(bare.code == 0);
+  std::istringstream lines(bare.output);
+  std::string line;
+  int warnings = 0;
+  while (std::getline(lines, line)) {
+    if (line.find("warn") != std::string::npos) {
+      ++warnings;
+      CHECK(line.find("comes with no tokenizer") != std::string::npos);
+    }
+  }
+  CHECK(warnings == 1);
+  CHECK_FALSE(fs::exists(dir / "bare/vocab.json"));
+  CHECK_FALSE(fs::exists(dir / "bare/tokenizer_config.json"));
+  CHECK_FALSE(fs::exists(dir / "bare/generation_config.json"));
 }

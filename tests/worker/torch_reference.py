@@ -15,6 +15,16 @@ Modes (run with /usr/bin/python3, Debian's python3-torch):
               load DIR/model.safetensors (a Hugging Face GPT-2 export: Conv1D weights (in, out), wte
               with V rows) and DIR/config.json into this model, run DIR/tokens.bin (int32 (B, T))
               and write DIR/logits.bin ((B,T,Vp)).
+  hf-greedy DIR --prompt IDS --new N
+              greedy decoding of a Hugging Face export, a full forward per token (no cache), with
+              xtrain-worker generate's window rule; prints the N tokens as a JSON list.
+  hf-loss DIR TEXT --window N [--max-tokens N]
+              xtrain-worker eval's loss and bits per byte of a byte-level text file, in windows of N.
+  hf-choice DIR FILE
+              llm.c's multiple-choice accuracy (lowest mean completion loss) on FILE; one JSON line.
+  bench-generate DIR
+              one token at a time with a KV cache, eager, on the weights and prompt that
+              scripts/bench/generate_cpu_bench.cpp --out DIR wrote; one JSON line.
   bench       time full training steps (forward, backward, clip, AdamW) of a freshly initialised
               model in eager mode; prints one JSON line with the median step and its tokens/s.
 """
@@ -161,13 +171,10 @@ def read_array(path, dtype, shape):
     return data.view(*shape).clone()
 
 
-def check(directory):
-    cfg = json.load(open(os.path.join(directory, "config.json")))
-    m, t = cfg["model"], cfg["train"]
-    L, NH, C, T, V = m["n_layer"], m["n_head"], m["n_embd"], m["seq_len"], m["vocab_size"]
-    S, B = cfg["steps"], cfg["batch"]
-    torch.set_num_threads(1)
-    model = GPT(L, NH, C, T, V)
+def load_flat(directory, cfg):
+    """The model of config.json ({"model", "layout"}) with DIR/params.bin (our flat layout) loaded."""
+    m = cfg["model"]
+    model = GPT(m["n_layer"], m["n_head"], m["n_embd"], m["seq_len"], m["vocab_size"])
     flat = read_array(os.path.join(directory, "params.bin"), torch.float32, (-1,))
     params = dict(model.named_parameters())
     if sorted(params) != sorted(x["name"] for x in cfg["layout"]):
@@ -176,6 +183,17 @@ def check(directory):
         for x in cfg["layout"]:
             n = math.prod(x["shape"])
             params[x["name"]].copy_(flat[x["offset"]:x["offset"] + n].view(*x["shape"]))
+    return model, flat
+
+
+def check(directory):
+    cfg = json.load(open(os.path.join(directory, "config.json")))
+    m, t = cfg["model"], cfg["train"]
+    L, NH, C, T, V = m["n_layer"], m["n_head"], m["n_embd"], m["seq_len"], m["vocab_size"]
+    S, B = cfg["steps"], cfg["batch"]
+    torch.set_num_threads(1)
+    model, flat = load_flat(directory, cfg)
+    params = dict(model.named_parameters())
     tokens = read_array(os.path.join(directory, "tokens.bin"), torch.int32, (S, B, T)).long()
     targets = read_array(os.path.join(directory, "targets.bin"), torch.int32, (S, B, T)).long()
 
@@ -198,13 +216,14 @@ def check(directory):
               open(os.path.join(directory, "result.json"), "w"))
 
 
-def hf_logits(directory):
+def load_hf(directory):
+    """The model of a Hugging Face GPT-2 export: DIR/config.json and DIR/model.safetensors (Conv1D
+    weights (in, out), wte with V rows)."""
     from check_safetensors import read_safetensors  # our independent safetensors reader
 
     cfg = json.load(open(os.path.join(directory, "config.json")))
     L, NH, C, T, V = cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["n_positions"], cfg["vocab_size"]
     tensors, _ = read_safetensors(os.path.join(directory, "model.safetensors"))
-    torch.set_num_threads(1)
     model = GPT(L, NH, C, T, V)
     params = dict(model.named_parameters())
     if sorted(params) != sorted(tensors):
@@ -220,9 +239,153 @@ def hf_logits(directory):
                 params[name][:V].copy_(t)  # the padding rows stay zero
             else:
                 params[name].copy_(t)
+    return model, T
+
+
+def hf_logits(directory):
+    torch.set_num_threads(1)
+    model, T = load_hf(directory)
+    with torch.no_grad():
         tokens = torch.frombuffer(bytearray(open(os.path.join(directory, "tokens.bin"), "rb").read()), dtype=torch.int32)
         logits, _ = model(tokens.view(-1, T).long())
     open(os.path.join(directory, "logits.bin"), "wb").write(logits.numpy().tobytes())
+
+
+def hf_greedy(directory, prompt, new_tokens):
+    """Greedy decoding with a full forward over the window for every token (no cache), and the
+    window rule of xtrain-worker generate: a full window keeps its newest half before the next
+    token. Prints the generated tokens as a JSON list."""
+    torch.set_num_threads(1)
+    model, T = load_hf(directory)
+    window, out = list(prompt), []
+    with torch.inference_mode():
+        for _ in range(new_tokens):
+            logits, _ = model(torch.tensor([window]))
+            token = int(torch.argmax(logits[0, -1, :model.V]))
+            out.append(token)
+            if len(window) == T:
+                window = window[T - T // 2:]
+            window.append(token)
+    print(json.dumps(out))
+
+
+def linear(x, layer):
+    """layer(x); for one position (1, 1, C) as addmv, PyTorch's fastest form of it here (sgemv:
+    about 20 GB/s of weights on one core, against 6-9 for F.linear's and addmm's paths)."""
+    if x.shape[1] == 1:
+        return torch.addmv(layer.bias, layer.weight, x.view(-1)).view(1, 1, -1)
+    return layer(x)
+
+
+def hf_loss(directory, text_file, window, max_tokens):
+    """xtrain-worker eval's scores of a byte-level text file: windows of `window` tokens (each
+    predicted from the ones before it in its window), whole windows only, at most max_tokens
+    targets (0: all). Prints {"tokens", "loss", "bits_per_byte"}."""
+    torch.set_num_threads(1)
+    model, _ = load_hf(directory)
+    data = list(open(text_file, "rb").read())
+    targets = len(data) - 1 if max_tokens == 0 else min(max_tokens, len(data) - 1)
+    losses = []
+    with torch.inference_mode():
+        for w in range(targets // window):
+            x = torch.tensor([data[w * window:(w + 1) * window]])
+            y = torch.tensor([data[w * window + 1:(w + 1) * window + 1]])
+            logits, _ = model(x)
+            losses.append(F.cross_entropy(logits[0, :, :model.V].double(), y[0], reduction="sum").item())
+    tokens = (targets // window) * window
+    loss = sum(losses) / tokens
+    print(json.dumps({"tokens": tokens, "loss": loss, "bits_per_byte": sum(losses) / math.log(2) / tokens}))
+
+
+def hf_choice(directory, eval_file):
+    """llm.c's multiple-choice accuracy, from the file's description (data_common.py's
+    write_evalfile): for each example, the completion with the lowest mean loss over its own
+    tokens. Prints {"examples", "correct", "accuracy", "predictions"}."""
+    import struct
+    torch.set_num_threads(1)
+    model, _ = load_hf(directory)
+    raw = open(eval_file, "rb").read()
+    magic, version, count = struct.unpack("<3i", raw[:12])
+    assert magic == 20240522 and version == 1
+    words = struct.unpack(f"<{(len(raw) - 1024) // 2}H", raw[1024:])
+    at, correct, predictions = 0, 0, []
+    with torch.inference_mode():
+        for _ in range(count):
+            assert words[at] == 65535
+            label, n = words[at + 3], words[at + 4]
+            at += 5
+            ctx = list(words[at + 1:at + 1 + words[at]])
+            at += 1 + len(ctx)
+            means = []
+            for _ in range(n):
+                end = list(words[at + 1:at + 1 + words[at]])
+                at += 1 + len(end)
+                row = torch.tensor([ctx + end])
+                logits, _ = model(row[:, :-1])
+                losses = F.cross_entropy(logits[0, :, :model.V], row[0, 1:], reduction="none")
+                means.append(losses[len(ctx) - 1:].mean().item())
+            best = min(range(n), key=lambda i: means[i])
+            predictions.append(best)
+            correct += int(best == label)
+    print(json.dumps({"examples": count, "correct": correct, "accuracy": correct / count, "predictions": predictions}))
+
+
+def decode_step(model, tokens, pos, keys, values):
+    """GPT-2 with a KV cache: `tokens` (1, n) at positions [pos, pos + n), keys/values per layer
+    (1, NH, T, hs) filled there; returns the last position's logits (Vp)."""
+    n = tokens.shape[1]
+    x = model.wte(tokens) + model.wpe(torch.arange(pos, pos + n))
+    for l, block in enumerate(model.h):
+        attn = block.attn
+        C = x.shape[-1]
+        hs = C // attn.NH
+        q, k, v = linear(block.ln_1(x), attn.c_attn).split(C, dim=2)
+        q, k, v = (t.view(1, n, attn.NH, hs).transpose(1, 2) for t in (q, k, v))
+        keys[l][:, :, pos:pos + n] = k
+        values[l][:, :, pos:pos + n] = v
+        att = (q @ keys[l][:, :, :pos + n].transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        if n > 1:
+            causal = torch.ones(n, pos + n, dtype=torch.bool).tril(diagonal=pos)
+            att = att.masked_fill(~causal, float("-inf"))
+        y = (att.softmax(dim=-1) @ values[l][:, :, :pos + n]).transpose(1, 2).reshape(1, n, C)
+        x = x + linear(y, attn.c_proj)
+        x = x + linear(F.gelu(linear(block.ln_2(x), block.mlp.c_fc), approximate="tanh"), block.mlp.c_proj)
+    return torch.mv(model.wte.weight, model.ln_f(x[0, -1]))
+
+
+def bench_generate(directory, runs):
+    """PyTorch eager at its best for one token at a time: one thread, inference_mode, a
+    preallocated KV cache; the prompt and weights of scripts/bench/generate_cpu_bench.cpp's --out
+    DIR, greedy. Prints one JSON line with the median per-token time (wall and this thread's CPU
+    time) and the tokens."""
+    torch.set_num_threads(1)
+    cfg = json.load(open(os.path.join(directory, "config.json")))
+    model, _ = load_flat(directory, cfg)
+    model.eval()
+    m = cfg["model"]
+    L, NH, C, T, V = m["n_layer"], m["n_head"], m["n_embd"], m["seq_len"], m["vocab_size"]
+    prompt, new_tokens = torch.tensor([cfg["prompt"]]), cfg["new_tokens"]
+    per_token, cpu_per_token, prompt_ms = [], [], []
+    with torch.inference_mode():
+        for _ in range(runs):
+            keys = [torch.zeros(1, NH, T, C // NH) for _ in range(L)]
+            values = [torch.zeros(1, NH, T, C // NH) for _ in range(L)]
+            start = time.perf_counter()
+            logits = decode_step(model, prompt, 0, keys, values)
+            prompt_ms.append(1000.0 * (time.perf_counter() - start))
+            pos, tokens = prompt.shape[1], []
+            start, cpu_start = time.perf_counter(), time.thread_time()
+            for _ in range(new_tokens):
+                token = int(torch.argmax(logits[:V]))
+                tokens.append(token)
+                logits = decode_step(model, torch.tensor([[token]]), pos, keys, values)
+                pos += 1
+            per_token.append(1000.0 * (time.perf_counter() - start) / new_tokens)
+            cpu_per_token.append(1000.0 * (time.thread_time() - cpu_start) / new_tokens)
+    print(json.dumps({"impl": "pytorch-eager-kv-cache", "torch": torch.__version__, "threads": torch.get_num_threads(),
+                      "ms_per_token": statistics.median(per_token), "cpu_ms_per_token": statistics.median(cpu_per_token),
+                      "cpu_ms_per_token_runs": cpu_per_token,
+                      "prompt_ms": statistics.median(prompt_ms), "tokens": tokens}))
 
 
 def bench(a):
@@ -262,6 +425,21 @@ def main():
     c.add_argument("dir")
     h = sub.add_parser("hf-logits")
     h.add_argument("dir")
+    g = sub.add_parser("hf-greedy")
+    g.add_argument("dir")
+    g.add_argument("--prompt", required=True, help="token ids, comma-separated")
+    g.add_argument("--new", type=int, required=True)
+    hl = sub.add_parser("hf-loss")
+    hl.add_argument("dir")
+    hl.add_argument("text")
+    hl.add_argument("--window", type=int, required=True)
+    hl.add_argument("--max-tokens", type=int, default=0)
+    hc = sub.add_parser("hf-choice")
+    hc.add_argument("dir")
+    hc.add_argument("file")
+    bg = sub.add_parser("bench-generate")
+    bg.add_argument("dir")
+    bg.add_argument("--runs", type=int, default=3)
     b = sub.add_parser("bench")
     for name, default in [("layers", 4), ("heads", 4), ("embd", 128), ("seq", 64), ("vocab", 256), ("batch", 4),
                           ("steps", 10), ("warmup", 2), ("threads", 2)]:
@@ -272,6 +450,14 @@ def main():
         check(a.dir)
     elif a.mode == "hf-logits":
         hf_logits(a.dir)
+    elif a.mode == "hf-greedy":
+        hf_greedy(a.dir, [int(x) for x in a.prompt.split(",")], a.new)
+    elif a.mode == "hf-loss":
+        hf_loss(a.dir, a.text, a.window, a.max_tokens)
+    elif a.mode == "hf-choice":
+        hf_choice(a.dir, a.file)
+    elif a.mode == "bench-generate":
+        bench_generate(a.dir, a.runs)
     else:
         bench(a)
 

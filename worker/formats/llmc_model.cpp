@@ -4,6 +4,7 @@
 #include <array>
 #include <cstring>
 
+#include "common/atomic_file.hpp"
 #include "worker/formats/file_io.hpp"
 #include "worker/formats/float16.hpp"
 
@@ -119,6 +120,25 @@ void import_llmc_model(const ModelFileInfo& file, const ParamLayout& layout, flo
     if (i == 0) std::fill(out + take, out + order[i].count, 0.0f);  // our padding rows
     at += in_file(i) * element;
   }
+}
+
+void export_llmc_tokenizer(const std::string& path, const Gpt2Tokenizer& tokenizer) {
+  std::array<std::uint32_t, 256> header{};
+  header[0] = kLlmcTokenizerMagic;
+  header[1] = 2;
+  header[2] = static_cast<std::uint32_t>(tokenizer.vocab_size());
+  header[3] = static_cast<std::uint32_t>(tokenizer.eot());
+  std::string file(reinterpret_cast<const char*>(header.data()), header.size() * sizeof(std::uint32_t));
+  for (std::int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+    const std::string bytes = tokenizer.decode_token(id);
+    if (bytes.empty() || bytes.size() > 255) {
+      throw FileError(tokenizer.source(), "token " + std::to_string(id) + " has " + std::to_string(bytes.size()) +
+                                              " bytes; llm.c's tokenizer file holds 1 to 255");
+    }
+    file += static_cast<char>(static_cast<unsigned char>(bytes.size()));
+    file += bytes;
+  }
+  write_file_atomic(path, file);
 }
 
 }  // namespace xtrain

@@ -10,13 +10,25 @@
 // by common/model_file.hpp, which also checks the file's size against it.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "common/model_file.hpp"
+#include "common/tokenizer/gpt2_tokenizer.hpp"
 #include "worker/model/param_layout.hpp"
 
 namespace xtrain {
+
+// llm.c's tokenizer file (what its sampler reads as gpt2_tokenizer.bin): a header of 256 uint32
+// [20240328, 2 (the version that names the eot id), vocab size, eot id, 0...], then each token's
+// bytes as one uint8 length and the bytes.
+inline constexpr std::uint32_t kLlmcTokenizerMagic = 20240328;
+inline constexpr char kLlmcTokenizerFile[] = "gpt2_tokenizer.bin";
+
+// Writes `tokenizer`'s decoding table as that file, atomically. Throws FileError for a token of
+// more than 255 bytes (the format's length is one byte) or none.
+void export_llmc_tokenizer(const std::string& path, const Gpt2Tokenizer& tokenizer);
 
 // Our parameter spans in the order llm.c stores them (wte with all Vp rows).
 std::vector<Span> llmc_parameter_order(const ParamLayout& layout);

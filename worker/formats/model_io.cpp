@@ -24,6 +24,14 @@ void copy_file(const std::string& from, const std::string& to) {
   out.finish();
 }
 
+// What the released gpt2's tokenizer files say, for transformers' GPT2Tokenizer (AutoTokenizer
+// picks the class from tokenizer_class; the fast tokenizer is built from the same two files).
+nlohmann::json tokenizer_config(const ModelDims& d, const ExportVocab& vocab) {
+  return {{"tokenizer_class", "GPT2Tokenizer"}, {"model_max_length", d.T},        {"bos_token", vocab.eot_text},
+          {"eos_token", vocab.eot_text},        {"unk_token", vocab.eot_text},   {"add_prefix_space", false},
+          {"errors", "replace"}};
+}
+
 // The file's shape is the layout's (its context at least the layout's).
 void check_shape(const ModelFileInfo& file, const ParamLayout& layout) {
   const ModelDims& d = layout.dims();
@@ -94,6 +102,9 @@ void export_hf_directory(const std::string& dir, const ParamLayout& layout, cons
     if (vocab) {
       copy_file(vocab->files.vocab, tmp + "/vocab.json");
       copy_file(vocab->files.merges, tmp + "/merges.txt");
+      write_file_atomic(tmp + "/tokenizer_config.json", tokenizer_config(layout.dims(), *vocab).dump(2) + "\n");
+      const nlohmann::json generation = {{"bos_token_id", vocab->eot}, {"eos_token_id", vocab->eot}};
+      write_file_atomic(tmp + "/generation_config.json", generation.dump(2) + "\n");
     }
     fsync_directory(tmp);
     if (fs::exists(dir)) {

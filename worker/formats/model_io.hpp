@@ -27,15 +27,19 @@ void import_model(const ModelFileInfo& file, const ParamLayout& layout, float* p
 // truncated, damaged or foreign model file fails before any rank starts.
 void check_model_headers(const ModelFileInfo& file, const ParamLayout& layout);
 
-// The vocabulary a Hugging Face export ships: its files, and the id of <|endoftext|>, which
-// GPT2Config names as bos_token_id and eos_token_id.
+// The vocabulary a Hugging Face export ships: its files, and <|endoftext|> (its id and text),
+// which GPT-2 uses as its bos, eos and unk token.
 struct ExportVocab {
   VocabularyFiles files;
   std::int32_t eot = -1;
+  std::string eot_text = "<|endoftext|>";
 };
 
 // Writes a Hugging Face GPT-2 directory `dir`: config.json, model.safetensors (F32, the released
-// gpt2's names) and, when `vocab` is given, its files as vocab.json + merges.txt. Everything is
+// gpt2's names) and, when `vocab` is given, its files as vocab.json + merges.txt with
+// tokenizer_config.json (GPT2Tokenizer, the special tokens, model_max_length) and
+// generation_config.json (bos_token_id, eos_token_id), so that AutoTokenizer and
+// AutoModelForCausalLM load it and generate stops at <|endoftext|> with no extra arguments. Everything is
 // written under DIR.tmp-PID, fsynced and renamed into place; an existing `dir` is replaced only
 // with `replace` (else FileError). A failure leaves no temporary behind.
 void export_hf_directory(const std::string& dir, const ParamLayout& layout, const float* params,

@@ -1,0 +1,152 @@
+// Per-token time of `xtrain-worker generate`'s decoder (worker/cpu/kv_decoder.hpp: one thread) on
+// GPT-2 124M's shape with random weights, fp32, next to the floor that reading the weights once per
+// token sets at this machine's single-thread memory bandwidth, measured in the same run
+// (scripts/bench/generate_cpu.py runs it next to PyTorch).
+//
+// A prompt of --prompt tokens, then --new tokens one at a time (greedy), --runs times; prints one
+// JSON line: the median per-token time of the decode (wall, and this thread's CPU time, which the
+// ratio to the floor takes: the bandwidth is measured in CPU time too), the prompt's time, the bandwidth (the best
+// of several passes reading a buffer 16x the last-level cache, in huge pages as the decoder's weights), the bytes each token reads (every
+// weight but wpe, of which one row) and the greedy tokens (the peer's check). With --out DIR it
+// writes the weights (params.bin, our flat layout) and config.json for the PyTorch side.
+#include <cblas.h>
+#include <immintrin.h>
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "scripts/bench/bench_options.hpp"
+#include "worker/cpu/huge_page_buffer.hpp"
+#include "worker/cpu/kv_decoder.hpp"
+#include "worker/cpu/openblas_core.hpp"
+#include "worker/model/param_layout.hpp"
+
+using namespace xtrain;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// This thread's CPU time, s: on a machine shared with other work it leaves out the time the
+// thread waited for a core (a stall on memory still counts: it is the work's).
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Single-thread read bandwidth, bytes/s: the best of `passes` sums over `bytes` of memory (8
+// independent 256-bit accumulators, so the loads, not the adds, set the pace).
+double read_bandwidth(size_t bytes, int passes) {
+  HugePageBuffer buffer(bytes / sizeof(float));  // the decoder's kind of memory
+  double best = 0.0;
+  float sink = 0.0f;
+  for (int p = 0; p < passes; ++p) {
+    const double t0 = thread_cpu_s();
+    __m256 acc[8];
+    for (auto& a : acc) a = _mm256_setzero_ps();
+    const float* x = buffer.data();
+    for (size_t i = 0; i + 64 <= buffer.size(); i += 64) {
+      for (int k = 0; k < 8; ++k) acc[k] = _mm256_add_ps(acc[k], _mm256_loadu_ps(x + i + 8 * k));
+    }
+    const double s = thread_cpu_s() - t0;
+    for (auto& a : acc) {
+      float lanes[8];
+      _mm256_storeu_ps(lanes, a);
+      for (float v : lanes) sink += v;
+    }
+    best = std::max(best, static_cast<double>(bytes) / s);
+  }
+  if (sink == 42.0f) std::fprintf(stderr, " ");  // keeps the sums alive
+  return best;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  if (const std::string line = choose_openblas_core(argv); !line.empty()) spdlog::info("{}", line);
+  bench::BenchShape shape{12, 12, 768, 1024, 50257, 1, 0, 0};
+  int prompt_tokens = 64, new_tokens = 256, runs = 3;
+  std::string out;
+  bench::parse_bench_flags("xtrain-bench-generate", argc, argv, shape, [&](int& i) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) return false;
+    if (a == "--prompt") prompt_tokens = std::atoi(argv[++i]);
+    else if (a == "--new") new_tokens = std::atoi(argv[++i]);
+    else if (a == "--runs") runs = std::atoi(argv[++i]);
+    else if (a == "--out") out = argv[++i];
+    else return false;
+    return true;
+  }, "[--prompt N (64)] [--new N (256)] [--runs N (3)] [--out DIR]");
+  const ParamLayout layout(ModelDims::from(shape.model()));
+  const ModelDims& d = layout.dims();
+  std::vector<float> params(layout.total());
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  for (auto& x : params) x = normal(rng);
+  std::fill(params.begin() + static_cast<long>(layout.wte() + static_cast<size_t>(d.V) * d.C),
+            params.begin() + static_cast<long>(layout.wte() + static_cast<size_t>(d.Vp) * d.C), 0.0f);
+  const std::vector<int32_t> prompt = test::random_tokens(static_cast<size_t>(prompt_tokens), d.V, 3);
+
+  if (!out.empty()) {
+    std::ofstream(out + "/params.bin", std::ios::binary)
+        .write(reinterpret_cast<const char*>(params.data()), static_cast<std::streamsize>(params.size() * sizeof(float)));
+    nlohmann::json layout_json = nlohmann::json::array();
+    for (const ParamTensor& t : layout.tensors()) layout_json.push_back({{"name", t.name}, {"shape", t.shape}, {"offset", t.offset}});
+    const nlohmann::json config = {{"model", {{"n_layer", d.L}, {"n_head", d.NH}, {"n_embd", d.C}, {"seq_len", d.T}, {"vocab_size", d.V}}},
+                                   {"layout", layout_json}, {"prompt", prompt}, {"new_tokens", new_tokens}};
+    std::ofstream(out + "/config.json") << config.dump();
+  }
+
+  const double bandwidth = read_bandwidth(size_t{512} << 20, 5);
+  const size_t read_floats = layout.total() - static_cast<size_t>(d.T - 1) * d.C;
+  const double floor_ms = 1000.0 * static_cast<double>(read_floats * sizeof(float)) / bandwidth;
+
+  KvDecoder decoder(layout, std::move(params));
+  std::vector<double> per_token_ms, per_token_cpu_ms, prompt_ms;
+  std::vector<int32_t> generated;
+  for (int r = 0; r < runs; ++r) {
+    decoder.reset();
+    generated.clear();
+    auto t0 = Clock::now();
+    auto logits = decoder.append(prompt);
+    prompt_ms.push_back(1000.0 * seconds_since(t0));
+    t0 = Clock::now();
+    const double cpu0 = thread_cpu_s();
+    for (int n = 0; n < new_tokens; ++n) {
+      const auto token = static_cast<int32_t>(std::max_element(logits.begin(), logits.begin() + d.V) - logits.begin());
+      generated.push_back(token);
+      logits = decoder.append(std::span(&token, 1));
+    }
+    per_token_ms.push_back(1000.0 * seconds_since(t0) / new_tokens);
+    per_token_cpu_ms.push_back(1000.0 * (thread_cpu_s() - cpu0) / new_tokens);
+  }
+  const double cpu_ms = median(per_token_cpu_ms);
+  const nlohmann::json result = {
+      {"impl", "xtrain"}, {"threads", openblas_get_num_threads()}, {"openblas_core", openblas_get_corename()},
+      {"params", layout.total()}, {"prompt_tokens", prompt_tokens}, {"new_tokens", new_tokens}, {"runs", runs},
+      {"ms_per_token", median(per_token_ms)}, {"cpu_ms_per_token", cpu_ms}, {"cpu_ms_per_token_runs", per_token_cpu_ms},
+      {"prompt_ms", median(prompt_ms)},
+      {"bandwidth_gb_s", bandwidth / 1e9}, {"bytes_per_token", read_floats * sizeof(float)},
+      {"floor_ms_per_token", floor_ms}, {"vs_floor", cpu_ms / floor_ms}, {"tokens", generated}};
+  std::printf("%s\n", result.dump().c_str());
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "error: %s\n", e.what());
+  return 1;
+}

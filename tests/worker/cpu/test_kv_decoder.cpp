@@ -1,0 +1,118 @@
+// The KV-cached decoder against the model's full-window forward (GPT on the CPU backend, fp32) on
+// the same weights and tokens: the logits of every position, one token at a time and after a
+// prompt; the work it saves (one position per token) and the slide past the context.
+//
+// Tolerance: both are fp32 with the same per-element math; they differ in summation order only
+// (sgemv against sgemm, a direct softmax against flash attention's online one, expf against
+// exp_fast in attention). Measured: at most 3.3e-7 of the largest logit here; the check is 2e-5
+// of max(1, the largest |logit|), a hundred times below the gap that would change a sampled token
+// in practice and far above fp32 rounding noise.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "tests/worker/gpt_test_util.hpp"
+#include "worker/cpu/cpu_backend.hpp"
+#include "worker/cpu/kv_decoder.hpp"
+#include "worker/model/gpt.hpp"
+
+using namespace xtrain;
+
+namespace {
+
+struct Model {
+  ModelSpec spec = test::model_spec(2, 4, 32, 16, 70);
+  CpuBackend backend{Precision::fp32};
+  GPT gpt{spec, backend, 1};
+  std::vector<float> params;
+
+  Model() {
+    std::mt19937 rng(11);
+    std::normal_distribution<float> normal(0.0f, 0.2f);
+    params.resize(gpt.layout().total());
+    for (auto& x : params) x = normal(rng);
+    const ModelDims& d = gpt.dims();
+    std::fill(params.begin() + static_cast<long>(gpt.layout().wte() + static_cast<size_t>(d.V) * d.C),
+              params.begin() + static_cast<long>(gpt.layout().wte() + static_cast<size_t>(d.Vp) * d.C), 0.0f);
+    gpt.set_params(params.data());
+  }
+
+  // The full forward's logits (T, Vp) of `tokens` (at most T; the rest of the window is filler,
+  // which a causal model never lets the earlier positions see).
+  std::vector<float> full_logits(std::vector<int32_t> tokens) {
+    const ModelDims& d = gpt.dims();
+    tokens.resize(static_cast<size_t>(d.T), 0);
+    gpt.forward(tokens.data(), nullptr, 1);
+    std::vector<float> out(static_cast<size_t>(d.T) * d.Vp);
+    backend.download(out.data(), gpt.logits(), out.size());
+    return out;
+  }
+};
+
+// Largest |a - b| over the V real logits, relative to max(1, max |b|).
+double relative_error(std::span<const float> a, const float* b, int V) {
+  double diff = 0.0, scale = 1.0;
+  for (int j = 0; j < V; ++j) {
+    diff = std::max(diff, static_cast<double>(std::fabs(a[static_cast<size_t>(j)] - b[j])));
+    scale = std::max(scale, static_cast<double>(std::fabs(b[j])));
+  }
+  return diff / scale;
+}
+
+constexpr double kTolerance = 2e-5;
+
+}  // namespace
+
+TEST_CASE("KV-cached logits equal the full-window forward's, token by token and after a prompt", "[kv]") {
+  Model m;
+  const ModelDims& d = m.gpt.dims();
+  const std::vector<int32_t> tokens = test::random_tokens(static_cast<size_t>(d.T), d.V, 5);
+  const std::vector<float> full = m.full_logits(tokens);
+
+  for (const int prompt : {1, 5, d.T}) {
+    KvDecoder decoder(m.gpt.layout(), m.params);
+    auto logits = decoder.append(std::span(tokens).first(static_cast<size_t>(prompt)));
+    CHECK(relative_error(logits, full.data() + static_cast<size_t>(prompt - 1) * d.Vp, d.V) < kTolerance);
+    for (int p = prompt; p < d.T; ++p) {
+      logits = decoder.append(std::span(tokens).subspan(static_cast<size_t>(p), 1));
+      INFO("prompt " << prompt << ", position " << p);
+      CHECK(relative_error(logits, full.data() + static_cast<size_t>(p) * d.Vp, d.V) < kTolerance);
+    }
+    // The cache is what made this cheap: one position per token, the prompt once.
+    CHECK(decoder.positions_computed() == static_cast<uint64_t>(d.T));
+    CHECK(decoder.position() == d.T);
+  }
+}
+
+TEST_CASE("Past the context the decoder keeps the newest half of the window and runs it again", "[kv]") {
+  Model m;
+  const ModelDims& d = m.gpt.dims();
+  const std::vector<int32_t> tokens = test::random_tokens(static_cast<size_t>(d.T) + 3, d.V, 8);
+  KvDecoder decoder(m.gpt.layout(), m.params);
+  decoder.append(std::span(tokens).first(static_cast<size_t>(d.T)));
+  const auto logits = decoder.append(std::span(tokens).subspan(static_cast<size_t>(d.T), 1));
+
+  const std::vector<int32_t> kept(tokens.begin() + d.T / 2, tokens.begin() + d.T + 1);
+  CHECK(decoder.window() == kept);
+  CHECK(decoder.positions_computed() == static_cast<uint64_t>(d.T + d.T / 2 + 1));
+  const std::vector<float> full = m.full_logits(kept);
+  CHECK(relative_error(logits, full.data() + (kept.size() - 1) * static_cast<size_t>(d.Vp), d.V) < kTolerance);
+
+  // And from there one position per token again.
+  decoder.append(std::span(tokens).subspan(static_cast<size_t>(d.T) + 1, 1));
+  CHECK(decoder.positions_computed() == static_cast<uint64_t>(d.T + d.T / 2 + 2));
+}
+
+TEST_CASE("The decoder refuses ids outside the vocabulary and more tokens than the context", "[kv]") {
+  Model m;
+  const ModelDims& d = m.gpt.dims();
+  KvDecoder decoder(m.gpt.layout(), m.params);
+  const std::vector<int32_t> bad = {1, d.V};
+  CHECK_THROWS_AS(decoder.append(bad), std::out_of_range);
+  CHECK_THROWS_AS(decoder.append(std::vector<int32_t>(static_cast<size_t>(d.T) + 1, 0)), std::length_error);
+  CHECK_THROWS_AS(decoder.append(std::span<const int32_t>()), std::out_of_range);
+  CHECK(decoder.position() == 0);
+}

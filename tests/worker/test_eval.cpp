@@ -1,0 +1,201 @@
+// `xtrain-worker eval` (the real binary): loss, perplexity and bits per byte of an exported model
+// on a text file equal PyTorch's on the same weights and windows (all of it, and --max-tokens);
+// bad input is one error line, exit 2, nothing on stdout.
+//
+// Tolerance: the same fp32 forward in other summation orders (test_gpt_vs_torch.cpp); PyTorch sums
+// the losses in double. 1e-5 relative.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+#include <cstdlib>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/common/tokenizer/gpt2_reference.hpp"
+#include "tests/worker/gpt_test_util.hpp"
+#include "tests/worker/test_files.hpp"
+#include "tests/worker/worker_cli.hpp"
+
+using namespace xtrain;
+using xtrain::test::CliRun;
+using xtrain::test::error_line;
+using xtrain::test::read_bytes;
+using xtrain::test::ScratchDir;
+using xtrain::test::shell_quote;
+using xtrain::test::write_bytes;
+
+namespace {
+
+nlohmann::json torch_scores(const ScratchDir& dir, const std::string& hf, const std::string& text, int window,
+                            int max_tokens) {
+  const std::string command = "/usr/bin/python3 " +
+                              shell_quote(std::string(XTRAIN_SOURCE_DIR) + "/tests/worker/torch_reference.py") +
+                              " hf-loss " + shell_quote(hf) + " " + shell_quote(text) + " --window " +
+                              std::to_string(window) + " --max-tokens " + std::to_string(max_tokens) + " > " +
+                              shell_quote(dir / "torch.json");
+  if (std::system(command.c_str()) != 0) throw std::runtime_error("failed: " + command);
+  return nlohmann::json::parse(read_bytes(dir / "torch.json"));
+}
+
+}  // namespace
+
+TEST_CASE("eval: loss, perplexity and bits per byte of a text file are PyTorch's", "[eval][torch]") {
+  ScratchDir dir;
+  const test::TestCheckpoint ckpt(dir / "run", "", test::model_spec(2, 2, 32, 16, 256), 0.3f);
+  REQUIRE(test::run_worker(dir, "export", {ckpt.dir, "--format", "hf", dir / "hf"}).code == 0);
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "line " + std::to_string(i * 7) + ": the quick brown fox\n";
+  write_bytes(dir / "text.txt", text);
+
+  for (const int max_tokens : {0, 100, 10}) {
+    INFO("--max-tokens " << max_tokens);
+    std::vector<std::string> args = {dir / "run", "--data", dir / "text.txt", "--json"};
+    if (max_tokens) args.insert(args.end(), {"--max-tokens", std::to_string(max_tokens)});
+    const CliRun ours = test::run_worker(dir, "eval", args);
+    INFO(ours.output);
+    REQUIRE(ours.code == 0);
+    const auto got = nlohmann::json::parse(ours.out);
+    const int window = max_tokens && max_tokens < 16 ? max_tokens : 16;
+    const auto want = torch_scores(dir, dir / "hf", dir / "text.txt", window, max_tokens);
+    CHECK(got.at("tokens") == want.at("tokens"));
+    CHECK(got.at("window") == window);
+    CHECK(got.at("loss").get<double>() == Approx(want.at("loss").get<double>()).epsilon(1e-5));
+    CHECK(got.at("perplexity").get<double>() == Approx(std::exp(want.at("loss").get<double>())).epsilon(1e-5));
+    CHECK(got.at("bits_per_byte").get<double>() == Approx(want.at("bits_per_byte").get<double>()).epsilon(1e-5));
+    CHECK(got.at("bytes") == got.at("tokens"));  // byte-level: a token per byte
+  }
+  // Text: one line on stdout.
+  const CliRun line = test::run_worker(dir, "eval", {dir / "hf", "--data", dir / "text.txt"});
+  CHECK(line.code == 0);
+  CHECK(line.out.find("tokens, loss ") != std::string::npos);
+  CHECK(line.out.find(" bits per byte\n") != std::string::npos);
+}
+
+TEST_CASE("eval: bad input is one error line, exit 2, nothing on stdout", "[eval][errors]") {
+  ScratchDir dir;
+  const test::TestCheckpoint small(dir / "run");  // 70 tokens: text bytes above 69 do not fit
+  write_bytes(dir / "text.txt", "zzzz");
+  write_bytes(dir / "one.txt", "\x01");
+  struct Case {
+    std::vector<std::string> args;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {{small.dir}, "--data: missing"},
+      {{small.dir, "--data", dir / "nope.txt"}, "--data: " + dir / "nope.txt"},
+      {{small.dir, "--data", dir / "text.txt"}, "--data: "},
+      {{small.dir, "--data", dir / "one.txt"}, "--data: " + dir / "one.txt" + " has 1 tokens; scoring needs at least 2"},
+      {{small.dir, "--data", dir / "one.txt", "--max-tokens", "0"}, "--max-tokens: expected an integer >= 1"},
+      {{dir / "text.txt", "--data", dir / "one.txt"}, dir / "text.txt" + ": not a model"},
+  };
+  for (const Case& c : cases) {
+    const CliRun run = test::run_worker(dir, "eval", c.args);
+    INFO(run.output);
+    CHECK(run.code == 2);
+    CHECK(error_line(run.output).rfind("error: " + c.error, 0) == 0);
+    CHECK(run.out.empty());
+  }
+}
+
+namespace {
+
+struct Example {
+  int label;
+  std::vector<int> context;
+  std::vector<std::vector<int>> completions;
+};
+
+// A multiple-choice file as llm.c's write_evalfile lays it out (header, then per example the
+// uint16 stream), from `examples`; `example_bytes` may lie about an example's size.
+std::string eval_file(const std::vector<Example>& examples, std::int32_t magic = 20240522) {
+  std::vector<std::uint16_t> stream;
+  int longest = 0;
+  for (size_t i = 0; i < examples.size(); ++i) {
+    const Example& x = examples[i];
+    std::vector<std::uint16_t> e = {65535, 0, static_cast<std::uint16_t>(i), static_cast<std::uint16_t>(x.label),
+                                    static_cast<std::uint16_t>(x.completions.size()),
+                                    static_cast<std::uint16_t>(x.context.size())};
+    e.insert(e.end(), x.context.begin(), x.context.end());
+    for (const auto& c : x.completions) {
+      e.push_back(static_cast<std::uint16_t>(c.size()));
+      e.insert(e.end(), c.begin(), c.end());
+    }
+    e[1] = static_cast<std::uint16_t>(2 * e.size());
+    longest = std::max(longest, static_cast<int>(e[1]));
+    stream.insert(stream.end(), e.begin(), e.end());
+  }
+  std::vector<std::int32_t> header(256, 0);
+  header = {magic, 1, static_cast<std::int32_t>(examples.size()), longest};
+  header.resize(256, 0);
+  return std::string(reinterpret_cast<const char*>(header.data()), 1024) +
+         std::string(reinterpret_cast<const char*>(stream.data()), stream.size() * 2);
+}
+
+}  // namespace
+
+TEST_CASE("eval --multiple-choice: llm.c's accuracy (lowest mean completion loss), as PyTorch scores it",
+          "[eval][torch]") {
+  ScratchDir dir;
+  const test::TestCheckpoint ckpt(dir / "run", "", test::model_spec(2, 2, 32, 16, 256), 0.3f);
+  REQUIRE(test::run_worker(dir, "export", {ckpt.dir, "--format", "hf", dir / "hf"}).code == 0);
+  std::vector<Example> examples;
+  std::mt19937 rng(9);
+  for (int i = 0; i < 24; ++i) {
+    Example x{static_cast<int>(rng() % 4), {}, {}};
+    for (int t = 0; t < 3 + static_cast<int>(rng() % 4); ++t) x.context.push_back(static_cast<int>(rng() % 256));
+    for (int c = 0; c < 4; ++c) {
+      x.completions.emplace_back();
+      for (int t = 0; t < 1 + static_cast<int>(rng() % 6); ++t) x.completions.back().push_back(static_cast<int>(rng() % 256));
+    }
+    examples.push_back(x);
+  }
+  write_bytes(dir / "mc.bin", eval_file(examples));
+  const CliRun ours = test::run_worker(dir, "eval", {dir / "run", "--multiple-choice", dir / "mc.bin", "--json"});
+  INFO(ours.output);
+  REQUIRE(ours.code == 0);
+  const auto got = nlohmann::json::parse(ours.out).at("multiple_choice");
+  const std::string command = "/usr/bin/python3 " +
+                              shell_quote(std::string(XTRAIN_SOURCE_DIR) + "/tests/worker/torch_reference.py") +
+                              " hf-choice " + shell_quote(dir / "hf") + " " + shell_quote(dir / "mc.bin") + " > " +
+                              shell_quote(dir / "torch.json");
+  REQUIRE(std::system(command.c_str()) == 0);
+  const auto want = nlohmann::json::parse(read_bytes(dir / "torch.json"));
+  CHECK(got.at("examples") == 24);
+  CHECK(got.at("predictions") == want.at("predictions"));
+  CHECK(got.at("correct") == want.at("correct"));
+  CHECK(got.at("accuracy").get<double>() == Approx(want.at("accuracy").get<double>()));
+}
+
+TEST_CASE("eval --multiple-choice: a bad header or a truncated example names the file and the example",
+          "[eval][errors]") {
+  ScratchDir dir;
+  const test::TestCheckpoint ckpt(dir / "run", "", test::model_spec(2, 2, 32, 16, 256), 0.3f);
+  const std::vector<Example> two = {{1, {1, 2, 3}, {{4}, {5, 6}}}, {0, {7, 8}, {{9, 10}, {11}, {12}}}};
+  const std::string good = eval_file(two);
+  std::string mislabeled = good;
+  mislabeled[1024 + 2 * 3] = 7;  // example 0's label, outside its 2 completions
+  const struct {
+    std::string name, bytes, error;
+  } cases[] = {
+      {"magic.bin", eval_file(two, 20240520), ": header: magic is 20240520, expected 20240522"},
+      {"short.bin", good.substr(0, 100), ": truncated header: 100 bytes"},
+      {"cut.bin", good.substr(0, good.size() - 4), ": example 1 (at byte "},
+      {"label.bin", mislabeled, ": example 0 (at byte 1024): label 7 is not one of its 2 completions"},
+      {"extra.bin", good + std::string(4, '\0'), ": 4 bytes after the last of the header's 2 examples"},
+  };
+  for (const auto& c : cases) {
+    write_bytes(dir / c.name, c.bytes);
+    const CliRun run = test::run_worker(dir, "eval", {ckpt.dir, "--multiple-choice", dir / c.name});
+    INFO(run.output);
+    CHECK(run.code == 2);
+    CHECK(error_line(run.output).rfind("error: --multiple-choice: " + dir / c.name + c.error, 0) == 0);
+    CHECK(run.out.empty());
+  }
+  const CliRun cut = test::run_worker(dir, "eval", {ckpt.dir, "--multiple-choice", dir / "cut.bin"});
+  CHECK(error_line(cut.output).find("is truncated: the file ends inside it") != std::string::npos);
+}

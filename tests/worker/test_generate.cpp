@@ -1,0 +1,183 @@
+// `xtrain-worker generate` (the real binary): greedy decoding of an exported model matches
+// PyTorch's greedy decoding of the same weights token for token (a full forward per token there,
+// past the context too), every kind of MODEL gives the same text, the same seed the same text,
+// --stop and --num-samples, and bad input is one error line, exit 2 and nothing on stdout.
+//
+// The model is byte-level (256 tokens: stdout's bytes are the token ids) with a context of 16, so
+// 40 new tokens slide the window twice.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/common/tokenizer/gpt2_reference.hpp"
+#include "tests/worker/gpt_test_util.hpp"
+#include "tests/worker/test_files.hpp"
+#include "tests/worker/worker_cli.hpp"
+#include "common/tokenizer/gpt2_tokenizer.hpp"
+#include "common/tokenizer/gpt2_vocabulary.hpp"
+#include "worker/formats/model_io.hpp"
+
+using namespace xtrain;
+using xtrain::test::CliRun;
+using xtrain::test::error_line;
+using xtrain::test::read_bytes;
+using xtrain::test::ScratchDir;
+using xtrain::test::shell_quote;
+using xtrain::test::write_bytes;
+namespace fs = std::filesystem;
+
+namespace {
+
+const ModelSpec kByteModel = test::model_spec(2, 2, 32, 16, 256);
+
+CliRun generate(const ScratchDir& dir, std::vector<std::string> args) { return test::run_worker(dir, "generate", args); }
+
+}  // namespace
+
+TEST_CASE("generate: greedy decoding of an export is PyTorch's, token for token, past the context too",
+          "[generate][torch]") {
+  ScratchDir dir;
+  const test::TestCheckpoint ckpt(dir / "run", "", kByteModel, 0.3f);
+  REQUIRE(test::run_worker(dir, "export", {ckpt.dir, "--format", "hf", dir / "hf"}).code == 0);
+
+  const std::string prompt = "Hello";
+  const CliRun ours = generate(dir, {dir / "hf", "--prompt", prompt, "--temperature", "0", "--max-new-tokens", "40"});
+  INFO(ours.output);
+  REQUIRE(ours.code == 0);
+  REQUIRE(ours.out.size() == 40);
+
+  std::string ids;
+  for (const unsigned char c : prompt) ids += (ids.empty() ? "" : ",") + std::to_string(c);
+  const std::string command = "/usr/bin/python3 " +
+                              shell_quote(std::string(XTRAIN_SOURCE_DIR) + "/tests/worker/torch_reference.py") +
+                              " hf-greedy " + shell_quote(dir / "hf") + " --prompt " + ids + " --new 40 > " +
+                              shell_quote(dir / "torch.json");
+  REQUIRE(std::system(command.c_str()) == 0);
+  const std::vector<int> theirs = nlohmann::json::parse(read_bytes(dir / "torch.json")).get<std::vector<int>>();
+  std::vector<int> ours_ids;
+  for (const unsigned char c : ours.out) ours_ids.push_back(c);
+  CHECK(ours_ids == theirs);
+
+  // The same text from the llm.c export, the checkpoint and its run directory.
+  REQUIRE(test::run_worker(dir, "export", {ckpt.dir, "--format", "llmc", dir / "m.bin"}).code == 0);
+  for (const std::string& model : {dir / "m.bin", ckpt.dir, dir / "run"}) {
+    INFO(model);
+    const CliRun again = generate(dir, {model, "--prompt", prompt, "--temperature", "0", "--max-new-tokens", "40"});
+    CHECK(again.code == 0);
+    CHECK(again.out == ours.out);
+  }
+}
+
+TEST_CASE("generate: the same seed gives the same text; --stop and --num-samples", "[generate]") {
+  ScratchDir dir;
+  const test::TestCheckpoint ckpt(dir / "run", "", kByteModel, 0.3f);
+  const std::vector<std::string> sampled = {ckpt.dir, "--prompt", "ab", "--max-new-tokens", "30", "--top-k", "20",
+                                            "--top-p", "0.95", "--temperature", "1.2"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = sampled;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return generate(dir, args);
+  };
+  const CliRun a = with({"--seed", "5"}), b = with({"--seed", "5"}), c = with({"--seed", "6"});
+  INFO(a.output);
+  REQUIRE(a.code == 0);
+  REQUIRE(a.out.size() == 30);  // byte-level: one byte per token
+  CHECK(a.out == b.out);
+  CHECK(a.out != c.out);
+  CHECK(a.output.find("tokens/s") != std::string::npos);
+  // --prompt-file is the same prompt as --prompt with its text.
+  write_bytes(dir / "prompt.txt", "ab");
+  std::vector<std::string> from_file = {ckpt.dir, "--prompt-file", dir / "prompt.txt", "--max-new-tokens", "30",
+                                        "--top-k", "20", "--top-p", "0.95", "--temperature", "1.2", "--seed", "5"};
+  CHECK(generate(dir, from_file).out == a.out);
+
+  // A stop text taken from the middle of the sample ends it where it first appears, unprinted.
+  const std::string stop = a.out.substr(12, 2);
+  const CliRun stopped = with({"--seed", "5", "--stop", stop});
+  CHECK(stopped.code == 0);
+  CHECK(stopped.out == a.out.substr(0, a.out.find(stop)));
+
+  // Two samples, one after the other from the same generator: the first is the single sample.
+  const CliRun two = with({"--seed", "5", "--num-samples", "2"});
+  CHECK(two.code == 0);
+  const std::string first = "--- sample 1 of 2 ---\n" + a.out + "\n--- sample 2 of 2 ---\n";
+  CHECK(two.out.rfind(first, 0) == 0);
+  CHECK(two.out.size() == first.size() + 30);
+}
+
+TEST_CASE("generate: bad input is one error line, exit 2, nothing on stdout", "[generate][errors]") {
+  ScratchDir dir;
+  const test::TestCheckpoint bytes(dir / "run", "", kByteModel, 0.3f);
+  const test::TestCheckpoint no_tokenizer(dir / "run70");  // 70 tokens: not byte-level, and no vocabulary
+  write_bytes(dir / "notes.txt", "not a model");
+  fs::create_directories(dir / "empty");
+  fs::create_directories(dir / "fresh-run/checkpoints");
+
+  struct Case {
+    std::vector<std::string> args;
+    std::string error;
+  };
+  const std::string kinds = "not a model: expected a run directory (with checkpoints/), a checkpoint or a Hugging "
+                            "Face GPT-2 directory (config.json + model.safetensors), or an llm.c model file; ";
+  const std::vector<Case> cases = {
+      {{dir / "notes.txt"}, dir / "notes.txt" + ": " + kinds + "this file begins with 544501614, not llm.c's magic 20240326"},
+      {{dir / "empty"}, dir / "empty" + ": " + kinds + "this directory has neither checkpoints/ nor config.json"},
+      {{dir / "fresh-run"}, dir / "fresh-run" + ": a run directory without a complete, intact checkpoint"},
+      {{dir / "missing"}, dir / "missing" + ": No such file or directory"},
+      {{bytes.dir, "--prompt", std::string(16, 'x')},
+       "--prompt: 16 tokens, but the model's context is 16: at most 15 leave room to generate"},
+      {{bytes.dir, "--top-p", "0"}, "--top-p: expected a number in (0, 1]"},
+      {{bytes.dir, "--top-p", "1.5"}, "--top-p: expected a number in (0, 1]"},
+      {{bytes.dir, "--temperature", "-1"}, "--temperature: expected a number >= 0"},
+      {{bytes.dir, "--max-new-tokens", "0"}, "--max-new-tokens: expected an integer >= 1"},
+      {{bytes.dir, "--device", "cuda"}, "--device cuda: generation runs on the CPU for now"},
+      {{bytes.dir, "--device", "tpu"}, "--device: expected \"cpu\", \"cuda\" or \"auto\""},
+      {{bytes.dir, "--prompt-file", dir / "nope.txt"}, "--prompt-file: cannot read"},
+      {{bytes.dir, "--bogus"}, "command line: unknown option \"--bogus\""},
+      {{no_tokenizer.dir}, no_tokenizer.dir + ": no tokenizer comes with this model (70 tokens): give --tokenizer"},
+  };
+  for (const Case& c : cases) {
+    const CliRun run = generate(dir, c.args);
+    INFO(c.args[0] << " " << (c.args.size() > 1 ? c.args[1] : "") << "\n" << run.output);
+    CHECK(run.code == 2);
+    CHECK(error_line(run.output).rfind("error: " + c.error, 0) == 0);
+    CHECK(run.out.empty());
+  }
+}
+
+TEST_CASE("generate with the GPT-2 tokenizer: the tokens' text; <|endoftext|> starts and ends a sample",
+          "[generate]") {
+  ScratchDir dir;
+  const ParamLayout layout(ModelDims::from(test::model_spec(1, 1, 8, 8, 50257)));
+  const Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(test::gpt2_hf_dir());
+  // A model whose final layernorm has weight 0 and bias u: every position's features are u, so
+  // greedy decoding always picks the token whose row of wte is 10 u (the others are 0).
+  const auto favouring = [&](std::int32_t token, const std::string& out) {
+    std::vector<float> p(layout.total(), 0.0f);
+    const int C = layout.dims().C;
+    for (int c = 0; c < C; ++c) {
+      p[layout.lnf_b() + static_cast<size_t>(c)] = c % 2 ? 1.0f : -1.0f;
+      p[layout.wte() + static_cast<size_t>(token) * C + c] = 10.0f * (c % 2 ? 1.0f : -1.0f);
+    }
+    export_hf_directory(out, layout, p.data(), ExportVocab{find_vocabulary_files(test::gpt2_hf_dir()), tokenizer.eot()},
+                        false);
+  };
+  favouring(1234, dir / "word");
+  const CliRun words = generate(dir, {dir / "word", "--temperature", "0", "--max-new-tokens", "5"});
+  INFO(words.output);
+  CHECK(words.code == 0);
+  const std::string word = tokenizer.decode_token(1234);
+  CHECK(words.out == word + word + word + word + word);
+  CHECK(words.output.find("prompt 1 tokens") != std::string::npos);  // no prompt: <|endoftext|> alone
+
+  favouring(tokenizer.eot(), dir / "eot");
+  const CliRun ends = generate(dir, {dir / "eot", "--prompt", "Hi", "--temperature", "0", "--max-new-tokens", "5"});
+  CHECK(ends.code == 0);
+  CHECK(ends.out.empty());
+  CHECK(ends.output.find("generated 1 tokens") != std::string::npos);
+}

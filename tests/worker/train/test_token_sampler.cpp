@@ -1,0 +1,95 @@
+// The next-token sampler: greedy and its ties, top-k and top-p keep exactly the tokens they name,
+// draws follow the softmax of logits / temperature, and the same seed gives the same draws.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "worker/train/token_sampler.hpp"
+
+using namespace xtrain;
+
+namespace {
+
+// Draws `n` tokens; returns the share of each.
+std::map<int, double> shares(TokenSampler& s, const std::vector<float>& logits, int n) {
+  std::map<int, double> count;
+  for (int i = 0; i < n; ++i) count[s.next(logits)] += 1.0 / n;
+  return count;
+}
+
+}  // namespace
+
+TEST_CASE("Greedy takes the most likely token, the lower id on a tie", "[sampler]") {
+  TokenSampler s({.temperature = 0.0, .top_k = 0, .top_p = 1.0}, 1);
+  CHECK(s.next(std::vector<float>{0.1f, 2.0f, -1.0f, 2.0f}) == 1);
+  CHECK(s.next(std::vector<float>{3.0f, 2.0f}) == 0);
+}
+
+TEST_CASE("Draws follow softmax(logits / temperature)", "[sampler]") {
+  // Probabilities 1/6, 2/6, 3/6 at temperature 1; at temperature 2 proportional to sqrt(1, 2, 3).
+  const std::vector<float> logits = {0.0f, std::log(2.0f), std::log(3.0f)};
+  TokenSampler one({.temperature = 1.0, .top_k = 0, .top_p = 1.0}, 7);
+  const auto p = shares(one, logits, 60000);
+  CHECK(p.at(0) == Approx(1.0 / 6).margin(0.01));
+  CHECK(p.at(1) == Approx(2.0 / 6).margin(0.01));
+  CHECK(p.at(2) == Approx(3.0 / 6).margin(0.01));
+  TokenSampler two({.temperature = 2.0, .top_k = 0, .top_p = 1.0}, 7);
+  const auto q = shares(two, logits, 60000);
+  const double z = 1.0 + std::sqrt(2.0) + std::sqrt(3.0);
+  CHECK(q.at(0) == Approx(1.0 / z).margin(0.01));
+  CHECK(q.at(2) == Approx(std::sqrt(3.0) / z).margin(0.01));
+}
+
+TEST_CASE("Top-k and top-p keep exactly the most likely tokens they name", "[sampler]") {
+  // Probabilities 0.1, 0.2, 0.3, 0.4 (ids 0..3).
+  const std::vector<float> logits = {std::log(0.1f), std::log(0.2f), std::log(0.3f), std::log(0.4f)};
+  TokenSampler k2({.temperature = 1.0, .top_k = 2, .top_p = 1.0}, 3);
+  const auto p = shares(k2, logits, 40000);
+  CHECK(p.size() == 2);
+  CHECK(p.at(3) == Approx(4.0 / 7).margin(0.01));  // renormalised over the two kept
+  CHECK(p.at(2) == Approx(3.0 / 7).margin(0.01));
+  // top-p 0.65: 0.4 alone is short of it, 0.4 + 0.3 reaches it.
+  TokenSampler nucleus({.temperature = 1.0, .top_k = 0, .top_p = 0.65}, 3);
+  const auto q = shares(nucleus, logits, 40000);
+  CHECK(q.size() == 2);
+  CHECK(q.count(3) == 1);
+  CHECK(q.count(2) == 1);
+  // A tiny top-p is greedy.
+  TokenSampler tiny({.temperature = 1.0, .top_k = 0, .top_p = 1e-6}, 3);
+  const auto greedy = shares(tiny, logits, 100);
+  CHECK(greedy.size() == 1);
+  CHECK(greedy.count(3) == 1);
+  // A nucleus longer than the first sorted front (64 tokens) grows the front: 200 equal logits
+  // with top-p 0.9 keep 180 of them.
+  TokenSampler wide({.temperature = 1.0, .top_k = 0, .top_p = 0.9}, 5);
+  const auto w = shares(wide, std::vector<float>(200, 1.0f), 20000);
+  CHECK(w.size() == 180);
+  CHECK(w.rbegin()->first == 179);  // the lower ids first on ties
+}
+
+TEST_CASE("The same seed gives the same tokens; another seed others", "[sampler]") {
+  std::vector<float> logits(500);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(std::sin(i * 0.37));
+  const SamplingOptions o{.temperature = 1.0, .top_k = 50, .top_p = 0.9};
+  TokenSampler a(o, 42), b(o, 42), c(o, 43);
+  std::vector<int> ta, tb, tc;
+  for (int i = 0; i < 50; ++i) {
+    ta.push_back(a.next(logits));
+    tb.push_back(b.next(logits));
+    tc.push_back(c.next(logits));
+  }
+  CHECK(ta == tb);
+  CHECK(ta != tc);
+}
+
+TEST_CASE("Out-of-range options are refused, naming the flag", "[sampler]") {
+  CHECK_THROWS_WITH(TokenSampler({.temperature = 1.0, .top_k = 0, .top_p = 0.0}, 0),
+                    Catch::StartsWith("--top-p: expected a number in (0, 1]"));
+  CHECK_THROWS_WITH(TokenSampler({.temperature = 1.0, .top_k = 0, .top_p = 1.5}, 0),
+                    Catch::StartsWith("--top-p: expected a number in (0, 1]"));
+  CHECK_THROWS_WITH(TokenSampler({.temperature = -0.5, .top_k = 0, .top_p = 1.0}, 0),
+                    Catch::StartsWith("--temperature:"));
+  CHECK_THROWS_WITH(TokenSampler({.temperature = 1.0, .top_k = -1, .top_p = 1.0}, 0), Catch::StartsWith("--top-k:"));
+}

@@ -1,0 +1,28 @@
+// Products with weight matrices repacked for inference: each group of four rows of a row-major
+// (rows, cols) matrix is stored as 8-column chunks of the four rows in turn ([r0 c0..7][r1 c0..7]
+// [r2 c0..7][r3 c0..7][r0 c8..15]...; the last cols % 8 columns of the four rows follow, row by
+// row; the last rows % 4 rows stay row-major at the end). Same size, so it is done in place.
+//
+// Why: one position's product reads every weight once, so it runs at the speed memory delivers
+// them, and nothing else matters as much. Interleaved, four rows share each load of x and the
+// weights still arrive as one sequential stream; several positions (a prompt, a slide) reuse each
+// group of rows from cache for all of them, so one kernel serves both. Measured on this machine's
+// shared core (docs/PERF.md, "Generation"): 27-33 GB/s for one position, as fast as row by row
+// and above OpenBLAS's sgemv (20-25); a plain read of the same bytes runs at 34-45.
+#pragma once
+
+#include <vector>
+
+namespace xtrain {
+
+// Repacks W (rows, cols) in place; `scratch` is grown to rows*cols floats and may be reused.
+void pack_rows(float* W, int rows, int cols, std::vector<float>& scratch);
+
+// out (n, rows) += x (n, cols) @ W^T for a packed W. Each output's sum runs over the columns in
+// an order fixed by cols alone: the same bits for a position whatever n is.
+void packed_matmul_accumulate(float* out, const float* W, const float* x, int n, int rows, int cols);
+
+// Row `r` of a packed W, as it was before packing, into dst (cols floats).
+void packed_row(float* dst, const float* W, int r, int rows, int cols);
+
+}  // namespace xtrain

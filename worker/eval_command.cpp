@@ -1,0 +1,293 @@
+#include "worker/eval_command.hpp"
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+#include <optional>
+#include <stdexcept>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "common/log.hpp"
+#include "common/model_file.hpp"
+#include "worker/cpu/cpu_backend.hpp"
+#include "worker/data/multiple_choice.hpp"
+#include "worker/data/token_source.hpp"
+#include "worker/formats/model_io.hpp"
+#include "worker/formats/text_codec.hpp"
+#include "worker/model/gpt.hpp"
+#include "worker/train/model_argument.hpp"
+
+namespace xtrain {
+namespace {
+
+constexpr int kExitRuntimeFailure = 1;
+constexpr int kExitBadInput = 2;
+constexpr int kWindowsPerForward = 4;
+
+const char* const kUsage =
+    "usage: xtrain-worker eval MODEL [--data GLOB [--max-tokens N]] [--multiple-choice FILE] [--tokenizer PATH] [--json]\n"
+    "  The loss of MODEL (a run directory: its newest intact checkpoint; a checkpoint, a Hugging Face\n"
+    "  GPT-2 directory or an llm.c model file) on GLOB (a text file, one token per byte, or llm.c token\n"
+    "  shards): mean cross-entropy per token, perplexity, bits per byte (with the model's tokenizer or\n"
+    "  --tokenizer, or for text) and the number of tokens scored. The data is cut into windows of the\n"
+    "  model's context (or of N with --max-tokens N below it), each token predicted from the ones\n"
+    "  before it in its window; a last piece shorter than a window is left out. On the CPU, fp32.\n"
+    "    --max-tokens N   score at most N tokens (the first whole windows)\n"
+    "    --multiple-choice FILE  accuracy on llm.c's multiple-choice eval file (HellaSwag's, as\n"
+    "                     dev/data/hellaswag.py writes it): the completion with the lowest mean loss\n"
+    "                     over its tokens is the model's answer\n"
+    "    --json           one JSON object on stdout instead of a line of text\n"
+    "exit codes: 0 scored; 1 runtime failure; 2 bad input (command line, MODEL, data, tokenizer)\n";
+
+struct BadInput : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct EvalOptions {
+  std::string model;
+  std::string data;
+  std::uint64_t max_tokens = 0;  // 0: all
+  std::string tokenizer;
+  std::string multiple_choice;
+  bool json = false;
+};
+
+EvalOptions parse(int argc, char** argv) {
+  EvalOptions o;
+  std::vector<std::string> positional;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&] {
+      if (i + 1 >= argc) throw BadInput("command line: " + arg + " needs a value");
+      return std::string(argv[++i]);
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (arg == "--data") {
+      o.data = value();
+    } else if (arg == "--max-tokens") {
+      const std::string text = value();
+      char* end = nullptr;
+      errno = 0;
+      const long long n = std::strtoll(text.c_str(), &end, 10);
+      if (text.empty() || *end != '\0' || errno != 0 || n < 1) {
+        throw BadInput("--max-tokens: expected an integer >= 1, got \"" + text + "\"");
+      }
+      o.max_tokens = static_cast<std::uint64_t>(n);
+    } else if (arg == "--tokenizer") {
+      o.tokenizer = value();
+    } else if (arg == "--multiple-choice") {
+      o.multiple_choice = value();
+    } else if (arg == "--json") {
+      o.json = true;
+    } else if (arg.rfind("--", 0) == 0) {
+      throw BadInput("command line: unknown option \"" + arg + "\" (see eval --help)");
+    } else {
+      positional.push_back(arg);
+    }
+  }
+  if (positional.size() != 1) {
+    throw BadInput("command line: expected one MODEL, got " + std::to_string(positional.size()) + " (see eval --help)");
+  }
+  o.model = positional[0];
+  if (o.data.empty() && o.multiple_choice.empty()) {
+    throw BadInput("--data: missing: give a text file or a glob of llm.c token shards (or --multiple-choice FILE)");
+  }
+  if (o.data.empty() && o.max_tokens) throw BadInput("--max-tokens: goes with --data");
+  return o;
+}
+
+ModelSpec shape_of(const ModelFileInfo& model, int T) {
+  ModelSpec m;
+  m.n_layer = model.n_layer;
+  m.n_head = model.n_head;
+  m.n_embd = model.n_embd;
+  m.seq_len = T;
+  m.vocab_size = model.vocab_size;
+  return m;
+}
+
+// The model's weights at a context of T (the first T rows of wpe), on the CPU in fp32.
+struct LoadedModel {
+  ParamLayout layout;
+  CpuBackend backend{Precision::fp32};
+  GPT gpt;
+  LoadedModel(const ModelFileInfo& model, int T, int max_batch)
+      : layout(ModelDims::from(shape_of(model, T))), gpt(shape_of(model, T), backend, max_batch) {
+    std::vector<float> params(layout.total());
+    import_model(model, layout, params.data());
+    gpt.set_params(params.data());
+  }
+};
+
+// The --data scores: whole windows of T tokens from the start of the data.
+struct DataPlan {
+  std::shared_ptr<TokenSource> data;
+  std::optional<TextCodec> codec;
+  int T = 0;
+  std::uint64_t windows = 0;
+};
+
+DataPlan plan_data(const EvalOptions& o, const ModelFileInfo& model) {
+  DataPlan p;
+  p.data = std::make_shared<TokenSource>(o.data, "--data");
+  p.data->check_vocab(model.vocab_size, "--data");
+  JobSpec spec;
+  spec.model.vocab_size = model.vocab_size;
+  spec.tokenizer = o.tokenizer.empty() && !p.data->byte_level() ? model.tokenizer : o.tokenizer;
+  p.codec = TextCodec::for_run(spec, p.data->byte_level());
+  if (p.data->size() < 2) {
+    throw BadInput("--data: " + o.data + " has " + std::to_string(p.data->size()) + " tokens; scoring needs at least 2");
+  }
+  const std::uint64_t targets = o.max_tokens ? std::min(o.max_tokens, p.data->size() - 1) : p.data->size() - 1;
+  p.T = static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(model.n_positions), targets));
+  p.windows = targets / static_cast<std::uint64_t>(p.T);
+  return p;
+}
+
+nlohmann::json score_data(const DataPlan& p, const ModelFileInfo& model) {
+  const int B = static_cast<int>(std::min<std::uint64_t>(kWindowsPerForward, p.windows));
+  LoadedModel m(model, p.T, B);
+  const int T = p.T;
+  std::uint64_t tokens_scored = 0, bytes = 0;
+  double loss_sum = 0.0;  // nats
+  std::vector<std::int32_t> window(static_cast<size_t>(T) + 1), tokens(static_cast<size_t>(B) * T), targets(tokens.size());
+  for (std::uint64_t w = 0; w < p.windows; w += static_cast<std::uint64_t>(B)) {
+    const int b = static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(B), p.windows - w));
+    for (int i = 0; i < b; ++i) {
+      p.data->copy((w + static_cast<std::uint64_t>(i)) * static_cast<std::uint64_t>(T), window.size(), window.data());
+      std::copy(window.begin(), window.end() - 1, tokens.begin() + static_cast<long>(i) * T);
+      std::copy(window.begin() + 1, window.end(), targets.begin() + static_cast<long>(i) * T);
+      bytes += p.codec->text_bytes(std::span(window).subspan(1));
+    }
+    m.gpt.forward(tokens.data(), targets.data(), b);
+    const auto positions = static_cast<std::uint64_t>(b) * static_cast<std::uint64_t>(T);
+    loss_sum += m.gpt.take_loss() * static_cast<double>(positions);
+    tokens_scored += positions;
+  }
+  const double loss = loss_sum / static_cast<double>(tokens_scored);
+  const bool has_bytes = p.codec->has_text() && bytes > 0;
+  return {{"tokens", tokens_scored},
+          {"window", T},
+          {"loss", loss},
+          {"perplexity", std::exp(loss)},
+          {"bits_per_byte", has_bytes ? nlohmann::json(loss_sum / std::log(2.0) / static_cast<double>(bytes)) : nlohmann::json()},
+          {"bytes", has_bytes ? nlohmann::json(bytes) : nlohmann::json()}};
+}
+
+// llm.c's multiple-choice accuracy: per example, each completion's mean loss over its tokens.
+nlohmann::json score_choices(const std::vector<ChoiceExample>& examples, const ModelFileInfo& model,
+                             const std::string& path) {
+  int T = 1, B = 1;
+  for (size_t e = 0; e < examples.size(); ++e) {
+    for (const auto& c : examples[e].completions) {
+      const int length = static_cast<int>(examples[e].context.size() + c.size()) - 1;
+      if (length > model.n_positions) {
+        throw BadInput("--multiple-choice: " + path + ": example " + std::to_string(e) + " needs " +
+                       std::to_string(length) + " positions, more than the model's context of " +
+                       std::to_string(model.n_positions));
+      }
+      T = std::max(T, length);
+    }
+    B = std::max(B, static_cast<int>(examples[e].completions.size()));
+  }
+  LoadedModel m(model, T, B);
+  std::vector<std::int32_t> tokens(static_cast<size_t>(B) * T), targets(tokens.size());
+  int correct = 0;
+  nlohmann::json predictions = nlohmann::json::array();
+  for (const ChoiceExample& x : examples) {
+    std::fill(tokens.begin(), tokens.end(), 0);
+    std::fill(targets.begin(), targets.end(), 0);
+    const int n = static_cast<int>(x.completions.size());
+    for (int c = 0; c < n; ++c) {
+      std::vector<std::int32_t> row = x.context;
+      row.insert(row.end(), x.completions[static_cast<size_t>(c)].begin(), x.completions[static_cast<size_t>(c)].end());
+      std::copy(row.begin(), row.end() - 1, tokens.begin() + static_cast<long>(c) * T);
+      std::copy(row.begin() + 1, row.end(), targets.begin() + static_cast<long>(c) * T);
+    }
+    m.gpt.forward(tokens.data(), targets.data(), n);
+    const float* losses = m.gpt.losses();  // (n, T): this forward's only, take_loss below resets them
+    int best = 0;
+    double best_loss = 0.0;
+    for (int c = 0; c < n; ++c) {
+      // The completion's tokens are targets [|context| - 1, |context| + |completion| - 1).
+      const size_t first = x.context.size() - 1, count = x.completions[static_cast<size_t>(c)].size();
+      double sum = 0.0;
+      for (size_t t = first; t < first + count; ++t) sum += losses[static_cast<size_t>(c) * T + t];
+      const double mean = sum / static_cast<double>(count);
+      if (c == 0 || mean < best_loss) best = c, best_loss = mean;
+    }
+    m.gpt.take_loss();
+    correct += best == x.label;
+    predictions.push_back(best);
+  }
+  return {{"examples", examples.size()},
+          {"correct", correct},
+          {"accuracy", static_cast<double>(correct) / static_cast<double>(examples.size())},
+          {"predictions", predictions}};
+}
+
+}  // namespace
+
+int run_eval(int argc, char** argv) {
+  init_logging("");
+  EvalOptions o;
+  ModelFileInfo model;
+  std::optional<DataPlan> data;
+  std::vector<ChoiceExample> examples;
+  try {
+    o = parse(argc, argv);
+    model = open_model_argument(o.model);
+    if (!o.data.empty()) data = plan_data(o, model);
+    if (!o.multiple_choice.empty()) examples = read_multiple_choice(o.multiple_choice, model.vocab_size);
+  } catch (const std::exception& e) {  // everything so far is about the input
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitBadInput;
+  }
+  nlohmann::json out = {{"model", model.path}};
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    if (data) {
+      out["data"] = o.data;
+      out.update(score_data(*data, model));
+    }
+    if (!examples.empty()) out["multiple_choice"] = score_choices(examples, model, o.multiple_choice);
+  } catch (const BadInput& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitBadInput;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory for the model %s\n", o.model.c_str());
+    return kExitRuntimeFailure;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitRuntimeFailure;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  spdlog::info("scored {} in {:.1f} s", describe(model), seconds);
+  if (o.json) {
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
+  if (data) {
+    char bits[64] = "bits per byte unknown (no tokenizer: give --tokenizer PATH)";
+    if (!out["bits_per_byte"].is_null()) std::snprintf(bits, sizeof bits, "%.4f bits per byte", out["bits_per_byte"].get<double>());
+    std::printf("%s on %s: %llu tokens, loss %.4f, perplexity %.2f, %s\n", describe(model).c_str(), o.data.c_str(),
+                static_cast<unsigned long long>(out["tokens"].get<std::uint64_t>()), out["loss"].get<double>(),
+                out["perplexity"].get<double>(), bits);
+  }
+  if (!examples.empty()) {
+    const auto& mc = out["multiple_choice"];
+    std::printf("%s on %s: accuracy %.4f (%d of %zu)\n", describe(model).c_str(), o.multiple_choice.c_str(),
+                mc["accuracy"].get<double>(), mc["correct"].get<int>(), examples.size());
+  }
+  return 0;
+}
+
+}  // namespace xtrain

@@ -1,0 +1,285 @@
+#include "worker/generate_command.hpp"
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <new>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "common/log.hpp"
+#include "common/model_file.hpp"
+#include "common/tokenizer/gpt2_tokenizer.hpp"
+#include "worker/cpu/kv_decoder.hpp"
+#include "worker/formats/model_io.hpp"
+#include "worker/formats/text_stream.hpp"
+#include "worker/train/token_sampler.hpp"
+#include "worker/train/model_argument.hpp"
+
+namespace xtrain {
+namespace {
+
+constexpr int kExitRuntimeFailure = 1;
+constexpr int kExitBadInput = 2;
+constexpr int kByteVocabulary = 256;
+
+const char* const kUsage =
+    "usage: xtrain-worker generate MODEL [--prompt TEXT | --prompt-file FILE] [--max-new-tokens N]\n"
+    "         [--temperature T] [--top-k K] [--top-p P] [--seed S] [--num-samples N] [--stop TEXT]\n"
+    "         [--tokenizer PATH] [--device cpu|cuda|auto]\n"
+    "  Writes what MODEL says after the prompt to stdout as it is generated (whole UTF-8 characters),\n"
+    "  then tokens/s on stderr. MODEL: a run directory (its newest intact checkpoint), a checkpoint,\n"
+    "  a Hugging Face GPT-2 directory or an llm.c model file.\n"
+    "    --prompt TEXT, --prompt-file FILE   the text to continue; none or empty: <|endoftext|>\n"
+    "                                        (a newline for a byte-level model)\n"
+    "    --max-new-tokens N    tokens per sample (default 128); a sample also ends at <|endoftext|>\n"
+    "    --temperature T       0: greedy; default 1\n"
+    "    --top-k K             keep the K most likely tokens (default 0: all)\n"
+    "    --top-p P             keep the most likely tokens up to probability P, in (0, 1] (default 1)\n"
+    "    --seed S              the same seed gives the same text (default 0)\n"
+    "    --num-samples N       samples from the same prompt, one after another (default 1)\n"
+    "    --stop TEXT           end a sample where TEXT appears (TEXT is not printed)\n"
+    "    --tokenizer PATH      GPT-2 vocabulary files, for a model that comes without them; a model\n"
+    "                          of 256 tokens without one is byte-level\n"
+    "    --device cpu|auto     generation runs on the CPU (cuda is refused for now); default auto\n"
+    "  Each new token costs one position (a KV cache); past the model's context the newest half of\n"
+    "  the window is kept and run again. One thread, fp32.\n"
+    "exit codes: 0 generated; 1 runtime failure; 2 bad input (command line, MODEL, tokenizer, prompt)\n";
+
+struct BadInput : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct GenerateOptions {
+  std::string model;
+  std::optional<std::string> prompt;
+  std::string prompt_file;
+  int max_new_tokens = 128;
+  SamplingOptions sampling;
+  std::uint64_t seed = 0;
+  int num_samples = 1;
+  std::string stop;
+  std::string tokenizer;
+  std::string device = "auto";
+};
+
+long long parse_integer(const std::string& flag, const std::string& text, long long min) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || v < min) {
+    throw BadInput(flag + ": expected an integer >= " + std::to_string(min) + ", got \"" + text + "\"");
+  }
+  return v;
+}
+
+double parse_number(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !std::isfinite(v)) {
+    throw BadInput(flag + ": expected a number, got \"" + text + "\"");
+  }
+  return v;
+}
+
+GenerateOptions parse(int argc, char** argv) {
+  GenerateOptions o;
+  std::vector<std::string> positional;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::optional<std::string> inline_value;
+    if (const size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      inline_value = arg.substr(eq + 1);
+      arg.resize(eq);
+    }
+    const auto value = [&] {
+      if (inline_value) return *inline_value;
+      if (i + 1 >= argc) throw BadInput("command line: " + arg + " needs a value");
+      return std::string(argv[++i]);
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (arg == "--prompt") {
+      o.prompt = value();
+    } else if (arg == "--prompt-file") {
+      o.prompt_file = value();
+    } else if (arg == "--max-new-tokens") {
+      o.max_new_tokens = static_cast<int>(parse_integer(arg, value(), 1));
+    } else if (arg == "--temperature") {
+      o.sampling.temperature = parse_number(arg, value());
+    } else if (arg == "--top-k") {
+      o.sampling.top_k = static_cast<int>(parse_integer(arg, value(), 0));
+    } else if (arg == "--top-p") {
+      o.sampling.top_p = parse_number(arg, value());
+    } else if (arg == "--seed") {
+      o.seed = static_cast<std::uint64_t>(parse_integer(arg, value(), 0));
+    } else if (arg == "--num-samples") {
+      o.num_samples = static_cast<int>(parse_integer(arg, value(), 1));
+    } else if (arg == "--stop") {
+      o.stop = value();
+    } else if (arg == "--tokenizer") {
+      o.tokenizer = value();
+    } else if (arg == "--device") {
+      o.device = value();
+    } else if (arg.rfind("--", 0) == 0) {
+      throw BadInput("command line: unknown option \"" + arg + "\" (see generate --help)");
+    } else {
+      positional.push_back(arg);
+    }
+  }
+  if (positional.size() != 1) {
+    throw BadInput("command line: expected one MODEL, got " + std::to_string(positional.size()) +
+                   " (see generate --help)");
+  }
+  o.model = positional[0];
+  if (o.prompt && !o.prompt_file.empty()) throw BadInput("--prompt-file: give --prompt or --prompt-file, not both");
+  if (o.device == "cuda") {
+    throw BadInput("--device cuda: generation runs on the CPU for now (the KV-cached decoder has no CUDA "
+                   "kernels yet); use --device cpu or auto");
+  }
+  if (o.device != "cpu" && o.device != "auto") {
+    throw BadInput("--device: expected \"cpu\", \"cuda\" or \"auto\", got \"" + o.device + "\"");
+  }
+  TokenSampler(o.sampling, 0);  // checks the sampling options' ranges, naming the flag
+  return o;
+}
+
+// The model's text: the GPT-2 tokenizer, or one token per byte.
+struct Vocabulary {
+  std::optional<Gpt2Tokenizer> tokenizer;
+
+  std::vector<std::int32_t> encode(const std::string& text) const {
+    if (tokenizer) return text.empty() ? std::vector<std::int32_t>{tokenizer->eot()} : tokenizer->encode(text);
+    if (text.empty()) return {'\n'};
+    return std::vector<std::int32_t>(text.begin(), text.end());
+  }
+  std::string decode(std::int32_t token) const {
+    return tokenizer ? tokenizer->decode_token(token) : std::string(1, static_cast<char>(token));
+  }
+  std::int32_t eot() const { return tokenizer ? tokenizer->eot() : -1; }
+};
+
+Vocabulary vocabulary_of(const GenerateOptions& o, const ModelFileInfo& model) {
+  const std::string& path = o.tokenizer.empty() ? model.tokenizer : o.tokenizer;
+  const std::string field = o.tokenizer.empty() ? model.path + ": its tokenizer: " : "--tokenizer: ";
+  Vocabulary v;
+  if (path.empty()) {
+    if (model.vocab_size == kByteVocabulary) return v;
+    throw BadInput(model.path + ": no tokenizer comes with this model (" + std::to_string(model.vocab_size) +
+                   " tokens): give --tokenizer PATH (GPT-2 vocabulary files)");
+  }
+  try {
+    v.tokenizer.emplace(Gpt2Tokenizer::load(path));
+  } catch (const TokenizerError& e) {
+    throw BadInput(field + e.what());
+  }
+  if (v.tokenizer->vocab_size() != model.vocab_size) {
+    throw BadInput(field + v.tokenizer->source() + " has " + std::to_string(v.tokenizer->vocab_size()) +
+                   " tokens but the model's vocabulary is " + std::to_string(model.vocab_size));
+  }
+  return v;
+}
+
+std::string prompt_text(const GenerateOptions& o) {
+  if (o.prompt) return *o.prompt;
+  if (o.prompt_file.empty()) return "";
+  std::ifstream in(o.prompt_file, std::ios::binary);
+  if (!in) throw BadInput("--prompt-file: cannot read " + o.prompt_file);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void print(const std::string& text) {
+  if (text.empty()) return;
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
+
+struct Totals {
+  std::uint64_t tokens = 0;
+  double seconds = 0.0;
+};
+
+// One sample: the prompt through the decoder, then up to max_new_tokens tokens, each printed as
+// soon as it makes whole characters.
+void generate_one(KvDecoder& decoder, TokenSampler& sampler, const Vocabulary& vocab,
+                  const std::vector<std::int32_t>& prompt, const GenerateOptions& o, int V, Totals& totals) {
+  decoder.reset();
+  TextStream stream(o.stop);
+  auto logits = decoder.append(prompt);
+  const auto start = std::chrono::steady_clock::now();
+  for (int n = 0; n < o.max_new_tokens && !stream.stopped(); ++n) {
+    const std::int32_t token = sampler.next(logits.first(static_cast<size_t>(V)));
+    ++totals.tokens;
+    if (token == vocab.eot()) break;
+    print(stream.push(vocab.decode(token)));
+    if (n + 1 < o.max_new_tokens) logits = decoder.append(std::span(&token, 1));
+  }
+  print(stream.finish());
+  totals.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+int run_generate(int argc, char** argv) {
+  init_logging("");
+  GenerateOptions o;
+  ModelFileInfo model;
+  Vocabulary vocab;
+  std::vector<std::int32_t> prompt;
+  std::vector<float> params;
+  std::optional<ParamLayout> layout;
+  try {
+    o = parse(argc, argv);
+    model = open_model_argument(o.model);
+    vocab = vocabulary_of(o, model);
+    prompt = vocab.encode(prompt_text(o));
+    if (static_cast<int>(prompt.size()) >= model.n_positions) {
+      throw BadInput(std::string(o.prompt ? "--prompt" : "--prompt-file") + ": " + std::to_string(prompt.size()) +
+                     " tokens, but the model's context is " + std::to_string(model.n_positions) +
+                     ": at most " + std::to_string(model.n_positions - 1) + " leave room to generate");
+    }
+    layout.emplace(dims_of(model));
+    params.resize(layout->total());
+    import_model(model, *layout, params.data());
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory for the %.2fM parameters of %s\n",
+                 layout ? static_cast<double>(layout->total()) / 1e6 : 0.0, o.model.c_str());
+    return kExitRuntimeFailure;
+  } catch (const std::exception& e) {  // everything so far is about the input
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitBadInput;
+  }
+  spdlog::info("generating from {} ({:.2f}M parameters, context {}) on the CPU, one thread{}: prompt {} tokens, {} sample(s) "
+               "of up to {} tokens",
+               describe(model), static_cast<double>(layout->total()) / 1e6, model.n_positions,
+               o.device == "auto" ? " (auto: generation runs on the CPU)" : "", prompt.size(), o.num_samples,
+               o.max_new_tokens);
+  try {
+    KvDecoder decoder(*layout, std::move(params));
+    TokenSampler sampler(o.sampling, o.seed);
+    Totals totals;
+    for (int s = 0; s < o.num_samples; ++s) {
+      if (o.num_samples > 1) print((s > 0 ? "\n" : "") + std::string("--- sample ") + std::to_string(s + 1) +
+                                   " of " + std::to_string(o.num_samples) + " ---\n");
+      generate_one(decoder, sampler, vocab, prompt, o, model.vocab_size, totals);
+    }
+    spdlog::info("generated {} tokens in {:.2f} s: {:.1f} tokens/s", totals.tokens, totals.seconds,
+                 totals.seconds > 0 ? static_cast<double>(totals.tokens) / totals.seconds : 0.0);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitRuntimeFailure;
+  }
+  return 0;
+}
+
+}  // namespace xtrain

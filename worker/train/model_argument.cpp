@@ -1,0 +1,56 @@
+#include "worker/train/model_argument.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include "worker/train/checkpoint.hpp"
+
+namespace xtrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* const kKinds =
+    "expected a run directory (with checkpoints/), a checkpoint or a Hugging Face GPT-2 directory "
+    "(config.json + model.safetensors), or an llm.c model file";
+
+// What the file's first four bytes say, as llm.c's header's first int32 (nullopt: shorter).
+std::optional<std::int32_t> first_int32(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::int32_t magic = 0;
+  if (!in.read(reinterpret_cast<char*>(&magic), sizeof magic)) return std::nullopt;
+  return magic;
+}
+
+}  // namespace
+
+ModelFileInfo open_model_argument(const std::string& path) {
+  std::error_code ec;
+  const fs::path p(path);
+  if (fs::is_directory(p, ec)) {
+    if (!fs::exists(p / "config.json", ec)) {
+      if (!fs::is_directory(p / "checkpoints", ec)) {
+        throw FileError(path, std::string("not a model: ") + kKinds +
+                                  "; this directory has neither checkpoints/ nor config.json");
+      }
+      const auto newest = find_resume_checkpoint(path, "auto");
+      if (!newest) {
+        throw FileError(path, "a run directory without a complete, intact checkpoint in checkpoints/ "
+                              "(nothing to load yet)");
+      }
+      return read_model_file_info(*newest);
+    }
+  } else if (fs::is_regular_file(p, ec) && p.filename() != "config.json" && p.extension() != ".safetensors") {
+    const auto magic = first_int32(path);
+    if (magic != kLlmcModelMagic) {
+      throw FileError(path, std::string("not a model: ") + kKinds + "; this file begins with " +
+                                (magic ? std::to_string(*magic) : "fewer than 4 bytes") + ", not llm.c's magic " +
+                                std::to_string(kLlmcModelMagic));
+    }
+  }
+  return read_model_file_info(path);
+}
+
+}  // namespace xtrain
