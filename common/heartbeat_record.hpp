@@ -42,6 +42,13 @@ enum class WorkerPhase : std::uint16_t {
   kDone = 12,
 };
 
+// Why a rank failed, stored in the record as it fails. Part of the file format.
+enum class RecordedFailure : std::int32_t {
+  kNone = 0,
+  kPrimary = 1,   // its own failure
+  kPeerLost = 2,  // a collective failed because a peer died: the echo of a failure elsewhere
+};
+
 inline constexpr std::uint32_t kHeartbeatMagic = 0x42485458;  // "XTHB" as little-endian bytes
 inline constexpr std::uint16_t kHeartbeatVersion = 1;
 
@@ -71,7 +78,13 @@ struct HeartbeatRecord {
   std::int64_t last_step;          //  80  the last step completed (0: none yet)
   std::int64_t phase_since_ns;     //  88  CLOCK_REALTIME when the phase began
   std::int64_t updated_ns;         //  96  CLOCK_REALTIME of the last update
-  std::int64_t reserved[3];        // 104
+  std::int32_t failure;            // 104  RecordedFailure, stored as the rank fails (0 before; a
+                                   //      reserved word in older workers). It reaches xlaunch when
+                                   //      the result file cannot be written (a full disk): the
+                                   //      record's page is allocated since startup, so the store
+                                   //      needs no free space
+  std::int32_t reserved0;          // 108
+  std::int64_t reserved[2];        // 112
 };
 static_assert(sizeof(HeartbeatRecord) == 128, "the heartbeat record is 128 bytes on every platform");
 

@@ -220,20 +220,13 @@ ModelFileInfo read_model_file_info(const std::string& path) {
   return read_llmc(path);
 }
 
-std::optional<ModelFileInfo> resolve_model_source(JobSpec& spec, const json& doc, const std::string& run_dir) {
+std::optional<ModelFileInfo> resolve_model_source(JobSpec& spec, const json& doc,
+                                                  const std::optional<std::string>& resume_from) {
   if (spec.model.init_from.empty()) return std::nullopt;
   std::string source = spec.model.init_from;
   const char* field = "model.init_from";
-  if (spec.checkpoint.resume == "auto") {
-    for (const auto& [step, dir] : complete_checkpoints(fs::path(run_dir) / "checkpoints")) {
-      if (is_file(dir / kModelConfigFile)) {
-        source = dir.string();
-        field = "checkpoint.resume";
-        break;
-      }
-    }
-  } else if (spec.checkpoint.resume != "never") {
-    source = spec.checkpoint.resume;
+  if (resume_from) {
+    source = *resume_from;
     field = "checkpoint.resume";
   }
   ModelFileInfo info;

@@ -62,10 +62,11 @@ bool holds_vocabulary(const std::string& dir);
 // SpecError naming both values ("model.n_layer: 4 in the spec but 12 in gpt2/config.json").
 // model.seq_len may be set up to the file's n_positions; unset, it is n_positions. An empty
 // `tokenizer` takes the vocabulary files that come with the weights.
-// Resume wins: when checkpoint.resume would continue from a checkpoint under `run_dir` (or names
-// one), the shape and the default tokenizer come from that checkpoint and init_from is not read.
+// Resume wins: `resume_from` is the checkpoint this run continues from (the caller's choice,
+// worker/train/checkpoint.hpp's find_resume_checkpoint, which has verified every file of it);
+// given, the shape and the default tokenizer come from it and init_from is not read.
 // Returns the file the shape came from; nullopt (and no change) without model.init_from.
 std::optional<ModelFileInfo> resolve_model_source(JobSpec& spec, const nlohmann::json& doc,
-                                                  const std::string& run_dir);
+                                                  const std::optional<std::string>& resume_from);
 
 }  // namespace xtrain

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -18,7 +19,6 @@
 #include "launcher/plan.hpp"
 #include "launcher/run_dir.hpp"
 #include "launcher/supervisor.hpp"
-#include "worker/train/checkpoint.hpp"
 
 namespace xtrain::launcher {
 namespace {
@@ -74,28 +74,18 @@ std::optional<pid_t> detach(RunDir& run_dir) {
 
 // Our worker resuming (checkpoint.resume auto) from a sound checkpoint at train.steps or later
 // would train nothing: say so instead of starting, so that the run dir (its summary, status and
-// progress) keeps what the run that trained it left. The checkpoint the worker would take is
-// verified as the worker does (every file's CRC), which costs a read of it, so only when the
-// newest one by name is that far. One node only: on several, node 0's checkpoint decides
-// (docs/multinode.md), which the other nodes learn at the rendezvous.
+// progress) keeps what the run that trained it left. The plan has chosen that checkpoint as the
+// worker does (every file's CRC verified, checked against the spec). One node only: on several,
+// node 0's checkpoint decides (docs/multinode.md), which the other nodes learn at the rendezvous.
 std::optional<std::string> trained_already(const Plan& plan) {
   const JobSpec& spec = plan.spec;
-  if (!plan.own_worker || spec.checkpoint.resume != "auto" || spec.nodes.nnodes > 1) return std::nullopt;
-  const auto checkpoints = complete_checkpoints(std::filesystem::path(plan.run_dir) / "checkpoints");
-  if (checkpoints.empty() || checkpoints.front().first < spec.train.steps) return std::nullopt;
-  JobSpec resumed = spec;
-  std::optional<std::int64_t> step;
-  try {
-    const std::optional<std::string> dir = find_resume_checkpoint(plan.run_dir, "auto");
-    if (dir) step = checkpoint_step(std::filesystem::path(*dir).filename().string());
-    if (!step || *step < spec.train.steps) return std::nullopt;  // a damaged one is skipped: steps are left
-    resumed.checkpoint.resume = *dir;
-    check_resume_checkpoint(resumed);
-  } catch (const CheckpointError&) {
-    return std::nullopt;  // the worker says what is wrong with it
+  if (!plan.own_worker || spec.checkpoint.resume != "auto" || spec.nodes.nnodes > 1 || !plan.resume_from) {
+    return std::nullopt;
   }
+  const auto step = checkpoint_step(std::filesystem::path(*plan.resume_from).filename().string());
+  if (!step || *step < spec.train.steps) return std::nullopt;
   return plan.run_dir + " is already trained to step " + std::to_string(*step) + " (train.steps " +
-         std::to_string(spec.train.steps) + ", checkpoint " + resumed.checkpoint.resume +
+         std::to_string(spec.train.steps) + ", checkpoint " + *plan.resume_from +
          "): nothing to train, nothing started; raise train.steps to train on, or set checkpoint.resume to "
          "never to start over";
 }
@@ -108,7 +98,7 @@ std::string describe_plan(const Plan& plan) {
 }  // namespace
 
 int run_job(const CliOptions& options) {
-  block_handled_signals(true);  // until the supervisor's signal_set exists
+  // SIGINT, SIGTERM and SIGHUP are blocked since main() began, until the supervisor's signal_set exists.
   ::signal(SIGPIPE, SIG_IGN);   // a closed console must not kill the supervisor
   for (const std::string& note : options.notes) std::cerr << "xlaunch: note: " << note << "\n";
   const Plan plan = make_plan(options, probe_host());

@@ -1,4 +1,5 @@
 // xlaunch: parse the command line, run the command, map every error to the contract's exit code.
+#include <cstring>
 #include <iostream>
 
 #include "common/exit_codes.hpp"
@@ -10,11 +11,14 @@
 #include "launcher/launch.hpp"
 #include "launcher/launch_error.hpp"
 #include "launcher/list_runs.hpp"
+#include "launcher/supervisor.hpp"
 
 namespace {
 
 int dispatch(const xtrain::launcher::CliOptions& options) {
   using xtrain::launcher::Command;
+  // Only a run has a supervisor to take SIGINT/SIGTERM/SIGHUP; the other commands end by them.
+  if (options.command != Command::kRun) xtrain::launcher::block_handled_signals(false);
   switch (options.command) {
     case Command::kHelp: std::cout << xtrain::launcher::usage(); return 0;
     case Command::kStatus: return xtrain::launcher::show_status(options);
@@ -27,9 +31,7 @@ int dispatch(const xtrain::launcher::CliOptions& options) {
   return xtrain::launcher::run_job(options);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_command(int argc, char** argv) {
   namespace exit_code = xtrain::exit_code;
   try {
     return dispatch(xtrain::launcher::parse_cli({argv + 1, argv + argc}, xtrain::launcher::process_environment()));
@@ -46,4 +48,19 @@ int main(int argc, char** argv) {
     std::cerr << "xlaunch: error: " << e.what() << "\n";
     return exit_code::kLaunchFailure;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Before anything else: the stop signals wait, blocked, for the supervisor's handlers (which take
+  // one that came early), so none in xlaunch's first milliseconds takes the default action.
+  xtrain::launcher::block_handled_signals(true);
+  const int code = run_command(argc, argv);
+  if (const auto sig = xtrain::launcher::take_pending_stop_signal()) {
+    std::cerr << "xlaunch: received SIG" << sigabbrev_np(*sig) << " before any rank started; exit " << 128 + *sig
+              << "\n";
+    return 128 + *sig;
+  }
+  return code;
 }

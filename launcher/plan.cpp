@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,9 +15,11 @@
 #include "launcher/launch_error.hpp"
 #include "launcher/run_dir.hpp"
 #include "launcher/torchrun.hpp"
-#include "worker/train/checkpoint.hpp"
-#include "worker/model/cuda_graphs.hpp"
 #include "worker/data/token_source.hpp"
+#include "worker/formats/model_io.hpp"
+#include "worker/formats/text_codec.hpp"
+#include "worker/model/cuda_graphs.hpp"
+#include "worker/train/checkpoint.hpp"
 
 namespace xtrain::launcher {
 namespace {
@@ -103,15 +106,49 @@ void resolve_world(Plan& plan) {
   }
 }
 
-// Our worker's inputs, through the worker's own readers but on headers and sizes only (fast for
-// any corpus): a missing, empty, too short, truncated or foreign data file, or a checkpoint.resume
-// that is not a sound checkpoint for this spec, fails here, before any rank starts (exit 2).
-void check_training_inputs(const JobSpec& spec) {
-  check_data_files(spec.data, spec.model, spec.train.eval_every > 0);
+// The checkpoint this run resumes from, by the worker's own choice (every file verified; under
+// "auto" a damaged one is skipped with a warning): an explicit checkpoint.resume that is not
+// intact fails here, before any rank starts (exit 2).
+std::optional<std::string> resume_checkpoint(const Plan& plan) {
   try {
-    check_resume_checkpoint(spec);
+    return find_resume_checkpoint(plan.run_dir, plan.spec.checkpoint.resume);
   } catch (const CheckpointError& e) {
     throw SpecError("checkpoint.resume", e.what());
+  }
+}
+
+// model.init_from's tensor file, by the header check the rank's import starts with.
+void check_init_from(const JobSpec& spec) {
+  try {
+    check_model_headers(read_model_file_info(spec.model.init_from), ParamLayout(ModelDims::from(spec.model)));
+  } catch (const FileError& e) {
+    throw SpecError("model.init_from", e.what());
+  }
+}
+
+// Our worker's inputs, through the worker's own readers but on headers and sizes only (fast for
+// any corpus): a missing, empty, too short, truncated or foreign data file, or a resume checkpoint
+// whose settings or training split do not fit this spec, fails here, before any rank starts (exit 2).
+void check_training_inputs(const JobSpec& spec, const std::optional<std::string>& resume_from) {
+  const DataFilesInfo data = check_data_files(spec.data, spec.model, spec.train.eval_every > 0);
+  TextCodec::for_run(spec, data.byte_level);  // the tokenizer: its files, its vocabulary, the data's kind
+  if (!resume_from) {
+    if (!spec.model.init_from.empty()) check_init_from(spec);
+    return;
+  }
+  try {
+    check_checkpoint_fits(*resume_from, spec, data.train_tokens);
+  } catch (const CheckpointError& e) {
+    throw SpecError("checkpoint.resume", e.what());
+  }
+}
+
+// Legal but almost certainly not meant: a schedule that never leaves its warmup.
+void warn_about_schedule(const TrainSpec& train) {
+  if (train.warmup_steps >= train.steps) {
+    spdlog::warn("train.warmup_steps {} >= train.steps {}: the learning rate only ramps up and never decays "
+                 "(it reaches train.lr at step warmup_steps - 1)",
+                 train.warmup_steps, train.steps);
   }
 }
 
@@ -199,13 +236,15 @@ Plan make_plan(const CliOptions& options, const HostInfo& host) {
     if (plan.own_worker) {
       // The model shape from model.init_from's header (or the checkpoint a resume continues
       // from), so the job.json every rank reads carries the resolved shape.
-      resolve_model_source(plan.spec, doc, plan.run_dir);
+      plan.resume_from = resume_checkpoint(plan);
+      resolve_model_source(plan.spec, doc, plan.resume_from);
       validate_for_training(plan.spec, static_cast<int>(plan.ranks.size()));
       const Precision precision = resolve_precision(plan.spec.train, plan.device);
       plan.precision = precision_name(precision);
       plan.cuda_graph = choose_cuda_graphs(plan.spec.train, plan.spec.model, plan.device, precision).why;
       plan_rank_memory(plan, precision);
-      check_training_inputs(plan.spec);
+      check_training_inputs(plan.spec, plan.resume_from);
+      warn_about_schedule(plan.spec.train);
     }
   } catch (const SpecError& e) {
     throw torchrun::attributed(e, options);

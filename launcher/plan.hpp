@@ -38,6 +38,8 @@ struct Plan {
   NcclLibrary nccl;                      // backend nccl: the libnccl that xlaunch and the ranks load
   std::optional<MemoryPlan> memory;      // our worker: each rank's memory plan (worker/model/memory_plan.hpp)
   std::string cuda_graph;                // our worker: train.cuda_graph resolved, and why
+  std::optional<std::string> resume_from;  // our worker: the checkpoint it resumes from, verified and
+                                           // checked against the spec (worker/train/checkpoint.hpp)
 };
 
 // Throws SpecError (exit 2) for an invalid spec or world, LaunchError for a worker command that

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/file.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -71,6 +72,20 @@ RunDir::RunDir(const std::string& dir, const nlohmann::json& job) : dir_(dir) {
     ::close(lock_fd_);
     launch_failure(std::string("run dir: ") + e.what());
   }
+  keep_reserve();
+}
+
+// Allocates the reserve's blocks now, while there is room (a sparse file would free nothing).
+void RunDir::keep_reserve() const {
+  const std::string path = run_files::reserve(dir_);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int err = fd < 0 ? errno : ::posix_fallocate(fd, 0, kSummaryReserveBytes);
+  if (fd >= 0) ::close(fd);
+  if (err != 0) {
+    ::unlink(path.c_str());
+    spdlog::warn("run dir: cannot reserve {} KiB for the summary ({}); on a full disk it may not be written",
+                 kSummaryReserveBytes / 1024, std::strerror(err));
+  }
 }
 
 RunDir::~RunDir() { ::close(lock_fd_); }
@@ -80,6 +95,7 @@ void RunDir::write_state(const nlohmann::json& state) const {
 }
 
 void RunDir::write_summary(const nlohmann::json& summary) const {
+  ::unlink(run_files::reserve(dir_).c_str());
   write_file_atomic(run_files::summary(dir_), summary.dump(2) + "\n");
 }
 

@@ -20,10 +20,19 @@ inline std::string ranks(const std::string& dir) { return dir + "/ranks"; }
 inline std::string supervisor_log(const std::string& dir) { return dir + "/logs/xlaunch.log"; }
 inline std::string metrics(const std::string& dir) { return dir + "/metrics.jsonl"; }
 inline std::string report(const std::string& dir) { return dir + "/report.html"; }
+inline std::string reserve(const std::string& dir) { return dir + "/.xlaunch-reserve"; }
 inline std::string rank_log(const std::string& dir, int rank) {
   return dir + "/logs/rank-" + std::to_string(rank) + ".log";
 }
 }  // namespace run_files
+
+// The room summary.json and the final state.json need when the run dir's disk is full: from the
+// start xlaunch keeps a file of this size allocated (.xlaunch-reserve) and deletes it just before
+// it writes them. What they hold is bounded: the root cause's log tail is at most 20 lines of 400
+// bytes (8 KB), each rank's result and state entry about 1 KB, a hang report's stack a few KB a
+// rank; a failed 2-rank run's summary is about 5 KB. 1 MiB holds a node of 64 ranks with a
+// hang report of 8 KB each, twice over (the atomic write needs only the new file's blocks).
+inline constexpr long kSummaryReserveBytes = 1 << 20;
 
 // Throws SpecError on field run_dir when `dir` could not be created or written (a file in the
 // way, no write permission, a read-only file system). Creates nothing.
@@ -41,11 +50,14 @@ class RunDir {
 
   const std::string& path() const { return dir_; }
   void write_state(const nlohmann::json& state) const;      // atomic; rewritten on every change
-  void write_summary(const nlohmann::json& summary) const;  // atomic and fsynced; once
+  // Atomic and fsynced; once. First gives up the reserve (below), so it is written on a full disk.
+  void write_summary(const nlohmann::json& summary) const;
   void clear_rank_files(int world_size) const;              // result, heartbeat and backtrace files
   int open_rank_log(int rank) const;                        // O_APPEND; throws LaunchError
 
  private:
+  void keep_reserve() const;
+
   std::string dir_;
   int lock_fd_ = -1;
 };

@@ -55,6 +55,27 @@ std::string make_run_id(const std::string& name) {
   return fmt::format("{}-{}-{}", name, stamp, ::getpid());
 }
 
+// A rank that failed without a result file (it could not write one: a full disk) still said in its
+// heartbeat record how it failed, and its error line is in the output xlaunch kept (`tail`); null
+// when the record says nothing.
+json result_from_record(const std::string& heartbeat_file, const std::vector<std::string>& tail) {
+  const auto record = read_heartbeat_record(heartbeat_file);
+  if (!record || record->failure == static_cast<std::int32_t>(RecordedFailure::kNone)) return nullptr;
+  const bool peer_lost = record->failure == static_cast<std::int32_t>(RecordedFailure::kPeerLost);
+  json result = {{"status", "failed"},
+                 {"failure_kind", peer_lost ? "peer_lost" : "primary"},
+                 {"note", "no result file (the rank could not write it): the failure kind is from its heartbeat "
+                          "record, the error from its output"}};
+  constexpr std::string_view kError = "error: ";
+  for (auto line = tail.rbegin(); line != tail.rend(); ++line) {
+    if (const size_t at = line->find(kError); at != std::string::npos) {
+      result["error"] = line->substr(at + kError.size());
+      break;
+    }
+  }
+  return result;
+}
+
 // The worker says its failure is the echo of a peer's (worker/main.cpp: failure_kind).
 bool is_peer_lost(const json& result) {
   return result.is_object() && result.value("failure_kind", json()) == "peer_lost";
@@ -74,6 +95,21 @@ void block_handled_signals(bool block) {
   sigemptyset(&set);
   for (int sig : kHandledSignals) sigaddset(&set, sig);
   pthread_sigmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, nullptr);
+}
+
+std::optional<int> take_pending_stop_signal() {
+  sigset_t pending;
+  sigemptyset(&pending);
+  if (sigpending(&pending) != 0) return std::nullopt;
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    if (sigismember(&pending, sig) != 1) continue;
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    const timespec now = {0, 0};
+    if (sigtimedwait(&one, nullptr, &now) == sig) return sig;
+  }
+  return std::nullopt;
 }
 
 const char* Supervisor::phase_name(Phase phase) {
@@ -369,6 +405,10 @@ void Supervisor::on_exit(int id, ExitStatus status) {
   record.exit = status;
   record.ended = SteadyClock::now();
   record.result = read_result_file(result_file_path(plan_.run_dir, id));
+  if (!record.result.is_object()) {
+    record.result = result_from_record(heartbeat_file_path(plan_.run_dir, id),
+                                       rank.stream ? rank.stream->tail() : std::vector<std::string>{});
+  }
   if (heartbeat_) heartbeat_->stop(id);
   if (phase_ == Phase::kRunning && !status.ok()) {
     record.status = RankStatus::kFailed;
@@ -777,17 +817,21 @@ void Supervisor::conclude_attempt() {
 void Supervisor::finish() {
   phase_ = Phase::kFinished;
   join_helpers();
-  write_state_now();
+  // The summary first: on a full disk it takes the reserve the run dir kept for it.
+  bool summary_written = true;
   try {
     run_dir_.write_summary(summary_json());
   } catch (const std::exception& e) {
     spdlog::error("cannot write the summary: {}", e.what());
+    summary_written = false;
   }
+  write_state_now();
   live_report_.finish();
   const Outcome& outcome = *outcome_;
-  spdlog::info("job {} after {:.3f} s, {}: {}; xlaunch exits {}; summary in {}", outcome_name(outcome.kind),
+  spdlog::info("job {} after {:.3f} s, {}: {}; xlaunch exits {}; {}", outcome_name(outcome.kind),
                seconds_between(started_, SteadyClock::now()), plural(attempt_, "attempt"), outcome.reason,
-               outcome.exit_code, run_files::summary(plan_.run_dir));
+               outcome.exit_code,
+               summary_written ? "summary in " + run_files::summary(plan_.run_dir) : std::string("no summary.json"));
   boost::system::error_code ignored;
   signals_.cancel(ignored);
   job_timer_.cancel();

@@ -63,6 +63,11 @@ namespace xtrain::launcher {
 // so that a signal that arrives early (an immediate `xlaunch stop`) waits instead of killing.
 void block_handled_signals(bool block);
 
+// A SIGINT, SIGTERM or SIGHUP that arrived while they were blocked and no supervisor took it (a
+// --check, a --dry-run, a plan that failed): taken from the pending set and returned, so that
+// xlaunch still ends with 128+N. nullopt when none is pending.
+std::optional<int> take_pending_stop_signal();
+
 class Supervisor {
  public:
   // `console` null: detached, nothing goes to the terminal.

@@ -120,8 +120,11 @@ int main(int argc, char** argv) {
       r.status = "failed";
       r.step = trainer ? trainer->completed_steps() : 0;
       r.error = e.what();
-      r.failure_kind = dynamic_cast<const CommunicatorError*>(&e) ? "peer_lost" : "primary";
+      const bool peer_lost = dynamic_cast<const CommunicatorError*>(&e) != nullptr;
+      r.failure_kind = peer_lost ? "peer_lost" : "primary";
       r.extra = {{"exit_code", code}};
+      // First the record, which needs no disk space: on a full disk the result file cannot be written.
+      report->heartbeat().set_failure(peer_lost ? RecordedFailure::kPeerLost : RecordedFailure::kPrimary);
       report->write_result(r);
     }
     return code;
@@ -154,7 +157,11 @@ int main(int argc, char** argv) {
     const std::string job_path = job_path_from(argc, argv, env);
     const nlohmann::json doc = read_job_json(job_path);
     spec = parse_job_spec(doc, std::filesystem::path(job_path).stem().string());
-    resolve_model_source(spec, doc, env.run_dir.empty() ? spec.run_dir : env.run_dir);
+    if (!spec.model.init_from.empty()) {  // the shape comes from the checkpoint the trainer will resume from
+      resolve_model_source(spec, doc,
+                           find_resume_checkpoint(env.run_dir.empty() ? spec.run_dir : env.run_dir,
+                                                  spec.checkpoint.resume));
+    }
     validate_for_training(spec, env.where.world_size);
     check_data_files(spec.data, spec.model, spec.train.eval_every > 0);  // a missing file first, not the memory plan
     device = choose_device(spec, env.where.local_rank, DeviceProbe::of_this_machine());

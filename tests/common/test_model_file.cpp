@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -67,16 +68,17 @@ std::string file_error(const std::string& path) {
   return "(no error)";
 }
 
-// The spec `doc` resolved against run dir `run`: the resulting spec, or the error's text.
+// The spec `doc` resolved, resuming from checkpoint `resume_from` when given: the resulting
+// spec, or the error's text.
 struct Resolved {
   JobSpec spec;
   std::string error;
 };
-Resolved resolve(const json& doc, const std::string& run) {
+Resolved resolve(const json& doc, const std::optional<std::string>& resume_from = std::nullopt) {
   Resolved r;
   r.spec = parse_job_spec(doc);
   try {
-    resolve_model_source(r.spec, doc, run);
+    resolve_model_source(r.spec, doc, resume_from);
   } catch (const SpecError& e) {
     r.error = e.what();
   }
@@ -185,7 +187,7 @@ TEST_CASE("init_from fills the model keys the spec leaves out, and keys set must
   json doc = {{"model", {{"init_from", d / "gpt2"}}}, {"data", {{"train", "x.bin"}}}};
 
   SECTION("unset keys take the file's values") {
-    const Resolved r = resolve(doc, d / "run");
+    const Resolved r = resolve(doc);
     REQUIRE(r.error.empty());
     CHECK((r.spec.model.n_layer == 12 && r.spec.model.n_head == 12 && r.spec.model.n_embd == 768));
     CHECK((r.spec.model.seq_len == 1024 && r.spec.model.vocab_size == 50257));
@@ -193,34 +195,34 @@ TEST_CASE("init_from fills the model keys the spec leaves out, and keys set must
   }
   SECTION("a key set to the file's value is fine; another value names both") {
     doc["model"]["n_layer"] = 12;
-    CHECK(resolve(doc, d / "run").error.empty());
+    CHECK(resolve(doc).error.empty());
     doc["model"]["n_layer"] = 4;
-    CHECK(resolve(doc, d / "run").error == "model.n_layer: 4 in the spec but 12 in " + d / "gpt2/config.json");
+    CHECK(resolve(doc).error == "model.n_layer: 4 in the spec but 12 in " + d / "gpt2/config.json");
     doc["model"]["n_layer"] = 12;
     doc["model"]["vocab_size"] = 50304;
-    CHECK(resolve(doc, d / "run").error == "model.vocab_size: 50304 in the spec but 50257 in " + d / "gpt2/config.json");
+    CHECK(resolve(doc).error == "model.vocab_size: 50304 in the spec but 50257 in " + d / "gpt2/config.json");
   }
   SECTION("seq_len may be shorter than n_positions, not longer") {
     doc["model"]["seq_len"] = 256;
-    CHECK(resolve(doc, d / "run").spec.model.seq_len == 256);
+    CHECK(resolve(doc).spec.model.seq_len == 256);
     doc["model"]["seq_len"] = 2048;
-    CHECK(resolve(doc, d / "run").error == "model.seq_len: 2048 in the spec but " + d / "gpt2/config.json" +
+    CHECK(resolve(doc).error == "model.seq_len: 2048 in the spec but " + d / "gpt2/config.json" +
                                                " has position embeddings for at most 1024 tokens");
   }
   SECTION("the tokenizer defaults to the directory's vocabulary files; a spec's own wins") {
     write(d / "gpt2/encoder.json", "{}");
     write(d / "gpt2/vocab.bpe", "#version: 0.2\n");
-    CHECK(resolve(doc, d / "run").spec.tokenizer == d / "gpt2");
+    CHECK(resolve(doc).spec.tokenizer == d / "gpt2");
     doc["tokenizer"] = "/elsewhere";
-    CHECK(resolve(doc, d / "run").spec.tokenizer == "/elsewhere");
+    CHECK(resolve(doc).spec.tokenizer == "/elsewhere");
   }
   SECTION("a missing init_from names the field") {
     doc["model"]["init_from"] = d / "nope";
-    CHECK(resolve(doc, d / "run").error == "model.init_from: " + d / "nope" + ": No such file or directory");
+    CHECK(resolve(doc).error == "model.init_from: " + d / "nope" + ": No such file or directory");
   }
   SECTION("without init_from nothing is read or changed") {
     doc["model"].erase("init_from");
-    const Resolved r = resolve(doc, d / "run");
+    const Resolved r = resolve(doc);
     CHECK(r.error.empty());
     CHECK(r.spec.model.n_layer == ModelSpec{}.n_layer);
   }
@@ -234,26 +236,21 @@ TEST_CASE("resume wins over init_from: the shape comes from the checkpoint it co
   const std::string ckpt = d / ("run/checkpoints/" + checkpoint_dir_name(40));
   write_hf(ckpt, small);
   write(ckpt + "/state.json", json{{"format", "xtrain-checkpoint"}, {"tokenizer", "/recorded"}}.dump());
-  write_hf(d / ("run/checkpoints/" + checkpoint_dir_name(50) + kCheckpointTmpMarker + "9"), gpt2_config());  // partial
   json doc = {{"model", {{"init_from", d / "gpt2"}}}};
 
-  SECTION("auto: the newest complete checkpoint") {
-    const Resolved r = resolve(doc, d / "run");
+  SECTION("the checkpoint it resumes from") {
+    const Resolved r = resolve(doc, ckpt);
     REQUIRE(r.error.empty());
     CHECK(r.spec.model.seq_len == 256);
     CHECK(r.spec.tokenizer == "/recorded");
     doc["model"]["seq_len"] = 1024;
-    CHECK(resolve(doc, d / "run").error == "model.seq_len: 1024 in the spec but " + ckpt +
+    CHECK(resolve(doc, ckpt).error == "model.seq_len: 1024 in the spec but " + ckpt +
                                                "/config.json (the checkpoint this run resumes from) has position "
                                                "embeddings for at most 256 tokens");
   }
-  SECTION("never: init_from") {
-    doc["checkpoint"] = {{"resume", "never"}};
-    CHECK(resolve(doc, d / "run").spec.model.seq_len == 1024);
-  }
-  SECTION("a path: that checkpoint, even when init_from does not exist") {
-    doc["checkpoint"] = {{"resume", ckpt}};
+  SECTION("no checkpoint: init_from") { CHECK(resolve(doc).spec.model.seq_len == 1024); }
+  SECTION("a checkpoint, even when init_from does not exist") {
     doc["model"]["init_from"] = d / "gone";
-    CHECK(resolve(doc, d / "other-run").spec.model.seq_len == 256);
+    CHECK(resolve(doc, ckpt).spec.model.seq_len == 256);
   }
 }

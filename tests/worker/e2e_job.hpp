@@ -19,6 +19,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -39,8 +40,11 @@ struct Outcome {
   std::string output;  // xlaunch's stdout and stderr, in order
 };
 
-// Starts argv in its own process group with stdout+stderr to `log`; returns its pid.
-inline pid_t spawn(const std::vector<std::string>& argv, const fs::path& log, const std::map<std::string, std::string>& env) {
+// Starts argv in its own process group with stdout+stderr to `log`; returns its pid. A
+// `pending_signal` is blocked and raised before the exec (a pending signal survives execve): the
+// program starts with it already delivered, as by a signal in its very first moments.
+inline pid_t spawn(const std::vector<std::string>& argv, const fs::path& log,
+                   const std::map<std::string, std::string>& env, int pending_signal = 0) {
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
@@ -49,6 +53,13 @@ inline pid_t spawn(const std::vector<std::string>& argv, const fs::path& log, co
     ::dup2(fd, 1);
     ::dup2(fd, 2);
     for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    if (pending_signal != 0) {
+      sigset_t one;
+      sigemptyset(&one);
+      sigaddset(&one, pending_signal);
+      ::sigprocmask(SIG_BLOCK, &one, nullptr);
+      ::raise(pending_signal);
+    }
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
@@ -242,6 +253,35 @@ class Job {
   fs::path dir_;
   fs::path corpus_;
   json spec_;
+};
+
+// Waits until metrics.jsonl of `run_dir` records step `step` (at most 120 s).
+inline void wait_for_step(const fs::path& run_dir, long step) {
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  for (;;) {
+    const auto losses = read_losses(run_dir);
+    if (!losses.empty() && losses.rbegin()->first >= step) return;
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
+// A small tmpfs mounted at `dir` while it lives (root only; `mounted` says whether it worked).
+class Tmpfs {
+ public:
+  Tmpfs(const fs::path& dir, const std::string& size) : dir_(dir) {
+    fs::create_directories(dir);
+    mounted = ::geteuid() == 0 && ::mount("tmpfs", dir.c_str(), "tmpfs", 0, ("size=" + size).c_str()) == 0;
+  }
+  ~Tmpfs() {
+    if (mounted) ::umount2(dir_.c_str(), MNT_DETACH);
+  }
+  Tmpfs(const Tmpfs&) = delete;
+  Tmpfs& operator=(const Tmpfs&) = delete;
+  bool mounted = false;
+
+ private:
+  fs::path dir_;
 };
 
 inline void require_ok(const Outcome& o) {

@@ -106,6 +106,18 @@ std::optional<std::uint64_t> shard_token_count(const std::uint8_t* bytes, std::u
   return static_cast<std::uint64_t>(count);
 }
 
+// The largest token id a shard's header records (kShardMaxTokenTag), nullopt when it records none.
+std::optional<int> recorded_max_token(const std::uint8_t* header) {
+  if (read_int32(header + 4 * kShardMaxTokenWord) != kShardMaxTokenTag) return std::nullopt;
+  return read_int32(header + 4 * (kShardMaxTokenWord + 1));
+}
+
+DataError vocab_error(const std::string& field, const std::string& path, int max_token, int vocab_size) {
+  return DataError(field, path + ": the data needs vocab_size >= " + std::to_string(max_token + 1) +
+                              " (its largest token is " + std::to_string(max_token) +
+                              "), but model.vocab_size is " + std::to_string(vocab_size));
+}
+
 // The files of one source must all be text or all be shards.
 void check_one_kind(const std::string& pattern, const std::string& first, bool first_text, const std::string& path,
                     bool text, const std::string& field) {
@@ -146,6 +158,12 @@ SplitSizes split_sizes(const DataSpec& data, const ModelSpec& model, bool need_v
     split.held_out =
         static_cast<std::uint64_t>(std::llround(static_cast<double>(train.tokens) * data.val_fraction));
     split.train = train.tokens - split.held_out;
+    // Too little data for a training and a validation window: no data.val_fraction can help.
+    if (need_val && train.tokens < 2 * window) {
+      throw DataError("data.train", data.train + ": " + std::to_string(train.tokens) + " tokens, but " + needs +
+                                        " for training and as many held out for validation (eval_every > 0 "
+                                        "without data.val); give more data or data.val");
+    }
     if (need_val && split.held_out < window) {
       throw DataError("data.val_fraction", format_number(data.val_fraction) + " of " + data.train + "'s " +
                                                std::to_string(train.tokens) + " tokens is " +
@@ -164,13 +182,15 @@ SplitSizes split_sizes(const DataSpec& data, const ModelSpec& model, bool need_v
   return split;
 }
 
-// A source's kind and size from its files' headers and sizes alone.
-SourceSize inspect_source(const std::string& pattern, const std::string& field) {
+// A source's kind and size from its files' headers and sizes alone, and the recorded token
+// range of its shards against `vocab_size`.
+SourceSize inspect_source(const std::string& pattern, const std::string& field, int vocab_size) {
   SourceSize out;
   const std::vector<std::string> files = expand(pattern, field);
   for (size_t i = 0; i < files.size(); ++i) {
     const TokenFileInfo info = inspect_token_file(files[i], field);
     if (i > 0) check_one_kind(pattern, files.front(), out.text, files[i], info.text, field);
+    if (info.max_token && *info.max_token >= vocab_size) throw vocab_error(field, files[i], *info.max_token, vocab_size);
     out.text = info.text;
     out.tokens += info.tokens;
   }
@@ -186,17 +206,18 @@ TokenFileInfo inspect_token_file(const std::string& path, const std::string& fie
     const std::uint64_t available = std::min<std::uint64_t>(in.size(), sizeof header);
     in.read_at(0, header, available);
     const std::optional<std::uint64_t> shard = shard_token_count(header, available, in.size(), path, field);
-    return {path, !shard, shard ? *shard : in.size()};
+    if (!shard) return {path, true, in.size(), std::nullopt};
+    return {path, false, *shard, recorded_max_token(header)};
   } catch (const FileError& e) {
     throw DataError(field, e.what());
   }
 }
 
-void check_data_files(const DataSpec& data, const ModelSpec& model, bool need_val) {
-  const SourceSize train = inspect_source(data.train, "data.train");
+DataFilesInfo check_data_files(const DataSpec& data, const ModelSpec& model, bool need_val) {
+  const SourceSize train = inspect_source(data.train, "data.train", model.vocab_size);
   std::optional<SourceSize> val;
-  if (!data.val.empty()) val = inspect_source(data.val, "data.val");
-  split_sizes(data, model, need_val, train, val);
+  if (!data.val.empty()) val = inspect_source(data.val, "data.val", model.vocab_size);
+  return {split_sizes(data, model, need_val, train, val).train, train.text};
 }
 
 TokenSource::TokenSource(const std::string& pattern, const std::string& field) : pattern_(pattern) {
@@ -234,16 +255,17 @@ TokenSource::Segment TokenSource::open_file(const std::string& path, const std::
     max = std::max(max, t);
   }
   s.max_token = s.count ? max : -1;
+  const std::optional<int> recorded = recorded_max_token(bytes);
+  if (recorded && *recorded != s.max_token) {
+    throw DataError(field, path + ": damaged llm.c token shard: its header records a largest token of " +
+                               std::to_string(*recorded) + " but it holds " + std::to_string(s.max_token));
+  }
   return s;
 }
 
 void TokenSource::check_vocab(int vocab_size, const std::string& field) const {
   for (const auto& s : segments_) {
-    if (s.max_token >= vocab_size) {
-      throw DataError(field, s.file.path() + ": the data needs vocab_size >= " + std::to_string(s.max_token + 1) +
-                                 " (its largest token is " + std::to_string(s.max_token) +
-                                 "), but model.vocab_size is " + std::to_string(vocab_size));
-    }
+    if (s.max_token >= vocab_size) throw vocab_error(field, s.file.path(), s.max_token, vocab_size);
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,10 @@ namespace xtrain {
 inline constexpr std::int32_t kShardMagic = 20240520;
 inline constexpr std::int32_t kShardVersion = 1;
 inline constexpr std::uint64_t kShardHeaderBytes = 256 * sizeof(std::int32_t);
+// xtrain-data records a shard's largest token id in two of llm.c's unused header words:
+// header[3] = kShardMaxTokenTag and header[4] = the id. Other tools leave both 0: unknown then.
+inline constexpr std::int32_t kShardMaxTokenTag = 0x78746d74;  // "tmtx"
+inline constexpr int kShardMaxTokenWord = 3;                   // the tag; the id is the word after
 
 // Bad data: what() is "FIELD: MESSAGE" with FIELD the spec field ("data.train", "data.val",
 // "data.val_fraction"), and the message names the file, e.g.
@@ -90,6 +95,7 @@ struct TokenFileInfo {
   std::string path;
   bool text = true;         // byte-level text, else an llm.c token shard
   std::uint64_t tokens = 0;
+  std::optional<int> max_token;  // a shard's largest token id, when its header records it
 };
 
 // Reads the header only. Throws DataError naming `field` and the file: missing or unreadable, a
@@ -97,9 +103,18 @@ struct TokenFileInfo {
 // token count in its header (truncated).
 TokenFileInfo inspect_token_file(const std::string& path, const std::string& field);
 
-// Everything load_data checks except the tokens themselves (their range against vocab_size):
-// the files, their kinds and headers, and the split sizes, from headers and sizes alone, so it
-// costs the same for a 1 KB file and a 100 GB corpus. The launcher runs it before any rank starts.
-void check_data_files(const DataSpec& data, const ModelSpec& model, bool need_val);
+// What check_data_files learns: the training split's token count (load_data's train.count) and
+// whether the data is byte-level text.
+struct DataFilesInfo {
+  std::uint64_t train_tokens = 0;
+  bool byte_level = true;
+};
+
+// Everything load_data checks, from headers and sizes alone, so it costs the same for a 1 KB file
+// and a 100 GB corpus: the files, their kinds and headers, the split sizes, and the token range
+// against model.vocab_size of every shard whose header records its largest token (xtrain-data's
+// shards; the tokens of text and of other tools' shards are checked by the ranks as they load
+// them). The launcher runs it before any rank starts.
+DataFilesInfo check_data_files(const DataSpec& data, const ModelSpec& model, bool need_val);
 
 }  // namespace xtrain

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdio>
@@ -56,6 +57,7 @@ class ShardFile {
   void append(std::span<const std::int32_t> tokens) {
     for (const std::int32_t t : tokens) {
       buffer_.push_back(static_cast<std::uint16_t>(t));
+      max_token_ = std::max(max_token_, t);
       if (buffer_.size() == kBufferTokens) flush();
     }
     count_ += tokens.size();
@@ -65,6 +67,12 @@ class ShardFile {
     flush();
     const auto count = static_cast<std::int32_t>(count_);
     if (::pwrite(fd_, &count, sizeof count, 2 * sizeof(std::int32_t)) != sizeof count) fail(partial_, "write failed");
+    if (count_ > 0) {  // the largest token, so that a launcher checks the range from the header alone
+      const std::int32_t record[2] = {kShardMaxTokenTag, max_token_};
+      if (::pwrite(fd_, record, sizeof record, kShardMaxTokenWord * sizeof(std::int32_t)) != sizeof record) {
+        fail(partial_, "write failed");
+      }
+    }
     if (::fsync(fd_) != 0) fail(partial_, "fsync failed");
     if (::close(fd_) != 0) fail(partial_, "close failed");
     fd_ = -1;
@@ -92,6 +100,7 @@ class ShardFile {
   std::string path_, partial_;
   int fd_ = -1;
   std::uint64_t count_ = 0;
+  std::int32_t max_token_ = 0;
   std::vector<std::uint16_t> buffer_;
 };
 

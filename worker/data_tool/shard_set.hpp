@@ -1,5 +1,6 @@
 // xtrain-data's output: llm.c token shards (worker/data/token_source.hpp's format: a header of 256
-// int32 [20240520, 1, token count, 0...] then uint16 tokens) in a directory of their own, named as
+// int32 [20240520, 1, token count, kShardMaxTokenTag, largest token id, 0...] then uint16 tokens;
+// the largest id lets a launcher check the range from the header) in a directory of their own, named as
 // llm.c names them: PREFIX_val_000000.bin, PREFIX_train_000001.bin, ... (one index across both
 // splits). The first documents, whole, go to validation until it holds at least val_tokens tokens;
 // the rest is training data. Each split ends with `end_token` (EOT), so its last document is closed

@@ -9,6 +9,7 @@
 #include "worker/formats/file_io.hpp"
 #include "worker/formats/hf_model.hpp"
 #include "worker/formats/llmc_model.hpp"
+#include "worker/formats/safetensors.hpp"
 
 namespace xtrain {
 namespace {
@@ -31,19 +32,8 @@ nlohmann::json tokenizer_config(const ModelDims& d, const ExportVocab& vocab) {
           {"errors", "replace"}};
 }
 
-}  // namespace
-
-ModelDims dims_of(const ModelFileInfo& file) {
-  ModelSpec m;
-  m.n_layer = file.n_layer;
-  m.n_head = file.n_head;
-  m.n_embd = file.n_embd;
-  m.seq_len = file.n_positions;
-  m.vocab_size = file.vocab_size;
-  return ModelDims::from(m);
-}
-
-void import_model(const ModelFileInfo& file, const ParamLayout& layout, float* params) {
+// The file's shape is the layout's (its context at least the layout's).
+void check_shape(const ModelFileInfo& file, const ParamLayout& layout) {
   const ModelDims& d = layout.dims();
   const struct {
     int file;
@@ -63,6 +53,32 @@ void import_model(const ModelFileInfo& file, const ParamLayout& layout, float* p
     throw FileError(file.shape_source, "the file has position embeddings for " + std::to_string(file.n_positions) +
                                            " tokens but model.seq_len is " + std::to_string(d.T));
   }
+}
+
+}  // namespace
+
+ModelDims dims_of(const ModelFileInfo& file) {
+  ModelSpec m;
+  m.n_layer = file.n_layer;
+  m.n_head = file.n_head;
+  m.n_embd = file.n_embd;
+  m.seq_len = file.n_positions;
+  m.vocab_size = file.vocab_size;
+  return ModelDims::from(m);
+}
+
+void check_model_headers(const ModelFileInfo& file, const ParamLayout& layout) {
+  check_shape(file, layout);
+  // An llm.c file's header and size were checked by read_model_file_info; a safetensors file's
+  // header (names, dtypes, shapes, data offsets against its size) by the reader's constructor,
+  // and the data's digest where our writer recorded one by load(), on the mapping (~3 GB/s).
+  if (file.format == ModelFormat::kLlmc) return;
+  HfModelReader(file.weights, layout);
+  SafetensorsFile(file.weights).load();
+}
+
+void import_model(const ModelFileInfo& file, const ParamLayout& layout, float* params) {
+  check_shape(file, layout);
   if (file.format == ModelFormat::kLlmc) {
     import_llmc_model(file, layout, params);
   } else {

@@ -20,6 +20,13 @@ ModelDims dims_of(const ModelFileInfo& file);
 // `params` is untouched when a check fails.
 void import_model(const ModelFileInfo& file, const ParamLayout& layout, float* params);
 
+// What import_model checks before it copies any tensor: the shape against the layout, the tensor
+// file's header (safetensors: every tensor's name, dtype, shape and data offsets against the
+// file's size; llm.c: the header against the size) and a safetensors file's data digest where
+// it has one (our exports). Throws the same FileError. The launcher's plan runs it, so a
+// truncated, damaged or foreign model file fails before any rank starts.
+void check_model_headers(const ModelFileInfo& file, const ParamLayout& layout);
+
 // The vocabulary a Hugging Face export ships: its files, and <|endoftext|> (its id and text),
 // which GPT-2 uses as its bos, eos and unk token.
 struct ExportVocab {

@@ -8,12 +8,15 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <vector>
 
 #include "common/atomic_file.hpp"
+#include "worker/formats/crc32c.hpp"
 #include "worker/formats/file_io.hpp"
 #include "worker/formats/hf_model.hpp"
 #include "worker/formats/safetensors.hpp"
+#include "worker/train/lr_schedule.hpp"
 
 namespace xtrain {
 namespace {
@@ -22,13 +25,11 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr const char* kWtePadding = "wte_padding";
+constexpr const char* kStateChecksumKey = "crc32c";
+constexpr int kUncheckedStateVersion = 1;  // format_version 1: state.json carries no checksum of its own
 
-// Spec fields that must be the same on resume: they fix the tensor shapes (model) or, with the
-// checkpoint's state, every later step's batch and update (train). The rest (steps, logging,
-// evaluation, micro_batch_size and the world size) may change.
+// Model fields that must be the same on resume: they fix the tensor shapes.
 constexpr const char* kModelKeys[] = {"n_layer", "n_head", "n_embd", "seq_len", "vocab_size"};
-constexpr const char* kTrainKeys[] = {"batch_size",   "seed",  "lr",    "min_lr", "warmup_steps",
-                                      "weight_decay", "beta1", "beta2", "eps",    "grad_clip"};
 
 std::string to_hex(std::uint64_t x) {
   char buf[17];
@@ -63,6 +64,16 @@ FileChecksum write_optimizer_file(const std::string& path, const ParamLayout& la
                            {{"adam_step", std::to_string(adam_t)}, {"layout", "xtrain flat parameter buffer"}});
 }
 
+// The CRC-32C of state.json's content: of the object without its own "crc32c" key, serialised
+// compactly (nlohmann sorts keys and writes numbers round-trip, so the value survives any
+// reformatting but not a changed value, key or word). A bit flipped in the file either breaks the
+// JSON or changes what this sees.
+std::string state_checksum(json state) {
+  state.erase(kStateChecksumKey);
+  const std::string canonical = state.dump();
+  return crc32c_hex(crc32c(canonical.data(), canonical.size()));
+}
+
 // state.json's "files": {"model.safetensors": {"bytes": N, "crc32c": "8 hex digits"}, ...}.
 using FileChecksums = std::map<std::string, FileChecksum>;
 
@@ -81,6 +92,7 @@ json state_json(const JobSpec& spec, const TrainState& state, const FileChecksum
           {"files", sums}};
   // Absolute, so that an export run from anywhere finds the vocabulary (model_file.hpp).
   if (!spec.tokenizer.empty()) out["tokenizer"] = fs::absolute(spec.tokenizer).lexically_normal().string();
+  out[kStateChecksumKey] = state_checksum(out);
   return out;
 }
 
@@ -93,7 +105,38 @@ void remove_checkpoint_dir(const fs::path& dir) {
   fs::remove_all(doomed);
 }
 
-// state.json parsed and its format checked.
+// The step a checkpoint directory's name encodes ("step-00000030"), nullopt for another name
+// (an explicit checkpoint.resume may be a copy under any name).
+std::optional<std::int64_t> step_of_directory(const std::string& dir) {
+  fs::path path = fs::path(dir).lexically_normal();
+  if (path.filename().empty()) path = path.parent_path();  // "x/step-00000030/"
+  return checkpoint_step(path.filename().string());
+}
+
+// state.json's own checksum (format_version 2 on) and its step against the directory's name.
+void verify_state_content(const json& state, const std::string& dir) {
+  const std::string file = kCheckpointStateFile;
+  if (state["format_version"] == kUncheckedStateVersion) {
+    spdlog::info("resume: {} is a format 1 checkpoint: its state.json carries no checksum of its own", dir);
+  } else {
+    const json recorded = state.value(kStateChecksumKey, json());
+    if (!recorded.is_string()) throw CheckpointError(dir, file + ": /" + kStateChecksumKey + " is missing or malformed");
+    const std::string actual = state_checksum(state);
+    if (actual != recorded.get<std::string>()) {
+      throw CheckpointError(dir, file + ": damaged: its CRC-32C is " + actual + " but its crc32c key records " +
+                                     recorded.get<std::string>());
+    }
+  }
+  const json step = state.value("step", json());
+  if (!step.is_number_unsigned()) throw CheckpointError(dir, file + ": /step is missing or malformed");
+  const auto named = step_of_directory(dir);
+  if (named && *named != step.get<std::int64_t>()) {
+    throw CheckpointError(dir, file + ": step is " + step.dump() + " but the directory's name says " +
+                                   std::to_string(*named));
+  }
+}
+
+// state.json parsed, its format and its own checksum checked.
 json read_state(const std::string& dir) {
   const std::string path = (fs::path(dir) / kCheckpointStateFile).string();
   std::string text;
@@ -112,10 +155,12 @@ json read_state(const std::string& dir) {
     throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": format is not \"" + kCheckpointFormat + "\"");
   }
   const json version = state.value("format_version", json());
-  if (version != kCheckpointFormatVersion) {
-    throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": format_version is " + version.dump() + ", expected " +
-                                   std::to_string(kCheckpointFormatVersion));
+  if (version != kCheckpointFormatVersion && version != kUncheckedStateVersion) {
+    throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": format_version is " + version.dump() +
+                                   ", expected " + std::to_string(kCheckpointFormatVersion) + " (or " +
+                                   std::to_string(kUncheckedStateVersion) + ")");
   }
+  verify_state_content(state, dir);
   return state;
 }
 
@@ -179,8 +224,9 @@ void verify_checksums(const std::string& dir, const json& state) {
   }
 }
 
-// The spec fields a resumed run must keep (model shape, the train settings of a bit-exact resume).
-void check_against_spec(const json& state, const std::string& dir, const JobSpec& spec) {
+// The spec fields a resumed run must keep (model shape, the train keys of the run); returns one
+// line for each train key that may change and did, saying what the change does.
+std::vector<std::string> check_against_spec(const json& state, const std::string& dir, const JobSpec& spec) {
   const json model_now = spec_section(spec, "model");
   const json train_now = spec_section(spec, "train");
   const json& model_then = state_field(state, dir, "/model", &json::is_object);
@@ -191,13 +237,39 @@ void check_against_spec(const json& state, const std::string& dir, const JobSpec
                                      " but the spec says " + model_now[key].dump());
     }
   }
-  for (const char* key : kTrainKeys) {
-    if (train_then.value(key, json()) != train_now[key]) {
-      throw CheckpointError(dir, std::string("train.") + key + " is " + train_then.value(key, json()).dump() +
-                                     " but the spec says " + train_now[key].dump() +
+  std::vector<std::string> changes;
+  for (const auto& [key, now] : train_now.items()) {
+    const json then = train_then.value(key, json());
+    if (then == now) continue;
+    if (train_key_on_resume(key) != ResumeRule::kMayChange) {
+      throw CheckpointError(dir, "train." + key + " is " + then.dump() + " but the spec says " + now.dump() +
                                      "; a resumed run must keep it to continue the same training");
     }
+    std::string line = "resume: train." + key + " changed from " + then.dump() + " to " + now.dump();
+    if (key == "steps" && then.is_number_integer()) {
+      TrainSpec old_schedule = spec.train;
+      old_schedule.steps = then.get<int>();
+      const auto step = state_field(state, dir, "/step", &json::is_number_unsigned).get<long>();
+      line += fmt::format(": the cosine decay now ends at step {}, so the learning rate of step {} is {:.3g} "
+                          "(it was {:.3g} on the old schedule)",
+                          spec.train.steps, step, learning_rate(spec.train, step), learning_rate(old_schedule, step));
+    } else {
+      line += ": the learning-rate schedule and the batches are unchanged";
+    }
+    changes.push_back(std::move(line));
   }
+  return changes;
+}
+
+// The training split the checkpoint's sampler drew from has the size the data gives now.
+std::uint64_t check_train_tokens(const json& state, const std::string& dir, std::uint64_t train_tokens) {
+  const auto then = state_field(state, dir, "/data/train_tokens", &json::is_number_unsigned).get<std::uint64_t>();
+  if (then != train_tokens) {
+    throw CheckpointError(dir, "it was trained on " + std::to_string(then) +
+                                   " training tokens but data.train now gives " + std::to_string(train_tokens) +
+                                   "; a resumed run must sample from the same data");
+  }
+  return then;
 }
 
 // An explicit checkpoint.resume path: a directory, or CheckpointError.
@@ -274,11 +346,22 @@ std::optional<std::string> find_resume_checkpoint(const std::string& run_dir, co
   return std::nullopt;
 }
 
-void check_resume_checkpoint(const JobSpec& spec) {
-  const std::string& resume = spec.checkpoint.resume;
-  if (resume == "auto" || resume == "never") return;
-  require_directory(resume);
-  check_against_spec(verify_structure(resume), resume, spec);
+std::optional<ResumeRule> train_key_on_resume(const std::string& key) {
+  // The run: with the checkpoint's state they fix every later step's batch and update.
+  static const std::set<std::string> kept = {"batch_size",   "seed",  "lr",    "min_lr", "warmup_steps",
+                                             "weight_decay", "beta1", "beta2", "eps",    "grad_clip"};
+  // How the same steps are computed, checked or logged; steps moves the end of the schedule.
+  static const std::set<std::string> may_change = {"steps",     "micro_batch_size", "eval_every", "eval_batches",
+                                                   "log_every", "precision",        "cuda_graph"};
+  if (kept.count(key)) return ResumeRule::kKept;
+  if (may_change.count(key)) return ResumeRule::kMayChange;
+  return std::nullopt;
+}
+
+void check_checkpoint_fits(const std::string& dir, const JobSpec& spec, std::uint64_t train_tokens) {
+  const json state = read_state(dir);
+  check_against_spec(state, dir, spec);  // the allowed changes are said by the rank that resumes
+  check_train_tokens(state, dir, train_tokens);
 }
 
 TrainState load_checkpoint(const std::string& dir, const JobSpec& spec, const ParamLayout& layout,
@@ -287,14 +370,9 @@ TrainState load_checkpoint(const std::string& dir, const JobSpec& spec, const Pa
   const ModelDims& d = layout.dims();
 
   // The spec first: a mismatch there is the likeliest mistake and the clearest message.
-  check_against_spec(state, dir, spec);
+  const std::vector<std::string> changes = check_against_spec(state, dir, spec);
   TrainState out;
-  out.train_tokens = state_field(state, dir, "/data/train_tokens", &json::is_number_unsigned).get<std::uint64_t>();
-  if (out.train_tokens != train_tokens) {
-    throw CheckpointError(dir, "it was trained on " + std::to_string(out.train_tokens) +
-                                   " training tokens but data.train now gives " + std::to_string(train_tokens) +
-                                   "; a resumed run must sample from the same data");
-  }
+  out.train_tokens = check_train_tokens(state, dir, train_tokens);
   out.step = state_field(state, dir, "/step", &json::is_number_unsigned).get<std::int64_t>();
   const json& words = state_field(state, dir, "/sampler/state", &json::is_array);
   if (words.size() != out.sampler.words.size()) {
@@ -330,6 +408,7 @@ TrainState load_checkpoint(const std::string& dir, const JobSpec& spec, const Pa
   }
 
   // Nothing can fail from here on.
+  for (const std::string& line : changes) spdlog::info("{}", line);
   if (d.Vp > d.V) {
     optimizer.copy(kWtePadding, wte_padding_shape(d), params + layout.wte() + static_cast<size_t>(d.V) * d.C);
   }

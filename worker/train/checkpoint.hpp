@@ -9,7 +9,10 @@
 //   state.json             format version, step, the sampler state, the model spec, the train
 //                          settings and the training-token count, checked again on resume; each
 //                          other file's size and CRC-32C ("files"), verified before a resume; the
-//                          run's tokenizer (absolute path), which `xtrain-worker export` ships.
+//                          run's tokenizer (absolute path), which `xtrain-worker export` ships;
+//                          and (format 2) "crc32c": the CRC-32C of its own content, the compact
+//                          serialisation of the object without that key, so a flipped bit that
+//                          leaves valid JSON (a step, a sampler word) is caught too.
 // Together exactly what is needed to continue bit for bit. Rank 0 writes one under
 // step-NNNNNNNN.tmp-PID, fsyncs every file and the directory, renames it, fsyncs the parent: a
 // directory with a final name is always complete, and a crashed writer leaves only a .tmp-* that
@@ -28,7 +31,7 @@
 
 namespace xtrain {
 
-inline constexpr int kCheckpointFormatVersion = 1;
+inline constexpr int kCheckpointFormatVersion = 2;  // 2: state.json checksums itself; 1 is still read
 
 // A checkpoint that cannot be used: what() is "checkpoint DIR: MESSAGE", one line, e.g.
 //   checkpoint runs/x/checkpoints/step-00000010: model.n_embd is 64 but the spec says 128
@@ -58,20 +61,31 @@ std::string save_checkpoint(const std::string& run_dir, const JobSpec& spec, con
                             const float* params, const float* m, const float* v, const TrainState& state);
 
 // Which checkpoint to resume from: `resume` is "never" (none), "auto" (the newest complete
-// checkpoint under run_dir/checkpoints/ whose files are intact, or none; damaged ones are
-// skipped with a warning) or the path of a checkpoint directory (which must be intact, else
-// CheckpointError). Intact: the headers agree with the sizes and every file has the size and
-// CRC-32C that state.json recorded (so this reads the checkpoint's files once).
+// checkpoint under run_dir/checkpoints/ whose files are intact, or none; a damaged one is skipped
+// with one warning naming it and the file) or the path of a checkpoint directory (which must be
+// intact, else CheckpointError). Intact: state.json's own CRC-32C matches its content, its step
+// matches the directory's name (step-NNNNNNNN), the headers agree with the sizes, and every other
+// file has the size and CRC-32C that state.json recorded (so this reads the checkpoint's files once).
 std::optional<std::string> find_resume_checkpoint(const std::string& run_dir, const std::string& resume);
 
-// What the launcher checks before starting anything, when checkpoint.resume names a path: it is
-// a checkpoint directory whose state.json and tensor headers are sound and whose model and train
-// settings match the spec. Reads headers only. Throws CheckpointError; "auto" and "never" pass.
-void check_resume_checkpoint(const JobSpec& spec);
+// What may change on resume, for each train.* key (docs/job-spec.md has the table):
+//   kKept       part of the run (batch_size, seed, lr, min_lr, warmup_steps, weight_decay, beta1,
+//               beta2, eps, grad_clip): a change is refused, naming the key and both values;
+//   kMayChange  steps (the cosine decay is spread to the new end, so the rate moves at once:
+//               said in one log line with both rates), micro_batch_size, eval_every,
+//               eval_batches, log_every, precision, cuda_graph (no change to the schedule).
+// nullopt for a key it does not know, which is then kept; a test keeps the table complete.
+enum class ResumeRule { kKept, kMayChange };
+std::optional<ResumeRule> train_key_on_resume(const std::string& key);
+
+// What the launcher checks before starting anything, on the checkpoint find_resume_checkpoint
+// chose: its model settings and kept train keys match the spec, and it was trained on
+// `train_tokens` training tokens (the split the data gives now). Reads state.json only. Throws
+// CheckpointError.
+void check_checkpoint_fits(const std::string& dir, const JobSpec& spec, std::uint64_t train_tokens);
 
 // Loads checkpoint `dir` into params, m, v (layout.total() floats each) after checking it against
-// the spec (model shape, the train settings a bit-exact resume needs unchanged: batch_size,
-// seed, lr, min_lr, warmup_steps, weight_decay, beta1, beta2, eps, grad_clip), against
+// the spec (model shape, the kept train keys; each allowed change is logged in one line), against
 // `train_tokens` (the size of the current training split), and every file for damage. Throws
 // CheckpointError naming the checkpoint, the file and the mismatch; the buffers are untouched
 // unless everything loaded.

@@ -71,6 +71,12 @@ void Heartbeat::set_backtrace_signal(int signal) {
   end_update(realtime_ns());
 }
 
+void Heartbeat::set_failure(RecordedFailure failure) {
+  begin_update();
+  record_->failure = static_cast<std::int32_t>(failure);
+  end_update(realtime_ns());
+}
+
 void Heartbeat::set_plan(long total_steps, int micro_steps, int n_layer, int rank_busy_slots) {
   // The floats go after the record: the file grows first, then the record says how many there are.
   // (A mapping that cannot grow keeps the record alone: xlaunch then sees no busy times.)

@@ -50,6 +50,7 @@ class Heartbeat {
   // The step's loss and times, with the recent throughput and the time left to train.steps.
   void end_step(const StepStats& stats, double tokens_per_s, double eta_s);
   void set_comm_bucket(int bucket);  // communication thread
+  void set_failure(RecordedFailure failure);  // as the rank fails, before its result file
 
   const HeartbeatRecord& record() const { return *record_; }
 

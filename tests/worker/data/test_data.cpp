@@ -20,13 +20,18 @@ using xtrain::test::write_bytes;
 
 namespace {
 
-// An llm.c token shard; magic, version and the header's count can be made wrong on purpose.
+// An llm.c token shard; magic, version and the header's count can be made wrong on purpose, and
+// `max_token` >= 0 is recorded as the largest token (as xtrain-data records it).
 void write_shard(const std::string& path, const std::vector<std::uint16_t>& tokens, std::int32_t magic = kShardMagic,
-                 std::int32_t version = kShardVersion, std::int64_t header_count = -1) {
+                 std::int32_t version = kShardVersion, std::int64_t header_count = -1, std::int32_t max_token = -1) {
   std::vector<std::int32_t> header(256, 0);
   header[0] = magic;
   header[1] = version;
   header[2] = static_cast<std::int32_t>(header_count >= 0 ? header_count : static_cast<std::int64_t>(tokens.size()));
+  if (max_token >= 0) {
+    header[kShardMaxTokenWord] = kShardMaxTokenTag;
+    header[kShardMaxTokenWord + 1] = max_token;
+  }
   std::string bytes(reinterpret_cast<const char*>(header.data()), header.size() * 4);
   bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
   write_bytes(path, bytes);
@@ -203,6 +208,12 @@ TEST_CASE("bad data files give one-line errors naming the field and the file", "
           "data.val_fraction: 0.05 of " + dir / "a.txt" +
               "'s 100 tokens is 5 validation tokens, but model.seq_len 8 needs at least 9; give data.val, more data "
               "or a larger data.val_fraction");
+    // Too little for a training and a validation window: the data is what is wrong, whatever the fraction.
+    write_bytes(dir / "c.txt", std::string(17, 'x'));
+    CHECK(error_message<DataError>([&] { load_data(data_spec(dir / "c.txt", "", 0.5), model_spec(8, 256), true); }) ==
+          "data.train: " + dir / "c.txt" +
+              ": 17 tokens, but model.seq_len 8 needs at least 9 for training and as many held out for validation "
+              "(eval_every > 0 without data.val); give more data or data.val");
     // Without validation the same split is fine: the tail is still held out, just unused.
     const DataSplit split = load_data(data_spec(dir / "a.txt", "", 0.05), model_spec(8, 256), false);
     CHECK(split.train.count == 95);
@@ -259,6 +270,8 @@ TEST_CASE("the header-only data check refuses what load_data refuses, with the s
   write_shard(dir / "cut.bin", iota_tokens(10, 0), kShardMagic, kShardVersion, 12);
   write_bytes(dir / "stub.bin", std::string("\x88\xd8\x34\x01", 4) + std::string(100, '\0'));
   write_shard(dir / "shard.bin", iota_tokens(100, 0));
+  write_shard(dir / "wide.bin", iota_tokens(100, 200), kShardMagic, kShardVersion, -1, 299);
+  write_bytes(dir / "tiny.txt", std::string(12, 'x'));
   struct Case {
     const char* name;
     DataSpec data;
@@ -279,6 +292,8 @@ TEST_CASE("the header-only data check refuses what load_data refuses, with the s
       {"validation data too short", data_spec(dir / "ok.txt", dir / "short.txt"), true},
       {"a held-out split too small", data_spec(dir / "ok.txt", "", 0.05), true},
       {"training left too short by the held-out split", data_spec(dir / "ok.txt", "", 0.95), false},
+      {"too little data for training and validation", data_spec(dir / "tiny.txt", "", 0.5), true},
+      {"a token beyond the vocabulary, recorded in the shard's header", data_spec(dir / "wide.bin"), false},
   };
   for (const Case& c : cases) {
     DYNAMIC_SECTION(c.name) {
@@ -293,6 +308,28 @@ TEST_CASE("the header-only data check refuses what load_data refuses, with the s
     CHECK_NOTHROW(load_data(data_spec(dir / "ok.txt"), model_spec(8, 256), true));
     CHECK_NOTHROW(check_data_files(data_spec(dir / "shard.bin", dir / "shard.bin"), model_spec(8, 256), true));
   }
+}
+
+TEST_CASE("a shard's recorded largest token: checked from the header, and against the tokens", "[data][errors]") {
+  ScratchDir dir;
+  write_shard(dir / "recorded.bin", iota_tokens(100, 0), kShardMagic, kShardVersion, -1, 99);
+  CHECK(inspect_token_file(dir / "recorded.bin", "data.train").max_token == 99);
+  CHECK_NOTHROW(check_data_files(data_spec(dir / "recorded.bin"), model_spec(8, 100), false));
+  const auto check = [&](int vocab) { check_data_files(data_spec(dir / "recorded.bin"), model_spec(8, vocab), false); };
+  CHECK(error_message<DataError>([&] { check(99); }) ==
+        "data.train: " + dir / "recorded.bin" +
+            ": the data needs vocab_size >= 100 (its largest token is 99), but model.vocab_size is 99");
+  // Another tool's shard records nothing: only the ranks, reading the tokens, can check it.
+  write_shard(dir / "foreign.bin", iota_tokens(100, 0));
+  CHECK_FALSE(inspect_token_file(dir / "foreign.bin", "data.train").max_token);
+  CHECK_NOTHROW(check_data_files(data_spec(dir / "foreign.bin"), model_spec(8, 99), false));
+  CHECK(error_message<DataError>([&] { load_data(data_spec(dir / "foreign.bin"), model_spec(8, 99), false); })
+            .find("the data needs vocab_size >= 100") != std::string::npos);
+  // A header that understates its tokens is damage, found as the rank reads them.
+  write_shard(dir / "lying.bin", iota_tokens(100, 0), kShardMagic, kShardVersion, -1, 50);
+  CHECK(error_message<DataError>([&] { TokenSource(dir / "lying.bin", "data.train"); }) ==
+        "data.train: " + dir / "lying.bin" +
+            ": damaged llm.c token shard: its header records a largest token of 50 but it holds 99");
 }
 
 TEST_CASE("inspecting a data file reads its header, not its tokens", "[data]") {

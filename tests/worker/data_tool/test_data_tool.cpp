@@ -126,6 +126,12 @@ TEST_CASE("text files become shards that decode to the documents, each between E
   for (std::size_t i = 0; i + 2 < names.size(); ++i) {
     CHECK(TokenSource(dir / "out" + "/" + names[i], "data.train").size() == 500);
   }
+  // Each header records the shard's largest token (TokenSource checks it against the tokens).
+  for (const std::string& name : names) {
+    const std::vector<std::int32_t> tokens = read_tokens(dir / "out" + "/" + name);
+    CHECK(inspect_token_file(dir / "out" + "/" + name, "data.train").max_token ==
+          *std::max_element(tokens.begin(), tokens.end()));
+  }
   CHECK(files_in(dir.path()) == std::vector<std::string>{"in", "out"});  // no staging directory left
 
   // The trainer's loader takes them as the spec would name them.

@@ -288,6 +288,7 @@ TEST_CASE("a bad safetensors file is refused with one line naming the file and t
     return *std::find_if(tensors.begin(), tensors.end(), [&](const RawTensor& t) { return t.name == name; });
   };
   std::string expected;
+  bool in_headers = true;  // check_model_headers (the launcher's plan) refuses it with the same line
   SECTION("a wrong shape: a Conv1D weight stored (out, in)") {
     std::swap(tensor("h.1.mlp.c_fc.weight").shape[0], tensor("h.1.mlp.c_fc.weight").shape[1]);
     expected = model + ": tensor h.1.mlp.c_fc.weight has shape [32, 8] but the model needs [8, 32]";
@@ -320,6 +321,7 @@ TEST_CASE("a bad safetensors file is refused with one line naming the file and t
     tensors.push_back(lm_head);
     expected = model + ": tensor lm_head.weight differs from wte.weight (first at row 3, column 2): the model ties "
                        "its output layer to the token embedding, so an untied lm_head cannot be loaded";
+    in_headers = false;  // found in the data
   }
   write_safetensors_by_hand(model, tensors);
   SECTION("truncated") {
@@ -344,6 +346,22 @@ TEST_CASE("a bad safetensors file is refused with one line naming the file and t
   CHECK(error.rfind(expected, 0) == 0);
   CHECK(error.find('\n') == std::string::npos);
   CHECK(std::all_of(into.begin(), into.end(), [](float x) { return x == -3.0f; }));
+  if (in_headers) {
+    CHECK(error_message<FileError>([&] { check_model_headers(read_model_file_info(dir / "gpt2"), w.layout); }) ==
+          error);
+  }
+}
+
+TEST_CASE("the header check passes a sound export and refuses one whose data's digest is wrong", "[import][errors]") {
+  ScratchDir dir;
+  const Weights w;
+  export_hf_directory(dir / "hf", w.layout, w.params.data(), std::nullopt, false);
+  CHECK_NOTHROW(check_model_headers(read_model_file_info(dir / "hf"), w.layout));
+  std::string bytes = xtrain::test::read_bytes(dir / "hf/model.safetensors");
+  bytes[bytes.size() - 7] ^= 0x01;  // a bit of the last tensor's data: no header or size changes
+  write_bytes(dir / "hf/model.safetensors", bytes);
+  CHECK(error_message<FileError>([&] { check_model_headers(read_model_file_info(dir / "hf"), w.layout); })
+            .rfind(dir / "hf/model.safetensors" + ": corrupt: the data's digest is ", 0) == 0);
 }
 
 TEST_CASE("16-bit floats: F16 and BF16 read exactly, bf16 written to nearest even", "[import]") {

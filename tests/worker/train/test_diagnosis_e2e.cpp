@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include <sys/mount.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -24,16 +23,6 @@ using namespace xtrain::test;
 namespace {
 
 // Blocks until metrics.jsonl has a record of step >= `step` (log_every 1), at most 120 s.
-void wait_for_step(const fs::path& run_dir, long step) {
-  const auto deadline = std::chrono::steady_clock::now() + 120s;
-  for (;;) {
-    const auto losses = read_losses(run_dir);
-    if (!losses.empty() && losses.rbegin()->first >= step) return;
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(20ms);
-  }
-}
-
 // Rank -> pid from the live state.json.
 std::map<int, pid_t> rank_pids(const fs::path& run_dir) {
   std::map<int, pid_t> pids;
@@ -56,22 +45,6 @@ size_t count(const std::string& text, const std::string& what) {
 json summary_of(const Job& job, const std::string& run) {
   return json::parse(read_text(job.run_dir(run) / "summary.json"));
 }
-
-// A small tmpfs mounted at `dir` while it lives (root only; `mounted` says whether it worked).
-class Tmpfs {
- public:
-  Tmpfs(const fs::path& dir, const std::string& size) : dir_(dir) {
-    fs::create_directories(dir);
-    mounted = ::geteuid() == 0 && ::mount("tmpfs", dir.c_str(), "tmpfs", 0, ("size=" + size).c_str()) == 0;
-  }
-  ~Tmpfs() {
-    if (mounted) ::umount2(dir_.c_str(), MNT_DETACH);
-  }
-  bool mounted = false;
-
- private:
-  fs::path dir_;
-};
 
 }  // namespace
 

@@ -23,6 +23,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "tests/common/tokenizer/gpt2_reference.hpp"
 #include "tests/worker/e2e_job.hpp"
 
 using namespace xtrain::test;
@@ -298,11 +299,17 @@ TEST_CASE("xtrain-worker run alone names a missing data file before it prints th
 TEST_CASE("bad input: one error line naming the field or file, nonzero exit, no checkpoint", "[e2e]") {
   Job job("bad");
   const fs::path dir = job.dir();
-  auto write_shard = [&](const fs::path& p, std::int32_t magic, std::int32_t claimed, std::vector<std::uint16_t> tokens) {
+  // `max_token` >= 0: recorded in the header, as xtrain-data does (worker/data/token_source.hpp).
+  auto write_shard = [&](const fs::path& p, std::int32_t magic, std::int32_t claimed, std::vector<std::uint16_t> tokens,
+                         std::int32_t max_token = -1) {
     std::int32_t header[256] = {};
     header[0] = magic;
     header[1] = 1;
     header[2] = claimed;
+    if (max_token >= 0) {
+      header[3] = 0x78746d74;
+      header[4] = max_token;
+    }
     std::ofstream out(p, std::ios::binary);
     out.write(reinterpret_cast<const char*>(header), sizeof header);
     out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
@@ -335,9 +342,27 @@ TEST_CASE("bad input: one error line naming the field or file, nonzero exit, no 
                    {"checkpoint.resume=" + (dir / "broken").string()}, "broken: state.json: not a JSON object"});
   cases.push_back({"tf32 on CPU ranks", {"train.precision=tf32"}, "train.precision: \"tf32\" is a tensor-core mode"});
   cases.push_back({"the old precision key", {"train.matmul_precision=fp32"}, "was replaced by train.precision"});
+  write_shard(dir / "ok.bin", 20240520, 3000, tokens, 249);
+  fs::create_directories(dir / "no-vocab");
+  cases.push_back({"a tokenizer folder without vocabulary files",
+                   {"data.train=" + (dir / "ok.bin").string(), "tokenizer=" + (dir / "no-vocab").string()},
+                   "tokenizer: " + (dir / "no-vocab").string()});
+  cases.push_back({"a tokenizer with byte-level text", {"tokenizer=" + gpt2_openai_dir()},
+                   "tokenizer: data.train (" + (dir / "corpus.txt").string() + ") is byte-level text"});
+  cases.push_back({"a tokenizer whose vocabulary is not model.vocab_size",
+                   {"data.train=" + (dir / "ok.bin").string(), "tokenizer=" + gpt2_openai_dir()},
+                   "has 50257 tokens but model.vocab_size is 256"});
+  cases.push_back({"too little data.train for a validation window", {"data.train=" + (dir / "tiny.txt").string(),
+                   "train.eval_every=5"}, "data.train: " + (dir / "tiny.txt").string() + ": 13 tokens"});
   tokens[100] = 300;
   write_shard(dir / "vocab.bin", 20240520, 3000, tokens);
-  cases.push_back({"token beyond the vocabulary", {"data.train=" + (dir / "vocab.bin").string()}, "vocab.bin", false});
+  cases.push_back({"token beyond the vocabulary, in a shard of another tool (checked by the ranks)",
+                   {"data.train=" + (dir / "vocab.bin").string()}, "vocab.bin", false});
+  write_shard(dir / "recorded.bin", 20240520, 3000, tokens, 300);
+  cases.push_back({"token beyond the vocabulary, recorded in the shard's header",
+                   {"data.train=" + (dir / "recorded.bin").string()},
+                   "recorded.bin: the data needs vocab_size >= 301 (its largest token is 300), but model.vocab_size "
+                   "is 256"});
   // init_from: the header (config.json) fits the spec, the tensors do not load.
   fs::create_directories(dir / "hf");
   std::ofstream(dir / "hf/config.json")
@@ -345,7 +370,7 @@ TEST_CASE("bad input: one error line naming the field or file, nonzero exit, no 
   std::ofstream(dir / "hf/model.safetensors") << "abc";
   cases.push_back({"init_from weights that do not load", {"model.init_from=" + (dir / "hf").string()},
                    "model.init_from: " + (dir / "hf/model.safetensors").string() +
-                       ": truncated: 3 bytes, not a safetensors file", false});
+                       ": truncated: 3 bytes, not a safetensors file"});
 
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
