@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "common/exit_codes.hpp"
 #include "common/log.hpp"
 #include "common/model_file.hpp"
 #include "worker/cpu/cpu_backend.hpp"
@@ -26,8 +27,6 @@
 namespace xtrain {
 namespace {
 
-constexpr int kExitRuntimeFailure = 1;
-constexpr int kExitBadInput = 2;
 constexpr int kWindowsPerForward = 4;
 
 const char* const kUsage =
@@ -249,7 +248,7 @@ int run_eval(int argc, char** argv) {
     if (!o.multiple_choice.empty()) examples = read_multiple_choice(o.multiple_choice, model.vocab_size);
   } catch (const std::exception& e) {  // everything so far is about the input
     std::fprintf(stderr, "error: %s\n", e.what());
-    return kExitBadInput;
+    return exit_code::kBadInput;
   }
   nlohmann::json out = {{"model", model.path}};
   const auto start = std::chrono::steady_clock::now();
@@ -261,13 +260,13 @@ int run_eval(int argc, char** argv) {
     if (!examples.empty()) out["multiple_choice"] = score_choices(examples, model, o.multiple_choice);
   } catch (const BadInput& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
-    return kExitBadInput;
+    return exit_code::kBadInput;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "error: out of memory for the model %s\n", o.model.c_str());
-    return kExitRuntimeFailure;
+    return exit_code::kRuntimeFailure;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
-    return kExitRuntimeFailure;
+    return exit_code::kRuntimeFailure;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   spdlog::info("scored {} in {:.1f} s", describe(model), seconds);

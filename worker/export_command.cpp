@@ -10,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/exit_codes.hpp"
 #include "common/tokenizer/gpt2_tokenizer.hpp"
 #include "common/tokenizer/gpt2_vocabulary.hpp"
 #include "common/log.hpp"
@@ -23,8 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int kExitRuntimeFailure = 1;
-constexpr int kExitBadInput = 2;
 
 const char* const kUsage =
     "usage: xtrain-worker export SOURCE --format hf|llmc OUT [--dtype fp32|bf16] [--tokenizer PATH] [--force]\n"
@@ -152,10 +151,10 @@ int run_export(int argc, char** argv) {
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "error: out of memory for the %.2fM parameters of %s\n",
                  layout ? static_cast<double>(layout->total()) / 1e6 : 0.0, o.source.c_str());
-    return kExitRuntimeFailure;
+    return exit_code::kRuntimeFailure;
   } catch (const std::exception& e) {  // everything else so far is about the input
     std::fprintf(stderr, "error: %s\n", e.what());
-    return kExitBadInput;
+    return exit_code::kBadInput;
   }
   if (!vocab) {
     spdlog::warn("{} comes with no tokenizer: {} (give --tokenizer PATH to ship GPT-2's)", describe(source),
@@ -176,7 +175,7 @@ int run_export(int argc, char** argv) {
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
-    return kExitRuntimeFailure;
+    return exit_code::kRuntimeFailure;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::info("exported {} ({:.2f}M parameters) to {} as {}{} in {:.1f} s", describe(source),

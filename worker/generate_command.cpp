@@ -14,6 +14,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/exit_codes.hpp"
 #include "common/log.hpp"
 #include "common/model_file.hpp"
 #include "common/tokenizer/gpt2_tokenizer.hpp"
@@ -26,8 +27,6 @@
 namespace xtrain {
 namespace {
 
-constexpr int kExitRuntimeFailure = 1;
-constexpr int kExitBadInput = 2;
 constexpr int kByteVocabulary = 256;
 
 const char* const kUsage =
@@ -254,10 +253,10 @@ int run_generate(int argc, char** argv) {
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "error: out of memory for the %.2fM parameters of %s\n",
                  layout ? static_cast<double>(layout->total()) / 1e6 : 0.0, o.model.c_str());
-    return kExitRuntimeFailure;
+    return exit_code::kRuntimeFailure;
   } catch (const std::exception& e) {  // everything so far is about the input
     std::fprintf(stderr, "error: %s\n", e.what());
-    return kExitBadInput;
+    return exit_code::kBadInput;
   }
   spdlog::info("generating from {} ({:.2f}M parameters, context {}) on the CPU, one thread{}: prompt {} tokens, {} sample(s) "
                "of up to {} tokens",
@@ -277,7 +276,7 @@ int run_generate(int argc, char** argv) {
                  totals.seconds > 0 ? static_cast<double>(totals.tokens) / totals.seconds : 0.0);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
-    return kExitRuntimeFailure;
+    return exit_code::kRuntimeFailure;
   }
   return 0;
 }

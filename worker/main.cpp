@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "common/exit_codes.hpp"
 #include "common/job_spec.hpp"
 #include "common/log.hpp"
 #include "common/model_file.hpp"
@@ -47,8 +48,6 @@ namespace {
 
 using namespace xtrain;
 
-constexpr int kExitRuntimeFailure = 1;
-constexpr int kExitBadInput = 2;
 
 // Set by the SIGUSR1 handler, read once per step. A signal handler can only reach static
 // storage; a lock-free atomic is async-signal-safe.
@@ -134,7 +133,7 @@ int main(int argc, char** argv) {
   try {
     env = read_worker_env();
   } catch (const std::exception& e) {
-    return fail(e, kExitBadInput);
+    return fail(e, exit_code::kBadInput);
   }
   rank = env.where.rank;
   init_logging("", "", /*quiet=*/rank != 0);
@@ -186,7 +185,7 @@ int main(int argc, char** argv) {
     trainer = std::make_unique<Trainer>(spec, env.run_dir, rank, env.where.world_size, *backend, *report,
                                         FaultInjection::from_environment(env.restart_count));
   } catch (const std::exception& e) {
-    return fail(e, is_bad_input(e) ? kExitBadInput : kExitRuntimeFailure);
+    return fail(e, is_bad_input(e) ? exit_code::kBadInput : exit_code::kRuntimeFailure);
   }
 
   try {
@@ -200,8 +199,8 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::duration<double>(e.linger_s));
     return code;
   } catch (const SpecError& e) {
-    return fail(e, kExitBadInput);
+    return fail(e, exit_code::kBadInput);
   } catch (const std::exception& e) {
-    return fail(e, kExitRuntimeFailure);
+    return fail(e, exit_code::kRuntimeFailure);
   }
 }

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/exit_codes.hpp"
 #include "common/tokenizer/gpt2_tokenizer.hpp"
 #include "worker/data_tool/documents.hpp"
 #include "worker/data_tool/pipeline.hpp"
@@ -25,8 +26,6 @@ using namespace xtrain;
 using namespace xtrain::data_tool;
 namespace fs = std::filesystem;
 
-constexpr int kExitRuntimeFailure = 1;
-constexpr int kExitBadInput = 2;
 constexpr int kMaxUint16Vocab = 65536;
 
 const char* const kUsage =
@@ -181,12 +180,12 @@ int main(int argc, char** argv) {
     return 128 + i.signal;
   } catch (const InputError& e) {
     std::fprintf(stderr, "xtrain-data: error: %s\n", e.what());
-    return kExitBadInput;
+    return exit_code::kBadInput;
   } catch (const TokenizerError& e) {
     std::fprintf(stderr, "xtrain-data: error: %s\n", e.what());
-    return kExitBadInput;
+    return exit_code::kBadInput;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "xtrain-data: error: %s\n", e.what());
-    return kExitRuntimeFailure;
+    return exit_code::kRuntimeFailure;
   }
 }
