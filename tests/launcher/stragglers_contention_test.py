@@ -315,13 +315,6 @@ def judge(job, busy, check, extra):
         raise
     last = job.sampler.samples[-1][1] if job.sampler.samples else 0
     for entry in unexpected:
-        # Known, not yet mended: on this VM an unpinned moment of the job itself sometimes makes one
-        # rank's window median cross the bar for a few steps with nothing else on its core (seen
-        # about once in three contention runs, 14 steps long). Such a blip, which recovers within
-        # one window of its warning, is noted; a longer unexplained episode fails.
-        if entry.get("recovered_step", last + WINDOW + 1) - entry["warned_step"] <= WINDOW:
-            print(f"note: {entry}: a warning that recovered within {WINDOW} steps (a known false positive)")
-            continue
         others = job.sampler.others_on_core(entry["rank"], entry["first_step"] - WINDOW,
                                             entry.get("recovered_step", last))
         if others <= EXPLAINED:
