@@ -33,8 +33,7 @@ void run_backward(cudaStream_t stream, S* dqkv, const S* dout, const S* qkv, con
     check_aligned(p, what);
   }
   const size_t rows = static_cast<size_t>(s.B) * s.NH * s.T;
-  flash::backward_dot_kernel<S><<<blocks_for(rows, flash::kWarps), flash::kThreads, 0, stream>>>(scratch, dout, out, s);
-  XTRAIN_LAUNCH_CHECK();
+  launch_kernel(flash::backward_dot_kernel<S>, blocks_for(rows, flash::kWarps), flash::kThreads, 0, stream, scratch, dout, out, s);
   const float scale = flash::softmax_scale(s);
   flash::with_head_size(
       s, [&](auto hs) { flash::backward<decltype(hs)::value>(stream, dqkv, dout, qkv, lse, scratch, s, scale); });

@@ -29,8 +29,7 @@ void adamw_update(cudaStream_t stream, float* params, T* weights, const float* g
                   const AdamWHyper& h) {
   if (n == 0) return;
   constexpr unsigned kThreads = 256;
-  adamw_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(params, weights, grads, m, v, n, h);
-  XTRAIN_LAUNCH_CHECK();
+  launch_kernel(adamw_kernel<T>, blocks_for(n, kThreads), kThreads, 0, stream, params, weights, grads, m, v, n, h);
 }
 
 }  // namespace xtrain::cuda

@@ -22,7 +22,7 @@ using cuda_buffers::kColumnRowThreads;
 // RowValues: __device__ void operator()(int row, int col, float (&v)[K]) const.
 template <int K, class RowValues>
 __global__ void column_partials_kernel(float* partials, int rows, int cols, int rows_per_group, RowValues values) {
-  __shared__ float tile[K][kColumnRowThreads][kColumnTile + 1];
+  XTRAIN_SHARED(float, tile, [K][kColumnRowThreads][kColumnTile + 1]);
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int col = blockIdx.x * kColumnTile + tx;
   const int group = blockIdx.y;
@@ -78,11 +78,9 @@ void column_reduce(cudaStream_t stream, ColumnOutputs<K> outs, float* partials, 
   const int rows_per_group = (rows + groups - 1) / groups;
   const dim3 grid(blocks_for(cols, kColumnTile), groups);
   const dim3 block(kColumnTile, kColumnRowThreads);
-  column_partials_kernel<K><<<grid, block, 0, stream>>>(partials, rows, cols, rows_per_group, values);
-  XTRAIN_LAUNCH_CHECK();
+  launch_kernel(column_partials_kernel<K>, grid, block, 0, stream, partials, rows, cols, rows_per_group, values);
   constexpr unsigned kThreads = 256;
-  column_finish_kernel<K><<<blocks_for(cols, kThreads), kThreads, 0, stream>>>(outs, partials, groups, cols, scale);
-  XTRAIN_LAUNCH_CHECK();
+  launch_kernel(column_finish_kernel<K>, blocks_for(cols, kThreads), kThreads, 0, stream, outs, partials, groups, cols, scale);
 }
 
 // The bias gradient's values: dout itself, as fp32.

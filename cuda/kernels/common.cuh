@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/kernels/portable.cuh"
 #include "worker/model/act_ptr.hpp"
 
 namespace xtrain {

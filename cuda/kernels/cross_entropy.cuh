@@ -27,8 +27,8 @@ template <class T>
 __global__ void __launch_bounds__(kCrossEntropyThreads)
     softmax_cross_entropy_kernel(T* logits, float* __restrict__ losses, const int32_t* __restrict__ targets,
                                  float dloss, int V, int Vp) {
-  __shared__ math::OnlineSoftmax warp_acc[kCrossEntropyThreads / kWarp];
-  __shared__ math::OnlineSoftmax row_acc;
+  XTRAIN_SHARED(math::OnlineSoftmax, warp_acc, [kCrossEntropyThreads / kWarp]);
+  XTRAIN_SHARED(math::OnlineSoftmax, row_acc, );
   const int row = blockIdx.x;
   T* x = logits + static_cast<size_t>(row) * Vp;
   const int target = targets[row];
@@ -62,8 +62,7 @@ template <class T>
 void softmax_cross_entropy(cudaStream_t stream, T* logits, float* losses, const int32_t* targets, float dloss, int N,
                            int V, int Vp) {
   if (N <= 0) return;
-  softmax_cross_entropy_kernel<T><<<N, kCrossEntropyThreads, 0, stream>>>(logits, losses, targets, dloss, V, Vp);
-  XTRAIN_LAUNCH_CHECK();
+  launch_kernel(softmax_cross_entropy_kernel<T>, N, kCrossEntropyThreads, 0, stream, logits, losses, targets, dloss, V, Vp);
 }
 
 }  // namespace xtrain::cuda

@@ -54,8 +54,7 @@ void launch_map(cudaStream_t stream, T* out, Inputs<T, kIn> in, size_t n, F f) {
   for (int k = 0; k < kIn; ++k) vectorised = vectorised && aligned16(in.p[k]);
   constexpr unsigned kThreads = 256;
   constexpr size_t kPer = Pack<T>::kCount;
-  map_kernel<T, kIn><<<blocks_for((n + kPer - 1) / kPer, kThreads), kThreads, 0, stream>>>(out, in, n, vectorised, f);
-  XTRAIN_LAUNCH_CHECK();
+  launch_kernel(map_kernel<T, kIn, F>, blocks_for((n + kPer - 1) / kPer, kThreads), kThreads, 0, stream, out, in, n, vectorised, f);
 }
 
 struct GeluForward {
@@ -97,8 +96,7 @@ template <class T>
 void convert(cudaStream_t stream, T* dst, const float* src, size_t n) {
   if (n == 0) return;
   constexpr unsigned kThreads = 256;
-  convert_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(dst, src, n);
-  XTRAIN_LAUNCH_CHECK();
+  launch_kernel(convert_kernel<T>, blocks_for(n, kThreads), kThreads, 0, stream, dst, src, n);
 }
 
 // out[r, c] = bias[c] for every row: a product's C operand when its bias cannot be fused.
@@ -113,8 +111,7 @@ void broadcast_rows(cudaStream_t stream, T* out, const T* bias, int rows, int co
   const size_t n = static_cast<size_t>(rows) * cols;
   if (n == 0) return;
   constexpr unsigned kThreads = 256;
-  broadcast_rows_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(out, bias, static_cast<size_t>(rows), cols);
-  XTRAIN_LAUNCH_CHECK();
+  launch_kernel(broadcast_rows_kernel<T>, blocks_for(n, kThreads), kThreads, 0, stream, out, bias, static_cast<size_t>(rows), cols);
 }
 
 }  // namespace xtrain::cuda

@@ -133,8 +133,7 @@ void embedding_forward(cudaStream_t stream, T* out, const int32_t* tokens, const
   const size_t n = static_cast<size_t>(B) * T_ * C;
   if (n == 0) return;
   constexpr unsigned kThreads = 256;
-  embedding_forward_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(out, tokens, wte, wpe, B * T_, T_, C);
-  XTRAIN_LAUNCH_CHECK();
+  launch_kernel(embedding_forward_kernel<T>, blocks_for(n, kThreads), kThreads, 0, stream, out, tokens, wte, wpe, B * T_, T_, C);
 }
 
 // Tokens are non-negative int32: 31 bits. (The interface does not pass the vocabulary size;
@@ -163,9 +162,7 @@ void embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const T* 
   const int BT = B * T_;
   if (BT == 0) return;
   constexpr unsigned kThreads = 256;
-  position_grad_kernel<T><<<blocks_for(static_cast<size_t>(T_) * C, kThreads), kThreads, 0, stream>>>(dwpe, dout, B,
-                                                                                                     T_, C);
-  XTRAIN_LAUNCH_CHECK();
+  launch_kernel(position_grad_kernel<T>, blocks_for(static_cast<size_t>(T_) * C, kThreads), kThreads, 0, stream, dwpe, dout, B, T_, C);
 
   const int position_bits = bits_for(static_cast<unsigned long long>(BT));
   const cuda_buffers::EmbeddingScratch layout = cuda_buffers::EmbeddingScratch::of(BT, C, sort_bytes);
@@ -174,17 +171,14 @@ void embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const T* 
   auto* sorted = reinterpret_cast<unsigned long long*>(base + layout.sorted);
   auto* partials = reinterpret_cast<float*>(base + layout.partials);
   size_t temp_bytes = layout.sort_bytes;
-  token_keys_kernel<<<blocks_for(BT, kThreads), kThreads, 0, stream>>>(keys, tokens, BT, position_bits);
-  XTRAIN_LAUNCH_CHECK();
+  launch_kernel(token_keys_kernel, blocks_for(BT, kThreads), kThreads, 0, stream, keys, tokens, BT, position_bits);
   XTRAIN_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(base + layout.sort, temp_bytes, keys, sorted, BT, 0,
                                                    embedding_sort_end_bit(BT), stream));
 
   const SortedTokens s{sorted, BT, position_bits};
   const dim3 grid(static_cast<unsigned>(embedding_chunks(BT)), blocks_for(C, kEmbeddingChannels));
-  token_grad_chunks_kernel<T><<<grid, kEmbeddingChannels, 0, stream>>>(dwte, partials, dout, s, C);
-  XTRAIN_LAUNCH_CHECK();
-  token_grad_runs_kernel<<<grid, kEmbeddingChannels, 0, stream>>>(dwte, partials, s, C);
-  XTRAIN_LAUNCH_CHECK();
+  launch_kernel(token_grad_chunks_kernel<T>, grid, kEmbeddingChannels, 0, stream, dwte, partials, dout, s, C);
+  launch_kernel(token_grad_runs_kernel, grid, kEmbeddingChannels, 0, stream, dwte, partials, s, C);
 }
 
 }  // namespace xtrain::cuda

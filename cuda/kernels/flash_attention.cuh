@@ -149,13 +149,7 @@ struct FragB {
   uint32_t x[2];
 };
 
-__device__ inline void mma_bf16(float (&d)[4], const FragA& a, const FragB& b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(b.x[0]), "r"(b.x[1]));
-}
+__device__ inline void mma_bf16(float (&d)[4], const FragA& a, const FragB& b) { mma_m16n8k16_bf16(d, a.x, b.x); }
 
 // Round to nearest even: the [bf16] points.
 __device__ inline uint32_t pack_bf16(float lo, float hi) {
@@ -241,7 +235,7 @@ __global__ void __launch_bounds__(kThreads)
                         AttentionShape s, float scale) {
   constexpr int kQueries = 64, kKeys = math::kFlashKeyBlock, SP = kPaddedRow<HS>;
   static_assert(kQueries == kWarps * 16 && kKeys % 16 == 0, "one 16-row mma tile per warp");
-  extern __shared__ __align__(16) unsigned char smem[];
+  XTRAIN_DYNAMIC_SHARED(unsigned char, smem);
   bf16* sK = reinterpret_cast<bf16*>(smem);  // (kKeys, SP); first the query tile
   bf16* sV = sK + kKeys * SP;                // (kKeys, SP)
   const int T = s.T;
@@ -324,7 +318,7 @@ __global__ void __launch_bounds__(kThreads)
   const auto [dqkv, dout, qkv, lse, D, s, scale] = args;
   constexpr int kKeys = 64, kQueries = 32, SP = kPaddedRow<HS>;
   static_assert(kKeys == kWarps * 16 && kQueries % 16 == 0, "one 16-row mma tile per warp");
-  extern __shared__ __align__(16) unsigned char smem[];
+  XTRAIN_DYNAMIC_SHARED(unsigned char, smem);
   bf16* sK = reinterpret_cast<bf16*>(smem);  // (kKeys, SP)
   bf16* sV = sK + kKeys * SP;                // (kKeys, SP)
   bf16* sQ = sV + kKeys * SP;                // (kQueries, SP)
@@ -382,7 +376,7 @@ __global__ void __launch_bounds__(kThreads)
   const auto [dqkv, dout, qkv, lse, D, s, scale] = args;
   constexpr int kQueries = 64, kKeys = 32, SP = kPaddedRow<HS>;
   static_assert(kQueries == kWarps * 16 && kKeys % 16 == 0, "one 16-row mma tile per warp");
-  extern __shared__ __align__(16) unsigned char smem[];
+  XTRAIN_DYNAMIC_SHARED(unsigned char, smem);
   bf16* sQ = reinterpret_cast<bf16*>(smem);  // (kQueries, SP)
   bf16* sdO = sQ + kQueries * SP;            // (kQueries, SP)
   bf16* sK = sdO + kQueries * SP;            // (kKeys, SP)
@@ -495,7 +489,7 @@ template <int HS>
 __global__ void __launch_bounds__(kThreads)
     forward_fp32_kernel(float* __restrict__ out, float* __restrict__ lse, const float* __restrict__ qkv,
                         AttentionShape s, float scale) {
-  extern __shared__ __align__(16) unsigned char smem[];
+  XTRAIN_DYNAMIC_SHARED(unsigned char, smem);
   float* sK = reinterpret_cast<float*>(smem);  // (kFp32Block, HS)
   float* sV = sK + kFp32Block * HS;            // (kFp32Block, HS)
   const int T = s.T;
@@ -547,7 +541,7 @@ template <int HS>
 __global__ void __launch_bounds__(kThreads)
     backward_dkdv_fp32_kernel(BackwardArgs<float> args) {
   const auto [dqkv, dout, qkv, lse, D, s, scale] = args;
-  extern __shared__ __align__(16) unsigned char smem[];
+  XTRAIN_DYNAMIC_SHARED(unsigned char, smem);
   float* sQ = reinterpret_cast<float*>(smem);  // (kFp32Block, HS)
   float* sdO = sQ + kFp32Block * HS;           // (kFp32Block, HS)
   float* sLse = sdO + kFp32Block * HS;         // (kFp32Block)
@@ -583,7 +577,7 @@ template <int HS>
 __global__ void __launch_bounds__(kThreads)
     backward_dq_fp32_kernel(BackwardArgs<float> args) {
   const auto [dqkv, dout, qkv, lse, D, s, scale] = args;
-  extern __shared__ __align__(16) unsigned char smem[];
+  XTRAIN_DYNAMIC_SHARED(unsigned char, smem);
   float* sK = reinterpret_cast<float*>(smem);  // (kFp32Block, HS)
   float* sV = sK + kFp32Block * HS;            // (kFp32Block, HS)
   const int T = s.T;
@@ -635,8 +629,7 @@ void launch(void (*kernel)(Params...), unsigned blocks, size_t smem_bytes, cudaS
     XTRAIN_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes)));
   }
-  kernel<<<blocks, kThreads, smem_bytes, stream>>>(args...);
-  XTRAIN_LAUNCH_CHECK();
+  launch_kernel(kernel, blocks, kThreads, smem_bytes, stream, args...);
 }
 
 inline unsigned tiles(const AttentionShape& s, int rows) {

@@ -89,9 +89,7 @@ template <class T>
 void layernorm_forward(cudaStream_t stream, T* out, float* mean, float* rstd, const T* inp, const T* weight,
                        const T* bias, int N, int C) {
   if (N <= 0) return;
-  layernorm_forward_kernel<T><<<blocks_for(N, kLayerNormRowsPerBlock), kLayerNormRowsPerBlock * kWarp, 0, stream>>>(
-      out, mean, rstd, inp, weight, bias, N, C);
-  XTRAIN_LAUNCH_CHECK();
+  launch_kernel(layernorm_forward_kernel<T>, blocks_for(N, kLayerNormRowsPerBlock), kLayerNormRowsPerBlock * kWarp, 0, stream, out, mean, rstd, inp, weight, bias, N, C);
 }
 
 inline size_t layernorm_backward_scratch_floats(int N, int C) { return column_reduce_scratch_floats(2, N, C); }
@@ -100,9 +98,7 @@ template <class T>
 void layernorm_backward(cudaStream_t stream, T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
                         const T* weight, const float* mean, const float* rstd, int N, int C, float* scratch) {
   if (N <= 0) return;
-  layernorm_backward_dinp_kernel<T><<<blocks_for(N, kLayerNormRowsPerBlock), kLayerNormRowsPerBlock * kWarp, 0,
-                                      stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
-  XTRAIN_LAUNCH_CHECK();
+  launch_kernel(layernorm_backward_dinp_kernel<T>, blocks_for(N, kLayerNormRowsPerBlock), kLayerNormRowsPerBlock * kWarp, 0, stream, dinp, dout, inp, weight, mean, rstd, N, C);
   column_reduce<2>(stream, {{dweight, dbias}}, scratch, N, C, 1.0f,
                    LayerNormParamGradValues<T>{dout, inp, mean, rstd, C});
 }

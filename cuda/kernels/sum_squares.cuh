@@ -26,7 +26,7 @@ __device__ inline double block_sum(double v, double* shared) {
 
 __global__ void __launch_bounds__(kSumSquaresThreads)
     sum_squares_partials_kernel(double* __restrict__ partials, const float* __restrict__ x, size_t n) {
-  __shared__ double shared[kSumSquaresThreads];
+  XTRAIN_SHARED(double, shared, [kSumSquaresThreads]);
   const size_t stride = static_cast<size_t>(kSumSquaresBlocks) * kSumSquaresThreads;
   double acc = 0.0;
   for (size_t i = static_cast<size_t>(blockIdx.x) * kSumSquaresThreads + threadIdx.x; i < n; i += stride) {
@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(kSumSquaresThreads)
 
 __global__ void __launch_bounds__(kSumSquaresThreads) sum_squares_final_kernel(double* __restrict__ result,
                                                                               const double* __restrict__ partials) {
-  __shared__ double shared[kSumSquaresThreads];
+  XTRAIN_SHARED(double, shared, [kSumSquaresThreads]);
   double acc = 0.0;
   for (int i = threadIdx.x; i < kSumSquaresBlocks; i += kSumSquaresThreads) acc += partials[i];
   const double s = block_sum(acc, shared);
@@ -48,10 +48,8 @@ __global__ void __launch_bounds__(kSumSquaresThreads) sum_squares_final_kernel(d
 
 // partials: kSumSquaresBlocks + 1 doubles; the sum lands in partials[kSumSquaresBlocks].
 inline void sum_squares(cudaStream_t stream, double* partials, const float* x, size_t n) {
-  sum_squares_partials_kernel<<<kSumSquaresBlocks, kSumSquaresThreads, 0, stream>>>(partials, x, n);
-  XTRAIN_LAUNCH_CHECK();
-  sum_squares_final_kernel<<<1, kSumSquaresThreads, 0, stream>>>(partials + kSumSquaresBlocks, partials);
-  XTRAIN_LAUNCH_CHECK();
+  launch_kernel(sum_squares_partials_kernel, kSumSquaresBlocks, kSumSquaresThreads, 0, stream, partials, x, n);
+  launch_kernel(sum_squares_final_kernel, 1, kSumSquaresThreads, 0, stream, partials + kSumSquaresBlocks, partials);
 }
 
 }  // namespace xtrain::cuda

@@ -1,0 +1,54 @@
+// Interpret mode's device memory: host memory in one reserved range of the address space, so an
+// address says at once whether it is device memory. Every allocation starts on a page and is
+// followed by at least one page that is never mapped (a stray host access faults there); a freed
+// allocation's pages are unmapped and its addresses never reused, so a kernel (checked by the
+// access hooks) or the host touching freed memory is caught.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace xtrain::interp {
+
+// True when [p, p + bytes) lies inside one live device allocation (cudaMalloc'd, not freed).
+bool is_device_range(const void* p, size_t bytes);
+// True when p is inside the reserved range (live, freed, or between allocations).
+bool in_device_space(const void* p);
+// The live allocation holding p as [lo, hi); false when there is none.
+bool device_allocation_of(const void* p, uintptr_t& lo, uintptr_t& hi);
+// Why [p, p + bytes) is not inside one live allocation, naming the nearest one; empty if it is.
+std::string describe_bad_device_range(const void* p, size_t bytes);
+
+// nullptr when the (emulated) device's memory is exhausted.
+void* device_allocate(size_t bytes);
+// False when p is not the start of a live allocation.
+bool device_free(void* p);
+void device_free_all();
+size_t device_allocated_bytes();
+// An H200's memory, which interpret mode reports (the host may have much less: an allocation the
+// host cannot back fails as an out-of-memory would).
+constexpr size_t kDeviceMemoryBytes = 143771ull << 20;
+
+// The device pages a kernel writes, with their contents from before it, so that the launch can
+// be undone and run again under another schedule, and the runs' results compared.
+class WriteJournal {
+ public:
+  static constexpr size_t kPage = 4096;
+  // Before a write to [p, p + bytes): keep the pages' current contents unless kept already.
+  void before_write(const void* p, size_t bytes);
+  // The pages written so far with their contents now.
+  std::unordered_map<uintptr_t, std::vector<unsigned char>> current() const;
+  // Puts every kept page back as it was before the first run.
+  void restore() const;
+  // The first difference between the pages' contents now and `expected` (pages missing from it
+  // are compared with their contents before the first run); empty when there is none.
+  std::string first_difference(const std::unordered_map<uintptr_t, std::vector<unsigned char>>& expected) const;
+
+ private:
+  std::unordered_map<uintptr_t, std::vector<unsigned char>> before_;
+};
+
+}  // namespace xtrain::interp
