@@ -88,7 +88,8 @@ void ldmatrix(int matrices, bool trans, const void* const (&row_addr)[32], std::
   // "The matrix addresses must be naturally aligned": four lanes load a 16-byte row together.
   for (int lane = 0; lane < 8 * matrices; ++lane) {
     if (row_addr[lane] == nullptr) refuse(lane, row_addr[lane], "is null");
-    if (reinterpret_cast<std::uintptr_t>(row_addr[lane]) % 16 != 0) refuse(lane, row_addr[lane], "is not 16-byte aligned");
+    if (reinterpret_cast<std::uintptr_t>(row_addr[lane]) % 16 != 0)
+      refuse(lane, row_addr[lane], "is not 16-byte aligned");
   }
   for (int lane = 0; lane < kLanes; ++lane)
     for (int m = 0; m < matrices; ++m) {

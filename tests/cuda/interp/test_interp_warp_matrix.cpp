@@ -4,6 +4,8 @@
 // reimplemented here over row-major tiles) and, independently, with ldmatrix; D is then read the
 // way the kernels read accumulators and compared at every lane and register with a product in
 // double. ldmatrix itself is checked against the PTX ISA's element mapping with tagged elements.
+// (A relabelling of k applied to both A and B leaves every product unchanged, so no mma test can
+// see one; the element-by-element check of where each half lands is ldmatrix's.)
 #include <catch2/catch.hpp>
 
 #include <cuda_bf16.h>
@@ -34,7 +36,9 @@ struct alignas(16) Tile {
 
 // flash_attention.cuh's pair_at (a 32-bit load: p[0] in the low half) and pair_down.
 std::uint32_t pair_at(const std::uint16_t* p) { return p[0] | static_cast<std::uint32_t>(p[1]) << 16; }
-std::uint32_t pair_down(const std::uint16_t* p, int stride) { return p[0] | static_cast<std::uint32_t>(p[stride]) << 16; }
+std::uint32_t pair_down(const std::uint16_t* p, int stride) {
+  return p[0] | static_cast<std::uint32_t>(p[stride]) << 16;
+}
 
 // The kernels' per-lane address arithmetic (row0 = col0 = 0), with g = lane / 4, t = lane % 4.
 void kernel_load_a(const Tile& tile, FragA& a) {  // A(m, k) = tile[m][k]
@@ -159,8 +163,7 @@ void for_every_fragment_path(const Operands& o, Check check) {
 
 }  // namespace
 
-TEST_CASE("interp mma m16n8k16 bf16 on the kernels' fragments is A B + C at every lane and register",
-          "[interp][mma]") {
+TEST_CASE("interp mma m16n8k16 bf16 on the kernels' fragments is A B + C at every lane and register", "[interp][mma]") {
   std::mt19937 rng(20261202);
   std::uniform_real_distribution<float> value(-2.0f, 2.0f);
   for (int trial = 0; trial < 20; ++trial) {
@@ -231,8 +234,7 @@ struct TaggedRows {
 
 }  // namespace
 
-TEST_CASE("interp ldmatrix x1 x2 x4 with and without trans give the PTX ISA's element mapping",
-          "[interp][ldmatrix]") {
+TEST_CASE("interp ldmatrix x1 x2 x4 with and without trans give the PTX ISA's element mapping", "[interp][ldmatrix]") {
   const TaggedRows mem;
   for (const int matrices : {1, 2, 4})
     for (const bool trans : {false, true}) {
@@ -264,8 +266,7 @@ TEST_CASE("interp ldmatrix x1 x2 x4 with and without trans give the PTX ISA's el
     }
 }
 
-TEST_CASE("interp ldmatrix refuses a row address that is not 16-byte aligned, naming the lane",
-          "[interp][ldmatrix]") {
+TEST_CASE("interp ldmatrix refuses a row address that is not 16-byte aligned, naming the lane", "[interp][ldmatrix]") {
   const TaggedRows mem;
   const void* rows[32];
   std::memcpy(rows, mem.rows, sizeof rows);
