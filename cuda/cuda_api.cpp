@@ -8,7 +8,6 @@
 
 #include "cuda/check.hpp"
 #include "cuda/cuda_backend.hpp"
-#include "cuda/nccl_communicator.hpp"
 
 namespace xtrain::cuda {
 namespace {
@@ -78,18 +77,6 @@ std::string versions() { return driver_and_runtime(); }
 std::unique_ptr<Backend> make_backend(int device, Precision precision) {
   require_visible(device);
   return std::make_unique<CudaBackend>(device, precision);
-}
-
-std::unique_ptr<Communicator> make_nccl_communicator(const WorkerEnv& env, Backend& backend, double init_timeout_s) {
-  // A missing or malformed id is reported before anything else (a world of one without an id
-  // gets a fresh one in the communicator: asking for it here would start a second bootstrap).
-  if (!env.nccl_id_hex.empty() || env.where.world_size > 1) resolve_nccl_id(env);
-  auto* cuda_backend = dynamic_cast<CudaBackend*>(&backend);
-  if (cuda_backend == nullptr) {
-    throw std::invalid_argument("the NCCL communicator needs the CUDA backend, not \"" + backend.name() +
-                                "\" (use backend gloo for CPU ranks)");
-  }
-  return std::make_unique<NcclCommunicator>(env, *cuda_backend, init_timeout_s);
 }
 
 }  // namespace xtrain::cuda

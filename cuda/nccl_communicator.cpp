@@ -3,12 +3,14 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
 
 #include "common/gpu/nccl_id.hpp"
 #include "cuda/check.hpp"
+#include "cuda/cuda_api.hpp"
 
 namespace xtrain::cuda {
 namespace {
@@ -239,6 +241,19 @@ void NcclCommunicator::broadcast(float* data, size_t count, int root) {
 void NcclCommunicator::barrier() {
   float token = 0.0f;
   all_reduce_average(&token, 1);  // returns once every rank has contributed
+}
+
+// The entry point of cuda/cuda_api.hpp; interpret mode, which has no NCCL, has its own.
+std::unique_ptr<Communicator> make_nccl_communicator(const WorkerEnv& env, Backend& backend, double init_timeout_s) {
+  // A missing or malformed id is reported before anything else (a world of one without an id
+  // gets a fresh one in the communicator: asking for it here would start a second bootstrap).
+  if (!env.nccl_id_hex.empty() || env.where.world_size > 1) resolve_nccl_id(env);
+  auto* cuda_backend = dynamic_cast<CudaBackend*>(&backend);
+  if (cuda_backend == nullptr) {
+    throw std::invalid_argument("the NCCL communicator needs the CUDA backend, not \"" + backend.name() +
+                                "\" (use backend gloo for CPU ranks)");
+  }
+  return std::make_unique<NcclCommunicator>(env, *cuda_backend, init_timeout_s);
 }
 
 }  // namespace xtrain::cuda

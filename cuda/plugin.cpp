@@ -32,6 +32,12 @@ class Plugin final : public CudaPlugin {
                                                        double init_timeout_s) const override {
     return cuda::make_nccl_communicator(env, backend, init_timeout_s);
   }
+
+#if defined(XTRAIN_CUDA_INTERPRET)
+  bool interpreted() const override { return true; }
+#else
+  bool interpreted() const override { return false; }
+#endif
 };
 
 }  // namespace

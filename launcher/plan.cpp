@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/cuda_interpret.hpp"
 #include "common/exit_codes.hpp"
 #include "common/store/kv_protocol.hpp"
 #include "common/model_file.hpp"
@@ -80,22 +81,29 @@ void check_nodes(Plan& plan, const std::string& rdzv_id) {
 void resolve_world(Plan& plan) {
   const JobSpec& spec = plan.spec;
   plan.visible_gpus = visible_gpus(plan.host.physical_gpus, plan.host.cuda_visible_devices);
-  plan.device = spec.device != "auto" ? spec.device : plan.visible_gpus > 0 ? "cuda" : "cpu";
-  if (plan.device == "cuda" && plan.visible_gpus == 0) {
+  // Interpret mode (common/cuda_interpret.hpp) runs "cuda" ranks on the CPU: no GPU needed, one
+  // emulated device per rank, Gloo for the reductions.
+  const bool interpret = cuda_interpret_requested();
+  plan.device = spec.device != "auto" ? spec.device : plan.visible_gpus > 0 || interpret ? "cuda" : "cpu";
+  if (plan.device == "cuda" && plan.visible_gpus == 0 && !interpret) {
     throw SpecError("device", "\"cuda\" needs a visible GPU, found none" +
                                   (plan.host.cuda_visible_devices
                                        ? " (CUDA_VISIBLE_DEVICES=\"" + *plan.host.cuda_visible_devices + "\")"
                                        : std::string()));
   }
-  plan.backend = spec.backend != "auto" ? spec.backend : plan.device == "cuda" ? "nccl" : "gloo";
+  plan.backend = spec.backend != "auto" ? spec.backend : plan.device == "cuda" && !interpret ? "nccl" : "gloo";
+  if (interpret && plan.backend == "nccl") {
+    throw SpecError("backend", std::string("\"nccl\" needs GPUs; in CUDA interpret mode (") + kCudaInterpretVariable +
+                                   "=1) ranks reduce with \"gloo\" (or \"auto\")");
+  }
   if (plan.backend == "nccl" && plan.device == "cpu") {
     throw SpecError("backend", "\"nccl\" needs GPUs, but the job runs on CPU ranks (no GPU visible); "
                                "use \"gloo\" or \"auto\"");
   }
   const int nproc = spec.nproc_per_node ? *spec.nproc_per_node
-                    : plan.device == "cuda" ? plan.visible_gpus
+                    : plan.device == "cuda" && !interpret ? plan.visible_gpus
                                             : spec.cpu_ranks;
-  if (plan.own_worker && plan.device == "cuda" && nproc > plan.visible_gpus) {
+  if (plan.own_worker && plan.device == "cuda" && !interpret && nproc > plan.visible_gpus) {
     throw SpecError("nproc_per_node", "expected at most the " + std::to_string(plan.visible_gpus) +
                                           " visible GPUs (one per rank), got " + std::to_string(nproc));
   }

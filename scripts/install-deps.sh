@@ -9,7 +9,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
-  libboost1.74-dev libboost-filesystem1.74-dev
+  libboost1.74-dev libboost-filesystem1.74-dev libboost-context1.74-dev
   libspdlog-dev libfmt-dev nlohmann-json3-dev catch2
   libgloo-dev libopenblas-dev
   fortunes-min fortunes

@@ -76,6 +76,9 @@ class CudaPlugin {
   // peers are not all there within init_timeout_s.
   virtual std::unique_ptr<Communicator> make_nccl_communicator(const WorkerEnv& env, Backend& backend,
                                                                double init_timeout_s) const = 0;
+  // True for interpret mode's plugin (cuda/interp/): the backend's code executed on the CPU, its
+  // device memory host memory, no NCCL (ranks reduce with Gloo).
+  virtual bool interpreted() const = 0;
 
  protected:
   ~CudaPlugin() = default;  // a static object of the plugin's: never deleted through this type

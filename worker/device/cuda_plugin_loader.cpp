@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "common/cuda_interpret.hpp"
 #include "common/gpu/nccl_library.hpp"
 #include "xtrain/plugin_interface.hpp"
 
@@ -14,7 +15,8 @@ std::string cuda_plugin_path() {
   if (const char* path = std::getenv(kCudaPluginVariable); path != nullptr && *path != '\0') return path;
   std::error_code ec;
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return (exe.parent_path().parent_path() / "lib" / kCudaPluginFileName).string();
+  const char* file = cuda_interpret_requested() ? kCudaInterpretPluginFileName : kCudaPluginFileName;
+  return (exe.parent_path().parent_path() / "lib" / file).string();
 }
 
 CudaPluginLoad load_cuda_plugin(const std::string& path) {
@@ -22,14 +24,19 @@ CudaPluginLoad load_cuda_plugin(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
     load.absent = true;
-    load.failure = "the CUDA plugin " + path + " is not there (this xtrain-worker was built without CUDA, or " +
-                   kCudaPluginFileName + " was not installed in ../lib beside it; " + kCudaPluginVariable +
-                   " names another)";
+    load.failure = cuda_interpret_requested()
+                       ? std::string(kCudaInterpretVariable) + "=1 asks for CUDA interpret mode, but " + path +
+                             " is not there (a build without interpret mode, or not installed in ../lib)"
+                       : "the CUDA plugin " + path + " is not there (this xtrain-worker was built without CUDA, or " +
+                             kCudaPluginFileName + " was not installed in ../lib beside it; " + kCudaPluginVariable +
+                             " names another)";
     return load;
   }
+  // Interpret mode has no NCCL (its ranks reduce with Gloo): nothing to load first.
   NcclLibrary nccl;
+  const bool interpret = cuda_interpret_requested();
   try {
-    nccl = load_nccl_library(NcclSearch::from_environment());
+    if (!interpret) nccl = load_nccl_library(NcclSearch::from_environment());
   } catch (const std::exception& e) {
     load.failure = "the CUDA plugin " + path + " needs NCCL: " + e.what();
     return load;
@@ -37,13 +44,13 @@ CudaPluginLoad load_cuda_plugin(const std::string& path) {
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     load.failure = "the CUDA plugin " + path + " cannot be loaded: " + dlerror();
-    dlclose(nccl.handle);
+    if (nccl.handle != nullptr) dlclose(nccl.handle);
     return load;
   }
   auto refuse = [&](const std::string& why) {
     load.failure = "the CUDA plugin " + path + " " + why;
     dlclose(handle);
-    dlclose(nccl.handle);
+    if (nccl.handle != nullptr) dlclose(nccl.handle);
     return load;
   };
   const auto entry = reinterpret_cast<CudaPluginEntryFn>(dlsym(handle, kCudaPluginEntryPoint));
@@ -60,7 +67,7 @@ CudaPluginLoad load_cuda_plugin(const std::string& path) {
   }
   if (e.plugin == nullptr) return refuse("returned no plugin object");
   load.plugin = e.plugin;
-  load.nccl = nccl.describe();
+  load.nccl = interpret ? std::string("no NCCL (interpret mode: Gloo reduces)") : nccl.describe();
   return load;
 }
 

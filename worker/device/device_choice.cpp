@@ -1,5 +1,6 @@
 #include "worker/device/device_choice.hpp"
 
+#include "common/cuda_interpret.hpp"
 #include "common/gpu/gpu_probe.hpp"
 #include "worker/cpu/cpu_backend.hpp"
 #include "worker/device/cuda_plugin_loader.hpp"
@@ -19,7 +20,9 @@ DeviceChoice on_cpu(const JobSpec& spec, const std::string& why, bool degraded =
 
 }  // namespace
 
-DeviceProbe DeviceProbe::of_this_machine() { return {count_nvidia_gpus(), cuda_plugin_path()}; }
+DeviceProbe DeviceProbe::of_this_machine() {
+  return {count_nvidia_gpus(), cuda_plugin_path(), cuda_interpret_requested()};
+}
 
 void require_precision_support(Precision precision, const CudaDeviceInfo& gpu) {
   if (precision == Precision::bf16 && gpu.major < 8) {
@@ -32,7 +35,7 @@ void require_precision_support(Precision precision, const CudaDeviceInfo& gpu) {
 DeviceChoice choose_device(const JobSpec& spec, int local_rank, const DeviceProbe& probe) {
   if (spec.device == "cpu") return on_cpu(spec, "device cpu: training on the CPU");
   const bool required = spec.device == "cuda";
-  if (!required && probe.nvidia_gpus == 0) {
+  if (!required && probe.nvidia_gpus == 0 && !probe.interpret) {
     return on_cpu(spec, "device auto: training on the CPU (no NVIDIA GPU on this machine: no CUDA library loaded)");
   }
   // From here on "auto" falls back to the CPU where "cuda" fails, for the same reason.
@@ -48,6 +51,7 @@ DeviceChoice choose_device(const JobSpec& spec, int local_rank, const DeviceProb
 
   DeviceChoice choice;
   choice.cuda = load.plugin;
+  choice.interpreted = load.plugin->interpreted();
   choice.gpu = local_rank % devices.count;
   choice.precision = resolve_precision(spec.train, "cuda");
   const CudaDeviceInfo gpu = load.plugin->device_info(choice.gpu);
@@ -71,6 +75,14 @@ std::unique_ptr<Backend> make_backend(const DeviceChoice& device) {
 std::unique_ptr<Communicator> make_communicator(const DeviceChoice& device, const JobSpec& spec,
                                                 const WorkerEnv& env, Backend& backend) {
   const bool on_gpu = device.cuda != nullptr;
+  if (device.interpreted) {
+    if (spec.backend == "nccl") {
+      throw SpecError("backend", std::string("\"nccl\" needs GPUs; in CUDA interpret mode (") + kCudaInterpretVariable +
+                                     "=1) ranks reduce with \"gloo\" (or \"auto\")");
+    }
+    if (env.where.world_size == 1) return std::make_unique<SingleCommunicator>();
+    return make_gloo_communicator(env, spec.nodes.rdzv_timeout_s);
+  }
   if (spec.backend == "gloo" && on_gpu) {
     throw SpecError("backend", "\"gloo\" reduces host memory; with device \"cuda\" use \"nccl\" or \"auto\"");
   }

@@ -25,6 +25,7 @@ namespace xtrain {
 struct DeviceProbe {
   int nvidia_gpus = 0;      // GPUs the driver shows on this machine
   std::string plugin_path;  // where the CUDA plugin is
+  bool interpret = false;   // XTRAIN_CUDA_INTERPRET=1 (common/cuda_interpret.hpp): "auto" means CUDA too
 
   static DeviceProbe of_this_machine();
 };
@@ -35,6 +36,7 @@ struct DeviceChoice {
   GpuMemory gpu_memory;              // on CUDA: its name and memory, free and in all
   Precision precision = Precision::fp32;  // train.precision resolved for the device
   std::string summary;               // one log line: the device, and why
+  bool interpreted = false;          // interpret mode's plugin: Gloo reduces, no NCCL
   bool degraded = false;             // "auto" on a machine with GPUs it cannot use: log a warning
 };
 
