@@ -228,7 +228,7 @@ Reference reference(const Case& c, const Inputs& in, bool round_tf32) {
 float bf16_of(double x) { return math::round_to_bf16(static_cast<float>(x)); }
 
 // Checks `got` against the reference (fp32: within the bound; bf16: see the file's comment, with
-// `fp32_twin` the same product's fp32 output). Returns the number of elements checked.
+// `fp32_twin` the same product's fp32 output).
 void check(const Case& c, const std::vector<float>& got, const Reference& r, const std::vector<float>* fp32_twin) {
   REQUIRE(got.size() == r.value.size());
   size_t bad = 0, first = 0;

@@ -294,6 +294,11 @@ TEST_CASE("interp cuBLASLt refuses bad calls and names statuses as the real libr
           CUBLAS_STATUS_NOT_SUPPORTED);
     CHECK_THAT(last_cublas_detail(), Contains("not emulated"));
   }
+  SECTION("no algo at all: the implicit heuristic runs the product") {
+    CHECK(cublasLtMatmul(f.h, f.desc, &f.alpha, f.pa, f.la, f.pb, f.lb, &f.beta, f.pc, f.lc, f.pd, f.ld, nullptr,
+                         f.pws, f.ws_bytes, nullptr) == CUBLAS_STATUS_SUCCESS);
+    CHECK(f.d.as<float>()[0] == kK + 1.0f);
+  }
   SECTION("status values and names") {
     CHECK(static_cast<int>(CUBLAS_STATUS_INVALID_VALUE) == 7);
     CHECK(static_cast<int>(CUBLAS_STATUS_NOT_SUPPORTED) == 15);
