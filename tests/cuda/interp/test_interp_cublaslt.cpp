@@ -29,6 +29,7 @@ namespace {
 
 using xtrain::interp::test::batch_alignment;
 using xtrain::interp::test::DeviceBuffer;
+using xtrain::interp::test::synchronize;
 namespace math = xtrain::math;
 
 struct Case {
@@ -176,6 +177,7 @@ std::vector<float> run(const Case& c, const Inputs& in) {
                                                d.get(), lc, &result.algo, ws.get(), ws_bytes, nullptr);
   INFO(xtrain::interp::last_cublas_detail());
   REQUIRE(status == CUBLAS_STATUS_SUCCESS);
+  synchronize();
   std::vector<float> out;
   for (int bt = 0; bt < c.batch; ++bt) {
     for (int64_t j = 0; j < c.n; ++j) {

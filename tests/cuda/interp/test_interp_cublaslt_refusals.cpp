@@ -112,6 +112,7 @@ struct Fixture {
 TEST_CASE("interp cuBLASLt: the valid baseline runs", "[interp][cublaslt]") {
   Fixture f;
   REQUIRE(f.matmul() == CUBLAS_STATUS_SUCCESS);
+  xtrain::interp::test::synchronize();
   for (int64_t i = 0; i < kM * kN; ++i) CHECK(f.d.as<float>()[i] == kK + 1.0f);  // k ones, plus C
 }
 
@@ -297,6 +298,7 @@ TEST_CASE("interp cuBLASLt refuses bad calls and names statuses as the real libr
   SECTION("no algo at all: the implicit heuristic runs the product") {
     CHECK(cublasLtMatmul(f.h, f.desc, &f.alpha, f.pa, f.la, f.pb, f.lb, &f.beta, f.pc, f.lc, f.pd, f.ld, nullptr,
                          f.pws, f.ws_bytes, nullptr) == CUBLAS_STATUS_SUCCESS);
+    xtrain::interp::test::synchronize();
     CHECK(f.d.as<float>()[0] == kK + 1.0f);
   }
   SECTION("status values and names") {

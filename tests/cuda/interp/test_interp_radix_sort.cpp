@@ -35,6 +35,7 @@ void check_sort(const std::vector<Key>& keys, int begin, int end) {
   DeviceBuffer temp(bytes);
   REQUIRE(cub::DeviceRadixSort::SortKeys(temp.get(), bytes, in.as<Key>(), out.as<Key>(), n, begin, end,
                                          cudaStream_t{}) == cudaSuccess);
+  xtrain::interp::test::synchronize();
   const Key mask = (end - begin == 64 ? ~Key{0} : ((Key{1} << (end - begin)) - 1)) << begin;
   std::vector<Key> expected = keys;
   std::stable_sort(expected.begin(), expected.end(), [&](Key x, Key y) { return (x & mask) < (y & mask); });
