@@ -281,7 +281,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   }
   // In place (C == D), C and D are read and written through one layout; the emulation's reading
   // of the documentation, which asks for matching C and D descriptors then.
-  if (C == D && (Cdesc->ld != Ddesc->ld || Cdesc->stride != Ddesc->stride)) {
+  if (C == D && (Cdesc->ld != Ddesc->ld || (p.batch > 1 && Cdesc->stride != Ddesc->stride))) {
     return refuse(CUBLAS_STATUS_INVALID_VALUE, "C == D with different layouts: " + layout_text("C", *Cdesc) +
                                                    ", " + layout_text("D", *Ddesc));
   }

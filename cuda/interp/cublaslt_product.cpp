@@ -54,8 +54,10 @@ float round_to_tf32(float x) {
 }
 
 // OpenBLAS's sgemm on fp32 copies: fast enough for the interpret suite's small models on two
-// cores, and deterministic (its threads split the rows and columns of the result, never the
-// k-sum of one element, so the same inputs give the same bits run after run).
+// cores. Deterministic for a given OpenBLAS kernel set and thread count (its split of the work
+// follows from the shape and the count alone), so the same inputs give the same bits run after
+// run; another OPENBLAS_NUM_THREADS may change the last bits (Debian's 0.3.21 on this VM: a
+// 700x300x900 product differs between 1 and 2 threads), as another GPU may change cuBLASLt's.
 void run_product(const Product& p) {
   std::vector<float> a, b;                                        // op(A), op(B) sources, dense
   std::vector<float> acc(static_cast<size_t>(p.m * p.n));         // (n, m): beta * C, then D

@@ -36,6 +36,12 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+// Waits for the work enqueued so far (the interpret runtime runs it at the call today; the tests
+// do not count on that) and throws if it failed.
+inline void synchronize() {
+  if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error("the enqueued work failed");
+}
+
 // The largest power of two up to 256 dividing the address of every matrix of a batch (as
 // cuda/gemm.cpp computes it for the heuristic's MIN_ALIGNMENT preferences).
 inline uint32_t batch_alignment(const void* p, int64_t stride_bytes) {

@@ -29,6 +29,7 @@ namespace {
 
 using xtrain::interp::test::batch_alignment;
 using xtrain::interp::test::DeviceBuffer;
+using xtrain::interp::test::synchronize;
 namespace math = xtrain::math;
 
 struct Case {
@@ -176,6 +177,7 @@ std::vector<float> run(const Case& c, const Inputs& in) {
                                                d.get(), lc, &result.algo, ws.get(), ws_bytes, nullptr);
   INFO(xtrain::interp::last_cublas_detail());
   REQUIRE(status == CUBLAS_STATUS_SUCCESS);
+  synchronize();
   std::vector<float> out;
   for (int bt = 0; bt < c.batch; ++bt) {
     for (int64_t j = 0; j < c.n; ++j) {
@@ -228,7 +230,7 @@ Reference reference(const Case& c, const Inputs& in, bool round_tf32) {
 float bf16_of(double x) { return math::round_to_bf16(static_cast<float>(x)); }
 
 // Checks `got` against the reference (fp32: within the bound; bf16: see the file's comment, with
-// `fp32_twin` the same product's fp32 output). Returns the number of elements checked.
+// `fp32_twin` the same product's fp32 output).
 void check(const Case& c, const std::vector<float>& got, const Reference& r, const std::vector<float>* fp32_twin) {
   REQUIRE(got.size() == r.value.size());
   size_t bad = 0, first = 0;
