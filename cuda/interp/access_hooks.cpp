@@ -3,7 +3,7 @@
 // (-fsanitize=thread), which puts a call before each load and store: __tsan_read4(address) and
 // the like. We link no sanitizer runtime; these are its entry points, implemented here, and they
 // hand each access to the executor, which checks it only while a kernel runs (host code in the
-// same files costs one test of a thread-local).
+// same files costs a call and one test of a thread-local).
 #include <cstddef>
 #include <cstdint>
 
@@ -11,12 +11,8 @@
 
 namespace {
 
-inline void read(const void* p, size_t n) {
-  if (xtrain::interp::kernel_running()) xtrain::interp::check_access(p, n, false);
-}
-inline void write(const void* p, size_t n) {
-  if (xtrain::interp::kernel_running()) xtrain::interp::check_access(p, n, true);
-}
+inline void read(const void* p, size_t n) { xtrain::interp::check_access(p, n, false); }
+inline void write(const void* p, size_t n) { xtrain::interp::check_access(p, n, true); }
 
 }  // namespace
 
@@ -43,3 +39,45 @@ extern "C" void __tsan_func_entry(void*) {}
 extern "C" void __tsan_func_exit() {}
 extern "C" void __tsan_vptr_update(void**, void*) {}
 extern "C" void __tsan_vptr_read(void**) {}
+
+// Atomics in the instrumented files (reference counts of the host code around the kernels): done
+// as asked, sequentially consistent whatever order was asked for (stronger is always correct).
+#define XTRAIN_ATOMIC_HOOKS(bits, T)                                                                          \
+  extern "C" T __tsan_atomic##bits##_load(const volatile T* a, int) { return __atomic_load_n(a, __ATOMIC_SEQ_CST); } \
+  extern "C" void __tsan_atomic##bits##_store(volatile T* a, T v, int) { __atomic_store_n(a, v, __ATOMIC_SEQ_CST); } \
+  extern "C" T __tsan_atomic##bits##_exchange(volatile T* a, T v, int) {                                       \
+    return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST);                                                        \
+  }                                                                                                            \
+  extern "C" T __tsan_atomic##bits##_fetch_add(volatile T* a, T v, int) {                                      \
+    return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);                                                         \
+  }                                                                                                            \
+  extern "C" T __tsan_atomic##bits##_fetch_sub(volatile T* a, T v, int) {                                      \
+    return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST);                                                         \
+  }                                                                                                            \
+  extern "C" T __tsan_atomic##bits##_fetch_and(volatile T* a, T v, int) {                                      \
+    return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST);                                                         \
+  }                                                                                                            \
+  extern "C" T __tsan_atomic##bits##_fetch_or(volatile T* a, T v, int) {                                       \
+    return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST);                                                          \
+  }                                                                                                            \
+  extern "C" T __tsan_atomic##bits##_fetch_xor(volatile T* a, T v, int) {                                      \
+    return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST);                                                         \
+  }                                                                                                            \
+  extern "C" int __tsan_atomic##bits##_compare_exchange_strong(volatile T* a, T* expected, T v, int, int) {    \
+    return __atomic_compare_exchange_n(a, expected, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);             \
+  }                                                                                                            \
+  extern "C" int __tsan_atomic##bits##_compare_exchange_weak(volatile T* a, T* expected, T v, int, int) {      \
+    return __atomic_compare_exchange_n(a, expected, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);             \
+  }                                                                                                            \
+  extern "C" T __tsan_atomic##bits##_compare_exchange_val(volatile T* a, T expected, T v, int, int) {          \
+    __atomic_compare_exchange_n(a, &expected, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                   \
+    return expected;                                                                                           \
+  }
+
+XTRAIN_ATOMIC_HOOKS(8, char)
+XTRAIN_ATOMIC_HOOKS(16, short)
+XTRAIN_ATOMIC_HOOKS(32, int)
+XTRAIN_ATOMIC_HOOKS(64, long)
+
+extern "C" void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+extern "C" void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(__ATOMIC_SEQ_CST); }

@@ -133,6 +133,12 @@ inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v)
 }
 inline int atomicMax(int* p, int v) { return xtrain_interp_atomic(p, [v](int o) { return o > v ? o : v; }); }
 inline int atomicMin(int* p, int v) { return xtrain_interp_atomic(p, [v](int o) { return o < v ? o : v; }); }
+inline unsigned atomicMax(unsigned* p, unsigned v) {
+  return xtrain_interp_atomic(p, [v](unsigned o) { return o > v ? o : v; });
+}
+inline unsigned atomicMin(unsigned* p, unsigned v) {
+  return xtrain_interp_atomic(p, [v](unsigned o) { return o < v ? o : v; });
+}
 inline int atomicExch(int* p, int v) { return xtrain_interp_atomic(p, [v](int) { return v; }); }
 inline int atomicCAS(int* p, int compare, int v) {
   return xtrain_interp_atomic(p, [compare, v](int o) { return o == compare ? v : o; });
@@ -150,6 +156,11 @@ class KernelCall final : public KernelBody {
   void run_thread() const override { std::apply(kernel_, params_); }
   const void* storage() const override { return this; }
   size_t storage_bytes() const override { return sizeof(*this); }
+#if defined(__SANITIZE_THREAD__)
+  bool instrumented() const override { return true; }
+#else
+  bool instrumented() const override { return false; }
+#endif
 
  private:
   void (*kernel_)(Params...);

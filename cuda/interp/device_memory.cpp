@@ -27,10 +27,9 @@ struct DeviceSpace {
   }
 };
 
-DeviceSpace& space() {
-  static DeviceSpace s;
-  return s;
-}
+// Made when the library loads, before any allocation: no guard to test on every access check.
+DeviceSpace g_space;
+DeviceSpace& space() { return g_space; }
 
 size_t pages_for(size_t bytes) { return (bytes + kPage - 1) / kPage * kPage; }
 

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <array>
 #include <boost/context/fiber.hpp>
 #include <boost/context/protected_fixedsize_stack.hpp>
 #include <cstring>
@@ -83,7 +84,8 @@ struct PooledStack {
   void deallocate(ctx::stack_context& s) noexcept { pool->give(s); }
 };
 
-enum class State { ready, at_barrier, at_warp, exited };
+// faulted: stopped at the fault, never resumed (see abandon).
+enum class State { ready, at_barrier, at_warp, exited, faulted };
 
 struct ThreadRecord {
   ThreadPosition pos;
@@ -102,8 +104,10 @@ std::string triple(const uint3& v) {
 }
 
 class BlockRun;
-thread_local BlockRun* t_block = nullptr;
-thread_local ThreadRecord* t_thread = nullptr;
+// initial-exec: the access hooks read these on every load and store, and the general TLS model
+// of a dlopen'ed library costs a call each time (two pointers fit glibc's static TLS reserve).
+[[gnu::tls_model("initial-exec")]] thread_local BlockRun* t_block = nullptr;
+[[gnu::tls_model("initial-exec")]] thread_local ThreadRecord* t_thread = nullptr;
 
 class BlockRun {
  public:
@@ -139,7 +143,14 @@ class BlockRun {
       ~Leave() {
         t_block = nullptr;
         t_thread = nullptr;
-        self->threads_.clear();  // unwinds the fibers of an aborted block
+        // A faulted thread stopped inside an access hook, which the compiler treats as a call
+        // that cannot throw: its stack must not be unwound, so its fiber is left suspended for
+        // good (its stack is not reused). The others unwind from their switch points.
+        for (ThreadRecord& t : self->threads_) {
+          if (t.state == State::faulted) new ctx::fiber(std::move(t.fiber));
+        }
+        self->threads_.clear();
+        t_thread = nullptr;  // an unwound fiber's InExecutor put its thread back
       }
     } leave{this};
     for (;;) {
@@ -160,10 +171,7 @@ class BlockRun {
 
   // ---- called from device code, on the thread's fiber -------------------------------------------
 
-  ThreadRecord& current() { return *t_thread; }
-
-  void wait(State state, const char* op, WarpCombine combine, unsigned mask) {
-    ThreadRecord& t = current();
+  void wait(ThreadRecord& t, State state, const char* op, WarpCombine combine, unsigned mask) {
     t.state = state;
     t.op = op;
     t.combine = combine;
@@ -175,43 +183,60 @@ class BlockRun {
   SharedArena& arena() { return arena_; }
   const uint32_t* warp_syncs() const { return warp_syncs_.data(); }
 
+  // Stops the running thread at a fault: the block is aborted once it is back in the scheduler.
+  [[noreturn]] void abandon(ThreadRecord& t, int code, const std::string& what) {
+    if (!fault_) fault_ = fault_at(t, code, what);
+    t.state = State::faulted;
+    t.sink = std::move(t.sink).resume();
+    std::abort();  // never resumed
+  }
+
   KernelFault fault_at(const ThreadRecord& t, int code, const std::string& what) const {
     return KernelFault(static_cast<cudaError_t>(code), "kernel " + config_.kernel + ", block " + triple(t.pos.block_idx) +
                                                            ", thread " + triple(t.pos.thread_idx) + ": " + what);
   }
 
-  void check_access(const void* p, size_t bytes, bool write, bool atomic = false) {
-    ThreadRecord& t = current();
+  void check_access(ThreadRecord& t, const void* p, size_t bytes, bool write, bool atomic) {
     if (arena_.contains(p)) {
       const std::string wrong = arena_.check(p, bytes, write, atomic, t.linear, warp_syncs_.data());
-      if (!wrong.empty()) throw fault_at(t, cudaErrorLaunchFailure, wrong);
+      if (!wrong.empty()) abandon(t, cudaErrorLaunchFailure, wrong);
       return;
     }
     const auto a = reinterpret_cast<uintptr_t>(p);
     if (in_device_space(p)) {
-      if (!(a >= cached_lo_ && a + bytes <= cached_hi_)) {
-        if (!device_allocation_of(p, cached_lo_, cached_hi_) || a + bytes > cached_hi_) {
-          cached_lo_ = cached_hi_ = 0;
-          throw fault_at(t, cudaErrorIllegalAddress, "global memory access of " + std::to_string(bytes) + " bytes: " +
-                                                         describe_bad_device_range(p, bytes));
+      if (!in_cached_allocation(a, bytes)) {
+        uintptr_t lo = 0, hi = 0;
+        if (!device_allocation_of(p, lo, hi) || a + bytes > hi) {
+          abandon(t, cudaErrorIllegalAddress,
+                  "global memory access of " + std::to_string(bytes) + " bytes: " + describe_bad_device_range(p, bytes));
         }
+        cached_[next_cached_++ % cached_.size()] = {lo, hi};
       }
       if (write && journal_ != nullptr) journal_->before_write(p, bytes);
       return;
     }
     const auto* b = static_cast<const unsigned char*>(p);
     if (b >= t.stack_low && b + bytes <= t.stack_high) return;
+    const auto* pos = reinterpret_cast<const unsigned char*>(&t.pos);  // threadIdx, blockIdx, ...
+    if (b >= pos && b + bytes <= pos + sizeof t.pos) return;
     const auto* params = static_cast<const unsigned char*>(body_.storage());
     if (b >= params && b + bytes <= params + body_.storage_bytes()) return;
     Dl_info info{};
     if (dladdr(p, &info) != 0) return;  // the program's static data (constants, tables)
     char where[32];
     std::snprintf(where, sizeof where, "%p", p);
-    throw fault_at(t, cudaErrorIllegalAddress, std::string(write ? "write" : "read") + " of host memory at " + where +
-                                                   " (not device memory, not shared memory, not the thread's stack)");
+    abandon(t, cudaErrorIllegalAddress, std::string(write ? "write" : "read") + " of host memory at " + where +
+                                         " (not device memory, not shared memory, not the thread's stack)");
   }
 
  private:
+  bool in_cached_allocation(uintptr_t a, size_t bytes) const {
+    for (const auto& [lo, hi] : cached_) {
+      if (a >= lo && a + bytes <= hi) return true;
+    }
+    return false;
+  }
+
   void resume(ThreadRecord& t) {
     if (!t.fiber) {
       ctx::stack_context probe = stacks_.take();
@@ -222,8 +247,6 @@ class BlockRun {
         t.sink = std::move(sink);
         try {
           body_.run_thread();
-        } catch (const KernelFault& f) {
-          if (!fault_) fault_ = f;
         } catch (const std::exception& e) {
           if (!fault_) fault_ = fault_at(t, cudaErrorLaunchFailure, e.what());
         }
@@ -336,13 +359,30 @@ class BlockRun {
   std::vector<uint32_t> warp_syncs_;
   std::vector<int> order_;
   std::optional<KernelFault> fault_;
-  uintptr_t cached_lo_ = 0, cached_hi_ = 0;
+  // The allocations this launch touched last (no allocation is freed while a kernel runs).
+  std::array<std::pair<uintptr_t, uintptr_t>, 8> cached_{};
+  size_t next_cached_ = 0;
 };
 
-BlockRun& running_block() {
-  if (t_block == nullptr || t_thread == nullptr) throw std::logic_error("interpret mode: device code called outside a kernel");
-  return *t_block;
-}
+// Device code has called into the executor: while the executor's own code runs (some of it
+// library code that the linker may have taken from an instrumented file, e.g. std::string's),
+// the access hooks must not take it for the kernel's.
+class InExecutor {
+ public:
+  InExecutor() : thread_(t_thread), block_(t_block) {
+    if (thread_ == nullptr || block_ == nullptr) throw std::logic_error("interpret mode: device code called outside a kernel");
+    t_thread = nullptr;
+  }
+  ~InExecutor() { t_thread = thread_; }
+  InExecutor(const InExecutor&) = delete;
+  InExecutor& operator=(const InExecutor&) = delete;
+  ThreadRecord& thread() { return *thread_; }
+  BlockRun& block() { return *block_; }
+
+ private:
+  ThreadRecord* thread_;
+  BlockRun* block_;
+};
 
 std::vector<uint3> block_order(const dim3& grid, Schedule schedule, std::mt19937_64& rng) {
   std::vector<uint3> blocks;
@@ -390,60 +430,74 @@ void execute_under_schedules(const LaunchConfig& config, const KernelBody& body,
 
 // ---- device-side entry points -------------------------------------------------------------------
 
-const ThreadPosition& this_thread() { return running_block().current().pos; }
-
-bool kernel_running() { return t_thread != nullptr; }
-
-void check_access(const void* p, size_t bytes, bool write) {
-  if (t_thread == nullptr) return;
-  t_block->check_access(p, bytes, write);
+const ThreadPosition& this_thread() {
+  if (t_thread == nullptr) throw std::logic_error("interpret mode: threadIdx and friends outside a kernel");
+  return t_thread->pos;
 }
 
-void check_atomic_access(const void* p, size_t bytes) { running_block().check_access(p, bytes, true, true); }
+void check_access(const void* p, size_t bytes, bool write) {
+  if (t_thread == nullptr || t_block == nullptr) return;  // no kernel, or a block being unwound
+  InExecutor in;
+  in.block().check_access(in.thread(), p, bytes, write, false);
+}
 
-void sync_threads() { running_block().wait(State::at_barrier, "__syncthreads", nullptr, 0); }
+void check_atomic_access(const void* p, size_t bytes) {
+  InExecutor in;
+  in.block().check_access(in.thread(), p, bytes, true, true);
+}
+
+void sync_threads() {
+  InExecutor in;
+  in.block().wait(in.thread(), State::at_barrier, "__syncthreads", nullptr, 0);
+}
 
 namespace {
 std::string no_exchange(WarpLanes&) { return {}; }
 }  // namespace
 
 void sync_warp(unsigned mask) {
-  BlockRun& b = running_block();
-  if (!(mask >> (b.current().linear % 32) & 1u)) fault_here(cudaErrorLaunchFailure, "__syncwarp with a mask without its own lane");
-  b.wait(State::at_warp, "__syncwarp", no_exchange, mask);
+  InExecutor in;
+  if (!(mask >> (in.thread().linear % 32) & 1u)) {
+    in.block().abandon(in.thread(), cudaErrorLaunchFailure, "__syncwarp with a mask without its own lane");
+  }
+  in.block().wait(in.thread(), State::at_warp, "__syncwarp", no_exchange, mask);
 }
 
-int lane_id() { return running_block().current().linear % 32; }
 
-void warp_collective(const char* name, WarpCombine combine, unsigned mask, const void* in, size_t in_bytes, int arg,
-                     int width, void* out, size_t out_bytes) {
-  BlockRun& b = running_block();
-  ThreadRecord& t = b.current();
+void warp_collective(const char* name, WarpCombine combine, unsigned mask, const void* in_bytes_p, size_t in_bytes,
+                     int arg, int width, void* out, size_t out_bytes) {
+  InExecutor in;
+  ThreadRecord& t = in.thread();
   const int lane = t.linear % 32;
-  if (!(mask >> lane & 1u)) fault_here(cudaErrorLaunchFailure, std::string(name) + " with a mask without its own lane");
-  WarpLanes& lanes = b.warp_of(t);
-  std::memcpy(lanes.in[lane], in, in_bytes);
+  if (!(mask >> lane & 1u)) {
+    in.block().abandon(t, cudaErrorLaunchFailure, std::string(name) + " with a mask without its own lane");
+  }
+  WarpLanes& lanes = in.block().warp_of(t);
+  std::memcpy(lanes.in[lane], in_bytes_p, in_bytes);
   lanes.in_bytes = in_bytes;
   lanes.arg[lane] = arg;
   lanes.width[lane] = width;
-  b.wait(State::at_warp, name, combine, mask);
+  in.block().wait(t, State::at_warp, name, combine, mask);
   std::memcpy(out, lanes.out[lane], out_bytes);
 }
 
 void fault_here(int code, const std::string& what) {
-  BlockRun& b = running_block();
-  throw b.fault_at(b.current(), code, what);
+  InExecutor in;
+  in.block().abandon(in.thread(), code, what);
 }
 
 void* static_shared(const char* name, size_t bytes, size_t align) {
-  BlockRun& b = running_block();
+  InExecutor in;
   try {
-    return b.arena().declare(b.current().linear, name, bytes, align);
+    return in.block().arena().declare(in.thread().linear, name, bytes, align);
   } catch (const std::runtime_error& e) {
-    fault_here(cudaErrorLaunchFailure, e.what());
+    in.block().abandon(in.thread(), cudaErrorLaunchFailure, e.what());
   }
 }
 
-void* dynamic_shared() { return running_block().arena().dynamic(); }
+void* dynamic_shared() {
+  InExecutor in;
+  return in.block().arena().dynamic();
+}
 
 }  // namespace xtrain::interp

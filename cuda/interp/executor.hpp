@@ -30,6 +30,9 @@ class KernelBody {
   // The parameters' storage, which the kernel's threads read when they copy their arguments.
   virtual const void* storage() const = 0;
   virtual size_t storage_bytes() const = 0;
+  // Whether the kernel's file was compiled with the access hooks (an interpret-mode kernel
+  // unit): a kernel without them would run unchecked, so it is refused.
+  virtual bool instrumented() const = 0;
 };
 
 struct LaunchConfig {
@@ -89,8 +92,6 @@ struct WarpLanes {
 using WarpCombine = std::string (*)(WarpLanes& lanes);
 void warp_collective(const char* name, WarpCombine combine, unsigned mask, const void* in, size_t in_bytes, int arg,
                      int width, void* out, size_t out_bytes);
-// Which lane of the warp the calling thread is.
-int lane_id();
 // A fault in the running thread (kernel, block and thread are added to `what`).
 [[noreturn]] void fault_here(int code, const std::string& what);
 
@@ -104,6 +105,5 @@ void check_access(const void* p, size_t bytes, bool write);
 // An atomic read-modify-write: bounds and initialisation are checked, races are not (atomics do
 // not race).
 void check_atomic_access(const void* p, size_t bytes);
-bool kernel_running();
 
 }  // namespace xtrain::interp

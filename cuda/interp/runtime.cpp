@@ -241,6 +241,11 @@ void launch(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shared_byt
       return;
     }
   }
+  if (!body->instrumented()) {
+    refuse(cudaErrorInvalidValue, name + ": its file was compiled without interpret mode's access hooks "
+                                         "(list it with xtrain_interp_kernel_units), so its accesses would go unchecked");
+    return;
+  }
   if (!known_stream(stream)) {
     refuse(cudaErrorInvalidResourceHandle, name + ": launched on a stream that does not exist");
     return;

@@ -78,7 +78,7 @@ void column_reduce(cudaStream_t stream, ColumnOutputs<K> outs, float* partials, 
   const int rows_per_group = (rows + groups - 1) / groups;
   const dim3 grid(blocks_for(cols, kColumnTile), groups);
   const dim3 block(kColumnTile, kColumnRowThreads);
-  launch_kernel(column_partials_kernel<K>, grid, block, 0, stream, partials, rows, cols, rows_per_group, values);
+  launch_kernel(column_partials_kernel<K, RowValues>, grid, block, 0, stream, partials, rows, cols, rows_per_group, values);
   constexpr unsigned kThreads = 256;
   launch_kernel(column_finish_kernel<K>, blocks_for(cols, kThreads), kThreads, 0, stream, outs, partials, groups, cols, scale);
 }

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/check.hpp"
+#include "cuda/kernels/portable.cuh"
 #include "worker/math/bf16.hpp"
 
 namespace xtrain::test {
@@ -32,8 +33,7 @@ Bf16RoundingMismatches bf16_rounding_mismatches_on_gpu() {
   XTRAIN_CUDA_CHECK(cudaMalloc(&first, sizeof *first));
   XTRAIN_CUDA_CHECK(cudaMemset(count, 0, sizeof *count));
   XTRAIN_CUDA_CHECK(cudaMemset(first, 0xFF, sizeof *first));
-  compare_kernel<<<4096, 256>>>(count, first);
-  XTRAIN_LAUNCH_CHECK();
+  cuda::launch_kernel(compare_kernel, 4096, 256, 0, nullptr, count, first);
   Bf16RoundingMismatches out;
   XTRAIN_CUDA_CHECK(cudaMemcpy(&out.count, count, sizeof *count, cudaMemcpyDeviceToHost));
   XTRAIN_CUDA_CHECK(cudaMemcpy(&out.first, first, sizeof *first, cudaMemcpyDeviceToHost));
