@@ -19,6 +19,24 @@
 
 namespace xtrain::test {
 
+// Interpret mode (cuda/interp/) runs these cases on the CPU, kernels included, under three
+// schedules, some 10^5 times slower than a GPU. Where a case has GPT-2-sized shapes, which test
+// scale rather than indexing, it runs smaller ones there with the same kinds of tails
+// (sizes_for_this_device): the small shapes every case has stay in both.
+#if defined(XTRAIN_CUDA_INTERPRET)
+inline constexpr bool kInterpreted = true;
+#else
+inline constexpr bool kInterpreted = false;
+#endif
+
+template <class S>
+std::vector<S> sizes_for_this_device(std::vector<S> always, const std::vector<S>& on_gpu,
+                                     const std::vector<S>& interpreted) {
+  const std::vector<S>& extra = kInterpreted ? interpreted : on_gpu;
+  always.insert(always.end(), extra.begin(), extra.end());
+  return always;
+}
+
 // A seed per test case: XTRAIN_TEST_SEED when set, else fresh from the OS; always printed.
 inline std::uint64_t fresh_seed() {
   if (const char* s = std::getenv("XTRAIN_TEST_SEED")) return std::strtoull(s, nullptr, 10);

@@ -102,7 +102,7 @@ AttentionResult gpu_flash_attention(const std::vector<float>& qkv, const std::ve
 }
 
 // Every head size with a kernel, each at T = 1 (one key), 65 (a block and one) and 200 (several
-// blocks and a tail), plus GPT-2 small's heads at T = 1024.
+// blocks and a tail), plus GPT-2 small's heads at T = 1024 (not in interpret mode: kInterpreted).
 std::vector<AttentionShape> shapes() {
   std::vector<AttentionShape> v;
   for (const int hs : {16, 32, 64, 128}) {
@@ -110,7 +110,7 @@ std::vector<AttentionShape> shapes() {
     v.push_back({2, 65, 2 * hs, 2});
     v.push_back({1, 200, 3 * hs, 3});
   }
-  v.push_back({2, 1024, 768, 12});
+  if (!kInterpreted) v.push_back({2, 1024, 768, 12});
   return v;
 }
 
@@ -153,7 +153,7 @@ TEST_CASE_METHOD(Seeded, "cuda flash attention in bf16 matches the CPU's bf16 em
 TEST_CASE_METHOD(Seeded, "cuda flash attention gives the same bits on every call", "[gpu][attention][determinism]") {
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
-  const AttentionShape s{4, 300, 256, 4};
+  const AttentionShape s = kInterpreted ? AttentionShape{2, 100, 128, 2} : AttentionShape{4, 300, 256, 4};
   for (const bool bf16 : {false, true}) {
     INFO((bf16 ? "bf16" : "fp32"));
     const AttentionInputs in = random_inputs(s, rng, bf16);
