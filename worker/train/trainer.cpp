@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "worker/train/checkpoint.hpp"
+#include "worker/train/choice_scoring.hpp"
 #include "worker/model/cuda_graphs.hpp"
 #include "worker/train/lr_schedule.hpp"
 #include "worker/formats/model_io.hpp"
@@ -61,6 +62,13 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
     // train.eval_batches global batches of train.batch_size sequences: the same windows whatever
     // the world size, so validation losses compare across runs.
     val_starts_ = validation_starts(data_.val, spec_.model.seq_len, t.eval_batches * t.batch_size);
+  }
+  if (!t.eval_multiple_choice.empty()) {
+    std::vector<ChoiceExample> all = read_spec_choices(t, spec_.model);
+    choices_total_ = all.size();
+    for (size_t e = static_cast<size_t>(rank_); e < all.size(); e += static_cast<size_t>(world_)) {
+      choices_.push_back(std::move(all[e]));
+    }
   }
 
   model_ = std::make_unique<GPT>(spec_.model, backend_, micro_batch_);
@@ -287,6 +295,26 @@ double Trainer::evaluate(Communicator& comm) {
   return average_scalar(comm, model_->take_loss());
 }
 
+ChoiceAccuracy Trainer::score_multiple_choice(Communicator& comm) {
+  const ChoiceScore mine = score_choices(*model_, choices_);
+  // The collectives average floats: each rank sends its count times the world size, so the average
+  // is the sum. Counts and sums stay exact in fp32 below 2^24 / world; the rounding below absorbs the
+  // division's last bit, for sums up to about 8 million examples.
+  const float counts[2] = {static_cast<float>(mine.correct * static_cast<std::uint64_t>(world_)),
+                           static_cast<float>(mine.examples * static_cast<std::uint64_t>(world_))};
+  backend_.upload(scalars_, counts, 2);
+  comm.all_reduce_average(scalars_, 2);
+  float sums[2] = {0, 0};
+  backend_.download(sums, scalars_, 2);
+  const ChoiceAccuracy all{static_cast<std::uint64_t>(std::llround(sums[0])),
+                           static_cast<std::uint64_t>(std::llround(sums[1]))};
+  if (all.examples != choices_total_) {
+    throw std::runtime_error("multiple-choice validation: the ranks scored " + std::to_string(all.examples) +
+                             " examples, expected " + std::to_string(choices_total_));
+  }
+  return all;
+}
+
 void Trainer::save(Communicator& comm, long step) {
   const auto t0 = std::chrono::steady_clock::now();
   std::string dir;
@@ -385,7 +413,8 @@ RankResult Trainer::run(Communicator& comm, const std::atomic<bool>& stop_reques
       const auto v0 = std::chrono::steady_clock::now();
       result.val_loss = evaluate(comm);
       if (bits_per_nat_ > 0) result.val_bpb = *result.val_loss * bits_per_nat_;
-      report_.validation(step, *result.val_loss, result.val_bpb, seconds_since(v0));
+      if (choices_total_ > 0) result.mc = score_multiple_choice(comm);
+      report_.validation(step, *result.val_loss, result.val_bpb, result.mc, seconds_since(v0));
     }
     if (o.stop || step == t.steps || (every > 0 && step % every == 0)) {
       save(comm, step);
