@@ -179,10 +179,12 @@ void spec_summary(std::string& html, const RunInfo& run) {
                                               text_of(t, "weight_decay"), text_of(t, "grad_clip")));
     definition(html, "data", text_of(job.at("data"), "train") +
                                  (text_of(job.at("data"), "val", "").empty() ? "" : ", validation " + text_of(job.at("data"), "val")));
-    definition(html, "validation", text_of(t, "eval_every") == "0" ? "off"
-                                                                    : fmt::format("every {} steps, {} batches",
-                                                                                  text_of(t, "eval_every"),
-                                                                                  text_of(t, "eval_batches")));
+    const std::string choices = text_of(t, "eval_multiple_choice", "");
+    definition(html, "validation",
+               text_of(t, "eval_every") == "0"
+                   ? "off"
+                   : fmt::format("every {} steps, {} batches{}", text_of(t, "eval_every"), text_of(t, "eval_batches"),
+                                 choices.empty() ? "" : ", multiple choice " + choices));
     definition(html, "checkpoints", fmt::format("{}, keep {}, resume {}",
                                                 text_of(c, "every") == "0" ? "at the end"
                                                                            : "every " + text_of(c, "every") + " steps",

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -26,10 +27,12 @@ struct ChoiceScore {
   std::vector<int> predictions;  // (examples) the completion each example's lowest mean loss picked
 };
 
-// Scores `examples` with `gpt`'s forward with targets: rows padded to the model's T (its
-// dims().T), up to max_batch() of one example's completions per forward. std::invalid_argument
-// when an example's rows do not fit T. Leaves the model's loss sums empty, as take_loss does.
-ChoiceScore score_choices(GPT& gpt, std::span<const ChoiceExample> examples);
+// Scores `examples` with `gpt`'s forward with targets: every example's completions one row each,
+// padded to the model's T (its dims().T), max_batch() rows per forward (across examples), with
+// `progress` called after each forward (a heartbeat). std::invalid_argument when an example's rows
+// do not fit T. Leaves the model's loss sums empty, as take_loss does.
+ChoiceScore score_choices(GPT& gpt, std::span<const ChoiceExample> examples,
+                          const std::function<void()>& progress = {});
 
 // train.eval_multiple_choice, read and checked for this spec's model: every token below
 // model.vocab_size and every example within model.seq_len positions. Keeps the first

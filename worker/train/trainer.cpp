@@ -296,7 +296,7 @@ double Trainer::evaluate(Communicator& comm) {
 }
 
 ChoiceAccuracy Trainer::score_multiple_choice(Communicator& comm) {
-  const ChoiceScore mine = score_choices(*model_, choices_);
+  const ChoiceScore mine = score_choices(*model_, choices_, [this] { report_.heartbeat().beat(); });
   // The collectives average floats: each rank sends its count times the world size, so the average
   // is the sum. Counts and sums stay exact in fp32 below 2^24 / world; the rounding below absorbs the
   // division's last bit, for sums up to about 8 million examples.

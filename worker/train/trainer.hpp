@@ -20,6 +20,11 @@
 // metrics.jsonl has every rank's as rank_step_ms). Each rank fills its own slot of the small
 // all-reduce with its busy time times the world size, so the average hands every rank all of them.
 //
+// Validation (train.eval_every): the loss over the same windows at every world size, and with
+// train.eval_multiple_choice the multiple-choice accuracy: each rank scores examples r, r + world,
+// ... with the training model (forward only, the loss sums taken, so the next step starts as it
+// would have) and the counts are summed across ranks.
+//
 // Progress: the training thread marks each phase and layer in the heartbeat record
 // (worker/train/heartbeat.hpp), the communication thread the bucket it reduces.
 //
