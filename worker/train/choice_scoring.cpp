@@ -13,7 +13,8 @@ int choice_positions(const ChoiceExample& x) {
   return static_cast<int>(x.context.size() + longest) - 1;
 }
 
-ChoiceScore score_choices(GPT& gpt, std::span<const ChoiceExample> examples, const std::function<void()>& progress) {
+ChoiceScore score_choices(GPT& gpt, std::span<const ChoiceExample> examples,
+                          const std::function<void()>& progress) {
   const int T = gpt.dims().T;
   const int B = gpt.max_batch();
   struct Row {
@@ -39,8 +40,9 @@ ChoiceScore score_choices(GPT& gpt, std::span<const ChoiceExample> examples, con
     std::fill(tokens.begin(), tokens.end(), 0);
     std::fill(targets.begin(), targets.end(), 0);
     for (int r = 0; r < n; ++r) {
-      const ChoiceExample& x = examples[rows[first + static_cast<size_t>(r)].example];
-      const auto& completion = x.completions[rows[first + static_cast<size_t>(r)].completion];
+      const Row& at = rows[first + static_cast<size_t>(r)];
+      const ChoiceExample& x = examples[at.example];
+      const auto& completion = x.completions[at.completion];
       std::vector<std::int32_t> row = x.context;
       row.insert(row.end(), completion.begin(), completion.end());
       std::copy(row.begin(), row.end() - 1, tokens.begin() + static_cast<long>(r) * T);
@@ -51,9 +53,10 @@ ChoiceScore score_choices(GPT& gpt, std::span<const ChoiceExample> examples, con
     gpt.backend().download(losses.data(), gpt.losses(), static_cast<size_t>(n) * T);
     gpt.take_loss();
     for (int r = 0; r < n; ++r) {
-      const ChoiceExample& x = examples[rows[first + static_cast<size_t>(r)].example];
+      const Row& at = rows[first + static_cast<size_t>(r)];
+      const ChoiceExample& x = examples[at.example];
       // The completion's tokens are targets [|context| - 1, |context| + |completion| - 1).
-      const size_t from = x.context.size() - 1, count = x.completions[rows[first + static_cast<size_t>(r)].completion].size();
+      const size_t from = x.context.size() - 1, count = x.completions[at.completion].size();
       double sum = 0.0;
       for (size_t t = from; t < from + count; ++t) sum += losses[static_cast<size_t>(r) * T + t];
       means[first + static_cast<size_t>(r)] = sum / static_cast<double>(count);
@@ -64,7 +67,7 @@ ChoiceScore score_choices(GPT& gpt, std::span<const ChoiceExample> examples, con
   score.examples = examples.size();
   for (size_t i = 0; i < rows.size();) {
     const ChoiceExample& x = examples[rows[i].example];
-    int best = 0;  // the first of equal means, as llm.c's argmin
+    int best = 0;  // the first of equal means wins
     for (size_t c = 1; c < x.completions.size(); ++c) {
       if (means[i + c] < means[i + static_cast<size_t>(best)]) best = static_cast<int>(c);
     }

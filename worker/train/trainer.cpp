@@ -297,17 +297,18 @@ double Trainer::evaluate(Communicator& comm) {
 
 ChoiceAccuracy Trainer::score_multiple_choice(Communicator& comm) {
   const ChoiceScore mine = score_choices(*model_, choices_, [this] { report_.heartbeat().beat(); });
-  // The collectives average floats: each rank sends its count times the world size, so the average
-  // is the sum. Counts and sums stay exact in fp32 below 2^24 / world; the rounding below absorbs the
-  // division's last bit, for sums up to about 8 million examples.
-  const float counts[2] = {static_cast<float>(mine.correct * static_cast<std::uint64_t>(world_)),
-                           static_cast<float>(mine.examples * static_cast<std::uint64_t>(world_))};
+  // The collectives average floats: the average of the ranks' counts times the world size is their
+  // sum. fp32 holds each count exactly (below 2^24) and the average to a few parts in 1e7, so
+  // rounding recovers the exact sum for any file of fewer than a million examples.
+  const float counts[2] = {static_cast<float>(mine.correct), static_cast<float>(mine.examples)};
   backend_.upload(scalars_, counts, 2);
   comm.all_reduce_average(scalars_, 2);
-  float sums[2] = {0, 0};
-  backend_.download(sums, scalars_, 2);
-  const ChoiceAccuracy all{static_cast<std::uint64_t>(std::llround(sums[0])),
-                           static_cast<std::uint64_t>(std::llround(sums[1]))};
+  float averages[2] = {0, 0};
+  backend_.download(averages, scalars_, 2);
+  const auto sum = [&](float average) {
+    return static_cast<std::uint64_t>(std::llround(static_cast<double>(average) * world_));
+  };
+  const ChoiceAccuracy all{sum(averages[0]), sum(averages[1])};
   if (all.examples != choices_total_) {
     throw std::runtime_error("multiple-choice validation: the ranks scored " + std::to_string(all.examples) +
                              " examples, expected " + std::to_string(choices_total_));
