@@ -176,6 +176,10 @@ TEST_CASE("train.eval_multiple_choice: a bad file or setting is refused before a
     const Case& c = cases[i];
     DYNAMIC_SECTION(c.name) {
       const std::string run = "bad" + std::to_string(i);
+      const Outcome checked = job.check(run, 2, c.sets);  // --check runs the same plan
+      INFO(checked.output);
+      CHECK(checked.exit_code == 2);
+      CHECK(error_line(checked.output).find(c.expect) != std::string::npos);
       const Outcome o = job.launch(run, 2, c.sets);
       INFO(o.output);
       CHECK(o.exit_code == 2);
