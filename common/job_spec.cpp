@@ -281,6 +281,8 @@ template <class V> void describe(V& v, TrainSpec& s) {
   v.integer("seed", s.seed, 0);
   v.integer("eval_every", s.eval_every, 0);
   v.integer("eval_batches", s.eval_batches, 1);
+  v.string("eval_multiple_choice", s.eval_multiple_choice);
+  v.integer("eval_multiple_choice_examples", s.eval_multiple_choice_examples, 0);
   v.integer("log_every", s.log_every, 1);
   v.string("precision", s.precision, {"auto", "bf16", "tf32", "fp32"});
   v.replaced("matmul_precision", "precision", "\"auto\" (bf16 on CUDA, fp32 on CPU), \"bf16\", \"tf32\" or \"fp32\"");
@@ -340,6 +342,10 @@ JobSpec parse_job_spec(const json& doc, const std::string& default_name) {
   if (spec.train.min_lr > spec.train.lr) {
     throw SpecError("train.min_lr", "expected a number <= train.lr (" + format_number(spec.train.lr) +
                                         "), got " + format_number(spec.train.min_lr));
+  }
+  if (!spec.train.eval_multiple_choice.empty() && spec.train.eval_every == 0) {
+    throw SpecError("train.eval_multiple_choice", "is scored at each validation, but train.eval_every is 0 (none); "
+                                                  "set train.eval_every");
   }
   for (const auto& [name, value] : spec.worker.env) {
     if (is_contract_variable(name)) {

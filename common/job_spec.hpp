@@ -83,6 +83,8 @@ struct TrainSpec {
   std::int64_t seed = 42;           // sampler seed
   int eval_every = 0;               // 0 = no validation
   int eval_batches = 4;             // batches of batch_size sequences per validation
+  std::string eval_multiple_choice; // llm.c multiple-choice eval file scored at each validation; empty = none
+  int eval_multiple_choice_examples = 0;  // its first N examples per validation, 0 = all
   int log_every = 1;
   std::string precision = "auto";   // auto (bf16 on CUDA, fp32 on CPU) | bf16 | tf32 | fp32
   std::string cuda_graph = "auto";  // auto | on | off: replay recorded layers (worker/model/cuda_graphs.hpp)

@@ -179,10 +179,12 @@ void spec_summary(std::string& html, const RunInfo& run) {
                                               text_of(t, "weight_decay"), text_of(t, "grad_clip")));
     definition(html, "data", text_of(job.at("data"), "train") +
                                  (text_of(job.at("data"), "val", "").empty() ? "" : ", validation " + text_of(job.at("data"), "val")));
-    definition(html, "validation", text_of(t, "eval_every") == "0" ? "off"
-                                                                    : fmt::format("every {} steps, {} batches",
-                                                                                  text_of(t, "eval_every"),
-                                                                                  text_of(t, "eval_batches")));
+    const std::string choices = text_of(t, "eval_multiple_choice", "");
+    definition(html, "validation",
+               text_of(t, "eval_every") == "0"
+                   ? "off"
+                   : fmt::format("every {} steps, {} batches{}", text_of(t, "eval_every"), text_of(t, "eval_batches"),
+                                 choices.empty() ? "" : ", multiple choice " + choices));
     definition(html, "checkpoints", fmt::format("{}, keep {}, resume {}",
                                                 text_of(c, "every") == "0" ? "at the end"
                                                                            : "every " + text_of(c, "every") + " steps",
@@ -259,6 +261,9 @@ void progress(std::string& html, const RunInfo& run, const MetricsLog& metrics) 
     if (!metrics.validations().empty()) {
       const ValRecord& val = metrics.validations().rbegin()->second;
       kpi(html, "val loss (step " + std::to_string(val.step) + ")", number_text(val.val_loss));
+      if (std::isfinite(val.mc_accuracy)) {
+        kpi(html, "multiple-choice acc (step " + std::to_string(val.step) + ")", fmt::format("{:.4f}", val.mc_accuracy));
+      }
     }
     if (std::isfinite(last.tokens_per_s)) kpi(html, "tokens/s", rate_text(last.tokens_per_s));
     if (std::isfinite(last.ms_per_step)) kpi(html, "step time", fmt::format("{:.1f} ms", last.ms_per_step));
@@ -308,6 +313,7 @@ std::vector<Chart> charts(const RunInfo& run, const MetricsLog& metrics) {
   const auto& per_step = run.tokens_per_step;
   Series loss{"train loss", {}, {}}, val{"val loss", {}, {}}, loss_t{"train loss", {}, {}}, val_t{"val loss", {}, {}};
   Series lr{"learning rate", {}, {}}, norm{"gradient norm", {}, {}}, speed{"tokens/s", {}, {}};
+  Series accuracy{"multiple-choice accuracy", {}, {}};
   for (const auto& [step, r] : metrics.steps()) {
     const double x = static_cast<double>(step);
     loss.x.push_back(x), loss.y.push_back(r.loss);
@@ -321,9 +327,10 @@ std::vector<Chart> charts(const RunInfo& run, const MetricsLog& metrics) {
     const double x = static_cast<double>(step);
     val.x.push_back(x), val.y.push_back(v.val_loss);
     if (per_step) val_t.x.push_back(x * *per_step), val_t.y.push_back(v.val_loss);
+    if (std::isfinite(v.mc_accuracy)) accuracy.x.push_back(x), accuracy.y.push_back(v.mc_accuracy);
   }
   const std::string none = "not recorded";
-  return {
+  std::vector<Chart> out = {
       {"loss-step", "Loss by step", "step", "loss (nats per token)", {loss, val}, none},
       {"loss-tokens", "Loss by tokens seen", "tokens", "loss (nats per token)", {loss_t, val_t},
        "not recorded: no token counts"},
@@ -332,6 +339,12 @@ std::vector<Chart> charts(const RunInfo& run, const MetricsLog& metrics) {
       {"tokens-per-s", "Throughput", "step", "tokens/s (all ranks)", {speed}, none},
       rank_chart(metrics),
   };
+  // Only for runs that name a multiple-choice file (train.eval_multiple_choice).
+  if (!accuracy.x.empty()) {
+    out.insert(out.begin() + 2, {"mc-accuracy", "Multiple-choice accuracy at each validation", "step",
+                                 "accuracy (share of examples answered right)", {accuracy}, none});
+  }
+  return out;
 }
 
 void restarts(std::string& html, const RunInfo& run) {

@@ -21,6 +21,7 @@
 #include "worker/formats/text_codec.hpp"
 #include "worker/model/cuda_graphs.hpp"
 #include "worker/train/checkpoint.hpp"
+#include "worker/train/choice_scoring.hpp"
 
 namespace xtrain::launcher {
 namespace {
@@ -135,11 +136,15 @@ void check_init_from(const JobSpec& spec) {
 }
 
 // Our worker's inputs, through the worker's own readers but on headers and sizes only (fast for
-// any corpus): a missing, empty, too short, truncated or foreign data file, or a resume checkpoint
+// any corpus): a missing, empty, too short, truncated or foreign data file, a bad
+// train.eval_multiple_choice file, or a resume checkpoint
 // whose settings or training split do not fit this spec, fails here, before any rank starts (exit 2).
 void check_training_inputs(const JobSpec& spec, const std::optional<std::string>& resume_from) {
   const DataFilesInfo data = check_data_files(spec.data, spec.model, spec.train.eval_every > 0);
   TextCodec::for_run(spec, data.byte_level);  // the tokenizer: its files, its vocabulary, the data's kind
+  // The whole multiple-choice file (HellaSwag's is a few MB): its header, every example whole, and
+  // each within the model's vocabulary and context.
+  if (!spec.train.eval_multiple_choice.empty()) read_spec_choices(spec.train, spec.model);
   if (!resume_from) {
     if (!spec.model.init_from.empty()) check_init_from(spec);
     return;

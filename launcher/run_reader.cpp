@@ -72,7 +72,7 @@ RecordKind parse_record(const std::string& line, StepRecord& step, ValRecord& va
     return RecordKind::kStep;
   }
   if (record.contains("val_loss") && record.at("val_loss").is_number()) {
-    validation = ValRecord{at, record.at("val_loss").get<double>()};
+    validation = ValRecord{at, record.at("val_loss").get<double>(), number(record, "mc_accuracy")};
     return RecordKind::kValidation;
   }
   return RecordKind::kNone;

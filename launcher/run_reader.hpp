@@ -50,6 +50,7 @@ struct StepRecord {
 struct ValRecord {
   long step = 0;
   double val_loss;
+  double mc_accuracy;  // train.eval_multiple_choice's accuracy
 };
 
 // metrics.jsonl read incrementally: update() parses only what was appended since the last call

@@ -22,6 +22,7 @@
 #include "worker/formats/model_io.hpp"
 #include "worker/formats/text_codec.hpp"
 #include "worker/model/gpt.hpp"
+#include "worker/train/choice_scoring.hpp"
 #include "worker/train/model_argument.hpp"
 
 namespace xtrain {
@@ -181,56 +182,26 @@ nlohmann::json score_data(const DataPlan& p, const ModelFileInfo& model) {
           {"bytes", has_bytes ? nlohmann::json(bytes) : nlohmann::json()}};
 }
 
-// llm.c's multiple-choice accuracy: per example, each completion's mean loss over its tokens.
-nlohmann::json score_choices(const std::vector<ChoiceExample>& examples, const ModelFileInfo& model,
-                             const std::string& path) {
+// llm.c's multiple-choice accuracy (worker/train/choice_scoring.hpp), at a context of the longest example.
+nlohmann::json multiple_choice(const std::vector<ChoiceExample>& examples, const ModelFileInfo& model,
+                               const std::string& path) {
   int T = 1, B = 1;
   for (size_t e = 0; e < examples.size(); ++e) {
-    for (const auto& c : examples[e].completions) {
-      const int length = static_cast<int>(examples[e].context.size() + c.size()) - 1;
-      if (length > model.n_positions) {
-        throw BadInput("--multiple-choice: " + path + ": example " + std::to_string(e) + " needs " +
-                       std::to_string(length) + " positions, more than the model's context of " +
-                       std::to_string(model.n_positions));
-      }
-      T = std::max(T, length);
+    const int length = choice_positions(examples[e]);
+    if (length > model.n_positions) {
+      throw BadInput("--multiple-choice: " + path + ": example " + std::to_string(e) + " needs " +
+                     std::to_string(length) + " positions, more than the model's context of " +
+                     std::to_string(model.n_positions));
     }
+    T = std::max(T, length);
     B = std::max(B, static_cast<int>(examples[e].completions.size()));
   }
   LoadedModel m(model, T, B);
-  std::vector<std::int32_t> tokens(static_cast<size_t>(B) * T), targets(tokens.size());
-  int correct = 0;
-  nlohmann::json predictions = nlohmann::json::array();
-  for (const ChoiceExample& x : examples) {
-    std::fill(tokens.begin(), tokens.end(), 0);
-    std::fill(targets.begin(), targets.end(), 0);
-    const int n = static_cast<int>(x.completions.size());
-    for (int c = 0; c < n; ++c) {
-      std::vector<std::int32_t> row = x.context;
-      row.insert(row.end(), x.completions[static_cast<size_t>(c)].begin(), x.completions[static_cast<size_t>(c)].end());
-      std::copy(row.begin(), row.end() - 1, tokens.begin() + static_cast<long>(c) * T);
-      std::copy(row.begin() + 1, row.end(), targets.begin() + static_cast<long>(c) * T);
-    }
-    m.gpt.forward(tokens.data(), targets.data(), n);
-    const float* losses = m.gpt.losses();  // (n, T): this forward's only, take_loss below resets them
-    int best = 0;
-    double best_loss = 0.0;
-    for (int c = 0; c < n; ++c) {
-      // The completion's tokens are targets [|context| - 1, |context| + |completion| - 1).
-      const size_t first = x.context.size() - 1, count = x.completions[static_cast<size_t>(c)].size();
-      double sum = 0.0;
-      for (size_t t = first; t < first + count; ++t) sum += losses[static_cast<size_t>(c) * T + t];
-      const double mean = sum / static_cast<double>(count);
-      if (c == 0 || mean < best_loss) best = c, best_loss = mean;
-    }
-    m.gpt.take_loss();
-    correct += best == x.label;
-    predictions.push_back(best);
-  }
-  return {{"examples", examples.size()},
-          {"correct", correct},
-          {"accuracy", static_cast<double>(correct) / static_cast<double>(examples.size())},
-          {"predictions", predictions}};
+  const ChoiceScore score = score_choices(m.gpt, examples);
+  return {{"examples", score.examples},
+          {"correct", score.correct},
+          {"accuracy", static_cast<double>(score.correct) / static_cast<double>(score.examples)},
+          {"predictions", score.predictions}};
 }
 
 }  // namespace
@@ -245,7 +216,7 @@ int run_eval(int argc, char** argv) {
     o = parse(argc, argv);
     model = open_model_argument(o.model);
     if (!o.data.empty()) data = plan_data(o, model);
-    if (!o.multiple_choice.empty()) examples = read_multiple_choice(o.multiple_choice, model.vocab_size);
+    if (!o.multiple_choice.empty()) examples = read_multiple_choice(o.multiple_choice, model.vocab_size, "--multiple-choice");
   } catch (const std::exception& e) {  // everything so far is about the input
     std::fprintf(stderr, "error: %s\n", e.what());
     return exit_code::kBadInput;
@@ -257,7 +228,7 @@ int run_eval(int argc, char** argv) {
       out["data"] = o.data;
       out.update(score_data(*data, model));
     }
-    if (!examples.empty()) out["multiple_choice"] = score_choices(examples, model, o.multiple_choice);
+    if (!examples.empty()) out["multiple_choice"] = multiple_choice(examples, model, o.multiple_choice);
   } catch (const BadInput& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return exit_code::kBadInput;

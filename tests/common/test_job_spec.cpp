@@ -98,6 +98,23 @@ TEST_CASE("errors name the field by JSON path and say what was expected", "[spec
         R"(backend: "nccl" needs GPUs, but device is "cpu"; use "gloo" or "auto")");
 }
 
+TEST_CASE("train.eval_multiple_choice: off by default, a path and a count, only with validation", "[spec]") {
+  const JobSpec off = parse_job_spec(json::object());
+  CHECK(off.train.eval_multiple_choice.empty());
+  CHECK(off.train.eval_multiple_choice_examples == 0);  // all
+  const JobSpec on = parse_job_spec(json::parse(
+      R"({"train": {"eval_every": 50, "eval_multiple_choice": "hellaswag_val.bin", "eval_multiple_choice_examples": 500}})"));
+  CHECK(on.train.eval_multiple_choice == "hellaswag_val.bin");
+  CHECK(on.train.eval_multiple_choice_examples == 500);
+  CHECK(error_of(json::parse(R"({"train": {"eval_multiple_choice": "mc.bin"}})")) ==
+        "train.eval_multiple_choice: is scored at each validation, but train.eval_every is 0 (none); set "
+        "train.eval_every");
+  CHECK(error_of(json::parse(R"({"train": {"eval_every": 5, "eval_multiple_choice": 3}})")) ==
+        "train.eval_multiple_choice: expected a non-empty string, got 3");
+  CHECK(error_of(json::parse(R"({"train": {"eval_multiple_choice_examples": -1}})")) ==
+        "train.eval_multiple_choice_examples: expected an integer >= 0, got -1");
+}
+
 TEST_CASE("unknown keys are errors, with a suggestion when one is close", "[spec]") {
   const std::string typo = error_of(json::parse(R"({"train": {"stpes": 10}})"));
   CHECK_THAT(typo, Catch::StartsWith(R"(train.stpes: unknown key (did you mean "steps"?); expected one of: steps, )"));

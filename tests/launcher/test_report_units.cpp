@@ -167,3 +167,26 @@ TEST_CASE("launcher/report: each straggler with its start, its warning, by how m
   CHECK_THAT(html, Contains("<tr><td>1</td><td>312</td><td>329</td><td>70%</td><td>921</td></tr>"));
   CHECK_THAT(html, Contains("<tr><td>3</td><td>1200</td><td>1217</td><td>40%</td><td>not yet</td></tr>"));
 }
+
+TEST_CASE("launcher/report: the multiple-choice accuracy gets a chart when the validations carry it", "[report]") {
+  TempFile file;
+  RunInfo run;
+  run.name = "mc";
+  run.run_state = RunState::kCompleted;
+  file.append(step_line(2, 4.0) + R"({"step": 2, "val_loss": 4.5, "mc_accuracy": 0.25, "mc_correct": 1, "mc_examples": 4})"
+              "\n" + step_line(4, 3.0) + R"({"step": 4, "val_loss": 3.5, "mc_accuracy": 0.5})" "\n" +
+              R"({"step": 6, "val_loss": 3.0})" "\n");
+  MetricsLog metrics(file.path());
+  REQUIRE(metrics.update());
+  const std::string html = render_report(run, metrics);
+  CHECK_THAT(html, Contains(R"(data-chart="mc-accuracy")"));
+  CHECK_THAT(html, Contains("multiple-choice accuracy"));
+  CHECK_THAT(html, Contains(R"(data-count="2" data-records="2" data-xs="2 4" data-ys="0.25 0.5")"));
+  CHECK_THAT(html, !Contains("multiple-choice acc (step"));  // the last validation (step 6) had none
+
+  TempFile plain;
+  plain.append(step_line(2, 4.0) + R"({"step": 2, "val_loss": 4.5})" "\n");
+  MetricsLog plain_metrics(plain.path());
+  REQUIRE(plain_metrics.update());
+  CHECK_THAT(render_report(run, plain_metrics), Contains(R"(data-chart="loss-step")") && !Contains("mc-accuracy"));
+}

@@ -6,10 +6,7 @@
 // the losses in double. 1e-5 relative.
 #include <catch2/catch.hpp>
 
-#include <algorithm>
 #include <cmath>
-#include <cstdint>
-#include <random>
 #include <vector>
 #include <cstdlib>
 #include <string>
@@ -18,11 +15,14 @@
 
 #include "tests/common/tokenizer/gpt2_reference.hpp"
 #include "tests/worker/gpt_test_util.hpp"
+#include "tests/worker/multiple_choice_file.hpp"
 #include "tests/worker/test_files.hpp"
 #include "tests/worker/worker_cli.hpp"
 
 using namespace xtrain;
 using xtrain::test::CliRun;
+using xtrain::test::eval_file;
+using xtrain::test::Example;
 using xtrain::test::error_line;
 using xtrain::test::read_bytes;
 using xtrain::test::ScratchDir;
@@ -102,59 +102,12 @@ TEST_CASE("eval: bad input is one error line, exit 2, nothing on stdout", "[eval
   }
 }
 
-namespace {
-
-struct Example {
-  int label;
-  std::vector<int> context;
-  std::vector<std::vector<int>> completions;
-};
-
-// A multiple-choice file as llm.c's write_evalfile lays it out (header, then per example the
-// uint16 stream), from `examples`; `example_bytes` may lie about an example's size.
-std::string eval_file(const std::vector<Example>& examples, std::int32_t magic = 20240522) {
-  std::vector<std::uint16_t> stream;
-  int longest = 0;
-  for (size_t i = 0; i < examples.size(); ++i) {
-    const Example& x = examples[i];
-    std::vector<std::uint16_t> e = {65535, 0, static_cast<std::uint16_t>(i), static_cast<std::uint16_t>(x.label),
-                                    static_cast<std::uint16_t>(x.completions.size()),
-                                    static_cast<std::uint16_t>(x.context.size())};
-    e.insert(e.end(), x.context.begin(), x.context.end());
-    for (const auto& c : x.completions) {
-      e.push_back(static_cast<std::uint16_t>(c.size()));
-      e.insert(e.end(), c.begin(), c.end());
-    }
-    e[1] = static_cast<std::uint16_t>(2 * e.size());
-    longest = std::max(longest, static_cast<int>(e[1]));
-    stream.insert(stream.end(), e.begin(), e.end());
-  }
-  std::vector<std::int32_t> header(256, 0);
-  header = {magic, 1, static_cast<std::int32_t>(examples.size()), longest};
-  header.resize(256, 0);
-  return std::string(reinterpret_cast<const char*>(header.data()), 1024) +
-         std::string(reinterpret_cast<const char*>(stream.data()), stream.size() * 2);
-}
-
-}  // namespace
-
 TEST_CASE("eval --multiple-choice: llm.c's accuracy (lowest mean completion loss), as PyTorch scores it",
           "[eval][torch]") {
   ScratchDir dir;
   const test::TestCheckpoint ckpt(dir / "run", "", test::model_spec(2, 2, 32, 16, 256), 0.3f);
   REQUIRE(test::run_worker(dir, "export", {ckpt.dir, "--format", "hf", dir / "hf"}).code == 0);
-  std::vector<Example> examples;
-  std::mt19937 rng(9);
-  for (int i = 0; i < 24; ++i) {
-    Example x{static_cast<int>(rng() % 4), {}, {}};
-    for (int t = 0; t < 3 + static_cast<int>(rng() % 4); ++t) x.context.push_back(static_cast<int>(rng() % 256));
-    for (int c = 0; c < 4; ++c) {
-      x.completions.emplace_back();
-      for (int t = 0; t < 1 + static_cast<int>(rng() % 6); ++t) x.completions.back().push_back(static_cast<int>(rng() % 256));
-    }
-    examples.push_back(x);
-  }
-  write_bytes(dir / "mc.bin", eval_file(examples));
+  write_bytes(dir / "mc.bin", eval_file(test::random_examples(24, 9, 256)));
   const CliRun ours = test::run_worker(dir, "eval", {dir / "run", "--multiple-choice", dir / "mc.bin", "--json"});
   INFO(ours.output);
   REQUIRE(ours.code == 0);

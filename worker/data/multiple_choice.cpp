@@ -11,12 +11,19 @@ namespace {
 constexpr std::uint16_t kExampleStart = 65535;
 constexpr size_t kHeaderBytes = 256 * sizeof(std::int32_t);
 
-DataError bad(const std::string& path, const std::string& what) { return DataError("--multiple-choice", path + ": " + what); }
-
 }  // namespace
 
-std::vector<ChoiceExample> read_multiple_choice(const std::string& path, int vocab_size) {
-  MappedFile file(path);
+std::vector<ChoiceExample> read_multiple_choice(const std::string& path, int vocab_size, const std::string& field) {
+  const auto bad = [&](const std::string& file_path, const std::string& what) {
+    return DataError(field, file_path + ": " + what);
+  };
+  const MappedFile file = [&] {
+    try {
+      return MappedFile(path);
+    } catch (const FileError& e) {
+      throw DataError(field, e.what());
+    }
+  }();
   if (file.size() < kHeaderBytes) {
     throw bad(path, "truncated header: " + std::to_string(file.size()) + " bytes, less than 1024");
   }

@@ -23,10 +23,10 @@ struct ChoiceExample {
   std::vector<std::vector<std::int32_t>> completions;
 };
 
-// Reads and checks the whole file. Throws DataError("--multiple-choice", "PATH: ...") naming the
-// header field, or the example (by its position in the file, from 0) and what is wrong with it:
+// Reads and checks the whole file. Throws DataError(field, "PATH: ...") (`field`: the flag or spec
+// key that named the file) for a missing or unreadable file, naming the header field, or the example (by its position in the file, from 0) and what is wrong with it:
 // a missing start mark, a size that disagrees with its fields, a label outside its completions,
 // an empty context or completion, a token at or above `vocab_size`, a file that ends inside it.
-std::vector<ChoiceExample> read_multiple_choice(const std::string& path, int vocab_size);
+std::vector<ChoiceExample> read_multiple_choice(const std::string& path, int vocab_size, const std::string& field);
 
 }  // namespace xtrain

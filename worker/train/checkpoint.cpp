@@ -351,8 +351,15 @@ std::optional<ResumeRule> train_key_on_resume(const std::string& key) {
   static const std::set<std::string> kept = {"batch_size",   "seed",  "lr",    "min_lr", "warmup_steps",
                                              "weight_decay", "beta1", "beta2", "eps",    "grad_clip"};
   // How the same steps are computed, checked or logged; steps moves the end of the schedule.
-  static const std::set<std::string> may_change = {"steps",     "micro_batch_size", "eval_every", "eval_batches",
-                                                   "log_every", "precision",        "cuda_graph"};
+  static const std::set<std::string> may_change = {"steps",
+                                                   "micro_batch_size",
+                                                   "eval_every",
+                                                   "eval_batches",
+                                                   "eval_multiple_choice",
+                                                   "eval_multiple_choice_examples",
+                                                   "log_every",
+                                                   "precision",
+                                                   "cuda_graph"};
   if (kept.count(key)) return ResumeRule::kKept;
   if (may_change.count(key)) return ResumeRule::kMayChange;
   return std::nullopt;

@@ -90,17 +90,24 @@ void RunReport::step(const StepStats& s) {
                   {"elapsed_s", training_seconds()}});
 }
 
-void RunReport::validation(long step, double val_loss, std::optional<double> bits_per_byte, double seconds) {
+void RunReport::validation(long step, double val_loss, std::optional<double> bits_per_byte,
+                           std::optional<ChoiceAccuracy> choices, double seconds) {
   if (rank_ != 0) return;
   const double ppl = std::exp(val_loss);
   nlohmann::json record = {{"step", step}, {"val_loss", val_loss}, {"val_ppl", ppl}};
-  std::string bpb;
+  std::string bpb, mc;
   if (bits_per_byte) {
     record["val_bpb"] = *bits_per_byte;
     bpb = fmt::format(" | {:.4f} bits/byte", *bits_per_byte);
   }
-  spdlog::info("step {}/{} | val loss {:.4f} | perplexity {:.2f}{} | {:.1f} s", step, total_steps_, val_loss, ppl, bpb,
-               seconds);
+  if (choices) {
+    record["mc_accuracy"] = choices->accuracy();
+    record["mc_correct"] = choices->correct;
+    record["mc_examples"] = choices->examples;
+    mc = fmt::format(" | multiple-choice acc {:.4f} ({}/{})", choices->accuracy(), choices->correct, choices->examples);
+  }
+  spdlog::info("step {}/{} | val loss {:.4f} | perplexity {:.2f}{}{} | {:.1f} s", step, total_steps_, val_loss, ppl, bpb,
+               mc, seconds);
   append_metrics(record);
 }
 
@@ -129,6 +136,11 @@ void RunReport::write_result(const RankResult& r) const {
     doc["val_ppl"] = std::exp(*r.val_loss);
   }
   if (r.val_bpb) doc["val_bpb"] = *r.val_bpb;
+  if (r.mc) {
+    doc["mc_accuracy"] = r.mc->accuracy();
+    doc["mc_correct"] = r.mc->correct;
+    doc["mc_examples"] = r.mc->examples;
+  }
   if (!r.param_digest.empty()) doc["param_digest"] = r.param_digest;
   if (!r.error.empty()) doc["error"] = r.error;
   if (!r.failure_kind.empty()) doc["failure_kind"] = r.failure_kind;

@@ -20,6 +20,13 @@
 
 namespace xtrain {
 
+// Multiple-choice answers at one validation (train.eval_multiple_choice), all ranks together.
+struct ChoiceAccuracy {
+  std::uint64_t correct = 0;
+  std::uint64_t examples = 0;
+  double accuracy() const { return static_cast<double>(correct) / static_cast<double>(examples); }
+};
+
 // The result a rank leaves in $XTRAIN_RESULT_FILE (and that xlaunch merges into summary.json).
 struct RankResult {
   int rank = 0;
@@ -28,6 +35,7 @@ struct RankResult {
   std::optional<double> loss;
   std::optional<double> val_loss;  // with val_ppl = exp(val_loss) in the file
   std::optional<double> val_bpb;   // bits per byte, where the data allows it
+  std::optional<ChoiceAccuracy> mc;  // the last validation's multiple-choice answers
   std::string param_digest;  // FNV-1a 64 of the parameter bytes, 16 hex digits
   std::string error;         // when failed: the one-line reason
   // When failed: "primary" (this rank's own failure) or "peer_lost" (a collective failed because a
@@ -52,8 +60,10 @@ class RunReport {
   // Updates the progress record; prints and records the step when it falls on log_every (or is
   // the first or the last one).
   void step(const StepStats& s);
-  // The validation loss, with its perplexity and, when known (bits_per_byte > 0), bits per byte.
-  void validation(long step, double val_loss, std::optional<double> bits_per_byte, double seconds);
+  // The validation loss, with its perplexity, when known (bits_per_byte > 0) bits per byte, and
+  // the multiple-choice accuracy when the spec names a file.
+  void validation(long step, double val_loss, std::optional<double> bits_per_byte,
+                  std::optional<ChoiceAccuracy> choices, double seconds);
   void checkpoint(long step, const std::string& path, double seconds);
 
   void write_result(const RankResult& result) const;

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "worker/train/checkpoint.hpp"
+#include "worker/train/choice_scoring.hpp"
 #include "worker/model/cuda_graphs.hpp"
 #include "worker/train/lr_schedule.hpp"
 #include "worker/formats/model_io.hpp"
@@ -61,6 +62,13 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
     // train.eval_batches global batches of train.batch_size sequences: the same windows whatever
     // the world size, so validation losses compare across runs.
     val_starts_ = validation_starts(data_.val, spec_.model.seq_len, t.eval_batches * t.batch_size);
+  }
+  if (!t.eval_multiple_choice.empty()) {
+    std::vector<ChoiceExample> all = read_spec_choices(t, spec_.model);
+    choices_total_ = all.size();
+    for (size_t e = static_cast<size_t>(rank_); e < all.size(); e += static_cast<size_t>(world_)) {
+      choices_.push_back(std::move(all[e]));
+    }
   }
 
   model_ = std::make_unique<GPT>(spec_.model, backend_, micro_batch_);
@@ -287,6 +295,27 @@ double Trainer::evaluate(Communicator& comm) {
   return average_scalar(comm, model_->take_loss());
 }
 
+ChoiceAccuracy Trainer::score_multiple_choice(Communicator& comm) {
+  const ChoiceScore mine = score_choices(*model_, choices_, [this] { report_.heartbeat().beat(); });
+  // The collectives average floats: the average of the ranks' counts times the world size is their
+  // sum. fp32 holds each count exactly (below 2^24) and the average to a few parts in 1e7, so
+  // rounding recovers the exact sum for any file of fewer than a million examples.
+  const float counts[2] = {static_cast<float>(mine.correct), static_cast<float>(mine.examples)};
+  backend_.upload(scalars_, counts, 2);
+  comm.all_reduce_average(scalars_, 2);
+  float averages[2] = {0, 0};
+  backend_.download(averages, scalars_, 2);
+  const auto sum = [&](float average) {
+    return static_cast<std::uint64_t>(std::llround(static_cast<double>(average) * world_));
+  };
+  const ChoiceAccuracy all{sum(averages[0]), sum(averages[1])};
+  if (all.examples != choices_total_) {
+    throw std::runtime_error("multiple-choice validation: the ranks scored " + std::to_string(all.examples) +
+                             " examples, expected " + std::to_string(choices_total_));
+  }
+  return all;
+}
+
 void Trainer::save(Communicator& comm, long step) {
   const auto t0 = std::chrono::steady_clock::now();
   std::string dir;
@@ -385,7 +414,8 @@ RankResult Trainer::run(Communicator& comm, const std::atomic<bool>& stop_reques
       const auto v0 = std::chrono::steady_clock::now();
       result.val_loss = evaluate(comm);
       if (bits_per_nat_ > 0) result.val_bpb = *result.val_loss * bits_per_nat_;
-      report_.validation(step, *result.val_loss, result.val_bpb, seconds_since(v0));
+      if (choices_total_ > 0) result.mc = score_multiple_choice(comm);
+      report_.validation(step, *result.val_loss, result.val_bpb, result.mc, seconds_since(v0));
     }
     if (o.stop || step == t.steps || (every > 0 && step % every == 0)) {
       save(comm, step);

@@ -20,6 +20,11 @@
 // metrics.jsonl has every rank's as rank_step_ms). Each rank fills its own slot of the small
 // all-reduce with its busy time times the world size, so the average hands every rank all of them.
 //
+// Validation (train.eval_every): the loss over the same windows at every world size, and with
+// train.eval_multiple_choice the multiple-choice accuracy: each rank scores examples r, r + world,
+// ... with the training model (forward only, the loss sums taken, so the next step starts as it
+// would have) and the counts are summed across ranks.
+//
 // Progress: the training thread marks each phase and layer in the heartbeat record
 // (worker/train/heartbeat.hpp), the communication thread the bucket it reduces.
 //
@@ -44,6 +49,7 @@
 #include "worker/train/adamw.hpp"
 #include "worker/model/backend.hpp"
 #include "worker/data/batch_sampler.hpp"
+#include "worker/data/multiple_choice.hpp"
 #include "worker/comm/communicator.hpp"
 #include "worker/train/fault_injection.hpp"
 #include "worker/model/gpt.hpp"
@@ -89,6 +95,8 @@ class Trainer {
   StepOutcome train_step(Communicator& comm, long step, bool stop_here);
   int bucket_id(Span span) const;  // the layer whose gradients `span` holds, n_layer for the embeddings'
   double evaluate(Communicator& comm);
+  // train.eval_multiple_choice on this rank's share of the examples, the counts summed over ranks.
+  ChoiceAccuracy score_multiple_choice(Communicator& comm);
   double average_scalar(Communicator& comm, double value);
   void save(Communicator& comm, long step);
   std::string param_digest();
@@ -113,6 +121,8 @@ class Trainer {
   std::vector<std::int32_t> prompt_;  // sample.prompt, encoded
   std::unique_ptr<BatchSampler> sampler_;
   std::vector<std::uint64_t> val_starts_;
+  std::vector<ChoiceExample> choices_;  // this rank's share of train.eval_multiple_choice: r, r + world, ...
+  std::uint64_t choices_total_ = 0;     // examples per validation, all ranks together (0: none)
   std::unique_ptr<GPT> model_;
   std::unique_ptr<AdamW> adamw_;
   float* scalars_ = nullptr;          // (2 + world) backend memory: what the per-step all-reduce carries
