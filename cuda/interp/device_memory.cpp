@@ -8,10 +8,12 @@
 #include <mutex>
 
 namespace xtrain::interp {
+
+const unsigned char* detail::device_space_base = nullptr;
+
 namespace {
 
-// Address space only (PROT_NONE, no reserve): pages are mapped when allocated.
-constexpr size_t kReservedBytes = 1ull << 40;
+constexpr size_t kReservedBytes = detail::kDeviceSpaceBytes;
 constexpr size_t kPage = 4096;
 
 struct DeviceSpace {
@@ -24,6 +26,7 @@ struct DeviceSpace {
   DeviceSpace() {
     void* p = mmap(nullptr, kReservedBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p != MAP_FAILED) base = static_cast<unsigned char*>(p);
+    detail::device_space_base = base;
   }
 };
 
@@ -42,12 +45,6 @@ std::map<uintptr_t, size_t>::const_iterator holder(const DeviceSpace& s, uintptr
 }
 
 }  // namespace
-
-bool in_device_space(const void* p) {
-  const DeviceSpace& s = space();
-  const auto* b = static_cast<const unsigned char*>(p);
-  return s.base != nullptr && b >= s.base && b < s.base + kReservedBytes;
-}
 
 bool is_device_range(const void* p, size_t bytes) {
   DeviceSpace& s = space();

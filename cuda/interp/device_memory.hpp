@@ -15,8 +15,18 @@ namespace xtrain::interp {
 
 // True when [p, p + bytes) lies inside one live device allocation (cudaMalloc'd, not freed).
 bool is_device_range(const void* p, size_t bytes);
-// True when p is inside the reserved range (live, freed, or between allocations).
-bool in_device_space(const void* p);
+namespace detail {
+inline constexpr size_t kDeviceSpaceBytes = 1ull << 40;  // address space only: pages are mapped when allocated
+extern const unsigned char* device_space_base;          // set when the library loads
+}  // namespace detail
+
+// True when p is inside the reserved range (live, freed, or between allocations). Inline: the
+// access checks ask it for every load and store.
+inline bool in_device_space(const void* p) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  return detail::device_space_base != nullptr && b >= detail::device_space_base &&
+         b < detail::device_space_base + detail::kDeviceSpaceBytes;
+}
 // The live allocation holding p as [lo, hi); false when there is none.
 bool device_allocation_of(const void* p, uintptr_t& lo, uintptr_t& hi);
 // Why [p, p + bytes) is not inside one live allocation, naming the nearest one; empty if it is.

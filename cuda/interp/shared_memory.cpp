@@ -61,11 +61,6 @@ void* SharedArena::declare(int thread, const char* name, size_t bytes, size_t al
   return base() + offset;
 }
 
-bool SharedArena::contains(const void* p) const {
-  const auto* b = static_cast<const unsigned char*>(p);
-  return b >= storage_.data() && b < storage_.data() + storage_.size();
-}
-
 const SharedArena::Region* SharedArena::region_of(size_t offset) const {
   for (const Region& r : regions_) {
     if (offset >= r.offset && offset < r.offset + r.bytes) return &r;
@@ -104,11 +99,20 @@ std::string SharedArena::check(const void* p, size_t bytes, bool write, bool ato
   const auto me = static_cast<uint16_t>(thread);
   const uint32_t my_syncs = warp_syncs[thread / 32];
   auto at = [&](size_t i) { return "\"" + r->name + "\" byte " + std::to_string(offset + i - r->offset); };
+  // The bytes of one access usually share their history (one thread wrote the whole row chunk):
+  // a byte whose shadow equals the previous byte's gets the previous byte's verdict and update.
+  Shadow previous_before{}, previous_after{};
   for (size_t i = 0; i < bytes; ++i) {
     Shadow& s = shadow_[offset + i];
+    if (i > 0 && std::memcmp(&s, &previous_before, sizeof s) == 0) {
+      s = previous_after;
+      continue;
+    }
+    previous_before = s;
     const bool seen = s.block == block_;
     if (atomic) {
       if (!seen || s.writer == kNobody) return "atomic on uninitialised shared memory (" + at(i) + ")";
+      previous_after = s;
       continue;
     }
     if (!write) {
@@ -125,6 +129,7 @@ std::string SharedArena::check(const void* p, size_t bytes, bool write, bool ato
         s.reader = kSeveral;
       }
       s.read_barriers = barriers_;
+      previous_after = s;
       continue;
     }
     if (seen) {
@@ -144,6 +149,7 @@ std::string SharedArena::check(const void* p, size_t bytes, bool write, bool ato
     s.writer = me;
     s.write_barriers = barriers_;
     s.write_warp_syncs = my_syncs;
+    previous_after = s;
   }
   return {};
 }

@@ -36,7 +36,10 @@ class SharedArena {
   void* declare(int thread, const char* name, size_t bytes, size_t align);
   size_t static_bytes() const { return static_bytes_; }
 
-  bool contains(const void* p) const;
+  bool contains(const void* p) const {
+    const auto* b = static_cast<const unsigned char*>(p);
+    return b >= storage_.data() && b < storage_.data() + storage_.size();
+  }
   // An empty string when the access is fine, else what is wrong with it.
   std::string check(const void* p, size_t bytes, bool write, bool atomic, int thread, const uint32_t* warp_syncs);
   void barrier_completed() { ++barriers_; }
