@@ -201,6 +201,23 @@ void resolve_worker(Plan& plan, const CliOptions& options) {
   }
 }
 
+// Interpret mode's plugin where our worker will look for it (common/cuda_interpret.hpp): a build
+// without it is refused before any rank starts, naming the switch.
+void require_interpret_plugin(const Plan& plan, const CliOptions& options) {
+  const auto& env = plan.host.environment;
+  const auto chosen = env.find("XTRAIN_CUDA_PLUGIN");
+  const fs::path plugin = chosen != env.end() && !chosen->second.empty()
+                              ? fs::path(chosen->second)
+                              : fs::path(plan.worker_argv.front()).parent_path().parent_path() / "lib" /
+                                    kCudaInterpretPluginFileName;
+  if (!fs::exists(plugin)) {
+    throw torchrun::attributed(SpecError(kCudaInterpretVariable, "1 asks for CUDA interpret mode, but " +
+                                                                      plugin.string() +
+                                                                      " is not there (a build without interpret mode)"),
+                               options);
+  }
+}
+
 }  // namespace
 
 bool is_own_worker(const JobSpec& spec) {
@@ -263,6 +280,7 @@ Plan make_plan(const CliOptions& options, const HostInfo& host) {
     throw torchrun::attributed(e, options);
   }
   resolve_worker(plan, options);  // spec errors (2) come first, then the command (126/127), then NCCL (125)
+  if (plan.own_worker && plan.device == "cuda" && cuda_interpret_requested()) require_interpret_plugin(plan, options);
   if (plan.backend == "nccl") {
     std::map<std::string, std::string> rank_env = plan.host.environment;
     for (const auto& [name, value] : plan.spec.worker.env) rank_env[name] = value;
