@@ -1,0 +1,73 @@
+// A training job run through the real xlaunch and xtrain-worker, for the end-to-end tests of the
+// CUDA backend (on GPUs, and in interpret mode): a spec of the test's, changed per run, each run
+// in its own run directory under one temporary folder.
+#pragma once
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "tests/launcher/harness.hpp"
+#include "tests/worker/run_metrics.hpp"
+
+namespace xtrain::test {
+
+class TrainingJob {
+ public:
+  // `corpus_line(i)`: line i of the training text the spec's data.train names.
+  TrainingJob(const std::string& name, nlohmann::json spec, int corpus_lines,
+              const std::function<std::string(int)>& corpus_line)
+      : dir_(std::filesystem::temp_directory_path() / ("xtrain-" + name + "-" + std::to_string(::getpid()))),
+        spec_(std::move(spec)) {
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    std::ofstream corpus(dir_ / "corpus.txt");
+    for (int i = 0; i < corpus_lines; ++i) corpus << corpus_line(i) << "\n";
+    spec_["data"]["train"] = (dir_ / "corpus.txt").string();
+  }
+  ~TrainingJob() { std::filesystem::remove_all(dir_); }
+  TrainingJob(const TrainingJob&) = delete;
+  TrainingJob& operator=(const TrainingJob&) = delete;
+
+  std::filesystem::path run_dir(const std::string& run) const { return dir_ / "runs" / run; }
+
+  // xlaunch on `nproc` ranks with the spec changed by `edit`, which must succeed (its output is
+  // shown if not).
+  void launch(const std::string& run, int nproc, const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json spec = spec_;
+    edit(spec);
+    const std::filesystem::path spec_path = dir_ / (run + ".json");
+    std::ofstream(spec_path) << spec.dump(2);
+    const std::filesystem::path out = dir_ / (run + ".out");
+    const std::string cmd = "timeout -k 10 600 '" + bin_path("xlaunch") + "' '" + spec_path.string() + "' --run-dir '" +
+                            run_dir(run).string() + "' --nproc-per-node " + std::to_string(nproc) + " --tee rank0 > '" +
+                            out.string() + "' 2>&1";
+    const int status = std::system(cmd.c_str());
+    std::ifstream in(out);
+    std::stringstream log;
+    log << in.rdbuf();
+    INFO("xlaunch output (run " << run << "):\n" << log.str());
+    REQUIRE(WIFEXITED(status));
+    REQUIRE(WEXITSTATUS(status) == 0);
+  }
+
+  std::map<long, double> losses(const std::string& run) const { return read_losses(run_dir(run)); }
+  std::string digest(const std::string& run, int rank) const {
+    std::ifstream in(run_dir(run) / "ranks" / ("rank-" + std::to_string(rank) + ".json"));
+    return nlohmann::json::parse(in).at("param_digest").get<std::string>();
+  }
+
+ private:
+  std::filesystem::path dir_;
+  nlohmann::json spec_;
+};
+
+}  // namespace xtrain::test
