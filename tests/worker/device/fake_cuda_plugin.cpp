@@ -50,6 +50,7 @@ class FakePlugin final : public CudaPlugin {
   std::unique_ptr<Communicator> make_nccl_communicator(const WorkerEnv&, Backend&, double) const override {
     throw std::runtime_error("fake CUDA plugin: no communicator");
   }
+  bool interpreted() const override { return false; }
 };
 
 }  // namespace
