@@ -10,8 +10,10 @@
 //
 // Threads: only OpenBLAS's own pool (sized by OPENBLAS_NUM_THREADS or OMP_NUM_THREADS, which
 // xlaunch sets to cores / local ranks). The matmuls are where the time goes; attention and the
-// loops run on the calling thread, which keeps every result independent of the thread count,
-// with no second thread pool competing with OpenBLAS's.
+// loops run on the calling thread, so their results do not depend on the thread count, with no
+// second thread pool competing with OpenBLAS's. The products' bits can: OpenBLAS splits a sum
+// differently for another thread count (a 700x300x900 sgemm differs between 1 and 2 threads),
+// so a run is bitwise reproducible for a fixed OPENBLAS_NUM_THREADS.
 #pragma once
 
 #include "worker/model/backend.hpp"
