@@ -4,76 +4,22 @@
 // into the graph, and the calls a real capture refuses are refused, with the real codes
 // (CUDA Programming Guide, "Stream Capture": prohibited and unhandled operations; the capture is
 // invalidated and cudaStreamEndCapture fails).
+// invalidated and cudaStreamEndCapture fails). This file: the state's rules, errors, devices and
+// launches; runtime_memory.cpp and runtime_streams.cpp the rest.
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
-#include <vector>
 
 #include "cuda/interp/device_builtins.hpp"
 #include "cuda/interp/device_memory.hpp"
 #include "cuda/interp/kernel_fault.hpp"
+#include "cuda/interp/runtime_state.hpp"
 #include "cuda/interp/shared_memory.hpp"
 #include "cuda/interp/stream_work.hpp"
 
-struct WorkItem {
-  std::string what;
-  std::function<void()> run;
-};
-
-struct CUstream_st {
-  unsigned flags = cudaStreamDefault;
-  bool capturing = false;
-  bool invalidated = false;
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
-  std::thread::id capture_thread;
-  std::vector<WorkItem> recorded;
-};
-struct CUevent_st {
-  CUstream_st* captured_in = nullptr;  // the capturing stream it was last recorded in
-};
-struct CUgraph_st {
-  std::vector<WorkItem> nodes;
-};
-struct CUgraphExec_st {
-  std::vector<WorkItem> nodes;
-};
-
 namespace xtrain::interp {
 namespace {
-
-struct Runtime {
-  std::recursive_mutex mutex;
-  cudaError_t sticky = cudaSuccess;  // a fault: every later call fails with it, as on a GPU
-  cudaError_t last = cudaSuccess;
-  std::string detail;                // what the fault or the last refusal was, in words
-  std::vector<CUstream_st*> streams;  // live, for the capture rules
-  CUstream_st legacy;
-  std::map<const void*, int> max_dynamic_shared;
-  int schedules = 3;
-
-  Runtime() {
-    legacy.flags = cudaStreamDefault;
-    if (const char* s = std::getenv("XTRAIN_INTERP_SCHEDULES"); s != nullptr && *s != '\0') schedules = std::atoi(s);
-    if (schedules < 1) schedules = 1;
-  }
-};
-
-Runtime& rt() {
-  static Runtime r;
-  return r;
-}
-
-cudaError_t refuse(cudaError_t code, std::string detail) {
-  Runtime& r = rt();
-  r.last = code;
-  r.detail = std::move(detail);
-  return code;
-}
 
 cudaError_t record_fault(cudaError_t code, const std::string& what) {
   Runtime& r = rt();
@@ -82,8 +28,6 @@ cudaError_t record_fault(cudaError_t code, const std::string& what) {
   std::fprintf(stderr, "CUDA interpret mode: %s\n", what.c_str());
   return code;
 }
-
-CUstream_st* resolve(cudaStream_t s) { return s == nullptr ? &rt().legacy : s; }
 
 // A capture that the calling thread may not disturb with an unsafe call (the capture modes:
 // global captures forbid it on every thread, thread-local ones on their own thread).
@@ -95,17 +39,6 @@ CUstream_st* capture_forbidding_unsafe_calls() {
   return nullptr;
 }
 
-// An unsafe call (allocation, synchronous copy, synchronisation) during a capture: refused, and
-// the capture invalidated, as CUDA does.
-cudaError_t refuse_if_capturing(const char* call) {
-  if (CUstream_st* s = capture_forbidding_unsafe_calls()) {
-    s->invalidated = true;
-    return refuse(cudaErrorStreamCaptureUnsupported,
-                  std::string(call) + " during stream capture (it would allocate or wait for the device)");
-  }
-  return cudaSuccess;
-}
-
 cudaError_t run_now(const WorkItem& item) {
   try {
     item.run();
@@ -114,57 +47,6 @@ cudaError_t run_now(const WorkItem& item) {
   } catch (const std::exception& e) {
     return record_fault(cudaErrorLaunchFailure, item.what + ": " + e.what());
   }
-  return cudaSuccess;
-}
-
-cudaError_t issue(cudaStream_t stream, WorkItem item) {
-  Runtime& r = rt();
-  std::lock_guard lock(r.mutex);
-  if (r.sticky != cudaSuccess) return r.sticky;
-  CUstream_st* s = resolve(stream);
-  if (s->capturing) {
-    if (s->invalidated) return refuse(cudaErrorStreamCaptureInvalidated, "the capture was invalidated by an earlier call");
-    s->recorded.push_back(std::move(item));
-    return cudaSuccess;
-  }
-  if (s == &r.legacy) {
-    for (CUstream_st* other : r.streams) {
-      if (other->capturing && !(other->flags & cudaStreamNonBlocking)) {
-        other->invalidated = true;
-        return refuse(cudaErrorStreamCaptureImplicit,
-                      item.what + " on the legacy stream while a blocking stream is captured");
-      }
-    }
-  }
-  return run_now(item);
-}
-
-bool known_stream(cudaStream_t s) {
-  if (s == nullptr) return true;
-  for (CUstream_st* x : rt().streams) {
-    if (x == s) return true;
-  }
-  return false;
-}
-
-// Which side of a copy must be device memory, by its kind (cudaMemcpyDefault: by the pointers).
-cudaError_t check_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-  if (bytes == 0) return cudaSuccess;
-  const bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice ||
-                          (kind == cudaMemcpyDefault && in_device_space(dst));
-  const bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice ||
-                          (kind == cudaMemcpyDefault && in_device_space(src));
-  if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) {
-    return refuse(cudaErrorInvalidMemcpyDirection, "copy kind " + std::to_string(kind));
-  }
-  if (dst_device && !is_device_range(dst, bytes)) {
-    return refuse(cudaErrorInvalidValue, "copy destination: " + describe_bad_device_range(dst, bytes));
-  }
-  if (src_device && !is_device_range(src, bytes)) {
-    return refuse(cudaErrorInvalidValue, "copy source: " + describe_bad_device_range(src, bytes));
-  }
-  if (!dst_device && in_device_space(dst)) return refuse(cudaErrorInvalidValue, "copy destination is device memory, the kind says host");
-  if (!src_device && in_device_space(src)) return refuse(cudaErrorInvalidValue, "copy source is device memory, the kind says host");
   return cudaSuccess;
 }
 
@@ -214,6 +96,61 @@ const char* error_words(cudaError_t e) {
 
 }  // namespace
 
+Runtime& rt() {
+  static Runtime r;
+  return r;
+}
+
+cudaError_t refuse(cudaError_t code, std::string detail) {
+  Runtime& r = rt();
+  r.last = code;
+  r.detail = std::move(detail);
+  return code;
+}
+
+CUstream_st* resolve(cudaStream_t s) { return s == nullptr ? &rt().legacy : s; }
+
+// An unsafe call (allocation, synchronous copy, synchronisation) during a capture: refused, and
+// the capture invalidated, as CUDA does.
+cudaError_t refuse_if_capturing(const char* call) {
+  if (CUstream_st* s = capture_forbidding_unsafe_calls()) {
+    s->invalidated = true;
+    return refuse(cudaErrorStreamCaptureUnsupported,
+                  std::string(call) + " during stream capture (it would allocate or wait for the device)");
+  }
+  return cudaSuccess;
+}
+
+cudaError_t issue(cudaStream_t stream, WorkItem item) {
+  Runtime& r = rt();
+  std::lock_guard lock(r.mutex);
+  if (r.sticky != cudaSuccess) return r.sticky;
+  CUstream_st* s = resolve(stream);
+  if (s->capturing) {
+    if (s->invalidated) return refuse(cudaErrorStreamCaptureInvalidated, "the capture was invalidated by an earlier call");
+    s->recorded.push_back(std::move(item));
+    return cudaSuccess;
+  }
+  if (s == &r.legacy) {
+    for (CUstream_st* other : r.streams) {
+      if (other->capturing && !(other->flags & cudaStreamNonBlocking)) {
+        other->invalidated = true;
+        return refuse(cudaErrorStreamCaptureImplicit,
+                      item.what + " on the legacy stream while a blocking stream is captured");
+      }
+    }
+  }
+  return run_now(item);
+}
+
+bool known_stream(cudaStream_t s) {
+  if (s == nullptr) return true;
+  for (CUstream_st* x : rt().streams) {
+    if (x == s) return true;
+  }
+  return false;
+}
+
 cudaError_t enqueue(cudaStream_t stream, const char* what, std::function<void()> work) {
   return issue(stream, WorkItem{what, std::move(work)});
 }
@@ -254,7 +191,6 @@ void launch(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shared_byt
   const int schedules = r.schedules;
   issue(stream, WorkItem{"kernel " + name, [config, body, schedules] { execute_under_schedules(config, *body, schedules); }});
 }
-
 
 }  // namespace xtrain::interp
 
@@ -336,205 +272,6 @@ cudaError_t cudaDeviceReset() {
   rt().sticky = rt().last = cudaSuccess;
   rt().detail.clear();
   rt().max_dynamic_shared.clear();
-  return cudaSuccess;
-}
-
-// ---- memory -------------------------------------------------------------------------------------
-
-cudaError_t cudaMalloc(void** ptr, size_t bytes) {
-  std::lock_guard lock(rt().mutex);
-  if (rt().sticky != cudaSuccess) return rt().sticky;
-  if (const cudaError_t e = xtrain::interp::refuse_if_capturing("cudaMalloc")) return e;
-  *ptr = xtrain::interp::device_allocate(bytes);
-  if (*ptr == nullptr) {
-    return refuse(cudaErrorMemoryAllocation, "cudaMalloc of " + std::to_string(bytes) + " bytes: " +
-                                                 std::to_string(xtrain::interp::device_allocated_bytes()) +
-                                                 " bytes are allocated already");
-  }
-  return cudaSuccess;
-}
-cudaError_t cudaFree(void* ptr) {
-  std::lock_guard lock(rt().mutex);
-  if (ptr == nullptr) return cudaSuccess;
-  if (const cudaError_t e = xtrain::interp::refuse_if_capturing("cudaFree")) return e;
-  if (!xtrain::interp::device_free(ptr)) {
-    return refuse(cudaErrorInvalidValue, "cudaFree of a pointer that is not a live allocation's start");
-  }
-  return cudaSuccess;
-}
-cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
-  *total_bytes = xtrain::interp::kDeviceMemoryBytes;
-  *free_bytes = *total_bytes - xtrain::interp::device_allocated_bytes();
-  return cudaSuccess;
-}
-cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* ptr) {
-  *a = cudaPointerAttributes{};
-  if (xtrain::interp::is_device_range(ptr, 1)) {
-    a->type = cudaMemoryTypeDevice;
-    a->devicePointer = const_cast<void*>(ptr);
-  } else {
-    a->type = cudaMemoryTypeUnregistered;
-    a->hostPointer = const_cast<void*>(ptr);
-  }
-  return cudaSuccess;
-}
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
-  std::lock_guard lock(rt().mutex);
-  if (const cudaError_t e = xtrain::interp::check_copy(dst, src, bytes, kind)) return e;
-  return xtrain::interp::enqueue(stream, "cudaMemcpyAsync", [dst, src, bytes] { std::memmove(dst, src, bytes); });
-}
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-  std::lock_guard lock(rt().mutex);
-  if (const cudaError_t e = xtrain::interp::refuse_if_capturing("cudaMemcpy")) return e;
-  return cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
-}
-cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
-  std::lock_guard lock(rt().mutex);
-  if (bytes != 0 && !xtrain::interp::is_device_range(ptr, bytes)) {
-    return refuse(cudaErrorInvalidValue, "cudaMemsetAsync: " + xtrain::interp::describe_bad_device_range(ptr, bytes));
-  }
-  return xtrain::interp::enqueue(stream, "cudaMemsetAsync", [ptr, value, bytes] { std::memset(ptr, value, bytes); });
-}
-cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
-  std::lock_guard lock(rt().mutex);
-  if (const cudaError_t e = xtrain::interp::refuse_if_capturing("cudaMemset")) return e;
-  return cudaMemsetAsync(ptr, value, bytes, nullptr);
-}
-
-// ---- streams and capture ------------------------------------------------------------------------
-
-cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, cudaStreamDefault); }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
-  std::lock_guard lock(rt().mutex);
-  auto* s = new CUstream_st;
-  s->flags = flags;
-  rt().streams.push_back(s);
-  *stream = s;
-  return cudaSuccess;
-}
-cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  std::lock_guard lock(rt().mutex);
-  auto& all = rt().streams;
-  for (auto it = all.begin(); it != all.end(); ++it) {
-    if (*it != stream) continue;
-    all.erase(it);
-    delete stream;
-    return cudaSuccess;
-  }
-  return refuse(cudaErrorInvalidResourceHandle, "cudaStreamDestroy of a stream that does not exist");
-}
-cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  std::lock_guard lock(rt().mutex);
-  CUstream_st* s = xtrain::interp::resolve(stream);
-  if (s->capturing) {
-    s->invalidated = true;
-    return refuse(cudaErrorStreamCaptureUnsupported, "cudaStreamSynchronize of a stream being captured");
-  }
-  if (s == &rt().legacy) {
-    if (const cudaError_t e = xtrain::interp::refuse_if_capturing("cudaStreamSynchronize(legacy stream)")) return e;
-  }
-  return rt().sticky;
-}
-cudaError_t cudaStreamQuery(cudaStream_t stream) {
-  std::lock_guard lock(rt().mutex);
-  CUstream_st* s = xtrain::interp::resolve(stream);
-  if (s->capturing) {
-    s->invalidated = true;
-    return refuse(cudaErrorStreamCaptureUnsupported, "cudaStreamQuery of a stream being captured");
-  }
-  return rt().sticky;  // all issued work is done
-}
-cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
-  std::lock_guard lock(rt().mutex);
-  CUstream_st* s = xtrain::interp::resolve(stream);
-  if (event->captured_in != nullptr && event->captured_in != s) {
-    return refuse(cudaErrorNotSupported, "interpret mode captures one stream: a wait joining another stream into a capture");
-  }
-  return rt().sticky;
-}
-cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
-  std::lock_guard lock(rt().mutex);
-  if (stream == nullptr) return refuse(cudaErrorStreamCaptureUnsupported, "capture of the legacy stream");
-  if (stream->capturing) return refuse(cudaErrorIllegalState, "cudaStreamBeginCapture of a stream being captured");
-  stream->capturing = true;
-  stream->invalidated = false;
-  stream->mode = mode;
-  stream->capture_thread = std::this_thread::get_id();
-  stream->recorded.clear();
-  return cudaSuccess;
-}
-cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
-  std::lock_guard lock(rt().mutex);
-  *graph = nullptr;
-  if (stream == nullptr || !stream->capturing) {
-    return refuse(cudaErrorStreamCaptureUnmatched, "cudaStreamEndCapture of a stream not being captured");
-  }
-  stream->capturing = false;
-  std::vector<WorkItem> nodes = std::move(stream->recorded);
-  stream->recorded.clear();
-  if (stream->invalidated) {
-    stream->invalidated = false;
-    return refuse(cudaErrorStreamCaptureInvalidated, "the capture was invalidated by an earlier call");
-  }
-  *graph = new CUgraph_st{std::move(nodes)};
-  return cudaSuccess;
-}
-cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
-  std::lock_guard lock(rt().mutex);
-  CUstream_st* s = xtrain::interp::resolve(stream);
-  *status = !s->capturing ? cudaStreamCaptureStatusNone
-                          : s->invalidated ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive;
-  return cudaSuccess;
-}
-
-// ---- events -------------------------------------------------------------------------------------
-// Work is done when issued, so an event is complete once recorded; only its capture matters.
-
-cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
-  *event = new CUevent_st;
-  return cudaSuccess;
-}
-cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  delete event;
-  return cudaSuccess;
-}
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-  std::lock_guard lock(rt().mutex);
-  CUstream_st* s = xtrain::interp::resolve(stream);
-  event->captured_in = s->capturing ? s : nullptr;
-  return rt().sticky;
-}
-cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  std::lock_guard lock(rt().mutex);
-  if (event->captured_in != nullptr && event->captured_in->capturing) {
-    event->captured_in->invalidated = true;
-    return refuse(cudaErrorStreamCaptureUnsupported, "cudaEventSynchronize of an event recorded in a capture");
-  }
-  return rt().sticky;
-}
-cudaError_t cudaEventQuery(cudaEvent_t event) { return cudaEventSynchronize(event); }
-
-// ---- graphs -------------------------------------------------------------------------------------
-
-cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
-  if (graph == nullptr) return refuse(cudaErrorInvalidValue, "cudaGraphInstantiate of a null graph");
-  *exec = new CUgraphExec_st{graph->nodes};
-  return cudaSuccess;
-}
-cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
-  if (exec == nullptr) return refuse(cudaErrorInvalidValue, "cudaGraphLaunch of a null graph");
-  for (const WorkItem& node : exec->nodes) {
-    if (const cudaError_t e = xtrain::interp::enqueue(stream, node.what.c_str(), node.run)) return e;
-  }
-  return cudaSuccess;
-}
-cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
-  delete graph;
-  return cudaSuccess;
-}
-cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
-  delete exec;
   return cudaSuccess;
 }
 

@@ -1,0 +1,71 @@
+// Interpret mode's runtime state, shared by runtime.cpp (errors, devices, launches),
+// runtime_memory.cpp and runtime_streams.cpp (streams, capture, events, graphs). One lock for
+// all of it: the backend calls the runtime from one thread, and kernels run under the lock.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+struct WorkItem {
+  std::string what;
+  std::function<void()> run;
+};
+
+struct CUstream_st {
+  unsigned flags = cudaStreamDefault;
+  bool capturing = false;
+  bool invalidated = false;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+  std::thread::id capture_thread;
+  std::vector<WorkItem> recorded;
+};
+struct CUevent_st {
+  CUstream_st* captured_in = nullptr;  // the capturing stream it was last recorded in
+};
+struct CUgraph_st {
+  std::vector<WorkItem> nodes;
+};
+struct CUgraphExec_st {
+  std::vector<WorkItem> nodes;
+};
+
+namespace xtrain::interp {
+
+struct Runtime {
+  std::recursive_mutex mutex;
+  cudaError_t sticky = cudaSuccess;  // a fault: every later call fails with it, as on a GPU
+  cudaError_t last = cudaSuccess;
+  std::string detail;                // what the fault or the last refusal was, in words
+  std::vector<CUstream_st*> streams;  // live, for the capture rules
+  CUstream_st legacy;
+  std::map<const void*, int> max_dynamic_shared;
+  int schedules = 3;
+
+  Runtime() {
+    legacy.flags = cudaStreamDefault;
+    if (const char* s = std::getenv("XTRAIN_INTERP_SCHEDULES"); s != nullptr && *s != '\0') schedules = std::atoi(s);
+    if (schedules < 1) schedules = 1;
+  }
+};
+
+Runtime& rt();
+
+// Records `detail` as the reason for `code` (cudaGetErrorString adds it) and returns `code`.
+cudaError_t refuse(cudaError_t code, std::string detail);
+// The stream a handle names: nullptr is the legacy stream.
+CUstream_st* resolve(cudaStream_t s);
+// An unsafe call (allocation, synchronous copy, synchronisation) during a capture that forbids
+// it: refused with cudaErrorStreamCaptureUnsupported and the capture invalidated, as CUDA does;
+// cudaSuccess otherwise.
+cudaError_t refuse_if_capturing(const char* call);
+// Runs the work now, or records it while the stream is captured (stream_work.hpp's rule).
+cudaError_t issue(cudaStream_t stream, WorkItem item);
+bool known_stream(cudaStream_t s);
+
+}  // namespace xtrain::interp

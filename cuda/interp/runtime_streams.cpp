@@ -1,0 +1,148 @@
+// Interpret mode's CUDA runtime: streams and their capture, events, graphs (runtime.cpp has the
+// rules). Work is done when it is issued, so an event is complete once recorded; only its capture
+// matters.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda/interp/runtime_state.hpp"
+#include "cuda/interp/stream_work.hpp"
+
+using xtrain::interp::refuse;
+using xtrain::interp::rt;
+
+// ---- streams and capture ------------------------------------------------------------------------
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, cudaStreamDefault); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
+  std::lock_guard lock(rt().mutex);
+  auto* s = new CUstream_st;
+  s->flags = flags;
+  rt().streams.push_back(s);
+  *stream = s;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  std::lock_guard lock(rt().mutex);
+  auto& all = rt().streams;
+  for (auto it = all.begin(); it != all.end(); ++it) {
+    if (*it != stream) continue;
+    all.erase(it);
+    delete stream;
+    return cudaSuccess;
+  }
+  return refuse(cudaErrorInvalidResourceHandle, "cudaStreamDestroy of a stream that does not exist");
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  std::lock_guard lock(rt().mutex);
+  CUstream_st* s = xtrain::interp::resolve(stream);
+  if (s->capturing) {
+    s->invalidated = true;
+    return refuse(cudaErrorStreamCaptureUnsupported, "cudaStreamSynchronize of a stream being captured");
+  }
+  if (s == &rt().legacy) {
+    if (const cudaError_t e = xtrain::interp::refuse_if_capturing("cudaStreamSynchronize(legacy stream)")) return e;
+  }
+  return rt().sticky;
+}
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  std::lock_guard lock(rt().mutex);
+  CUstream_st* s = xtrain::interp::resolve(stream);
+  if (s->capturing) {
+    s->invalidated = true;
+    return refuse(cudaErrorStreamCaptureUnsupported, "cudaStreamQuery of a stream being captured");
+  }
+  return rt().sticky;  // all issued work is done
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
+  std::lock_guard lock(rt().mutex);
+  CUstream_st* s = xtrain::interp::resolve(stream);
+  if (event->captured_in != nullptr && event->captured_in != s) {
+    return refuse(cudaErrorNotSupported, "interpret mode captures one stream: a wait joining another stream into a capture");
+  }
+  return rt().sticky;
+}
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
+  std::lock_guard lock(rt().mutex);
+  if (stream == nullptr) return refuse(cudaErrorStreamCaptureUnsupported, "capture of the legacy stream");
+  if (stream->capturing) return refuse(cudaErrorIllegalState, "cudaStreamBeginCapture of a stream being captured");
+  stream->capturing = true;
+  stream->invalidated = false;
+  stream->mode = mode;
+  stream->capture_thread = std::this_thread::get_id();
+  stream->recorded.clear();
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  std::lock_guard lock(rt().mutex);
+  *graph = nullptr;
+  if (stream == nullptr || !stream->capturing) {
+    return refuse(cudaErrorStreamCaptureUnmatched, "cudaStreamEndCapture of a stream not being captured");
+  }
+  stream->capturing = false;
+  std::vector<WorkItem> nodes = std::move(stream->recorded);
+  stream->recorded.clear();
+  if (stream->invalidated) {
+    stream->invalidated = false;
+    return refuse(cudaErrorStreamCaptureInvalidated, "the capture was invalidated by an earlier call");
+  }
+  *graph = new CUgraph_st{std::move(nodes)};
+  return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  std::lock_guard lock(rt().mutex);
+  CUstream_st* s = xtrain::interp::resolve(stream);
+  *status = !s->capturing ? cudaStreamCaptureStatusNone
+                          : s->invalidated ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive;
+  return cudaSuccess;
+}
+
+// ---- events -------------------------------------------------------------------------------------
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
+  *event = new CUevent_st;
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete event;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  std::lock_guard lock(rt().mutex);
+  CUstream_st* s = xtrain::interp::resolve(stream);
+  event->captured_in = s->capturing ? s : nullptr;
+  return rt().sticky;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  std::lock_guard lock(rt().mutex);
+  if (event->captured_in != nullptr && event->captured_in->capturing) {
+    event->captured_in->invalidated = true;
+    return refuse(cudaErrorStreamCaptureUnsupported, "cudaEventSynchronize of an event recorded in a capture");
+  }
+  return rt().sticky;
+}
+cudaError_t cudaEventQuery(cudaEvent_t event) { return cudaEventSynchronize(event); }
+
+// ---- graphs -------------------------------------------------------------------------------------
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  if (graph == nullptr) return refuse(cudaErrorInvalidValue, "cudaGraphInstantiate of a null graph");
+  *exec = new CUgraphExec_st{graph->nodes};
+  return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  if (exec == nullptr) return refuse(cudaErrorInvalidValue, "cudaGraphLaunch of a null graph");
+  for (const WorkItem& node : exec->nodes) {
+    if (const cudaError_t e = xtrain::interp::enqueue(stream, node.what.c_str(), node.run)) return e;
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete graph;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete exec;
+  return cudaSuccess;
+}
