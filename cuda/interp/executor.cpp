@@ -77,10 +77,18 @@ class StackPool {
   std::vector<ctx::stack_context> free_;
 };
 
-// What Boost.Context asks of a stack allocator, served from the pool.
+// What Boost.Context asks of a stack allocator, served from the pool; it tells the thread where
+// its stack lies (accesses there are the thread's own).
 struct PooledStack {
   StackPool* pool;
-  ctx::stack_context allocate() { return pool->take(); }
+  const unsigned char** low;
+  const unsigned char** high;
+  ctx::stack_context allocate() {
+    ctx::stack_context s = pool->take();
+    *high = static_cast<const unsigned char*>(s.sp);
+    *low = *high - s.size;
+    return s;
+  }
   void deallocate(ctx::stack_context& s) noexcept { pool->give(s); }
 };
 
@@ -217,8 +225,6 @@ class BlockRun {
     }
     const auto* b = static_cast<const unsigned char*>(p);
     if (b >= t.stack_low && b + bytes <= t.stack_high) return;
-    const auto* pos = reinterpret_cast<const unsigned char*>(&t.pos);  // threadIdx, blockIdx, ...
-    if (b >= pos && b + bytes <= pos + sizeof t.pos) return;
     const auto* params = static_cast<const unsigned char*>(body_.storage());
     if (b >= params && b + bytes <= params + body_.storage_bytes()) return;
     Dl_info info{};
@@ -239,11 +245,8 @@ class BlockRun {
 
   void resume(ThreadRecord& t) {
     if (!t.fiber) {
-      ctx::stack_context probe = stacks_.take();
-      stacks_.give(probe);  // the fiber takes the same stack back: its bounds are known here
-      t.stack_high = static_cast<const unsigned char*>(probe.sp);
-      t.stack_low = t.stack_high - probe.size;
-      t.fiber = ctx::fiber(std::allocator_arg, PooledStack{&stacks_}, [this, &t](ctx::fiber&& sink) {
+      t.fiber = ctx::fiber(std::allocator_arg, PooledStack{&stacks_, &t.stack_low, &t.stack_high},
+                           [this, &t](ctx::fiber&& sink) {
         t.sink = std::move(sink);
         try {
           body_.run_thread();
@@ -430,7 +433,7 @@ void execute_under_schedules(const LaunchConfig& config, const KernelBody& body,
 
 // ---- device-side entry points -------------------------------------------------------------------
 
-const ThreadPosition& this_thread() {
+ThreadPosition this_thread() {
   if (t_thread == nullptr) throw std::logic_error("interpret mode: threadIdx and friends outside a kernel");
   return t_thread->pos;
 }

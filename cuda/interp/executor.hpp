@@ -69,8 +69,9 @@ struct ThreadPosition {
   uint3 thread_idx, block_idx;
   dim3 block_dim, grid_dim;
 };
-// The running thread's position; throws std::logic_error outside a kernel.
-const ThreadPosition& this_thread();
+// The running thread's position (a copy: the kernel reads it from its own stack); throws
+// std::logic_error outside a kernel.
+ThreadPosition this_thread();
 
 void sync_threads();
 void sync_warp(unsigned mask);

@@ -159,7 +159,9 @@ void launch(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shared_byt
             std::shared_ptr<const KernelBody> body) {
   Runtime& r = rt();
   std::lock_guard lock(r.mutex);
-  const std::string name = kernel_name(kernel);
+  auto [named, unnamed] = r.kernel_names.try_emplace(kernel);
+  if (unnamed) named->second = kernel_name(kernel);
+  const std::string& name = named->second;
   const unsigned long long threads = 1ull * block.x * block.y * block.z;
   if (threads == 0 || threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64 || grid.x == 0 ||
       grid.y == 0 || grid.z == 0 || grid.x > 0x7FFFFFFFu || grid.y > 65535 || grid.z > 65535) {

@@ -45,6 +45,7 @@ struct Runtime {
   std::vector<CUstream_st*> streams;  // live, for the capture rules
   CUstream_st legacy;
   std::map<const void*, int> max_dynamic_shared;
+  std::map<const void*, std::string> kernel_names;  // demangled once per kernel, not per launch
   int schedules = 3;
 
   Runtime() {

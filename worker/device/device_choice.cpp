@@ -74,20 +74,16 @@ std::unique_ptr<Backend> make_backend(const DeviceChoice& device) {
 
 std::unique_ptr<Communicator> make_communicator(const DeviceChoice& device, const JobSpec& spec,
                                                 const WorkerEnv& env, Backend& backend) {
-  const bool on_gpu = device.cuda != nullptr;
-  if (device.interpreted) {
-    if (spec.backend == "nccl") {
-      throw SpecError("backend", std::string("\"nccl\" needs GPUs; in CUDA interpret mode (") + kCudaInterpretVariable +
-                                     "=1) ranks reduce with \"gloo\" (or \"auto\")");
-    }
-    if (env.where.world_size == 1) return std::make_unique<SingleCommunicator>();
-    return make_gloo_communicator(env, spec.nodes.rdzv_timeout_s);
-  }
+  // Interpret mode's device memory is host memory: its ranks reduce as CPU ranks do.
+  const bool on_gpu = device.cuda != nullptr && !device.interpreted;
   if (spec.backend == "gloo" && on_gpu) {
     throw SpecError("backend", "\"gloo\" reduces host memory; with device \"cuda\" use \"nccl\" or \"auto\"");
   }
   if (spec.backend == "nccl" && !on_gpu) {
-    throw SpecError("backend", "\"nccl\" needs device \"cuda\"; CPU ranks use \"gloo\" or \"auto\"");
+    throw SpecError("backend", device.interpreted
+                                   ? std::string("\"nccl\" needs GPUs; in CUDA interpret mode (") + kCudaInterpretVariable +
+                                         "=1) ranks reduce with \"gloo\" (or \"auto\")"
+                                   : std::string("\"nccl\" needs device \"cuda\"; CPU ranks use \"gloo\" or \"auto\""));
   }
   if (env.where.world_size == 1) return std::make_unique<SingleCommunicator>();
   const double timeout_s = spec.nodes.rdzv_timeout_s;
