@@ -112,7 +112,9 @@ TEST_CASE_METHOD(OpsTest, "cuda embedding forward and backward match the CPU, fr
 
       cpu.embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), s.B, s.T, s.C);
       gpu->embedding_backward(d_dwte.get(), d_dwpe.get(), d_dout.get(), d_tokens.get(), s.B, s.T, s.C);
-      CHECK(rel_err(d_dwte.host(), dwte) < kPerElement);
+      // A row of dwte sums every position that holds its token (2,000 of them where every
+      // position is token 3), in chunks and runs rather than the CPU's one loop: a reduction.
+      CHECK(rel_err(d_dwte.host(), dwte) < kReduction);
       CHECK(d_dwpe.host() == dwpe);
     }
   }
