@@ -21,6 +21,7 @@
 #include "worker/data/token_source.hpp"
 #include "worker/formats/model_io.hpp"
 #include "worker/formats/text_codec.hpp"
+#include "worker/loaded_model.hpp"
 #include "worker/model/gpt.hpp"
 #include "worker/train/choice_scoring.hpp"
 #include "worker/train/model_argument.hpp"
@@ -103,29 +104,6 @@ EvalOptions parse(int argc, char** argv) {
   if (o.data.empty() && o.max_tokens) throw BadInput("--max-tokens: goes with --data");
   return o;
 }
-
-ModelSpec shape_of(const ModelFileInfo& model, int T) {
-  ModelSpec m;
-  m.n_layer = model.n_layer;
-  m.n_head = model.n_head;
-  m.n_embd = model.n_embd;
-  m.seq_len = T;
-  m.vocab_size = model.vocab_size;
-  return m;
-}
-
-// The model's weights at a context of T (the first T rows of wpe), on the CPU in fp32.
-struct LoadedModel {
-  ParamLayout layout;
-  CpuBackend backend{Precision::fp32};
-  GPT gpt;
-  LoadedModel(const ModelFileInfo& model, int T, int max_batch)
-      : layout(ModelDims::from(shape_of(model, T))), gpt(shape_of(model, T), backend, max_batch) {
-    std::vector<float> params(layout.total());
-    import_model(model, layout, params.data());
-    gpt.set_params(params.data());
-  }
-};
 
 // The --data scores: whole windows of T tokens from the start of the data.
 struct DataPlan {
