@@ -1,33 +1,45 @@
 #!/usr/bin/env bash
 # The prepared GPU check, run from the repository root on the GPU machine (one H200: NVIDIA
-# driver, CUDA with nvcc, CMake, ninja, PyTorch; none of our Debian packages; no network).
-# Within its budget (default 450 s, under 8 minutes): prints the GPU, runs every [gpu] test
-# (test_cuda whole, and the [gpu] cases of test_launcher_integration), the GPU benchmark against
-# PyTorch, and the scaling driver where there are several GPUs; writes under $OUT (or ./device-out):
+# driver, CUDA with nvcc, CMake, ninja, PyTorch, transformers, tiktoken; none of our Debian
+# packages; no network). Within its budget (default 450 s, under 8 minutes), most valuable first:
+# prints the GPU, runs every [gpu] test (test_cuda whole, and the [gpu] cases of
+# test_launcher_integration), our Hugging Face export against the real transformers, our
+# tokenizer against the real tiktoken, the GPU benchmark against PyTorch, compute-sanitizer over
+# the kernel tests, and the scaling driver where there are several GPUs; writes under $OUT (or
+# ./device-out):
 #   summary.md       what ran, on what, with what result, and the tables (read this first)
 #   gpu_bench.md/.json, gpu_scaling.md/.json   the benchmark tables
-#   logs.tar.gz      every log: nvidia-smi, libraries, tests, benchmark, scaling
+#   hf_export.json, tokenizer.json             the two comparisons' numbers
+#   logs.tar.gz      every log: nvidia-smi, libraries, tests, checks, benchmark, sanitizer, scaling
 #
 # Programs: dist/xtrain-bundle.tar.xz, made on the build machine by scripts/make-bundle.sh and
 # carried along (device tool: carry ["dist"]); or XTRAIN_CHECK_BIN_DIR, a bin/ with the CUDA
 # plugin in ../lib (a build); else a build here is attempted (it needs our Debian packages, which
 # that machine lacks, so expect the bundle to be the way). Without programs the PyTorch side of
-# the benchmark still runs.
-# Options: --sanitize   run compute-sanitizer (memcheck, racecheck) over the [ops] tests instead
-#                       of the benchmark.
+# the benchmark still runs. GPT-2's vocabulary (for the tokenizer check): the bundle's gpt2/, or
+# XTRAIN_GPT2_VOCAB, or scripts/fetch-gpt2-reference.sh's cache.
+# Options: --sanitize   compute-sanitizer gets the benchmark's time (and the [gpu][train] cases
+#                       too) instead of its slice at the end; no benchmark.
 # Environment: XTRAIN_CHECK_BUDGET_S (default 450) bounds the whole run: every step has a timeout
 # cut to what is left of it. XTRAIN_PYTHON: the python3 with PyTorch (default python3).
-# XTRAIN_BENCH_ARGS: more arguments for gpu_bench.py (e.g. "--shapes gpt2 --precisions bf16").
-# Exit: 0 everything ran and passed; 1 a test or the benchmark failed, or no programs; 3 no GPU
-# (only the tests that need none ran).
+# XTRAIN_BENCH_ARGS: more arguments for gpu_bench.py, after the defaults "--shapes
+# gpt2,gpt2-b64,mid,demo --precisions bf16" (e.g. "--precisions bf16,tf32").
+# Exit: 0 everything ran and passed; 1 a test, a check or the benchmark failed, or no programs;
+# 3 no GPU (only what needs none ran: the tests that need none, the two comparisons).
+# A check whose library or input is missing (transformers, tiktoken, the vocabulary,
+# compute-sanitizer, or gVisor under it all) is "not run" with the reason, not a failure.
 #
 # Budget, in the order things run (each step's limit is the smaller of its cap and what is left
 # after the reserves of the steps behind it, or half of what is left if that is more):
 #   setup: nvidia-smi, the bundle, the libraries     ~10 s (caps 20-60 s each)
-#   test_cuda, every case                            cap 180 s, leaves >= 230 s
-#   test_launcher_integration "[gpu]"                cap 60 s, leaves >= 230 s
-#   gpu_bench.py                                     what is left less 20 s; it starts no run it
+#   test_cuda, every case                            cap 150 s, leaves >= 300 s
+#   test_launcher_integration "[gpu]"                cap 45 s, leaves >= 300 s
+#   Hugging Face export vs transformers              cap 60 s, leaves >= 240 s
+#   tokenizer vs tiktoken (3 MB of text)             cap 45 s, leaves >= 200 s
+#   gpu_bench.py                                     what is left less 100 s; it starts no run it
 #                                                    cannot finish and kills any at its deadline
+#   compute-sanitizer, memcheck then racecheck       what is left less 20 s (about 80 s), one case
+#                                                    per run, attention's first, then the other kernels'
 #   gpu_scaling.py (2 GPUs or more)                  what is left less 20 s, if >= 90 s
 #   logs.tar.gz                                      the last 20 s
 set -uo pipefail
@@ -119,7 +131,8 @@ else
   if bounded "$build_limit" cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
        >"$logs/build.log" 2>&1 &&
      bounded "$(limit 240 250)" cmake --build build-device -j "$(nproc)" --target xlaunch xtrain-worker xtrain-cuda \
-       xtrain-bench-gpu test_cuda test_launcher_integration xtrain-test-worker >>"$logs/build.log" 2>&1; then
+       xtrain-bench-gpu test_cuda test_launcher_integration xtrain-test-worker xtrain-data xtrain-check-logits \
+       >>"$logs/build.log" 2>&1; then
     bin="$root/build-device/bin"
     libpath="$root/build-device/lib"
     say "built in build-device/"
@@ -198,44 +211,115 @@ if [[ -n "$bin" ]]; then
   if (( gpus == 0 )); then
     test_binary test_cuda "$(limit 180 20)" "~[gpu]~[.]"  # [.]: halves of other cases
   else
-    test_binary test_cuda "$(limit 180 230)"
-    test_binary test_launcher_integration "$(limit 60 230)" "[gpu]~[.]"
+    test_binary test_cuda "$(limit 150 300)"
+    test_binary test_launcher_integration "$(limit 45 300)" "[gpu]~[.]"
   fi
 else
   say "not run: no programs"
 fi
 
+# missing NAME...: the programs among NAME that $bin lacks, or "no programs".
+missing() {
+  [[ -z "$bin" ]] && { echo "no programs"; return; }
+  local p out=""
+  for p in "$@"; do [[ -x "$bin/$p" ]] || out+=" $p"; done
+  [[ -n "$out" ]] && echo "no$out in $bin"
+}
+# py_check NAME LIMIT SCRIPT ARGS...: a comparison script under LIMIT; its report (stdout) into
+# the summary. Its exit 2 is "not run" (its line says why), any other failure fails the check.
+py_check() {
+  local name=$1 lim=$2 rc
+  shift 2
+  bounded "$lim" "$python" "$@" --timeout-s $(( lim > 10 ? lim - 5 : lim )) \
+    >"$logs/$name.md" 2>"$logs/$name.log"
+  rc=$?
+  tee -a "$summary" <"$logs/$name.md"
+  if [[ $rc -ne 0 && $rc -ne 2 ]]; then
+    failed=1
+    say "$name: exit $rc$(timed_out "$rc" "$lim")"
+    grep -v '^\s*$' "$logs/$name.log" | tail -3 | tee -a "$summary"
+  fi
+}
+# GPT-2's vocabulary, OpenAI's form (encoder.json + vocab.bpe): tiktoken's files.
+vocab=${XTRAIN_GPT2_VOCAB:-}
+for d in "${bundle_dir:-/nonexistent}/gpt2" "${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/xtrain/gpt2-reference/gpt2"; do
+  [[ -z "$vocab" && -f "$d/encoder.json" && -f "$d/vocab.bpe" ]] && vocab=$d
+done
+
+say ""
+say "## Hugging Face export, loaded by transformers, against our logits"
+device=cuda
+(( gpus == 0 )) && device=cpu
+why=$(missing xlaunch xtrain-worker xtrain-check-logits)
+if [[ -n "$why" ]]; then
+  say "not run: $why"
+else
+  py_check hf_export "$(limit 60 240)" scripts/check/hf_export_check.py --bin "$bin" --device "$device" \
+    --json "$out/hf_export.json"
+fi
+
+say ""
+say "## Tokenizer against tiktoken's gpt2"
+why=$(missing xtrain-data)
+if [[ -n "$why" ]]; then
+  say "not run: $why"
+elif [[ -z "$vocab" ]]; then
+  say "not run: no GPT-2 vocabulary (the bundle's gpt2/, XTRAIN_GPT2_VOCAB, or scripts/fetch-gpt2-reference.sh's cache)"
+else
+  py_check tokenizer "$(limit 45 200)" scripts/check/tokenizer_check.py --bin "$bin" --vocab "$vocab" \
+    --json "$out/tokenizer.json"
+fi
+
+# sanitize LIMIT SPEC...: compute-sanitizer over the test_cuda cases SPEC lists, into the summary.
+sanitize() {
+  local lim=$1 rc
+  shift
+  say ""
+  say "## compute-sanitizer"
+  if [[ -z "$bin" ]]; then
+    say "not run: no programs"
+    return
+  fi
+  bounded $(( lim + 10 )) "${ours[@]}" scripts/check/sanitizer.sh "$bin" "$lim" "$logs" "$@" >"$logs/sanitizer.md" 2>&1
+  rc=$?
+  tee -a "$summary" <"$logs/sanitizer.md"
+  if [[ $rc -ne 0 && $rc -ne 3 ]]; then
+    failed=1
+    say "sanitizer.sh: exit $rc$(timed_out "$rc" $(( lim + 10 )))"
+  fi
+}
+kernel_cases=("[gpu][attention]" "[gpu][ops]" "[gpu][bf16]")
+
 if (( gpus == 0 )); then
   say ""
-  say "no GPU: the [gpu] tests and the benchmark were not run"
+  say "## compute-sanitizer"
+  kind=$(scripts/check/runtime-kind.sh)
+  say "runtime: ${kind%% *} (${kind#* })"
+  say "not run: no GPU"
+  say ""
+  say "no GPU: the [gpu] tests, the benchmark and compute-sanitizer were not run"
   exit 3
 fi
 
 if [[ $sanitize -eq 1 ]]; then
+  sanitize $(( $(left) - 20 )) "${kernel_cases[@]}" "[gpu][train]"
   say ""
-  say "## compute-sanitizer"
-  [[ -z "$bin" ]] && { say "not run: no programs"; exit 1; }
-  for tool in memcheck racecheck; do
-    lim=$(( ($(left) - 20) / 2 ))
-    bounded "$lim" "${ours[@]}" compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/test_cuda" "[ops]" \
-      >"$logs/sanitizer-$tool.log" 2>&1
-    rc=$?
-    (( rc != 0 )) && failed=1
-    say "$tool over [ops]: exit $rc$(timed_out "$rc" "$lim") ($(grep -c '=========' "$logs/sanitizer-$tool.log") report lines)"
-  done
+  say "## Benchmark"
+  say "not run: --sanitize gives its time to compute-sanitizer"
   exit $failed
 fi
 
 say ""
 say "## Benchmark (one GPU, against PyTorch)"
-bench_deadline=$(( $(left) - 20 ))
+bench_deadline=$(( $(left) - 100 ))
 impls=xtrain,eager,compile
 [[ -z "$bin" ]] && impls=eager,compile
 if (( bench_deadline > 20 )); then
   # gpu_bench.py kills its runs at the deadline itself; timeout is the backstop.
   # shellcheck disable=SC2086  # XTRAIN_BENCH_ARGS: words
   bounded $(( bench_deadline + 10 )) "$python" scripts/bench/gpu_bench.py --bin "$bin" --out "$out" \
-    --impls "$impls" --deadline-s "$bench_deadline" ${XTRAIN_BENCH_ARGS:-} >"$logs/bench.log" 2>&1
+    --impls "$impls" --deadline-s "$bench_deadline" --shapes gpt2,gpt2-b64,mid,demo --precisions bf16 \
+    ${XTRAIN_BENCH_ARGS:-} >"$logs/bench.log" 2>&1
   rc=$?
   (( rc != 0 )) && failed=1
   say "gpu_bench.py: exit $rc$(timed_out "$rc" $(( bench_deadline + 10 )))"
@@ -243,6 +327,14 @@ if (( bench_deadline > 20 )); then
   grep -E '^(Traceback|[A-Za-z]*Error)' "$logs/bench.log" | head -5 | tee -a "$summary"
 else
   say "not run: $(left) s left"
+fi
+
+if (( $(left) >= 50 )); then
+  sanitize $(( $(left) - 20 )) "${kernel_cases[@]}"
+else
+  say ""
+  say "## compute-sanitizer"
+  say "not run: $(left) s left (--sanitize runs it instead of the benchmark)"
 fi
 
 say ""

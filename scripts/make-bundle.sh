@@ -3,12 +3,19 @@
 # NVIDIA driver and CUDA but none of our Debian packages and no network:
 #   dist/xtrain-bundle.tar.xz  ->  xtrain-bundle/bin/  xlaunch xtrain-worker xtrain-bench-gpu test_cuda,
 #                                                      test_launcher_integration and its xtrain-test-worker
-#                                                      (the [gpu] tests, all of them)
+#                                                      (the [gpu] tests, all of them), xtrain-data and
+#                                                      xtrain-check-logits (the tokenizer's and the
+#                                                      export's comparisons)
 #                                  xtrain-bundle/lib/  libxtrain-cuda.so, the CUDA plugin (the worker
 #                                                      loads it from ../lib beside its bin/), and every
 #                                                      shared library they need that is not glibc, the
 #                                                      GCC runtime, or CUDA/NCCL/driver (gloo,
 #                                                      openblas, gfortran, spdlog, fmt, ...)
+#                                  xtrain-bundle/gpt2/ GPT-2's vocabulary, OpenAI's encoder.json +
+#                                                      vocab.bpe (tiktoken's gpt2 files; that machine
+#                                                      cannot download them), from XTRAIN_GPT2_VOCAB or
+#                                                      scripts/fetch-gpt2-reference.sh's cache; without
+#                                                      one the tokenizer check says it did not run
 #                                  xtrain-bundle/BUNDLE.json  what was built, from which sources
 # CUDA's own libraries (cudart, cublasLt, NCCL) are NOT bundled (over 700 MiB): device-check.sh
 # finds the GPU machine's (its CUDA toolkit, or PyTorch's nvidia-* wheels) and puts them with
@@ -25,7 +32,7 @@ cd "$root"
 # (tests/worker's headers: the CUDA tests include some of them.)
 source_digest() {
   { find CMakeLists.txt common cuda launcher worker tests/CMakeLists.txt tests/catch_main.cpp tests/cuda \
-      tests/launcher scripts/bench/gpu_bench.cpp -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' \
+      tests/launcher scripts/bench/gpu_bench.cpp scripts/check/logits.cpp -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' \
       -o -name '*.cuh' -o -name 'CMakeLists.txt' \) -print0
     find tests/worker -name '*.hpp' -print0
   } | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16
@@ -36,7 +43,8 @@ if [[ "${1:-}" == "--digest" ]]; then
 fi
 
 build=${1:-$root/build-cuda}
-programs=(xlaunch xtrain-worker xtrain-bench-gpu test_cuda test_launcher_integration xtrain-test-worker)
+programs=(xlaunch xtrain-worker xtrain-bench-gpu test_cuda test_launcher_integration xtrain-test-worker xtrain-data
+          xtrain-check-logits)
 if [[ ! -f "$build/build.ninja" ]]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 fi
@@ -68,6 +76,19 @@ done
 missing=$(ldd "${ours[@]}" | grep 'not found' || true)
 [[ -z "$missing" ]] || { echo "make-bundle: unresolved libraries here:"$'\n'"$missing" >&2; exit 1; }
 
+# GPT-2's vocabulary, if this machine has it: checked against the digests tiktoken expects.
+vocab=${XTRAIN_GPT2_VOCAB:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/xtrain/gpt2-reference/gpt2}
+vocab_note="none (no $vocab/encoder.json + vocab.bpe: run scripts/fetch-gpt2-reference.sh)"
+if [[ -f "$vocab/encoder.json" && -f "$vocab/vocab.bpe" ]]; then
+  mkdir -p "$b/gpt2"
+  cp "$vocab/encoder.json" "$vocab/vocab.bpe" "$b/gpt2/"
+  (cd "$b/gpt2" && sha256sum -c --quiet) <<'SUMS' || { echo "make-bundle: $vocab is not GPT-2's released vocabulary" >&2; exit 1; }
+196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783  encoder.json
+1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5  vocab.bpe
+SUMS
+  vocab_note="gpt2/ (encoder.json + vocab.bpe)"
+fi
+
 archs=$(grep -o 'code=\[[^]]*\]' "$build/compile_commands.json" | grep -o 'sm_[0-9a-z]*' | sort -u | tr '\n' ' ')
 # The newest symbol versions the bundle needs from the GPU machine's glibc and libstdc++.
 needs() { objdump -T "$b"/bin/* "$b"/lib/* 2>/dev/null | grep -o "$1"'_[0-9.]*' | sort -uV | tail -1; }
@@ -82,7 +103,8 @@ cat >"$b/BUNDLE.json" <<JSON
   "built_with_glibc": "$(ldd --version | head -1 | awk '{print $NF}')",
   "programs": "$(cd "$b/bin" && echo *)",
   "plugin": "lib/libxtrain-cuda.so",
-  "libraries": "$(cd "$b/lib" && echo *)"
+  "libraries": "$(cd "$b/lib" && echo *)",
+  "gpt2_vocabulary": "$vocab_note"
 }
 JSON
 

@@ -26,7 +26,7 @@ after the timed steps: it allocates everything before the first step); PyTorch, 
 caching allocator reserved (the allocated peak is in the JSON). "plan" is what xlaunch --dry-run
 predicts per rank (worker/model/memory_plan.hpp) where this xlaunch prints a plan.
 
-Usage: gpu_bench.py --bin DIR [--out DIR] [--shapes gpt2,mid,demo] [--impls xtrain,eager,compile]
+Usage: gpu_bench.py --bin DIR [--out DIR] [--shapes gpt2,gpt2-b64,mid,demo] [--impls xtrain,eager,compile]
                     [--precisions bf16,tf32] [--steps N] [--warmup N] [--deadline-s S]
                     [--compile-mode default|reduce-overhead|max-autotune] [--device cuda|cpu]
 Runs go in order of value (the GPT-2 bf16 target rows first, torch.compile of the other shapes
@@ -56,10 +56,12 @@ SHAPES = {
     "mid": {"layers": 6, "heads": 8, "embd": 512, "seq": 512, "vocab": 50257, "batch": 16},
     # configs/gpt2-124m.json: 12 x 768, T 1024, 16 sequences per GPU (its micro_batch_size)
     "gpt2": {"layers": 12, "heads": 12, "embd": 768, "seq": 1024, "vocab": 50257, "batch": 16},
+    # the same model at 64 sequences per step: where launches and small kernels weigh less
+    "gpt2-b64": {"layers": 12, "heads": 12, "embd": 768, "seq": 1024, "vocab": 50257, "batch": 64},
     # for --device cpu smoke runs only
     "tiny": {"layers": 2, "heads": 2, "embd": 32, "seq": 16, "vocab": 64, "batch": 2},
 }
-SHAPE_ORDER = ["gpt2", "mid", "demo", "tiny"]
+SHAPE_ORDER = ["gpt2", "gpt2-b64", "mid", "demo", "tiny"]
 IMPL_ORDER = ["xtrain", "eager", "compile"]
 # Seconds a run must have left before it starts (import, start, compile, steps), and the most it
 # may take; torch.compile of GPT-2 (forward and backward) takes about a minute on 16 cores.
@@ -574,7 +576,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", help="directory holding xtrain-bench-gpu (and xlaunch, for the memory plan)")
     ap.add_argument("--out", default=os.environ.get("OUT", "device-out"))
-    ap.add_argument("--shapes", default="gpt2,mid,demo")
+    ap.add_argument("--shapes", default="gpt2,gpt2-b64,mid,demo",
+                    help="gpt2 (GPT-2 124M, 16 sequences), gpt2-b64 (64 sequences), mid, demo, tiny (CPU smoke runs)")
     ap.add_argument("--impls", default="xtrain,eager,compile")
     ap.add_argument("--precisions", default="bf16,tf32")
     ap.add_argument("--steps", type=int, default=10)

@@ -98,6 +98,10 @@ class Arithmetic(unittest.TestCase):
                          (m["n_layer"], m["n_head"], m["n_embd"], m["seq_len"], m["vocab_size"],
                           spec["train"]["micro_batch_size"]))
 
+    def test_gpt2_b64_is_gpt2_at_64_sequences_and_a_default_shape(self):
+        self.assertEqual(gpu_bench.SHAPES["gpt2-b64"], {**gpu_bench.SHAPES["gpt2"], "batch": 64})
+        self.assertEqual(gpu_bench.SHAPE_ORDER[:2], ["gpt2", "gpt2-b64"])
+
     def test_bench_parameters_match_the_reference_model(self):
         sys.path.insert(0, os.path.join(ROOT, "tests", "worker"))
         from torch_reference import GPT
@@ -187,6 +191,14 @@ class Order(unittest.TestCase):
         # bf16 before tf32 among ours and eager
         middle = keys[4:first_other_compile]
         self.assertEqual([k[2] for k in middle], sorted([k[2] for k in middle], key=["bf16", "tf32"].index))
+
+    def test_bf16_gpt2_at_64_sequences_right_after_the_target_then_the_small_shapes(self):
+        runs = gpu_bench.plan_runs(["gpt2", "gpt2-b64", "mid", "demo"], ["xtrain", "eager", "compile"], ["bf16"],
+                                   ["on", "off"])
+        keys = [(r["shape"], r["impl"], r["graph"]) for r in runs]
+        self.assertEqual(keys[4:7], [("gpt2-b64", "xtrain", "on"), ("gpt2-b64", "xtrain", "off"),
+                                     ("gpt2-b64", "eager", None)])
+        self.assertEqual([k[0] for k in keys if k[1] == "compile"], ["gpt2", "gpt2-b64", "mid", "demo"])
 
     def test_no_graph_flag_one_xtrain_run_per_row(self):
         runs = gpu_bench.plan_runs(["demo"], ["xtrain", "eager"], ["tf32"], [None])
