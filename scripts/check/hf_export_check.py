@@ -78,9 +78,12 @@ def train(bin_dir, work, device, steps, timeout):
 
 
 def load_transformers(directory):
-    import torch
+    """The export through transformers, offline (that machine has no network: a lookup would only
+    wait), in fp32 whatever the library's default dtype."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     from transformers import GPT2LMHeadModel
-    model = GPT2LMHeadModel.from_pretrained(directory, torch_dtype=torch.float32).eval()
+    model = GPT2LMHeadModel.from_pretrained(directory).float().eval()
     return lambda tokens: model(tokens).logits
 
 

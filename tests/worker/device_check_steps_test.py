@@ -70,6 +70,9 @@ class HfExport(unittest.TestCase):
         self.assertGreater(r["rel_rms"], hf_export_check.REL_RMS_TOL)
         self.assertIn("FAILED: logits of", hf_export_check.report(r))
 
+    @unittest.skipIf(os.environ.get("XTRAIN_CUDA_INTERPRET") == "1" or
+                     subprocess.run(["sh", "-c", "nvidia-smi -L 2>/dev/null | grep -q '^GPU '"]).returncode == 0,
+                     "a GPU (or interpret mode) is there: training on cuda would not fail")
     def test_training_on_a_missing_gpu_falls_back_to_the_cpu_and_says_so(self):
         r = hf_export_check.check(BIN, scratch(self), "cuda", 10, 120, reference_loader())
         self.assertEqual(r["trained_on"], "cpu", r)
@@ -81,6 +84,42 @@ class HfExport(unittest.TestCase):
         r = hf_export_check.check(scratch(self), scratch(self), "cpu", 10, 30, reference_loader())
         self.assertFalse(r["ok"])
         self.assertRegex(r["error"], r"^training on cpu \(xlaunch\): cannot start .*xlaunch")
+
+    def test_the_transformers_loader_is_called_as_the_library_is(self):
+        calls = []
+
+        class GPT2LMHeadModel:
+            @classmethod
+            def from_pretrained(cls, directory):
+                calls.append((directory, os.environ.get("HF_HUB_OFFLINE")))
+                m = cls()
+                m.model, _ = torch_reference.load_hf(directory)
+                return m
+
+            def float(self):
+                calls.append("float")
+                return self
+
+            def eval(self):
+                calls.append("eval")
+                return self
+
+            def __call__(self, tokens):
+                return types.SimpleNamespace(logits=self.model(tokens)[0][..., :self.model.V])
+
+        fake = types.ModuleType("transformers")
+        fake.GPT2LMHeadModel = GPT2LMHeadModel
+        saved = sys.modules.get("transformers")
+        sys.modules["transformers"] = fake
+        try:
+            work = scratch(self)
+            r = hf_export_check.check(BIN, work, "cpu", 10, 120)
+        finally:
+            sys.modules.pop("transformers")
+            if saved is not None:
+                sys.modules["transformers"] = saved
+        self.assertTrue(r["ok"], r)
+        self.assertEqual(calls, [(os.path.join(work, "hf"), "1"), "float", "eval"])
 
     def test_compare_bounds(self):
         theirs = torch.randn(2, 8, 50, generator=torch.Generator().manual_seed(0))
