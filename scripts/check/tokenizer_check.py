@@ -253,6 +253,12 @@ def check(bin_dir, vocab, reference, mb=3.0, seed=1, timeout_s=60.0, work=None):
     return result
 
 
+def code_points(text_bytes, n=6):
+    """The first n characters of text_bytes as U+XXXX: a difference at a character one side's
+    Unicode version does not know shows here."""
+    return " ".join(f"U+{ord(c):04X}" for c in text_bytes.decode("utf-8", "replace")[:n])
+
+
 def report(r, reference_name):
     head = f"{r['documents']} documents, {r['bytes'] / 1e6:.2f} MB (seed {r['seed']}) against {reference_name}"
     if "error" in r:
@@ -265,7 +271,7 @@ def report(r, reference_name):
         lines.append(f"- document {m['document']}, token {m['token_index']} (byte {m['byte_offset']}; "
                      f"{m['ours_count']} tokens ours, {m['tiktoken_count']} tiktoken's): ours "
                      f"{[(t, b) for t, b in m['ours']]} vs tiktoken {[(t, b) for t, b in m['tiktoken']]}; "
-                     f"text {m['before']!r} | {m['after']!r}")
+                     f"text {m['before']!r} | {m['after']!r} (code points after: {code_points(m['after'])})")
     lines.append(f"({r['seconds']:.1f} s)")
     return "\n".join(lines)
 

@@ -221,6 +221,8 @@ class Tokenizer(unittest.TestCase):
         text = tokenizer_check.report(r, "one byte each")
         self.assertIn(f"FAILED: {r['documents']} of {r['documents']} documents differ", text)
         self.assertIn(f"- document {m['document']}, token {m['token_index']} (byte {m['byte_offset']};", text)
+        self.assertIn(f"(code points after: {tokenizer_check.code_points(m['after'])})", text)
+        self.assertEqual(tokenizer_check.code_points("a€😀".encode()), "U+0061 U+20AC U+1F600")
 
     def test_tiktoken_is_given_the_vocabulary_through_its_cache(self):
         seen = {}
@@ -358,13 +360,13 @@ class Sanitizer(unittest.TestCase):
         return p, calls
 
     def test_each_case_once_each_tool_errors_named_and_the_slow_case_cut(self):
-        p, calls = self.run_sanitizer(24, fake_root(self))
+        p, calls = self.run_sanitizer(14, fake_root(self))
         self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
         names = ["cuda flash attention in bf16 matches", "cuda gelu, residual [and] scale", "a dirty kernel", "a slow one"]
         self.assertEqual(calls, [f"memcheck: {n}" for n in names] + [f"racecheck: {n}" for n in names])
         out = p.stdout
         self.assertIn("runtime: none (no hypervisor flag in /proc/cpuinfo)", out)
-        self.assertIn("4 cases ([gpu][attention] [gpu][ops]), one run each, 24 s in all", out)
+        self.assertIn("4 cases ([gpu][attention] [gpu][ops]), one run each, 14 s in all", out)
         self.assertIn("- memcheck found errors in: a dirty kernel", out)
         self.assertRegex(out, r"- memcheck: not judged, still running after the \d+ s left: a slow one")
         self.assertIn("memcheck: 2 clean, 1 with errors, 0 failed, 1 timed out, 0 not reached of 4 cases", out)
