@@ -8,7 +8,8 @@
 //   backward:                   D_i = dO_i . O_i;  p_ij = exp(x_ij - lse_i);  ds_ij = p_ij (dO_i . v_j - D_i)
 //                               dV = [bf16] [bf16]p^T dO;  dQ = [bf16] scale [bf16]ds K;  dK = [bf16] scale [bf16]ds^T Q
 //
-// Every kernel runs 128 threads (4 warps) per block, one block per (tile, head), the heaviest
+// Every kernel runs 128 threads (4 warps) per block (the bf16 forward 256 at head sizes 64 and
+// 128), one block per (tile, head), the heaviest
 // tiles first (causal rows near the end see the most keys). No atomics: backward runs one kernel
 // for dK and dV (a block owns 64 keys and walks the queries that see them) and one for dQ (a block
 // owns 64 queries and walks their keys), recomputing p in both; every sum has a fixed order, so
@@ -27,7 +28,8 @@
 //   products with p, ds); tiles come from global memory by 16-byte cp.async, the streamed ones
 //   double-buffered (the next block's copy is issued right after the barrier that frees its
 //   buffer, and waited for at the top of the next iteration: one __syncthreads per block).
-//   forward: 64 queries per block (Q fragments in registers), 64-key blocks (K, V streamed)
+//   forward: 128 queries per block with 8 warps at head sizes 64 and 128, else 64 with 4 (Q
+//            fragments in registers), 64-key blocks (K, V streamed)
 //   dK, dV:  64 keys per block (K, V resident), 32-query blocks (Q, dO, lse, D streamed)
 //   dQ:      64 queries per block (Q, dO resident), 32-key blocks (K, V streamed)
 // fp32 storage (CUDA cores, strict fp32 for the fp32 and tf32 precisions):
@@ -61,8 +63,13 @@ inline bool flash_attention_head_size_supported(int hs) { return hs == 16 || hs 
 
 namespace flash {
 
-constexpr int kWarps = 4;
+constexpr int kWarps = 4;  // every kernel's but the bf16 forward's at head sizes 64 and 128
 constexpr int kThreads = kWarps * kWarp;
+
+// The bf16 forward's warps: 8 (128-query tiles) where a head's products are large enough that
+// sharing each K, V tile between twice the queries pays (half the tile copies and barriers per
+// query), 4 (64-query tiles) for the small heads.
+constexpr int forward_bf16_warps(int hs) { return hs >= 64 ? 8 : 4; }
 
 // ---- one head's rows --------------------------------------------------------------------------
 
@@ -81,11 +88,11 @@ __device__ inline int first_tile_first(const AttentionShape& s, int tile_rows) {
 // stride HS + PAD as 16-byte cp.async chunks; rows at or beyond `valid` (>= 1) are zero-filled
 // (tails past T; their source is row 0, never read). The tile is there once this thread's
 // cp_async_wait covers the group and then a __syncthreads.
-template <class S, int HS, int PAD, int ROWS>
+template <class S, int HS, int PAD, int ROWS, int THREADS>
 __device__ inline void load_tile(S* dst, const S* src, size_t ld, int valid) {
   constexpr int kPerChunk = 16 / sizeof(S);
   constexpr int kChunks = HS / kPerChunk;
-  for (int c = threadIdx.x; c < ROWS * kChunks; c += kThreads) {
+  for (int c = threadIdx.x; c < ROWS * kChunks; c += THREADS) {
     const int r = c / kChunks, k = c % kChunks;
     cp_async_16(dst + r * (HS + PAD) + k * kPerChunk, src + (r < valid ? r * ld : 0) + k * kPerChunk,
                 r < valid ? 16 : 0);
@@ -115,16 +122,16 @@ struct HeadRows {
     stat = static_cast<size_t>(head) * s.T;
     q = qkv_base + qkv;
   }
-  // part 0, 1, 2 (q, k, v) of rows r0 .. r0 + ROWS - 1 (r0 < T) into a shared tile, issued
-  // (load_tile); zero past T.
-  template <int HS, int PAD, int ROWS>
+  // part 0, 1, 2 (q, k, v) of rows r0 .. r0 + ROWS - 1 (r0 < T) into a shared tile, issued by
+  // the block's THREADS threads (load_tile); zero past T.
+  template <int HS, int PAD, int ROWS, int THREADS = kThreads>
   __device__ void load(S* tile, int part, int r0) const {
-    load_tile<S, HS, PAD, ROWS>(tile, q + part * C + r0 * ld, ld, min(ROWS, T - r0));
+    load_tile<S, HS, PAD, ROWS, THREADS>(tile, q + part * C + r0 * ld, ld, min(ROWS, T - r0));
   }
   // Rows r0 .. r0 + ROWS - 1 (r0 < T) of dout into a shared tile, issued (load_tile); zero past T.
   template <int HS, int PAD, int ROWS>
   __device__ void load_dout(S* tile, const S* dout, int r0) const {
-    load_tile<S, HS, PAD, ROWS>(tile, dout + out + r0 * static_cast<size_t>(C), C, min(ROWS, T - r0));
+    load_tile<S, HS, PAD, ROWS, kThreads>(tile, dout + out + r0 * static_cast<size_t>(C), C, min(ROWS, T - r0));
   }
   // lse and D of queries q0 .. q0 + n - 1 into shared memory; 0 past T, where every kernel masks
   // the query anyway.
@@ -265,17 +272,20 @@ __device__ inline void accumulate_times_tile(float (&acc)[HS / 8][4], const floa
   }
 }
 
-template <int HS>
-__global__ void __launch_bounds__(kThreads)
+// O and lse of 16 * WARPS queries (16 per warp) against 64-key blocks. Launch bounds: 8 warps
+// leave ptxas all 255 registers (one block per SM; sm_90: 167 at head size 64, 240 at 128, no
+// spills, where a cap of 128 for two blocks spilled), 4 warps at least 4 blocks (128 registers).
+template <int HS, int WARPS>
+__global__ void __launch_bounds__(WARPS * kWarp, WARPS == 8 ? 1 : 4)
     forward_bf16_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ qkv,
                         AttentionShape s, float scale) {
-  constexpr int kQueries = 64, kKeys = math::kFlashKeyBlock, SP = kPaddedRow<HS>;
-  static_assert(kQueries == kWarps * 16 && kKeys % 16 == 0, "one 16-row mma tile per warp");
-  static_assert(kQueries <= kKeys, "the query tile fits a key tile's place");
+  constexpr int kQueries = 16 * WARPS, kKeys = math::kFlashKeyBlock, SP = kPaddedRow<HS>, kT = WARPS * kWarp;
+  static_assert(kKeys % 16 == 0, "one 16-row mma tile per warp, keys in 16-column steps");
+  static_assert(kQueries <= 2 * kKeys, "the query tile fits the second buffer (a K and a V tile)");
   XTRAIN_DYNAMIC_SHARED(unsigned char, smem);
   // Two buffers of (K, V) tiles: the next block's copy runs while this one's products do. Buffer b
   // at sK + b * kBuffer (pointers computed, not indexed from an array, which would live in local
-  // memory); buffer 1 first holds the queries.
+  // memory); buffer 1 first holds the queries (K and V's places together: up to 2 kKeys rows).
   constexpr int kBuffer = 2 * kKeys * SP;
   bf16* const sK = reinterpret_cast<bf16*>(smem);  // (2, kKeys, SP) at a stride of kBuffer
   bf16* const sV = sK + kKeys * SP;                // (2, kKeys, SP) at a stride of kBuffer
@@ -285,9 +295,9 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x / kWarp, g = threadIdx.x % kWarp / 4, t = threadIdx.x % 4;
   const int row0 = q0 + 16 * warp + g;  // this thread's rows: row0 and row0 + 8
 
-  hd.template load<HS, 8, kQueries>(sK + kBuffer, 0, q0);
-  hd.template load<HS, 8, kKeys>(sK, 1, 0);
-  hd.template load<HS, 8, kKeys>(sV, 2, 0);
+  hd.template load<HS, 8, kQueries, kT>(sK + kBuffer, 0, q0);
+  hd.template load<HS, 8, kKeys, kT>(sK, 1, 0);
+  hd.template load<HS, 8, kKeys, kT>(sV, 2, 0);
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
@@ -302,15 +312,17 @@ __global__ void __launch_bounds__(kThreads)
     cp_async_wait<0>();  // this thread's part of block c0
     __syncthreads();     // everyone's; and everyone is done with the other buffer (or the queries)
     if (c0 + kKeys <= last_key) {
-      hd.template load<HS, 8, kKeys>(sK + (buf ^ 1) * kBuffer, 1, c0 + kKeys);
-      hd.template load<HS, 8, kKeys>(sV + (buf ^ 1) * kBuffer, 2, c0 + kKeys);
+      hd.template load<HS, 8, kKeys, kT>(sK + (buf ^ 1) * kBuffer, 1, c0 + kKeys);
+      hd.template load<HS, 8, kKeys, kT>(sV + (buf ^ 1) * kBuffer, 2, c0 + kKeys);
     }
     cp_async_commit();
     const bf16* const k_tile = sK + buf * kBuffer;
     float x[kKeys / 8][4] = {};  // scores, then p
     #pragma unroll
     for (int kk = 0; kk < HS / 16; ++kk) times_transposed_tile<kKeys>(x, qf[kk], k_tile, SP, 16 * kk);
-    // Every row sees key c0 (c0 <= q0 <= row), so each block's max is finite.
+    // A row may see none of this block's keys (a 128-query tile's first 64 rows, the last block):
+    // its max is then -inf, m stays (finite: every row sees key 0), alpha = 1, p = 0, and the
+    // block adds exact zeros to l and acc, the CPU's bits as if it were skipped.
     float mx[2] = {-INFINITY, -INFINITY};
     #pragma unroll
     for (int j = 0; j < kKeys / 8; ++j) {
@@ -700,12 +712,13 @@ __global__ void __launch_bounds__(kThreads)
 
 // Dynamic shared memory past 48 KiB needs the kernel's consent (sm_80: up to 163 KiB).
 template <class... Params, class... Args>
-void launch(void (*kernel)(Params...), unsigned blocks, size_t smem_bytes, cudaStream_t stream, Args... args) {
+void launch(void (*kernel)(Params...), unsigned blocks, unsigned threads, size_t smem_bytes, cudaStream_t stream,
+            Args... args) {
   if (smem_bytes > 48 * 1024) {
     XTRAIN_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes)));
   }
-  launch_kernel(kernel, blocks, kThreads, smem_bytes, stream, args...);
+  launch_kernel(kernel, blocks, threads, smem_bytes, stream, args...);
 }
 
 inline unsigned tiles(const AttentionShape& s, int rows) {
@@ -717,12 +730,14 @@ constexpr size_t kBf16Row = static_cast<size_t>(kPaddedRow<HS>) * sizeof(bf16);
 
 template <int HS>
 void forward(cudaStream_t stream, bf16* out, float* lse, const bf16* qkv, const AttentionShape& s, float scale) {
-  launch(forward_bf16_kernel<HS>, tiles(s, 64), 4 * math::kFlashKeyBlock * kBf16Row<HS>, stream, out, lse, qkv, s,
-         scale);
+  constexpr int kWarpsHere = forward_bf16_warps(HS);
+  // Two buffers of a K and a V tile.
+  launch(forward_bf16_kernel<HS, kWarpsHere>, tiles(s, 16 * kWarpsHere), kWarpsHere * kWarp,
+         4 * math::kFlashKeyBlock * kBf16Row<HS>, stream, out, lse, qkv, s, scale);
 }
 template <int HS>
 void forward(cudaStream_t stream, float* out, float* lse, const float* qkv, const AttentionShape& s, float scale) {
-  launch(forward_fp32_kernel<HS>, tiles(s, kFp32Rows), 2 * kFp32Block * HS * sizeof(float), stream, out, lse, qkv,
+  launch(forward_fp32_kernel<HS>, tiles(s, kFp32Rows), kThreads, 2 * kFp32Block * HS * sizeof(float), stream, out, lse, qkv,
          s, scale);
 }
 template <int HS>
@@ -730,17 +745,17 @@ void backward(cudaStream_t stream, bf16* dqkv, const bf16* dout, const bf16* qkv
               const AttentionShape& s, float scale) {
   const BackwardArgs<bf16> args{dqkv, dout, qkv, lse, D, s, scale};
   // 64 resident rows, two buffers of two 32-row tiles (and of the 32 queries' lse and D)
-  launch(backward_dkdv_bf16_kernel<HS>, tiles(s, 64), (2 * 64 + 4 * 32) * kBf16Row<HS> + 4 * 32 * sizeof(float),
+  launch(backward_dkdv_bf16_kernel<HS>, tiles(s, 64), kThreads, (2 * 64 + 4 * 32) * kBf16Row<HS> + 4 * 32 * sizeof(float),
          stream, args);
-  launch(backward_dq_bf16_kernel<HS>, tiles(s, 64), (2 * 64 + 4 * 32) * kBf16Row<HS>, stream, args);
+  launch(backward_dq_bf16_kernel<HS>, tiles(s, 64), kThreads, (2 * 64 + 4 * 32) * kBf16Row<HS>, stream, args);
 }
 template <int HS>
 void backward(cudaStream_t stream, float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D,
               const AttentionShape& s, float scale) {
   const BackwardArgs<float> args{dqkv, dout, qkv, lse, D, s, scale};
-  launch(backward_dkdv_fp32_kernel<HS>, tiles(s, kFp32Rows), (2 * kFp32Block * HS + 2 * kFp32Block) * sizeof(float),
+  launch(backward_dkdv_fp32_kernel<HS>, tiles(s, kFp32Rows), kThreads, (2 * kFp32Block * HS + 2 * kFp32Block) * sizeof(float),
          stream, args);
-  launch(backward_dq_fp32_kernel<HS>, tiles(s, kFp32Rows), 2 * kFp32Block * HS * sizeof(float), stream, args);
+  launch(backward_dq_fp32_kernel<HS>, tiles(s, kFp32Rows), kThreads, 2 * kFp32Block * HS * sizeof(float), stream, args);
 }
 
 inline float softmax_scale(const AttentionShape& s) {
