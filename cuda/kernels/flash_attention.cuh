@@ -9,8 +9,8 @@
 //                               dV = [bf16] [bf16]p^T dO;  dQ = [bf16] scale [bf16]ds K;  dK = [bf16] scale [bf16]ds^T Q
 //
 // Every kernel runs 128 threads (4 warps) per block (the bf16 forward 256 at head sizes 64 and
-// 128), one block per (tile, head), the heaviest
-// tiles first (causal rows near the end see the most keys). No atomics: backward runs one kernel
+// 128), one block per (tile, head), the heaviest tiles first (causal rows near the end see the
+// most keys). No atomics: backward runs one kernel
 // for dK and dV (a block owns 64 keys and walks the queries that see them) and one for dQ (a block
 // owns 64 queries and walks their keys), recomputing p in both; every sum has a fixed order, so
 // results are deterministic. Tiles beyond T are zero-filled in shared memory and masked.

@@ -40,7 +40,7 @@ std::uint32_t pair_down(const std::uint16_t* p, int stride) {
   return p[0] | static_cast<std::uint32_t>(p[stride]) << 16;
 }
 
-// The kernels' per-lane address arithmetic (row0 = col0 = 0), with g = lane / 4, t = lane % 4.
+// The per-lane address arithmetic of those loads (row0 = col0 = 0), with g = lane / 4, t = lane % 4.
 void kernel_load_a(const Tile& tile, FragA& a) {  // A(m, k) = tile[m][k]
   for (int lane = 0; lane < 32; ++lane) {
     const std::uint16_t* p = tile.bits + (lane / 4) * kStride + 2 * (lane % 4);
