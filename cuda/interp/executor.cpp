@@ -95,8 +95,17 @@ struct PooledStack {
 // faulted: stopped at the fault, never resumed (see abandon).
 enum class State { ready, at_barrier, at_warp, exited, faulted };
 
+// One cp.async not yet waited for: its source bytes as read at issue, for dst at the wait.
+struct AsyncCopy {
+  unsigned char* dst;
+  unsigned char bytes[16];
+  uint32_t group;  // the number of commits before it: the group that commit number `group` closes
+};
+
 struct ThreadRecord {
   ThreadPosition pos;
+  std::vector<AsyncCopy> copies;  // in issue order
+  uint32_t commits = 0;
   int linear = 0;
   State state = State::ready;
   const char* op = nullptr;  // the switch point it waits at
@@ -199,6 +208,42 @@ class BlockRun {
     std::abort();  // never resumed
   }
 
+  void async_copy(ThreadRecord& t, void* dst, const void* src, int src_bytes) {
+    char where[32];
+    std::snprintf(where, sizeof where, "%p", dst);
+    if (!arena_.contains(dst)) abandon(t, cudaErrorIllegalAddress, std::string("cp.async destination ") + where + " is not shared memory");
+    if (reinterpret_cast<uintptr_t>(dst) % 16 != 0 || reinterpret_cast<uintptr_t>(src) % 16 != 0) {
+      abandon(t, cudaErrorMisalignedAddress, "cp.async of 16 bytes needs 16-byte aligned addresses (destination " +
+                                                 std::string(where) + ")");
+    }
+    if (src_bytes < 0 || src_bytes > 16) {
+      abandon(t, cudaErrorLaunchFailure, "cp.async src-size " + std::to_string(src_bytes) + " outside 0..16");
+    }
+    AsyncCopy c{static_cast<unsigned char*>(dst), {}, t.commits};
+    if (src_bytes > 0) {
+      if (arena_.contains(src) || !in_device_space(src)) abandon(t, cudaErrorIllegalAddress, "cp.async source is not global memory");
+      check_access(t, src, static_cast<size_t>(src_bytes), false, false);
+      std::memcpy(c.bytes, src, static_cast<size_t>(src_bytes));
+    }
+    const std::string wrong = arena_.begin_async_write(dst, 16, t.linear, warp_syncs_.data());
+    if (!wrong.empty()) abandon(t, cudaErrorLaunchFailure, "cp.async: " + wrong);
+    t.copies.push_back(c);
+  }
+
+  void async_wait(ThreadRecord& t, int n) {
+    if (n < 0) abandon(t, cudaErrorLaunchFailure, "cp.async.wait_group " + std::to_string(n));
+    // Groups complete in commit order; the open group (no commit yet) is never waited for.
+    const uint32_t done = t.commits > static_cast<uint32_t>(n) ? t.commits - static_cast<uint32_t>(n) : 0;
+    size_t k = 0;
+    for (; k < t.copies.size() && t.copies[k].group < done; ++k) {
+      const AsyncCopy& c = t.copies[k];
+      const std::string wrong = arena_.end_async_write(c.dst, 16, t.linear, warp_syncs_.data());
+      if (!wrong.empty()) abandon(t, cudaErrorLaunchFailure, "cp.async.wait_group: " + wrong);
+      std::memcpy(c.dst, c.bytes, sizeof c.bytes);
+    }
+    t.copies.erase(t.copies.begin(), t.copies.begin() + static_cast<long>(k));
+  }
+
   KernelFault fault_at(const ThreadRecord& t, int code, const std::string& what) const {
     return KernelFault(static_cast<cudaError_t>(code), "kernel " + config_.kernel + ", block " + triple(t.pos.block_idx) +
                                                            ", thread " + triple(t.pos.thread_idx) + ": " + what);
@@ -252,6 +297,11 @@ class BlockRun {
           body_.run_thread();
         } catch (const std::exception& e) {
           if (!fault_) fault_ = fault_at(t, cudaErrorLaunchFailure, e.what());
+        }
+        if (!t.copies.empty() && !fault_) {
+          fault_ = fault_at(t, cudaErrorLaunchFailure,
+                            "returned with " + std::to_string(t.copies.size()) +
+                                " cp.async copies that no cp.async.wait_group covered");
         }
         t.state = State::exited;
         return std::move(t.sink);
@@ -482,6 +532,41 @@ void warp_collective(const char* name, WarpCombine combine, unsigned mask, const
   lanes.width[lane] = width;
   in.block().wait(t, State::at_warp, name, combine, mask);
   std::memcpy(out, lanes.out[lane], out_bytes);
+}
+
+int this_lane() {
+  InExecutor in;
+  return in.thread().linear % 32;
+}
+
+void check_matrix_row(const char* op, const void* row, size_t bytes) {
+  InExecutor in;
+  char where[32];
+  std::snprintf(where, sizeof where, "%p", row);
+  if (!in.block().arena().contains(row)) {
+    in.block().abandon(in.thread(), cudaErrorIllegalAddress,
+                       std::string(op) + ": row address " + where + " is not in shared memory");
+  }
+  if (reinterpret_cast<uintptr_t>(row) % 16 != 0) {
+    in.block().abandon(in.thread(), cudaErrorMisalignedAddress,
+                       std::string(op) + ": row address " + where + " is not 16-byte aligned");
+  }
+  in.block().check_access(in.thread(), row, bytes, false, false);
+}
+
+void async_copy_16(void* dst, const void* src, int src_bytes) {
+  InExecutor in;
+  in.block().async_copy(in.thread(), dst, src, src_bytes);
+}
+
+void async_commit() {
+  InExecutor in;
+  ++in.thread().commits;
+}
+
+void async_wait(int n) {
+  InExecutor in;
+  in.block().async_wait(in.thread(), n);
 }
 
 void fault_here(int code, const std::string& what) {

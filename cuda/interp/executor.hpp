@@ -93,6 +93,25 @@ struct WarpLanes {
 using WarpCombine = std::string (*)(WarpLanes& lanes);
 void warp_collective(const char* name, WarpCombine combine, unsigned mask, const void* in, size_t in_bytes, int arg,
                      int width, void* out, size_t out_bytes);
+// The running thread's lane (%laneid: its linear index in the block, mod 32).
+int this_lane();
+// A warp matrix load's row (ldmatrix): `bytes` at `row` must be in shared memory, 16-byte
+// aligned, and are checked as the running thread's read (bounds, initialisation, races); a fault
+// naming `op` otherwise. (Here rather than in the caller: the message is built inside the
+// executor, where the access hooks ignore the library code that builds it.)
+void check_matrix_row(const char* op, const void* row, size_t bytes);
+
+// cp.async, one thread's asynchronous copies (PTX ISA, "cp.async"): `copy` checks the source
+// (read now, `src_bytes` of the 16, the rest zero) and marks the 16 destination bytes of shared
+// memory as written by this thread and in flight: any access to them before the thread's
+// wait_group that covers the copy is a fault, and only that wait lets the bytes arrive, as this
+// thread's write at that moment (so another thread's read needs a __syncthreads after it).
+// `commit` closes the open group; `wait(n)` completes every committed group but the n newest.
+// A thread that returns with copies not yet waited for is a fault.
+void async_copy_16(void* dst, const void* src, int src_bytes);
+void async_commit();
+void async_wait(int n);
+
 // A fault in the running thread (kernel, block and thread are added to `what`).
 [[noreturn]] void fault_here(int code, const std::string& what);
 

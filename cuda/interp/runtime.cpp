@@ -67,6 +67,7 @@ const char* error_name(cudaError_t e) {
     case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
     case cudaErrorAssert: return "cudaErrorAssert";
+    case cudaErrorMisalignedAddress: return "cudaErrorMisalignedAddress";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
     case cudaErrorNotSupported: return "cudaErrorNotSupported";
     case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";

@@ -110,6 +110,10 @@ std::string SharedArena::check(const void* p, size_t bytes, bool write, bool ato
     }
     previous_before = s;
     const bool seen = s.block == block_;
+    if (seen && s.in_flight != kNobody) {
+      return std::string(write ? "write" : "read") + " of " + at(i) + " while a cp.async of thread " +
+             std::to_string(s.in_flight) + " writes it (before that thread's cp.async.wait_group covering the copy)";
+    }
     if (atomic) {
       if (!seen || s.writer == kNobody) return "atomic on uninitialised shared memory (" + at(i) + ")";
       previous_after = s;
@@ -145,6 +149,7 @@ std::string SharedArena::check(const void* p, size_t bytes, bool write, bool ato
     } else {
       s.block = block_;
       s.reader = kNobody;
+      s.in_flight = kNobody;
     }
     s.writer = me;
     s.write_barriers = barriers_;
@@ -152,6 +157,20 @@ std::string SharedArena::check(const void* p, size_t bytes, bool write, bool ato
     previous_after = s;
   }
   return {};
+}
+
+std::string SharedArena::begin_async_write(const void* p, size_t bytes, int thread, const uint32_t* warp_syncs) {
+  std::string wrong = check(p, bytes, true, false, thread, warp_syncs);
+  if (!wrong.empty()) return wrong;
+  const size_t offset = static_cast<size_t>(static_cast<const unsigned char*>(p) - storage_.data());
+  for (size_t i = 0; i < bytes; ++i) shadow_[offset + i].in_flight = static_cast<uint16_t>(thread);
+  return {};
+}
+
+std::string SharedArena::end_async_write(const void* p, size_t bytes, int thread, const uint32_t* warp_syncs) {
+  const size_t offset = static_cast<size_t>(static_cast<const unsigned char*>(p) - storage_.data());
+  for (size_t i = 0; i < bytes; ++i) shadow_[offset + i].in_flight = kNobody;
+  return check(p, bytes, true, false, thread, warp_syncs);
 }
 
 }  // namespace xtrain::interp

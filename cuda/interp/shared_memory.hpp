@@ -8,7 +8,8 @@
 // block's barrier count and their warp's __syncwarp count at the time. An access by another
 // thread conflicts unless a __syncthreads completed since, or both threads are in one warp and
 // a __syncwarp of that warp completed since (shuffles, votes and mma order no memory: CUDA
-// says so). Read after write, write after read and write after write are all reported.
+// says so). Read after write, write after read and write after write are all reported. A
+// cp.async destination is in flight from the copy to its issuer's wait: touching it is reported.
 #pragma once
 
 #include <cstddef>
@@ -43,6 +44,11 @@ class SharedArena {
   // An empty string when the access is fine, else what is wrong with it.
   std::string check(const void* p, size_t bytes, bool write, bool atomic, int thread, const uint32_t* warp_syncs);
   void barrier_completed() { ++barriers_; }
+  // cp.async: at issue, the bytes are checked as `thread`'s write and then marked in flight
+  // (check() refuses every access to them, the issuer's own included); at the wait that covers
+  // the copy, the mark goes and they are checked as its write again, at that barrier count.
+  std::string begin_async_write(const void* p, size_t bytes, int thread, const uint32_t* warp_syncs);
+  std::string end_async_write(const void* p, size_t bytes, int thread, const uint32_t* warp_syncs);
 
  private:
   static constexpr size_t kRedZone = 256;
@@ -55,6 +61,7 @@ class SharedArena {
   struct Shadow {
     uint32_t block = 0;  // which block's accesses this describes (0: none)
     uint16_t writer = kNobody, reader = kNobody;
+    uint16_t in_flight = kNobody;  // a cp.async of this thread writes the byte, not yet waited for
     uint32_t write_barriers = 0, read_barriers = 0;
     uint32_t write_warp_syncs = 0, read_warp_syncs = 0;
   };

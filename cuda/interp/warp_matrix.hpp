@@ -3,9 +3,9 @@
 // these when all 32 have arrived, and hands each lane its row of the result. Layouts are the PTX
 // ISA's (section "Warp Level Matrix Multiply-Accumulate Instructions"); the .cpp cites each one.
 //
-// cp.async (the next step) is not here: it is a per-thread copy whose completion is tracked per
-// thread (commit_group / wait_group), not a warp collective, so it belongs with the executor's
-// per-thread state rather than with these functions.
+// cp.async is not here: it is a per-thread copy whose completion is tracked per thread
+// (commit_group / wait_group), not a warp collective, so it lives with the executor's per-thread
+// state (executor.hpp, async_copy_16).
 #pragma once
 
 #include <cstdint>

@@ -8,8 +8,9 @@
 //   backward:                   D_i = dO_i . O_i;  p_ij = exp(x_ij - lse_i);  ds_ij = p_ij (dO_i . v_j - D_i)
 //                               dV = [bf16] [bf16]p^T dO;  dQ = [bf16] scale [bf16]ds K;  dK = [bf16] scale [bf16]ds^T Q
 //
-// Every kernel runs 128 threads (4 warps) per block, one block per (tile, head), the heaviest
-// tiles first (causal rows near the end see the most keys). No atomics: backward runs one kernel
+// Every kernel runs 128 threads (4 warps) per block (the bf16 forward 256 at head sizes 64 and
+// 128), one block per (tile, head), the heaviest tiles first (causal rows near the end see the
+// most keys). No atomics: backward runs one kernel
 // for dK and dV (a block owns 64 keys and walks the queries that see them) and one for dQ (a block
 // owns 64 queries and walks their keys), recomputing p in both; every sum has a fixed order, so
 // results are deterministic. Tiles beyond T are zero-filled in shared memory and masked.
@@ -21,17 +22,22 @@
 //   2(lane % 4) and +1, so a row's max and sum are a reduction over the 4 lanes of a quad. The
 //   accumulator layout of two adjacent 8-column tiles is the A-operand layout of one k = 16 step,
 //   so p and ds go from the scores' registers into the next product, rounded to bf16 on the way.
-//   Shared memory: row-major tiles of bf16 rows padded by 8 elements (16 bytes), which puts the 8
-//   rows a fragment load touches in different banks.
-//   forward: 64 queries per block (Q fragments in registers), 64-key blocks (K, V in shared memory)
-//   dK, dV:  64 keys per block, 32-query blocks (Q, dO, lse, D in shared memory)
-//   dQ:      64 queries per block, 32-key blocks (K, V in shared memory)
+//   Shared memory: row-major tiles of bf16 rows padded by 8 elements (16 bytes), which keeps every
+//   row 16-byte aligned and puts the 8 rows an ldmatrix phase reads in different banks. Fragments
+//   come from there by ldmatrix.x4 (.trans for a B operand stored k-major: V, dO, Q, K in the
+//   products with p, ds); tiles come from global memory by 16-byte cp.async, the streamed ones
+//   double-buffered (the next block's copy is issued right after the barrier that frees its
+//   buffer, and waited for at the top of the next iteration: one __syncthreads per block).
+//   forward: 128 queries per block with 8 warps at head sizes 64 and 128, else 64 with 4 (Q
+//            fragments in registers), 64-key blocks (K, V streamed)
+//   dK, dV:  64 keys per block (K, V resident), 32-query blocks (Q, dO, lse, D streamed)
+//   dQ:      64 queries per block (Q, dO resident), 32-key blocks (K, V streamed)
 // fp32 storage (CUDA cores, strict fp32 for the fp32 and tf32 precisions):
 //   four lanes per row (a quad), each holding a quarter of the head dimension as float4 chunks
 //   (chunk tq + 4i for lane tq, so a quad reads 64 contiguous bytes of a shared row); a dot product
 //   is the quad's partial sums reduced by two xor shuffles. 32 rows per block, 32-key or 32-query
 //   blocks in shared memory, fp32 rows unpadded (a quad's chunks are contiguous, all quads read the
-//   same row: a broadcast).
+//   same row: a broadcast), loaded by cp.async and waited for at once (no double buffering).
 //
 // Limits: head size 16, 32, 64 or 128 (hs = C / NH; check_flash_attention_shape says so by name),
 // any T >= 1, qkv/out/dout/dqkv 16-byte aligned with C a multiple of 8.
@@ -57,8 +63,13 @@ inline bool flash_attention_head_size_supported(int hs) { return hs == 16 || hs 
 
 namespace flash {
 
-constexpr int kWarps = 4;
+constexpr int kWarps = 4;  // every kernel's but the bf16 forward's at head sizes 64 and 128
 constexpr int kThreads = kWarps * kWarp;
+
+// The bf16 forward's warps: 8 (128-query tiles) where a head's products are large enough that
+// sharing each K, V tile between twice the queries pays (half the tile copies and barriers per
+// query), 4 (64-query tiles) for the small heads.
+constexpr int forward_bf16_warps(int hs) { return hs >= 64 ? 8 : 4; }
 
 // ---- one head's rows --------------------------------------------------------------------------
 
@@ -73,18 +84,26 @@ __device__ inline int first_tile_first(const AttentionShape& s, int tile_rows) {
   return static_cast<int>(blockIdx.x) / heads_of(s) * tile_rows;
 }
 
-// rows x HS elements of S from global rows (stride ld) into shared rows of stride HS + PAD, in
-// 16-byte chunks; rows at or beyond `valid` are zero (tails past T).
-template <class S, int HS, int PAD, int ROWS>
+// Issues the copy of rows x HS elements of S from global rows (stride ld) into shared rows of
+// stride HS + PAD as 16-byte cp.async chunks; rows at or beyond `valid` (>= 1) are zero-filled
+// (tails past T; their source is row 0, never read). The tile is there once this thread's
+// cp_async_wait covers the group and then a __syncthreads.
+template <class S, int HS, int PAD, int ROWS, int THREADS>
 __device__ inline void load_tile(S* dst, const S* src, size_t ld, int valid) {
   constexpr int kPerChunk = 16 / sizeof(S);
   constexpr int kChunks = HS / kPerChunk;
-  for (int c = threadIdx.x; c < ROWS * kChunks; c += kThreads) {
+  for (int c = threadIdx.x; c < ROWS * kChunks; c += THREADS) {
     const int r = c / kChunks, k = c % kChunks;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (r < valid) v = *reinterpret_cast<const uint4*>(src + r * ld + k * kPerChunk);
-    *reinterpret_cast<uint4*>(dst + r * (HS + PAD) + k * kPerChunk) = v;
+    cp_async_16(dst + r * (HS + PAD) + k * kPerChunk, src + (r < valid ? r * ld : 0) + k * kPerChunk,
+                r < valid ? 16 : 0);
   }
+}
+
+// Every tile this thread issued, then every thread's: the single-buffered kernels' (fp32) wait.
+__device__ inline void tiles_arrived() {
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
 }
 
 // The head this block works on (block index % heads): where its rows start in qkv / dqkv (q at
@@ -103,15 +122,16 @@ struct HeadRows {
     stat = static_cast<size_t>(head) * s.T;
     q = qkv_base + qkv;
   }
-  // part 0, 1, 2 (q, k, v) of rows r0 .. r0 + ROWS - 1 into a shared tile; zero past T.
-  template <int HS, int PAD, int ROWS>
+  // part 0, 1, 2 (q, k, v) of rows r0 .. r0 + ROWS - 1 (r0 < T) into a shared tile, issued by
+  // the block's THREADS threads (load_tile); zero past T.
+  template <int HS, int PAD, int ROWS, int THREADS = kThreads>
   __device__ void load(S* tile, int part, int r0) const {
-    load_tile<S, HS, PAD, ROWS>(tile, q + part * C + r0 * ld, ld, min(ROWS, T - r0));
+    load_tile<S, HS, PAD, ROWS, THREADS>(tile, q + part * C + r0 * ld, ld, min(ROWS, T - r0));
   }
-  // Rows r0 .. r0 + ROWS - 1 of dout into a shared tile; zero past T.
+  // Rows r0 .. r0 + ROWS - 1 (r0 < T) of dout into a shared tile, issued (load_tile); zero past T.
   template <int HS, int PAD, int ROWS>
   __device__ void load_dout(S* tile, const S* dout, int r0) const {
-    load_tile<S, HS, PAD, ROWS>(tile, dout + out + r0 * static_cast<size_t>(C), C, min(ROWS, T - r0));
+    load_tile<S, HS, PAD, ROWS, kThreads>(tile, dout + out + r0 * static_cast<size_t>(C), C, min(ROWS, T - r0));
   }
   // lse and D of queries q0 .. q0 + n - 1 into shared memory; 0 past T, where every kernel masks
   // the query anyway.
@@ -156,29 +176,35 @@ __device__ inline uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
 }
-__device__ inline uint32_t pair_at(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
-__device__ inline uint32_t pair_down(const bf16* p, int stride) {  // p[0] low, p[stride] high
-  return static_cast<uint32_t>(__bfloat16_as_ushort(p[0])) |
-         (static_cast<uint32_t>(__bfloat16_as_ushort(p[stride])) << 16);
-}
+// Fragments come from shared memory by ldmatrix.x4 (portable.cuh): lane L names row L % 8 of
+// 8x8 matrix L / 8, and register m gets the lane's fragment of matrix m, which for a row-major
+// 8x8 block is exactly an mma register's layout (rows g, columns 2t and 2t + 1), and with .trans
+// that of the block's transpose. Each fragment below picks the four blocks in register order.
 
-// A = tile[row0 .. row0+15][col0 .. col0+15]
+// A = tile[row0 .. row0+15][col0 .. col0+15]: blocks (rows 0-7 | 8-15) x (cols 0-7), then cols 8-15.
 __device__ inline FragA load_a(const bf16* tile, int stride, int row0, int col0) {
-  const int g = threadIdx.x % kWarp / 4, t = threadIdx.x % 4;
-  const bf16* p = tile + (row0 + g) * stride + col0 + 2 * t;
-  return {{pair_at(p), pair_at(p + 8 * stride), pair_at(p + 8), pair_at(p + 8 * stride + 8)}};
+  const int lane = threadIdx.x % kWarp, m = lane / 8;
+  FragA f;
+  ldmatrix_x4(f.x, tile + (row0 + lane % 8 + 8 * (m & 1)) * stride + col0 + 8 * (m >> 1));
+  return f;
 }
-// B(k, n) = tile[n0 + n][k0 + k]: a product with a row-major tile transposed (Q K^T, dO V^T, K Q^T).
-__device__ inline FragB load_b_transposed(const bf16* tile, int stride, int n0, int k0) {
-  const int g = threadIdx.x % kWarp / 4, t = threadIdx.x % 4;
-  const bf16* p = tile + (n0 + g) * stride + k0 + 2 * t;
-  return {{pair_at(p), pair_at(p + 8)}};
+// b[i](k, n) = tile[n0 + 8i + n][k0 + k], i = 0, 1: two adjacent 8-column B tiles of a product with
+// a row-major tile transposed (Q K^T, dO V^T, K Q^T). Blocks (n 0-7) x (k 0-7 | 8-15), then n 8-15.
+__device__ inline void load_b_transposed(FragB (&b)[2], const bf16* tile, int stride, int n0, int k0) {
+  const int lane = threadIdx.x % kWarp, m = lane / 8;
+  uint32_t r[4];
+  ldmatrix_x4(r, tile + (n0 + lane % 8 + 8 * (m >> 1)) * stride + k0 + 8 * (m & 1));
+  b[0] = {{r[0], r[1]}};
+  b[1] = {{r[2], r[3]}};
 }
-// B(k, n) = tile[k0 + k][n0 + n]: a product with a row-major tile as it is (P V, ds K, p^T dO).
-__device__ inline FragB load_b(const bf16* tile, int stride, int k0, int n0) {
-  const int g = threadIdx.x % kWarp / 4, t = threadIdx.x % 4;
-  const bf16* p = tile + (k0 + 2 * t) * stride + n0 + g;
-  return {{pair_down(p, stride), pair_down(p + 8 * stride, stride)}};
+// b[i](k, n) = tile[k0 + k][n0 + 8i + n]: the same of a product with a row-major tile as it is
+// (P V, ds K, p^T dO), by .trans. Blocks (k 0-7 | 8-15) x (n 0-7), then n 8-15.
+__device__ inline void load_b(FragB (&b)[2], const bf16* tile, int stride, int k0, int n0) {
+  const int lane = threadIdx.x % kWarp, m = lane / 8;
+  uint32_t r[4];
+  ldmatrix_x4_trans(r, tile + (k0 + lane % 8 + 8 * (m & 1)) * stride + n0 + 8 * (m >> 1));
+  b[0] = {{r[0], r[1]}};
+  b[1] = {{r[2], r[3]}};
 }
 // The accumulators of two adjacent 8-column tiles (columns 0-7 and 8-15 of a k = 16 step) as an
 // A operand, rounded to bf16.
@@ -199,6 +225,21 @@ __device__ inline float quad_sum(float v) {
 template <int HS>
 constexpr int kPaddedRow = HS + 8;  // bf16 elements per shared row
 
+// x[j] += a (16 x 16, columns k0 .. k0 + 15 of some A) times rows 8j .. 8j + 7 of `tile` transposed
+// (its columns k0 .. k0 + 15), j < N / 8: one k = 16 step of a product with a transposed tile.
+template <int N>
+__device__ inline void times_transposed_tile(float (&x)[N / 8][4], const FragA& a, const bf16* tile, int stride,
+                                             int k0) {
+  static_assert(N % 16 == 0, "B fragments come in pairs");
+  #pragma unroll
+  for (int j = 0; j < N / 8; j += 2) {
+    FragB b[2];
+    load_b_transposed(b, tile, stride, 8 * j, k0);
+    mma_bf16(x[j], a, b[0]);
+    mma_bf16(x[j + 1], a, b[1]);
+  }
+}
+
 // x[j] += A1 B1^T and y[j] += A2 B2^T over HS, j < N/8: this warp's 16 rows of a1 and a2 (shared
 // tiles, from row 16 * warp) against N rows of b1 and b2. A tile's scores and dP, or their
 // transposes.
@@ -210,11 +251,8 @@ __device__ inline void products_with_transposed(float (&x)[N / 8][4], float (&y)
   #pragma unroll
   for (int kk = 0; kk < HS / 16; ++kk) {
     const FragA fa1 = load_a(a1, SP, row0, 16 * kk), fa2 = load_a(a2, SP, row0, 16 * kk);
-    #pragma unroll
-    for (int j = 0; j < N / 8; ++j) {
-      mma_bf16(x[j], fa1, load_b_transposed(b1, SP, 8 * j, 16 * kk));
-      mma_bf16(y[j], fa2, load_b_transposed(b2, SP, 8 * j, 16 * kk));
-    }
+    times_transposed_tile<N>(x, fa1, b1, SP, 16 * kk);
+    times_transposed_tile<N>(y, fa2, b2, SP, 16 * kk);
   }
 }
 
@@ -225,45 +263,66 @@ __device__ inline void accumulate_times_tile(float (&acc)[HS / 8][4], const floa
   for (int kk = 0; kk < K / 16; ++kk) {
     const FragA a = a_from_accumulators(x[2 * kk], x[2 * kk + 1]);
     #pragma unroll
-    for (int n = 0; n < HS / 8; ++n) mma_bf16(acc[n], a, load_b(tile, kPaddedRow<HS>, 16 * kk, 8 * n));
+    for (int n = 0; n < HS / 8; n += 2) {
+      FragB b[2];
+      load_b(b, tile, kPaddedRow<HS>, 16 * kk, 8 * n);
+      mma_bf16(acc[n], a, b[0]);
+      mma_bf16(acc[n + 1], a, b[1]);
+    }
   }
 }
 
-template <int HS>
-__global__ void __launch_bounds__(kThreads)
+// O and lse of 16 * WARPS queries (16 per warp) against 64-key blocks. Launch bounds: 8 warps
+// leave ptxas all 255 registers (one block per SM; sm_90: 167 at head size 64, 240 at 128, no
+// spills, where a cap of 128 for two blocks spilled), 4 warps at least 4 blocks (128 registers).
+template <int HS, int WARPS>
+__global__ void __launch_bounds__(WARPS * kWarp, WARPS == 8 ? 1 : 4)
     forward_bf16_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ qkv,
                         AttentionShape s, float scale) {
-  constexpr int kQueries = 64, kKeys = math::kFlashKeyBlock, SP = kPaddedRow<HS>;
-  static_assert(kQueries == kWarps * 16 && kKeys % 16 == 0, "one 16-row mma tile per warp");
+  constexpr int kQueries = 16 * WARPS, kKeys = math::kFlashKeyBlock, SP = kPaddedRow<HS>, kT = WARPS * kWarp;
+  static_assert(kKeys % 16 == 0, "one 16-row mma tile per warp, keys in 16-column steps");
+  static_assert(kQueries <= 2 * kKeys, "the query tile fits the second buffer (a K and a V tile)");
   XTRAIN_DYNAMIC_SHARED(unsigned char, smem);
-  bf16* sK = reinterpret_cast<bf16*>(smem);  // (kKeys, SP); first the query tile
-  bf16* sV = sK + kKeys * SP;                // (kKeys, SP)
+  // Two buffers of (K, V) tiles: the next block's copy runs while this one's products do. Buffer b
+  // at sK + b * kBuffer (pointers computed, not indexed from an array, which would live in local
+  // memory); buffer 1 first holds the queries (K and V's places together: up to 2 kKeys rows).
+  constexpr int kBuffer = 2 * kKeys * SP;
+  bf16* const sK = reinterpret_cast<bf16*>(smem);  // (2, kKeys, SP) at a stride of kBuffer
+  bf16* const sV = sK + kKeys * SP;                // (2, kKeys, SP) at a stride of kBuffer
   const int T = s.T;
   const HeadRows<bf16> hd(qkv, s);
   const int q0 = last_tile_first(s, kQueries);
   const int warp = threadIdx.x / kWarp, g = threadIdx.x % kWarp / 4, t = threadIdx.x % 4;
   const int row0 = q0 + 16 * warp + g;  // this thread's rows: row0 and row0 + 8
 
-  hd.template load<HS, 8, kQueries>(sK, 0, q0);
+  hd.template load<HS, 8, kQueries, kT>(sK + kBuffer, 0, q0);
+  hd.template load<HS, 8, kKeys, kT>(sK, 1, 0);
+  hd.template load<HS, 8, kKeys, kT>(sV, 2, 0);
+  cp_async_commit();
+  cp_async_wait<0>();
   __syncthreads();
   FragA qf[HS / 16];
   #pragma unroll
-  for (int kk = 0; kk < HS / 16; ++kk) qf[kk] = load_a(sK, SP, 16 * warp, 16 * kk);
+  for (int kk = 0; kk < HS / 16; ++kk) qf[kk] = load_a(sK + kBuffer, SP, 16 * warp, 16 * kk);
 
   float acc[HS / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int last_key = min(T, q0 + kQueries) - 1;
-  for (int c0 = 0; c0 <= last_key; c0 += kKeys) {
-    __syncthreads();  // everyone is done with the previous tiles (and the query tile)
-    hd.template load<HS, 8, kKeys>(sK, 1, c0);
-    hd.template load<HS, 8, kKeys>(sV, 2, c0);
-    __syncthreads();
+  for (int c0 = 0, buf = 0; c0 <= last_key; c0 += kKeys, buf ^= 1) {
+    cp_async_wait<0>();  // this thread's part of block c0
+    __syncthreads();     // everyone's; and everyone is done with the other buffer (or the queries)
+    if (c0 + kKeys <= last_key) {
+      hd.template load<HS, 8, kKeys, kT>(sK + (buf ^ 1) * kBuffer, 1, c0 + kKeys);
+      hd.template load<HS, 8, kKeys, kT>(sV + (buf ^ 1) * kBuffer, 2, c0 + kKeys);
+    }
+    cp_async_commit();
+    const bf16* const k_tile = sK + buf * kBuffer;
     float x[kKeys / 8][4] = {};  // scores, then p
     #pragma unroll
-    for (int kk = 0; kk < HS / 16; ++kk)
-      #pragma unroll
-      for (int j = 0; j < kKeys / 8; ++j) mma_bf16(x[j], qf[kk], load_b_transposed(sK, SP, 8 * j, 16 * kk));
-    // Every row sees key c0 (c0 <= q0 <= row), so each block's max is finite.
+    for (int kk = 0; kk < HS / 16; ++kk) times_transposed_tile<kKeys>(x, qf[kk], k_tile, SP, 16 * kk);
+    // A row may see none of this block's keys (a 128-query tile's first 64 rows, the last block):
+    // its max is then -inf, m stays (finite: every row sees key 0), alpha = 1, p = 0, and the
+    // block adds exact zeros to l and acc, the CPU's bits as if it were skipped.
     float mx[2] = {-INFINITY, -INFINITY};
     #pragma unroll
     for (int j = 0; j < kKeys / 8; ++j) {
@@ -295,7 +354,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int n = 0; n < HS / 8; ++n)
       #pragma unroll
       for (int e = 0; e < 4; ++e) acc[n][e] *= alpha[e >> 1];
-    accumulate_times_tile<HS, kKeys>(acc, x, sV);
+    accumulate_times_tile<HS, kKeys>(acc, x, sV + buf * kBuffer);
   }
   #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -319,12 +378,16 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kKeys = 64, kQueries = 32, SP = kPaddedRow<HS>;
   static_assert(kKeys == kWarps * 16 && kQueries % 16 == 0, "one 16-row mma tile per warp");
   XTRAIN_DYNAMIC_SHARED(unsigned char, smem);
-  bf16* sK = reinterpret_cast<bf16*>(smem);  // (kKeys, SP)
-  bf16* sV = sK + kKeys * SP;                // (kKeys, SP)
-  bf16* sQ = sV + kKeys * SP;                // (kQueries, SP)
-  bf16* sdO = sQ + kQueries * SP;            // (kQueries, SP)
-  float* sLse = reinterpret_cast<float*>(sdO + kQueries * SP);  // (kQueries)
-  float* sD = sLse + kQueries;                                  // (kQueries)
+  // K and V stay; (Q, dO, lse, D) of a query block are double-buffered: the next block's copy runs
+  // while this one's products do. Buffer b at b * kBuffer (bf16) or b * kStats (floats) from the
+  // first (computed pointers: an array of them would live in local memory).
+  constexpr int kBuffer = 2 * kQueries * SP, kStats = 2 * kQueries;
+  bf16* const sK = reinterpret_cast<bf16*>(smem);          // (kKeys, SP)
+  bf16* const sV = sK + kKeys * SP;                        // (kKeys, SP)
+  bf16* const sQ = sV + kKeys * SP;                        // (2, kQueries, SP) at a stride of kBuffer
+  bf16* const sdO = sQ + kQueries * SP;                    // (2, kQueries, SP) at a stride of kBuffer
+  float* const sLse = reinterpret_cast<float*>(sQ + 2 * kBuffer);  // (2, kQueries) at a stride of kStats
+  float* const sD = sLse + kQueries;                                // (2, kQueries) at a stride of kStats
   const int T = s.T;
   const HeadRows<bf16> hd(qkv, s);
   const int c0 = first_tile_first(s, kKeys);
@@ -333,27 +396,41 @@ __global__ void __launch_bounds__(kThreads)
 
   hd.template load<HS, 8, kKeys>(sK, 1, c0);
   hd.template load<HS, 8, kKeys>(sV, 2, c0);
+  hd.template load<HS, 8, kQueries>(sQ, 0, c0);
+  hd.template load_dout<HS, 8, kQueries>(sdO, dout, c0);
+  cp_async_commit();
+  hd.load_query_stats(sLse, sD, lse, D, c0, kQueries);
   float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
-  for (int q0 = c0; q0 < T; q0 += kQueries) {  // queries before c0 see none of these keys
-    __syncthreads();
-    hd.template load<HS, 8, kQueries>(sQ, 0, q0);
-    hd.template load_dout<HS, 8, kQueries>(sdO, dout, q0);
-    hd.load_query_stats(sLse, sD, lse, D, q0, kQueries);
-    __syncthreads();
+  for (int q0 = c0, buf = 0; q0 < T; q0 += kQueries, buf ^= 1) {  // queries before c0 see none of these keys
+    cp_async_wait<0>();  // this thread's part of block q0
+    __syncthreads();     // everyone's; and everyone is done with the other buffer
+    const int next = buf ^ 1;
+    if (q0 + kQueries < T) {
+      hd.template load<HS, 8, kQueries>(sQ + next * kBuffer, 0, q0 + kQueries);
+      hd.template load_dout<HS, 8, kQueries>(sdO + next * kBuffer, dout, q0 + kQueries);
+    }
+    cp_async_commit();
+    if (q0 + kQueries < T) {
+      hd.load_query_stats(sLse + next * kStats, sD + next * kStats, lse, D, q0 + kQueries, kQueries);
+    }
+    const bf16* const q_tile = sQ + buf * kBuffer;
+    const bf16* const do_tile = sdO + buf * kBuffer;
+    const float* const q_lse = sLse + buf * kStats;
+    const float* const q_D = sD + buf * kStats;
     float st[kQueries / 8][4] = {}, dpt[kQueries / 8][4] = {};  // S^T and dP^T, then p^T and ds^T
-    products_with_transposed<HS, kQueries>(st, dpt, sK, sQ, sV, sdO);
+    products_with_transposed<HS, kQueries>(st, dpt, sK, q_tile, sV, do_tile);
     #pragma unroll
     for (int j = 0; j < kQueries / 8; ++j) {
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int col = 8 * j + 2 * t + (e & 1), key = key0 + 8 * (e >> 1), query = q0 + col;
-        const float p = key <= query && query < T ? expf(st[j][e] * scale - sLse[col]) : 0.0f;
+        const float p = key <= query && query < T ? expf(st[j][e] * scale - q_lse[col]) : 0.0f;
         st[j][e] = p;
-        dpt[j][e] = p * (dpt[j][e] - sD[col]);
+        dpt[j][e] = p * (dpt[j][e] - q_D[col]);
       }
     }
-    accumulate_times_tile<HS, kQueries>(dv, st, sdO);
-    accumulate_times_tile<HS, kQueries>(dk, dpt, sQ);
+    accumulate_times_tile<HS, kQueries>(dv, st, do_tile);
+    accumulate_times_tile<HS, kQueries>(dk, dpt, q_tile);
   }
   #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -377,10 +454,14 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kQueries = 64, kKeys = 32, SP = kPaddedRow<HS>;
   static_assert(kQueries == kWarps * 16 && kKeys % 16 == 0, "one 16-row mma tile per warp");
   XTRAIN_DYNAMIC_SHARED(unsigned char, smem);
-  bf16* sQ = reinterpret_cast<bf16*>(smem);  // (kQueries, SP)
-  bf16* sdO = sQ + kQueries * SP;            // (kQueries, SP)
-  bf16* sK = sdO + kQueries * SP;            // (kKeys, SP)
-  bf16* sV = sK + kKeys * SP;                // (kKeys, SP)
+  // Q and dO stay; (K, V) of a key block are double-buffered: the next block's copy runs while
+  // this one's products do. Buffer b at b * kBuffer from the first (computed pointers: an array
+  // of them would live in local memory).
+  constexpr int kBuffer = 2 * kKeys * SP;
+  bf16* const sQ = reinterpret_cast<bf16*>(smem);  // (kQueries, SP)
+  bf16* const sdO = sQ + kQueries * SP;            // (kQueries, SP)
+  bf16* const sK = sdO + kQueries * SP;            // (2, kKeys, SP) at a stride of kBuffer
+  bf16* const sV = sK + kKeys * SP;                // (2, kKeys, SP) at a stride of kBuffer
   const int T = s.T;
   const HeadRows<bf16> hd(qkv, s);
   const int q0 = last_tile_first(s, kQueries);
@@ -389,6 +470,9 @@ __global__ void __launch_bounds__(kThreads)
 
   hd.template load<HS, 8, kQueries>(sQ, 0, q0);
   hd.template load_dout<HS, 8, kQueries>(sdO, dout, q0);
+  hd.template load<HS, 8, kKeys>(sK, 1, 0);
+  hd.template load<HS, 8, kKeys>(sV, 2, 0);
+  cp_async_commit();
   float row_lse[2], row_D[2];
   #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -398,13 +482,17 @@ __global__ void __launch_bounds__(kThreads)
   }
   float dq[HS / 8][4] = {};
   const int last_key = min(T, q0 + kQueries) - 1;
-  for (int c0 = 0; c0 <= last_key; c0 += kKeys) {
-    __syncthreads();
-    hd.template load<HS, 8, kKeys>(sK, 1, c0);
-    hd.template load<HS, 8, kKeys>(sV, 2, c0);
-    __syncthreads();
+  for (int c0 = 0, buf = 0; c0 <= last_key; c0 += kKeys, buf ^= 1) {
+    cp_async_wait<0>();  // this thread's part of block c0 (and, the first time, of Q and dO)
+    __syncthreads();     // everyone's; and everyone is done with the other buffer
+    if (c0 + kKeys <= last_key) {
+      hd.template load<HS, 8, kKeys>(sK + (buf ^ 1) * kBuffer, 1, c0 + kKeys);
+      hd.template load<HS, 8, kKeys>(sV + (buf ^ 1) * kBuffer, 2, c0 + kKeys);
+    }
+    cp_async_commit();
+    const bf16* const k_tile = sK + buf * kBuffer;
     float x[kKeys / 8][4] = {}, dp[kKeys / 8][4] = {};  // S and dP, then ds
-    products_with_transposed<HS, kKeys>(x, dp, sQ, sK, sdO, sV);
+    products_with_transposed<HS, kKeys>(x, dp, sQ, k_tile, sdO, sV + buf * kBuffer);
     #pragma unroll
     for (int j = 0; j < kKeys / 8; ++j) {
       #pragma unroll
@@ -414,7 +502,7 @@ __global__ void __launch_bounds__(kThreads)
         x[j][e] = p * (dp[j][e] - row_D[r]);
       }
     }
-    accumulate_times_tile<HS, kKeys>(dq, x, sK);
+    accumulate_times_tile<HS, kKeys>(dq, x, k_tile);
   }
   #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -504,7 +592,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     hd.template load<HS, 0, kFp32Block>(sK, 1, c0);
     hd.template load<HS, 0, kFp32Block>(sV, 2, c0);
-    __syncthreads();
+    tiles_arrived();
     float x[kFp32Block];
     float mx = -INFINITY;  // finite after the block: every row sees key c0
     #pragma unroll
@@ -558,7 +646,7 @@ __global__ void __launch_bounds__(kThreads)
     hd.template load<HS, 0, kFp32Block>(sQ, 0, q0);
     hd.template load_dout<HS, 0, kFp32Block>(sdO, dout, q0);
     hd.load_query_stats(sLse, sD, lse, D, q0, kFp32Block);
-    __syncthreads();
+    tiles_arrived();
     for (int i = 0; i < kFp32Block; ++i) {
       const int query = q0 + i;
       const float x = quad_dot<HS>(ks, sQ + i * HS), dp = quad_dot<HS>(vs, sdO + i * HS);
@@ -593,7 +681,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     hd.template load<HS, 0, kFp32Block>(sK, 1, c0);
     hd.template load<HS, 0, kFp32Block>(sV, 2, c0);
-    __syncthreads();
+    tiles_arrived();
     #pragma unroll
     for (int j = 0; j < kFp32Block; ++j) {
       const float x = quad_dot<HS>(qs, sK + j * HS), dp = quad_dot<HS>(dos, sV + j * HS);
@@ -624,12 +712,13 @@ __global__ void __launch_bounds__(kThreads)
 
 // Dynamic shared memory past 48 KiB needs the kernel's consent (sm_80: up to 163 KiB).
 template <class... Params, class... Args>
-void launch(void (*kernel)(Params...), unsigned blocks, size_t smem_bytes, cudaStream_t stream, Args... args) {
+void launch(void (*kernel)(Params...), unsigned blocks, unsigned threads, size_t smem_bytes, cudaStream_t stream,
+            Args... args) {
   if (smem_bytes > 48 * 1024) {
     XTRAIN_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes)));
   }
-  launch_kernel(kernel, blocks, kThreads, smem_bytes, stream, args...);
+  launch_kernel(kernel, blocks, threads, smem_bytes, stream, args...);
 }
 
 inline unsigned tiles(const AttentionShape& s, int rows) {
@@ -641,29 +730,32 @@ constexpr size_t kBf16Row = static_cast<size_t>(kPaddedRow<HS>) * sizeof(bf16);
 
 template <int HS>
 void forward(cudaStream_t stream, bf16* out, float* lse, const bf16* qkv, const AttentionShape& s, float scale) {
-  launch(forward_bf16_kernel<HS>, tiles(s, 64), 2 * math::kFlashKeyBlock * kBf16Row<HS>, stream, out, lse, qkv, s,
-         scale);
+  constexpr int kWarpsHere = forward_bf16_warps(HS);
+  // Two buffers of a K and a V tile.
+  launch(forward_bf16_kernel<HS, kWarpsHere>, tiles(s, 16 * kWarpsHere), kWarpsHere * kWarp,
+         4 * math::kFlashKeyBlock * kBf16Row<HS>, stream, out, lse, qkv, s, scale);
 }
 template <int HS>
 void forward(cudaStream_t stream, float* out, float* lse, const float* qkv, const AttentionShape& s, float scale) {
-  launch(forward_fp32_kernel<HS>, tiles(s, kFp32Rows), 2 * kFp32Block * HS * sizeof(float), stream, out, lse, qkv,
+  launch(forward_fp32_kernel<HS>, tiles(s, kFp32Rows), kThreads, 2 * kFp32Block * HS * sizeof(float), stream, out, lse, qkv,
          s, scale);
 }
 template <int HS>
 void backward(cudaStream_t stream, bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* D,
               const AttentionShape& s, float scale) {
   const BackwardArgs<bf16> args{dqkv, dout, qkv, lse, D, s, scale};
-  launch(backward_dkdv_bf16_kernel<HS>, tiles(s, 64), (2 * 64 + 2 * 32) * kBf16Row<HS> + 2 * 32 * sizeof(float),
+  // 64 resident rows, two buffers of two 32-row tiles (and of the 32 queries' lse and D)
+  launch(backward_dkdv_bf16_kernel<HS>, tiles(s, 64), kThreads, (2 * 64 + 4 * 32) * kBf16Row<HS> + 4 * 32 * sizeof(float),
          stream, args);
-  launch(backward_dq_bf16_kernel<HS>, tiles(s, 64), (2 * 64 + 2 * 32) * kBf16Row<HS>, stream, args);
+  launch(backward_dq_bf16_kernel<HS>, tiles(s, 64), kThreads, (2 * 64 + 4 * 32) * kBf16Row<HS>, stream, args);
 }
 template <int HS>
 void backward(cudaStream_t stream, float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D,
               const AttentionShape& s, float scale) {
   const BackwardArgs<float> args{dqkv, dout, qkv, lse, D, s, scale};
-  launch(backward_dkdv_fp32_kernel<HS>, tiles(s, kFp32Rows), (2 * kFp32Block * HS + 2 * kFp32Block) * sizeof(float),
+  launch(backward_dkdv_fp32_kernel<HS>, tiles(s, kFp32Rows), kThreads, (2 * kFp32Block * HS + 2 * kFp32Block) * sizeof(float),
          stream, args);
-  launch(backward_dq_fp32_kernel<HS>, tiles(s, kFp32Rows), 2 * kFp32Block * HS * sizeof(float), stream, args);
+  launch(backward_dq_fp32_kernel<HS>, tiles(s, kFp32Rows), kThreads, 2 * kFp32Block * HS * sizeof(float), stream, args);
 }
 
 inline float softmax_scale(const AttentionShape& s) {

@@ -8,6 +8,9 @@
 //   XTRAIN_SHARED(float, tile, [R][C]);                            __shared__ float tile[R][C];
 //   XTRAIN_DYNAMIC_SHARED(unsigned char, smem);                    extern __shared__ __align__(16) unsigned char smem[];
 //   mma_m16n8k16_bf16(d, a, b)                                     mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
+//   ldmatrix_x4(r, row) / ldmatrix_x4_trans(r, row)                ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16
+//   cp_async_16(dst, src, src_bytes)                               cp.async.cg.shared.global [dst], [src], 16, src_bytes
+//   cp_async_commit() / cp_async_wait<N>()                         cp.async.commit_group / cp.async.wait_group N
 #pragma once
 
 #include <cuda_runtime.h>
@@ -50,6 +53,64 @@ __device__ inline void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], 
       "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+// Four 8x8 matrices of 16-bit elements from shared memory: lane L gives the address of row L % 8
+// of matrix L / 8 (16-byte aligned), and register m receives lane L's fragment of matrix m:
+// elements 2(L % 4) and 2(L % 4) + 1 of row L / 4 (low half first), or with .trans of column L / 4
+// (the matrix read column-major). Warp-collective: every lane of the warp executes it.
+// No "memory" clobber: our kernels only read shared memory this way after a __syncthreads, which
+// the compiler does not move loads across.
+template <bool TRANS>
+__device__ inline void ldmatrix_x4_impl(uint32_t (&r)[4], const void* row) {
+#if defined(XTRAIN_CUDA_INTERPRET)
+  ::xtrain::interp::ldmatrix_lane<4, TRANS>(r, row);
+#else
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  if constexpr (TRANS) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+  }
+#endif
+}
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) { ldmatrix_x4_impl<false>(r, row); }
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) { ldmatrix_x4_impl<true>(r, row); }
+
+// 16 bytes from global to shared memory, asynchronously (sm_80+; both addresses 16-byte
+// aligned): the first src_bytes (0 or 16 in our kernels) from src, the rest zero, so a row past
+// the end of a tensor is zero-filled without a branch around the copy. The bytes are not there,
+// not even for this thread, until a cp_async_wait that covers the copy's group; other threads
+// see them after this thread's wait and a __syncthreads.
+__device__ inline void cp_async_16(void* dst, const void* src, int src_bytes) {
+#if defined(XTRAIN_CUDA_INTERPRET)
+  ::xtrain::interp::async_copy_16(dst, src, src_bytes);
+#else
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes));
+#endif
+}
+// Closes this thread's open group of copies.
+__device__ inline void cp_async_commit() {
+#if defined(XTRAIN_CUDA_INTERPRET)
+  ::xtrain::interp::async_commit();
+#else
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+// Waits until at most N of this thread's committed groups are pending (groups complete in
+// commit order). "memory": no shared load of the copied bytes may move above the wait.
+template <int N>
+__device__ inline void cp_async_wait() {
+#if defined(XTRAIN_CUDA_INTERPRET)
+  ::xtrain::interp::async_wait(N);
+#else
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
 }
 

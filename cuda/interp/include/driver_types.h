@@ -20,6 +20,7 @@ enum cudaError_t {
   cudaErrorIllegalAddress = 700,
   cudaErrorLaunchOutOfResources = 701,
   cudaErrorAssert = 710,
+  cudaErrorMisalignedAddress = 716,
   cudaErrorLaunchFailure = 719,
   cudaErrorNotSupported = 801,
   cudaErrorStreamCaptureUnsupported = 900,

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -33,12 +34,14 @@ std::string fault_of(void (*kernel)(Params...), dim3 grid, dim3 block, size_t sh
   return message;
 }
 
-float* device_floats(size_t n) {
-  float* p = nullptr;
-  REQUIRE(cudaMalloc(&p, n * sizeof(float)) == cudaSuccess);
-  REQUIRE(cudaMemset(p, 0, n * sizeof(float)) == cudaSuccess);
+template <class T>
+T* device_zeros(size_t n) {
+  T* p = nullptr;
+  REQUIRE(cudaMalloc(&p, n * sizeof(T)) == cudaSuccess);
+  REQUIRE(cudaMemset(p, 0, n * sizeof(T)) == cudaSuccess);
   return p;
 }
+float* device_floats(size_t n) { return device_zeros<float>(n); }
 
 // ---- the planted faults ---------------------------------------------------------------------
 
@@ -111,6 +114,95 @@ __global__ void shuffle_with_a_lane_missing(float* out) {
 __global__ void reads_host_memory(float* out, const float* host) { out[threadIdx.x] = host[threadIdx.x]; }
 
 __global__ void idle(float* out) { out[threadIdx.x] = 0.0f; }
+
+// ---- cp.async: 64 threads, each copying one 16-byte chunk (4 floats) of `in` ------------------
+
+// After a barrier over -1s, copies chunk tid (odd threads with src-size 0: zeros) and reads the
+// previous thread's chunk after `WAIT` and, when `BARRIER`, a __syncthreads.
+template <bool WAIT, bool BARRIER>
+__global__ void async_exchange(float* out, const float* in) {
+  XTRAIN_SHARED(float, s, [64 * 4]);
+  for (int i = 0; i < 4; ++i) s[4 * threadIdx.x + i] = -1.0f;
+  __syncthreads();
+  xtrain::cuda::cp_async_16(s + 4 * threadIdx.x, in + 4 * threadIdx.x, threadIdx.x % 2 == 0 ? 16 : 0);
+  xtrain::cuda::cp_async_commit();
+  if (WAIT) xtrain::cuda::cp_async_wait<0>();
+  if (BARRIER) __syncthreads();
+  const unsigned prev = (threadIdx.x + 63) % 64;
+  for (int i = 0; i < 4; ++i) out[4 * threadIdx.x + i] = s[4 * prev + i];
+  if (!WAIT) xtrain::cuda::cp_async_wait<0>();  // too late: the read above came first
+}
+
+// Double buffering with a wait one group too shallow: wait_group 1 covers the first group only,
+// and the second is read anyway (the bug the pipelines' wait depth exists to avoid).
+__global__ void async_wait_too_shallow(float* out, const float* in) {
+  XTRAIN_SHARED(float, s, [2][64 * 4]);
+  xtrain::cuda::cp_async_16(s[0] + 4 * threadIdx.x, in + 4 * threadIdx.x, 16);
+  xtrain::cuda::cp_async_commit();
+  xtrain::cuda::cp_async_16(s[1] + 4 * threadIdx.x, in + 4 * ((threadIdx.x + 1) % 64), 16);
+  xtrain::cuda::cp_async_commit();
+  xtrain::cuda::cp_async_wait<1>();
+  __syncthreads();
+  out[threadIdx.x] = s[0][4 * threadIdx.x] + s[1][4 * threadIdx.x];
+  xtrain::cuda::cp_async_wait<0>();
+}
+
+__global__ void async_never_waited(float* out, const float* in) {
+  XTRAIN_SHARED(float, s, [64 * 4]);
+  xtrain::cuda::cp_async_16(s + 4 * threadIdx.x, in + 4 * threadIdx.x, 16);
+  xtrain::cuda::cp_async_commit();
+  out[threadIdx.x] = 0.0f;
+}
+
+// ---- ldmatrix: one warp over a 16 x 16 tile of 16-bit elements, rows padded to 24 -------------
+
+constexpr int kTileStride = 24;  // elements per shared row: 48 bytes, rows stay 16-byte aligned
+
+// Element (r, c) of the tile holds tag(r, c); every lane writes its four registers of the .x4
+// load (trans or not) whose row addresses are rows lane % 16, columns 8 (lane / 16), i.e.
+// matrices (rows 0-7, cols 0-7), (rows 8-15, cols 0-7), (rows 0-7, cols 8-15), (8-15, 8-15).
+// The tile has 8 spare elements at its end, so that a shifted last row stays inside it.
+// `shift` (elements) moves every row address off its 16-byte alignment; with `restore` every
+// thread stores its elements again after the barrier, so loads and other threads' stores meet
+// with no barrier between (a race, reported at whichever of the two comes second).
+__host__ __device__ inline uint16_t tag(int r, int c) { return static_cast<uint16_t>(0x100 * r + c); }
+__device__ inline void fill_tagged(uint16_t* tile) {
+  for (int i = static_cast<int>(threadIdx.x); i < 16 * kTileStride + 8; i += 32) {
+    tile[i] = i % kTileStride < 16 && i < 16 * kTileStride ? tag(i / kTileStride, i % kTileStride) : 0;
+  }
+}
+template <bool TRANS>
+__global__ void ldmatrix_tagged(uint32_t* out, int shift, bool restore) {
+  XTRAIN_SHARED(uint16_t, tile, [16 * kTileStride + 8]);
+  fill_tagged(tile);
+  __syncthreads();
+  if (restore) fill_tagged(tile);
+  const int lane = static_cast<int>(threadIdx.x);
+  uint32_t r[4];
+  const uint16_t* row = tile + (lane % 16) * kTileStride + 8 * (lane / 16) + shift;
+  if (TRANS) {
+    xtrain::cuda::ldmatrix_x4_trans(r, row);
+  } else {
+    xtrain::cuda::ldmatrix_x4(r, row);
+  }
+  for (int m = 0; m < 4; ++m) out[4 * lane + m] = r[m];
+}
+
+__global__ void ldmatrix_from_global(uint32_t* out) {
+  uint32_t r[4];
+  xtrain::cuda::ldmatrix_x4(r, out + 4 * (threadIdx.x % 8));
+  out[threadIdx.x] = r[0];
+}
+
+__global__ void ldmatrix_with_a_lane_missing(uint32_t* out) {
+  XTRAIN_SHARED(uint16_t, tile, [32 * 8]);
+  for (int i = 0; i < 8; ++i) tile[8 * threadIdx.x + i] = 0;
+  __syncthreads();
+  if (threadIdx.x == 7) return;
+  uint32_t r[4];
+  xtrain::cuda::ldmatrix_x4(r, tile + 8 * threadIdx.x);
+  out[threadIdx.x] = r[0];
+}
 
 }  // namespace xtrain::interp_test
 
@@ -207,4 +299,100 @@ TEST_CASE("interpret mode refuses the launches a GPU refuses", "[interp][faults]
   REQUIRE(cudaFuncSetAttribute(idle, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024) == cudaSuccess);
   CHECK(fault_of(idle, 1, 64, 64 * 1024, out).empty());
   CHECK(cudaFuncSetAttribute(idle, cudaFuncAttributeMaxDynamicSharedMemorySize, 228 * 1024) == cudaErrorInvalidValue);
+  CHECK(cudaGetLastError() == cudaErrorInvalidValue);  // the refusal's error, cleared for the next case
+}
+
+TEST_CASE("interpret mode's cp.async lands at the issuer's wait, zero-filling past src-size, under three schedules",
+          "[interp][faults][cp.async]") {
+  std::vector<float> host(256);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(i + 1);
+  float* in = device_floats(256);
+  REQUIRE(cudaMemcpy(in, host.data(), 256 * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+  float* out = device_floats(256);
+  launch_kernel(async_exchange<true, true>, 1, 64, 0, nullptr, out, static_cast<const float*>(in));
+  std::vector<float> got(256);
+  REQUIRE(cudaMemcpy(got.data(), out, 256 * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+  for (int t = 0; t < 64; ++t) {
+    const int prev = (t + 63) % 64;
+    for (int i = 0; i < 4; ++i) CHECK(got[4 * t + i] == (prev % 2 == 0 ? host[4 * prev + i] : 0.0f));
+  }
+  cudaDeviceReset();
+}
+
+TEST_CASE("interpret mode reports a read of a cp.async destination before the issuer's wait", "[interp][faults][cp.async]") {
+  float* in = device_floats(256);
+  float* out = device_floats(256);
+  const std::string m = fault_of(async_exchange<false, true>, 1, 64, 0, out, static_cast<const float*>(in));
+  CHECK_THAT(m, Contains("async_exchange"));
+  CHECK_THAT(m, Contains("read of \"s\""));
+  CHECK_THAT(m, Contains("while a cp.async of thread"));
+}
+
+TEST_CASE("interpret mode reports a read of another thread's cp.async without a __syncthreads after its wait",
+          "[interp][faults][cp.async]") {
+  float* in = device_floats(256);
+  float* out = device_floats(256);
+  const std::string m = fault_of(async_exchange<true, false>, 1, 64, 0, out, static_cast<const float*>(in));
+  CHECK_THAT(m, Contains("shared memory race: read of \"s\""));
+}
+
+TEST_CASE("interpret mode reports a cp.async group read after a wait_group that does not cover it",
+          "[interp][faults][cp.async]") {
+  float* in = device_floats(256);
+  float* out = device_floats(64);
+  const std::string m = fault_of(async_wait_too_shallow, 1, 64, 0, out, static_cast<const float*>(in));
+  CHECK_THAT(m, Contains("async_wait_too_shallow"));
+  CHECK_THAT(m, Contains("while a cp.async of thread"));
+  in = device_floats(256);  // fault_of reset the device
+  out = device_floats(64);
+  const std::string never = fault_of(async_never_waited, 1, 64, 0, out, static_cast<const float*>(in));
+  CHECK_THAT(never, Contains("returned with 1 cp.async copies that no cp.async.wait_group covered"));
+}
+
+TEST_CASE("interpret mode's ldmatrix.x4 gives the PTX ISA's fragments on a device, with and without .trans",
+          "[interp][ldmatrix]") {
+  uint32_t* out = device_zeros<uint32_t>(128);
+  for (const bool trans : {false, true}) {
+    if (trans) {
+      launch_kernel(ldmatrix_tagged<true>, 1, 32, 0, nullptr, out, 0, false);
+    } else {
+      launch_kernel(ldmatrix_tagged<false>, 1, 32, 0, nullptr, out, 0, false);
+    }
+    std::vector<uint32_t> got(128);
+    REQUIRE(cudaMemcpy(got.data(), out, 128 * sizeof(uint32_t), cudaMemcpyDeviceToHost) == cudaSuccess);
+    for (int lane = 0; lane < 32; ++lane)
+      for (int m = 0; m < 4; ++m) {
+        // Matrix m covers rows 8 (m % 2) .. + 7 and columns 8 (m / 2) .. + 7. PTX ISA, ldmatrix:
+        // lane L holds elements 2 (L % 4) and + 1 of the matrix's row L / 4, low half first; with
+        // .trans of its column L / 4.
+        const int along = 2 * (lane % 4), across = lane / 4, r0 = 8 * (m % 2), c0 = 8 * (m / 2);
+        uint32_t want = 0;
+        for (int half = 0; half < 2; ++half) {
+          const uint16_t e = trans ? tag(r0 + along + half, c0 + across) : tag(r0 + across, c0 + along + half);
+          want |= static_cast<uint32_t>(e) << (16 * half);
+        }
+        INFO("lane " << lane << ", register " << m << ", trans " << trans);
+        CHECK(got[static_cast<size_t>(4 * lane + m)] == want);
+      }
+  }
+  cudaDeviceReset();
+}
+
+TEST_CASE("interpret mode reports an ldmatrix that breaks its rules", "[interp][faults][ldmatrix]") {
+  uint32_t* out = device_zeros<uint32_t>(128);
+  const std::string misaligned = fault_of(ldmatrix_tagged<false>, 1, 32, 0, out, 1, false);
+  CHECK_THAT(misaligned, Contains("cudaErrorMisalignedAddress"));
+  CHECK_THAT(misaligned, Contains("ldmatrix: row address"));
+  CHECK_THAT(misaligned, Contains("is not 16-byte aligned"));
+  out = device_zeros<uint32_t>(128);
+  const std::string race = fault_of(ldmatrix_tagged<true>, 1, 32, 0, out, 0, true);
+  CHECK_THAT(race, Contains("shared memory race"));
+  CHECK_THAT(race, Contains("\"tile\""));
+  out = device_zeros<uint32_t>(128);
+  const std::string global = fault_of(ldmatrix_from_global, 1, 32, 0, out);
+  CHECK_THAT(global, Contains("cudaErrorIllegalAddress"));
+  CHECK_THAT(global, Contains("is not in shared memory"));
+  out = device_zeros<uint32_t>(128);
+  const std::string missing = fault_of(ldmatrix_with_a_lane_missing, 1, 32, 0, out);
+  CHECK_THAT(missing, Contains("ldmatrix with mask 0xffffffff: lane 7 has returned"));
 }

@@ -102,6 +102,7 @@ TEST_CASE("interpret mode refuses copies that name memory the wrong way", "[inte
   CHECK(cudaMemcpy(host, host + 1, sizeof(float), cudaMemcpyDeviceToHost) == cudaErrorInvalidValue);
   CHECK(cudaMemcpy(host, x.p, sizeof(float), cudaMemcpyHostToDevice) == cudaErrorInvalidValue);
   CHECK(cudaMemcpy(host, x.p, 4 * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(cudaGetLastError() == cudaErrorInvalidValue);  // the refusals' error, cleared for the next case
 }
 
 TEST_CASE("interpret mode's shuffles and votes follow CUDA's rules, widths included", "[interp][runtime]") {

@@ -1,7 +1,7 @@
 // Interpret mode's warp matrix instructions (cuda/interp/warp_matrix.*). What must be right is
-// the contract with our kernels, so the mma operands are built the way cuda/kernels/
-// flash_attention.cuh builds them (its load_a, load_b, load_b_transposed, a_from_accumulators,
-// reimplemented here over row-major tiles) and, independently, with ldmatrix; D is then read the
+// the contract with our kernels, so the mma operands are built from row-major tiles by plain
+// per-lane loads (the fragment layouts written out, as cuda/kernels/flash_attention.cuh loaded
+// them before it used ldmatrix, and its a_from_accumulators) and, independently, with ldmatrix; D is then read the
 // way the kernels read accumulators and compared at every lane and register with a product in
 // double. ldmatrix itself is checked against the PTX ISA's element mapping with tagged elements.
 // (A relabelling of k applied to both A and B leaves every product unchanged, so no mma test can
@@ -34,13 +34,13 @@ struct alignas(16) Tile {
   std::uint16_t* row(int r) { return bits + r * kStride; }
 };
 
-// flash_attention.cuh's pair_at (a 32-bit load: p[0] in the low half) and pair_down.
+// Two bf16 as one register: a 32-bit load (p[0] in the low half), or two 16-bit ones a column apart.
 std::uint32_t pair_at(const std::uint16_t* p) { return p[0] | static_cast<std::uint32_t>(p[1]) << 16; }
 std::uint32_t pair_down(const std::uint16_t* p, int stride) {
   return p[0] | static_cast<std::uint32_t>(p[stride]) << 16;
 }
 
-// The kernels' per-lane address arithmetic (row0 = col0 = 0), with g = lane / 4, t = lane % 4.
+// The per-lane address arithmetic of those loads (row0 = col0 = 0), with g = lane / 4, t = lane % 4.
 void kernel_load_a(const Tile& tile, FragA& a) {  // A(m, k) = tile[m][k]
   for (int lane = 0; lane < 32; ++lane) {
     const std::uint16_t* p = tile.bits + (lane / 4) * kStride + 2 * (lane % 4);
