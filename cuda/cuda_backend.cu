@@ -275,6 +275,15 @@ void CudaBackend::layernorm_forward(ActPtr out, float* mean, float* rstd, ConstA
   });
 }
 
+void CudaBackend::residual_layernorm_forward(ActPtr residual, ActPtr out, float* mean, float* rstd, ConstActPtr a,
+                                             ConstActPtr b, ConstActPtr weight, ConstActPtr bias, int N, int C) {
+  with_storage(act_dtype(), [&](auto type) {
+    using T = decltype(type);
+    cuda::residual_layernorm_forward(stream_, residual.as<T>(), out.as<T>(), mean, rstd, a.as<T>(), b.as<T>(),
+                                     weight.as<T>(), bias.as<T>(), N, C);
+  });
+}
+
 void CudaBackend::layernorm_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
                                      ConstActPtr weight, const float* mean, const float* rstd, int N, int C) {
   float* partials =
