@@ -333,7 +333,7 @@ void CudaBackend::matmul_backward(ActPtr dinp, float* dweight, float* dbias, Con
     if (dbias != nullptr) {
       float* partials =
           static_cast<float*>(reserve_scratch_bytes(column_reduce_scratch_floats(1, N, OC) * sizeof(float)));
-      column_reduce<1>(stream_, {{dbias}}, partials, N, OC, dout_scale, MatrixValues<T>{g, OC});
+      column_sums(stream_, dbias, partials, g, N, OC, dout_scale);
     }
   });
 }

@@ -30,26 +30,62 @@
 
 namespace xtrain::cuda {
 
+// One thread per kPer channels of a position: a pack of T when `vectorised` (C a multiple of a
+// pack, every pointer 16-byte aligned: 16-byte loads of both rows and a 16-byte store), kPer
+// single elements otherwise. Either way the same fp32 sum rounded once.
 template <class T>
 __global__ void embedding_forward_kernel(T* __restrict__ out, const int32_t* __restrict__ tokens,
-                                         const T* __restrict__ wte, const T* __restrict__ wpe, int BT, int T_, int C) {
+                                         const T* __restrict__ wte, const T* __restrict__ wpe, int BT, int T_, int C,
+                                         bool vectorised) {
+  constexpr int kPer = Pack<T>::kCount;
+  const int per_row = (C + kPer - 1) / kPer;
   const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<size_t>(BT) * C) return;
-  const int c = static_cast<int>(idx % C);
-  const int bt = static_cast<int>(idx / C);
-  const int t = bt % T_;
-  out[idx] = store_as<T>(load_f32(wte[static_cast<size_t>(tokens[bt]) * C + c]) +
-                         load_f32(wpe[static_cast<size_t>(t) * C + c]));
+  if (idx >= static_cast<size_t>(BT) * per_row) return;
+  const int c0 = static_cast<int>(idx % per_row) * kPer;
+  const int bt = static_cast<int>(idx / per_row);
+  const T* e = wte + static_cast<size_t>(tokens[bt]) * C;
+  const T* q = wpe + static_cast<size_t>(bt % T_) * C;
+  T* o = out + static_cast<size_t>(bt) * C;
+  if (vectorised) {
+    float x[kPer], y[kPer];
+    load_pack(e + c0, x);
+    load_pack(q + c0, y);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) x[j] += y[j];
+    store_pack(o + c0, x);
+    return;
+  }
+  for (int c = c0; c < min(C, c0 + kPer); ++c) o[c] = store_as<T>(load_f32(e[c]) + load_f32(q[c]));
 }
 
-// dwpe[t, c] += dout[0, t, c], then dout[1, t, c], ...
+// dwpe[t, c] += dout[0, t, c], then dout[1, t, c], ...: one thread per kPer consecutive (t, c),
+// by packs when every pointer is 16-byte aligned (T C a multiple of a pack keeps each b's slice
+// aligned), element by element otherwise and in the tail.
 template <class T>
-__global__ void position_grad_kernel(float* __restrict__ dwpe, const T* __restrict__ dout, int B, int T_, int C) {
-  const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<size_t>(T_) * C) return;
-  float acc = dwpe[idx];
-  for (int b = 0; b < B; ++b) acc += load_f32(dout[static_cast<size_t>(b) * T_ * C + idx]);
-  dwpe[idx] = acc;
+__global__ void position_grad_kernel(float* __restrict__ dwpe, const T* __restrict__ dout, int B, int T_, int C,
+                                     bool vectorised) {
+  constexpr int kPer = Pack<T>::kCount;
+  const size_t n = static_cast<size_t>(T_) * C;
+  const size_t i = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kPer;
+  if (i >= n) return;
+  if (vectorised && i + kPer <= n) {
+    float acc[kPer];
+    load_floats(dwpe + i, acc);
+    for (int b = 0; b < B; ++b) {
+      float d[kPer];
+      load_pack(dout + static_cast<size_t>(b) * n + i, d);
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) acc[j] += d[j];
+    }
+    store_floats(dwpe + i, acc);
+    return;
+  }
+  const size_t end = i + kPer < n ? i + kPer : n;
+  for (size_t j = i; j < end; ++j) {
+    float acc = dwpe[j];
+    for (int b = 0; b < B; ++b) acc += load_f32(dout[static_cast<size_t>(b) * n + j]);
+    dwpe[j] = acc;
+  }
 }
 
 __global__ void token_keys_kernel(unsigned long long* __restrict__ keys, const int32_t* __restrict__ tokens, int BT,
@@ -133,7 +169,11 @@ void embedding_forward(cudaStream_t stream, T* out, const int32_t* tokens, const
   const size_t n = static_cast<size_t>(B) * T_ * C;
   if (n == 0) return;
   constexpr unsigned kThreads = 256;
-  launch_kernel(embedding_forward_kernel<T>, blocks_for(n, kThreads), kThreads, 0, stream, out, tokens, wte, wpe, B * T_, T_, C);
+  constexpr int kPer = Pack<T>::kCount;
+  const bool vectorised = C % kPer == 0 && aligned16(out) && aligned16(wte) && aligned16(wpe);
+  const size_t threads = static_cast<size_t>(B) * T_ * ((C + kPer - 1) / kPer);
+  launch_kernel(embedding_forward_kernel<T>, blocks_for(threads, kThreads), kThreads, 0, stream, out, tokens, wte, wpe,
+                B * T_, T_, C, vectorised);
 }
 
 // Tokens are non-negative int32: 31 bits. (The interface does not pass the vocabulary size;
@@ -162,7 +202,11 @@ void embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const T* 
   const int BT = B * T_;
   if (BT == 0) return;
   constexpr unsigned kThreads = 256;
-  launch_kernel(position_grad_kernel<T>, blocks_for(static_cast<size_t>(T_) * C, kThreads), kThreads, 0, stream, dwpe, dout, B, T_, C);
+  const size_t tc = static_cast<size_t>(T_) * C;
+  constexpr size_t kPer = Pack<T>::kCount;
+  const bool vectorised = tc % kPer == 0 && aligned16(dwpe) && aligned16(dout);
+  launch_kernel(position_grad_kernel<T>, blocks_for((tc + kPer - 1) / kPer, kThreads), kThreads, 0, stream, dwpe, dout,
+                B, T_, C, vectorised);
 
   const int position_bits = bits_for(static_cast<unsigned long long>(BT));
   const cuda_buffers::EmbeddingScratch layout = cuda_buffers::EmbeddingScratch::of(BT, C, sort_bytes);

@@ -93,11 +93,13 @@ struct LayerNormParamGradValues {
   const float* mean;
   const float* rstd;
   int C;
-  __device__ void operator()(int row, int col, float (&v)[2]) const {
+  template <int kVec>
+  __device__ void load(int row, int col, float (&v)[2][kVec]) const {
+    static_assert(kVec == 1, "the element path");
     const size_t i = static_cast<size_t>(row) * C + col;
     const float d = load_f32(dout[i]);
-    v[0] = d * ((load_f32(inp[i]) - mean[row]) * rstd[row]);
-    v[1] = d;
+    v[0][0] = d * ((load_f32(inp[i]) - mean[row]) * rstd[row]);
+    v[1][0] = d;
   }
 };
 
