@@ -95,6 +95,27 @@ __device__ inline void store_floats(float* p, const float (&in)[kN]) {
   }
 }
 
+// kVec consecutive values at p as fp32: one element (kVec 1) or by 16-byte accesses (p aligned;
+// kVec one pack of T, or for fp32 any multiple of 4).
+template <int kVec, class T>
+__device__ inline void load_values(const T* p, float (&out)[kVec]) {
+  if constexpr (kVec == 1) {
+    out[0] = load_f32(*p);
+  } else if constexpr (sizeof(T) == sizeof(float)) {
+    load_floats(p, out);
+  } else {
+    load_pack(p, out);
+  }
+}
+template <int kVec>
+__device__ inline void store_values(float* p, const float (&in)[kVec]) {
+  if constexpr (kVec == 1) {
+    *p = in[0];
+  } else {
+    store_floats(p, in);
+  }
+}
+
 // x as T stores it, back in fp32 (in bf16: rounded once; in fp32: x).
 template <class T>
 __device__ inline float rounded_as(float x) {

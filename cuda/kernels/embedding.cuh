@@ -19,10 +19,13 @@
 // deterministic, no atomics, and a token seen 10,000 times costs 10,000 / kEmbeddingChunk adds
 // in pass 3 instead of 10,000 in one warp. Runs within one chunk match the CPU bit for bit;
 // crossing runs differ from it by the grouping of their fp32 sum only.
-// dwpe is a plain per-(t, c) sum over b, in the CPU's order.
+// dwpe is a plain per-(t, c) sum over b, in the CPU's order. Every kernel here moves 16-byte
+// packs where C is whole packs and the pointers aligned (one thread per pack of channels), one
+// element at a time otherwise; the sums are the same either way.
 #pragma once
 
 #include <cub/device/device_radix_sort.cuh>
+#include <type_traits>
 
 #include "cuda/check.hpp"
 #include "cuda/kernels/common.cuh"
@@ -110,12 +113,14 @@ struct SortedTokens {
   __device__ bool continues_after(int i) const { return i + 1 < n && token(i + 1) == token(i); }
 };
 
-// Pass 2. partials: (chunks, 2, C), slot 0 for the chunk's first run, slot 1 for its last.
-template <class T>
+// Pass 2. partials: (chunks, 2, C), slot 0 for the chunk's first run, slot 1 for its last. A
+// thread takes kVec adjacent channels (16-byte accesses when kVec > 1); each channel's sums are
+// the same either way.
+template <class T, int kVec>
 __global__ void token_grad_chunks_kernel(float* __restrict__ dwte, float* __restrict__ partials,
                                          const T* __restrict__ dout, SortedTokens s, int C) {
   const int chunk = blockIdx.x;
-  const int c = blockIdx.y * kEmbeddingChannels + threadIdx.x;
+  const int c = (blockIdx.y * kEmbeddingChannels + threadIdx.x) * kVec;
   if (c >= C) return;
   const int begin = chunk * kEmbeddingChunk;
   const int end = min(s.n, begin + kEmbeddingChunk);
@@ -123,23 +128,27 @@ __global__ void token_grad_chunks_kernel(float* __restrict__ dwte, float* __rest
     int j = i + 1;
     while (j < end && s.token(j) == s.token(i)) ++j;  // the run's piece in this chunk: [i, j)
     const bool crosses = (i == begin && s.continues_before(i)) || (j == end && s.continues_after(j - 1));
-    float* row = dwte + s.token(i) * C;
-    float acc = crosses ? 0.0f : row[c];
-    for (int k = i; k < j; ++k) acc += load_f32(dout[s.position(k) * C + c]);
-    if (crosses) {
-      partials[(static_cast<size_t>(chunk) * 2 + (i == begin ? 0 : 1)) * C + c] = acc;
-    } else {
-      row[c] = acc;
+    float* row = dwte + s.token(i) * C + c;
+    float acc[kVec] = {};
+    if (!crosses) load_values<kVec>(row, acc);
+    for (int k = i; k < j; ++k) {
+      float d[kVec];
+      load_values<kVec>(dout + s.position(k) * C + c, d);
+#pragma unroll
+      for (int v = 0; v < kVec; ++v) acc[v] += d[v];
     }
+    store_values<kVec>(crosses ? partials + (static_cast<size_t>(chunk) * 2 + (i == begin ? 0 : 1)) * C + c : row,
+                       acc);
     i = j;
   }
 }
 
 // Pass 3: the chunk where a crossing run starts adds the run's pieces, in chunk order.
+template <int kVec>
 __global__ void token_grad_runs_kernel(float* __restrict__ dwte, const float* __restrict__ partials, SortedTokens s,
                                        int C) {
   const int chunk = blockIdx.x;
-  const int c = blockIdx.y * kEmbeddingChannels + threadIdx.x;
+  const int c = (blockIdx.y * kEmbeddingChannels + threadIdx.x) * kVec;
   if (c >= C) return;
   const int begin = chunk * kEmbeddingChunk;
   const int last = min(s.n, begin + kEmbeddingChunk) - 1;
@@ -147,14 +156,20 @@ __global__ void token_grad_runs_kernel(float* __restrict__ dwte, const float* __
   int start = last;
   while (start > begin && s.token(start - 1) == s.token(last)) --start;
   if (start == begin && s.continues_before(begin)) return;  // the run started in an earlier chunk
-  float* row = dwte + s.token(last) * C;
-  float acc = row[c] + partials[(static_cast<size_t>(chunk) * 2 + (start == begin ? 0 : 1)) * C + c];
+  float* row = dwte + s.token(last) * C + c;
+  float acc[kVec], piece[kVec];
+  load_values<kVec>(row, acc);
+  load_values<kVec>(partials + (static_cast<size_t>(chunk) * 2 + (start == begin ? 0 : 1)) * C + c, piece);
+#pragma unroll
+  for (int v = 0; v < kVec; ++v) acc[v] += piece[v];
   for (int k = chunk + 1;; ++k) {  // each later chunk's first piece, while the run goes on
-    acc += partials[static_cast<size_t>(k) * 2 * C + c];
+    load_values<kVec>(partials + static_cast<size_t>(k) * 2 * C + c, piece);
+#pragma unroll
+    for (int v = 0; v < kVec; ++v) acc[v] += piece[v];
     const int k_last = min(s.n, (k + 1) * kEmbeddingChunk) - 1;
     if (s.token(k_last) != s.token(last) || !s.continues_after(k_last)) break;
   }
-  row[c] = acc;
+  store_values<kVec>(row, acc);
 }
 
 inline int bits_for(unsigned long long values) {  // bits to hold 0 .. values-1
@@ -220,9 +235,18 @@ void embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const T* 
                                                    embedding_sort_end_bit(BT), stream));
 
   const SortedTokens s{sorted, BT, position_bits};
-  const dim3 grid(static_cast<unsigned>(embedding_chunks(BT)), blocks_for(C, kEmbeddingChannels));
-  launch_kernel(token_grad_chunks_kernel<T>, grid, kEmbeddingChannels, 0, stream, dwte, partials, dout, s, C);
-  launch_kernel(token_grad_runs_kernel, grid, kEmbeddingChannels, 0, stream, dwte, partials, s, C);
+  auto token_grad = [&](auto vec) {
+    constexpr int kVec = decltype(vec)::value;
+    const dim3 grid(static_cast<unsigned>(embedding_chunks(BT)), blocks_for(C, kEmbeddingChannels * kVec));
+    launch_kernel(token_grad_chunks_kernel<T, kVec>, grid, kEmbeddingChannels, 0, stream, dwte, partials, dout, s, C);
+    launch_kernel(token_grad_runs_kernel<kVec>, grid, kEmbeddingChannels, 0, stream, dwte, partials, s, C);
+  };
+  // The partials' rows are aligned with dwte's when C is whole packs (the scratch is 256-aligned).
+  if (C % kPer == 0 && aligned16(dwte) && aligned16(dout)) {
+    token_grad(std::integral_constant<int, static_cast<int>(kPer)>{});
+  } else {
+    token_grad(std::integral_constant<int, 1>{});
+  }
 }
 
 }  // namespace xtrain::cuda
