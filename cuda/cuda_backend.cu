@@ -275,6 +275,15 @@ void CudaBackend::layernorm_forward(ActPtr out, float* mean, float* rstd, ConstA
   });
 }
 
+void CudaBackend::residual_layernorm_forward(ActPtr residual, ActPtr out, float* mean, float* rstd, ConstActPtr a,
+                                             ConstActPtr b, ConstActPtr weight, ConstActPtr bias, int N, int C) {
+  with_storage(act_dtype(), [&](auto type) {
+    using T = decltype(type);
+    cuda::residual_layernorm_forward(stream_, residual.as<T>(), out.as<T>(), mean, rstd, a.as<T>(), b.as<T>(),
+                                     weight.as<T>(), bias.as<T>(), N, C);
+  });
+}
+
 void CudaBackend::layernorm_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
                                      ConstActPtr weight, const float* mean, const float* rstd, int N, int C) {
   float* partials =
@@ -324,7 +333,7 @@ void CudaBackend::matmul_backward(ActPtr dinp, float* dweight, float* dbias, Con
     if (dbias != nullptr) {
       float* partials =
           static_cast<float*>(reserve_scratch_bytes(column_reduce_scratch_floats(1, N, OC) * sizeof(float)));
-      column_reduce<1>(stream_, {{dbias}}, partials, N, OC, dout_scale, MatrixValues<T>{g, OC});
+      column_sums(stream_, dbias, partials, g, N, OC, dout_scale);
     }
   });
 }

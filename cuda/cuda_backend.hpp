@@ -107,6 +107,8 @@ class CudaBackend final : public Backend {
                           int C) override;
   void layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp, ConstActPtr weight,
                          ConstActPtr bias, int N, int C) override;
+  void residual_layernorm_forward(ActPtr residual, ActPtr out, float* mean, float* rstd, ConstActPtr a, ConstActPtr b,
+                                  ConstActPtr weight, ConstActPtr bias, int N, int C) override;
   void layernorm_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
                           ConstActPtr weight, const float* mean, const float* rstd, int N, int C) override;
   void matmul_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, ConstActPtr bias, int N, int C,

@@ -56,6 +56,72 @@ struct alignas(16) Pack {
   T v[kCount];
 };
 
+// One 16-byte access: p must be 16-byte aligned. Values cross as fp32 (load_f32, store_as).
+template <class T>
+__device__ inline void load_pack(const T* p, float (&out)[Pack<T>::kCount]) {
+  const Pack<T> x = *reinterpret_cast<const Pack<T>*>(p);
+#pragma unroll
+  for (int j = 0; j < Pack<T>::kCount; ++j) out[j] = load_f32(x.v[j]);
+}
+template <class T>
+__device__ inline void store_pack(T* p, const float (&in)[Pack<T>::kCount]) {
+  Pack<T> y;
+#pragma unroll
+  for (int j = 0; j < Pack<T>::kCount; ++j) y.v[j] = store_as<T>(in[j]);
+  *reinterpret_cast<Pack<T>*>(p) = y;
+}
+
+// kN fp32 values (a multiple of 4) by 16-byte accesses, for kernels whose unit is a pack of a
+// narrower type (8 bf16 against 8 floats: two float packs). p must be 16-byte aligned.
+template <int kN>
+__device__ inline void load_floats(const float* p, float (&out)[kN]) {
+  static_assert(kN % 4 == 0, "whole float packs");
+#pragma unroll
+  for (int q = 0; q < kN / 4; ++q) {
+    const Pack<float> x = reinterpret_cast<const Pack<float>*>(p)[q];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) out[4 * q + j] = x.v[j];
+  }
+}
+template <int kN>
+__device__ inline void store_floats(float* p, const float (&in)[kN]) {
+  static_assert(kN % 4 == 0, "whole float packs");
+#pragma unroll
+  for (int q = 0; q < kN / 4; ++q) {
+    Pack<float> y;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) y.v[j] = in[4 * q + j];
+    reinterpret_cast<Pack<float>*>(p)[q] = y;
+  }
+}
+
+// kVec consecutive values at p as fp32: one element (kVec 1) or by 16-byte accesses (p aligned;
+// kVec one pack of T, or for fp32 any multiple of 4).
+template <int kVec, class T>
+__device__ inline void load_values(const T* p, float (&out)[kVec]) {
+  if constexpr (kVec == 1) {
+    out[0] = load_f32(*p);
+  } else if constexpr (sizeof(T) == sizeof(float)) {
+    load_floats(p, out);
+  } else {
+    load_pack(p, out);
+  }
+}
+template <int kVec>
+__device__ inline void store_values(float* p, const float (&in)[kVec]) {
+  if constexpr (kVec == 1) {
+    *p = in[0];
+  } else {
+    store_floats(p, in);
+  }
+}
+
+// x as T stores it, back in fp32 (in bf16: rounded once; in fp32: x).
+template <class T>
+__device__ inline float rounded_as(float x) {
+  return load_f32(store_as<T>(x));
+}
+
 constexpr int kWarp = 32;
 
 inline unsigned blocks_for(size_t work, unsigned per_block) {

@@ -2,8 +2,9 @@
 //   pass 1: each thread streams its strided share of the V real logits through an online
 //           (max, sum) accumulator (math::OnlineSoftmax); the block merges them in a fixed order;
 //   pass 2: the row is overwritten by dloss * (p - onehot(target)), 0 in the padding.
-// The normalised probabilities are never stored: the row is read twice and written once. The
-// logits and their gradient are T (float or bf16); the softmax and the loss are fp32.
+// The normalised probabilities are never stored: the row is read twice and written once, by
+// 16-byte accesses where the row is aligned. The logits and their gradient are T (float or bf16);
+// the softmax and the loss are fp32.
 #pragma once
 
 #include "cuda/check.hpp"
@@ -23,18 +24,28 @@ __device__ inline math::OnlineSoftmax warp_merge(math::OnlineSoftmax a) {
   return a;
 }
 
+// vectorised: logits 16-byte aligned and Vp a multiple of a pack, so every row is aligned; then
+// both passes read (and pass 2 writes) whole packs, pass 1's last V % kPer logits one by one.
 template <class T>
 __global__ void __launch_bounds__(kCrossEntropyThreads)
     softmax_cross_entropy_kernel(T* logits, float* __restrict__ losses, const int32_t* __restrict__ targets,
-                                 float dloss, int V, int Vp) {
+                                 float dloss, int V, int Vp, bool vectorised) {
   XTRAIN_SHARED(math::OnlineSoftmax, warp_acc, [kCrossEntropyThreads / kWarp]);
   XTRAIN_SHARED(math::OnlineSoftmax, row_acc, );
+  constexpr int kPer = Pack<T>::kCount;
   const int row = blockIdx.x;
   T* x = logits + static_cast<size_t>(row) * Vp;
   const int target = targets[row];
 
   math::OnlineSoftmax acc = math::online_softmax_init();
-  for (int j = threadIdx.x; j < V; j += kCrossEntropyThreads) acc = math::online_softmax_push(acc, load_f32(x[j]));
+  const int packed = vectorised ? V / kPer * kPer : 0;  // [0, packed) by packs, [packed, V) by elements
+  for (int q = threadIdx.x * kPer; q < packed; q += kCrossEntropyThreads * kPer) {
+    float v[kPer];
+    load_pack(x + q, v);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) acc = math::online_softmax_push(acc, v[j]);
+  }
+  for (int j = packed + threadIdx.x; j < V; j += kCrossEntropyThreads) acc = math::online_softmax_push(acc, load_f32(x[j]));
   acc = warp_merge(acc);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   if (lane == 0) warp_acc[warp] = acc;
@@ -48,21 +59,29 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
   __syncthreads();
   const float mx = row_acc.max;
   const float inv = 1.0f / row_acc.sum;
-  for (int j = threadIdx.x; j < Vp; j += kCrossEntropyThreads) {
-    float g = 0.0f;
-    if (j < V) {
-      g = dloss * expf(load_f32(x[j]) - mx) * inv;
-      if (j == target) g -= dloss;
-    }
-    x[j] = store_as<T>(g);
+  auto grad = [&](int j, float logit) {  // 0 in the padding
+    if (j >= V) return 0.0f;
+    const float g = dloss * expf(logit - mx) * inv;
+    return j == target ? g - dloss : g;
+  };
+  const int packed_all = vectorised ? Vp : 0;
+  for (int q = threadIdx.x * kPer; q < packed_all; q += kCrossEntropyThreads * kPer) {
+    float v[kPer];
+    load_pack(x + q, v);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) v[j] = grad(q + j, v[j]);
+    store_pack(x + q, v);
   }
+  for (int j = packed_all + threadIdx.x; j < Vp; j += kCrossEntropyThreads) x[j] = store_as<T>(grad(j, load_f32(x[j])));
 }
 
 template <class T>
 void softmax_cross_entropy(cudaStream_t stream, T* logits, float* losses, const int32_t* targets, float dloss, int N,
                            int V, int Vp) {
   if (N <= 0) return;
-  launch_kernel(softmax_cross_entropy_kernel<T>, N, kCrossEntropyThreads, 0, stream, logits, losses, targets, dloss, V, Vp);
+  const bool vectorised = aligned16(logits) && Vp % Pack<T>::kCount == 0;
+  launch_kernel(softmax_cross_entropy_kernel<T>, N, kCrossEntropyThreads, 0, stream, logits, losses, targets, dloss, V,
+                Vp, vectorised);
 }
 
 }  // namespace xtrain::cuda

@@ -19,10 +19,13 @@
 // deterministic, no atomics, and a token seen 10,000 times costs 10,000 / kEmbeddingChunk adds
 // in pass 3 instead of 10,000 in one warp. Runs within one chunk match the CPU bit for bit;
 // crossing runs differ from it by the grouping of their fp32 sum only.
-// dwpe is a plain per-(t, c) sum over b, in the CPU's order.
+// dwpe is a plain per-(t, c) sum over b, in the CPU's order. Every kernel here moves 16-byte
+// packs where C is whole packs and the pointers aligned (one thread per pack of channels), one
+// element at a time otherwise; the sums are the same either way.
 #pragma once
 
 #include <cub/device/device_radix_sort.cuh>
+#include <type_traits>
 
 #include "cuda/check.hpp"
 #include "cuda/kernels/common.cuh"
@@ -30,26 +33,62 @@
 
 namespace xtrain::cuda {
 
+// One thread per kPer channels of a position: a pack of T when `vectorised` (C a multiple of a
+// pack, every pointer 16-byte aligned: 16-byte loads of both rows and a 16-byte store), kPer
+// single elements otherwise. Either way the same fp32 sum rounded once.
 template <class T>
 __global__ void embedding_forward_kernel(T* __restrict__ out, const int32_t* __restrict__ tokens,
-                                         const T* __restrict__ wte, const T* __restrict__ wpe, int BT, int T_, int C) {
+                                         const T* __restrict__ wte, const T* __restrict__ wpe, int BT, int T_, int C,
+                                         bool vectorised) {
+  constexpr int kPer = Pack<T>::kCount;
+  const int per_row = (C + kPer - 1) / kPer;
   const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<size_t>(BT) * C) return;
-  const int c = static_cast<int>(idx % C);
-  const int bt = static_cast<int>(idx / C);
-  const int t = bt % T_;
-  out[idx] = store_as<T>(load_f32(wte[static_cast<size_t>(tokens[bt]) * C + c]) +
-                         load_f32(wpe[static_cast<size_t>(t) * C + c]));
+  if (idx >= static_cast<size_t>(BT) * per_row) return;
+  const int c0 = static_cast<int>(idx % per_row) * kPer;
+  const int bt = static_cast<int>(idx / per_row);
+  const T* e = wte + static_cast<size_t>(tokens[bt]) * C;
+  const T* q = wpe + static_cast<size_t>(bt % T_) * C;
+  T* o = out + static_cast<size_t>(bt) * C;
+  if (vectorised) {
+    float x[kPer], y[kPer];
+    load_pack(e + c0, x);
+    load_pack(q + c0, y);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) x[j] += y[j];
+    store_pack(o + c0, x);
+    return;
+  }
+  for (int c = c0; c < min(C, c0 + kPer); ++c) o[c] = store_as<T>(load_f32(e[c]) + load_f32(q[c]));
 }
 
-// dwpe[t, c] += dout[0, t, c], then dout[1, t, c], ...
+// dwpe[t, c] += dout[0, t, c], then dout[1, t, c], ...: one thread per kPer consecutive (t, c),
+// by packs when every pointer is 16-byte aligned (T C a multiple of a pack keeps each b's slice
+// aligned), element by element otherwise and in the tail.
 template <class T>
-__global__ void position_grad_kernel(float* __restrict__ dwpe, const T* __restrict__ dout, int B, int T_, int C) {
-  const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<size_t>(T_) * C) return;
-  float acc = dwpe[idx];
-  for (int b = 0; b < B; ++b) acc += load_f32(dout[static_cast<size_t>(b) * T_ * C + idx]);
-  dwpe[idx] = acc;
+__global__ void position_grad_kernel(float* __restrict__ dwpe, const T* __restrict__ dout, int B, int T_, int C,
+                                     bool vectorised) {
+  constexpr int kPer = Pack<T>::kCount;
+  const size_t n = static_cast<size_t>(T_) * C;
+  const size_t i = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kPer;
+  if (i >= n) return;
+  if (vectorised && i + kPer <= n) {
+    float acc[kPer];
+    load_floats(dwpe + i, acc);
+    for (int b = 0; b < B; ++b) {
+      float d[kPer];
+      load_pack(dout + static_cast<size_t>(b) * n + i, d);
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) acc[j] += d[j];
+    }
+    store_floats(dwpe + i, acc);
+    return;
+  }
+  const size_t end = i + kPer < n ? i + kPer : n;
+  for (size_t j = i; j < end; ++j) {
+    float acc = dwpe[j];
+    for (int b = 0; b < B; ++b) acc += load_f32(dout[static_cast<size_t>(b) * n + j]);
+    dwpe[j] = acc;
+  }
 }
 
 __global__ void token_keys_kernel(unsigned long long* __restrict__ keys, const int32_t* __restrict__ tokens, int BT,
@@ -74,12 +113,14 @@ struct SortedTokens {
   __device__ bool continues_after(int i) const { return i + 1 < n && token(i + 1) == token(i); }
 };
 
-// Pass 2. partials: (chunks, 2, C), slot 0 for the chunk's first run, slot 1 for its last.
-template <class T>
+// Pass 2. partials: (chunks, 2, C), slot 0 for the chunk's first run, slot 1 for its last. A
+// thread takes kVec adjacent channels (16-byte accesses when kVec > 1); each channel's sums are
+// the same either way.
+template <class T, int kVec>
 __global__ void token_grad_chunks_kernel(float* __restrict__ dwte, float* __restrict__ partials,
                                          const T* __restrict__ dout, SortedTokens s, int C) {
   const int chunk = blockIdx.x;
-  const int c = blockIdx.y * kEmbeddingChannels + threadIdx.x;
+  const int c = (blockIdx.y * kEmbeddingChannels + threadIdx.x) * kVec;
   if (c >= C) return;
   const int begin = chunk * kEmbeddingChunk;
   const int end = min(s.n, begin + kEmbeddingChunk);
@@ -87,23 +128,27 @@ __global__ void token_grad_chunks_kernel(float* __restrict__ dwte, float* __rest
     int j = i + 1;
     while (j < end && s.token(j) == s.token(i)) ++j;  // the run's piece in this chunk: [i, j)
     const bool crosses = (i == begin && s.continues_before(i)) || (j == end && s.continues_after(j - 1));
-    float* row = dwte + s.token(i) * C;
-    float acc = crosses ? 0.0f : row[c];
-    for (int k = i; k < j; ++k) acc += load_f32(dout[s.position(k) * C + c]);
-    if (crosses) {
-      partials[(static_cast<size_t>(chunk) * 2 + (i == begin ? 0 : 1)) * C + c] = acc;
-    } else {
-      row[c] = acc;
+    float* row = dwte + s.token(i) * C + c;
+    float acc[kVec] = {};
+    if (!crosses) load_values<kVec>(row, acc);
+    for (int k = i; k < j; ++k) {
+      float d[kVec];
+      load_values<kVec>(dout + s.position(k) * C + c, d);
+#pragma unroll
+      for (int v = 0; v < kVec; ++v) acc[v] += d[v];
     }
+    store_values<kVec>(crosses ? partials + (static_cast<size_t>(chunk) * 2 + (i == begin ? 0 : 1)) * C + c : row,
+                       acc);
     i = j;
   }
 }
 
 // Pass 3: the chunk where a crossing run starts adds the run's pieces, in chunk order.
+template <int kVec>
 __global__ void token_grad_runs_kernel(float* __restrict__ dwte, const float* __restrict__ partials, SortedTokens s,
                                        int C) {
   const int chunk = blockIdx.x;
-  const int c = blockIdx.y * kEmbeddingChannels + threadIdx.x;
+  const int c = (blockIdx.y * kEmbeddingChannels + threadIdx.x) * kVec;
   if (c >= C) return;
   const int begin = chunk * kEmbeddingChunk;
   const int last = min(s.n, begin + kEmbeddingChunk) - 1;
@@ -111,14 +156,20 @@ __global__ void token_grad_runs_kernel(float* __restrict__ dwte, const float* __
   int start = last;
   while (start > begin && s.token(start - 1) == s.token(last)) --start;
   if (start == begin && s.continues_before(begin)) return;  // the run started in an earlier chunk
-  float* row = dwte + s.token(last) * C;
-  float acc = row[c] + partials[(static_cast<size_t>(chunk) * 2 + (start == begin ? 0 : 1)) * C + c];
+  float* row = dwte + s.token(last) * C + c;
+  float acc[kVec], piece[kVec];
+  load_values<kVec>(row, acc);
+  load_values<kVec>(partials + (static_cast<size_t>(chunk) * 2 + (start == begin ? 0 : 1)) * C + c, piece);
+#pragma unroll
+  for (int v = 0; v < kVec; ++v) acc[v] += piece[v];
   for (int k = chunk + 1;; ++k) {  // each later chunk's first piece, while the run goes on
-    acc += partials[static_cast<size_t>(k) * 2 * C + c];
+    load_values<kVec>(partials + static_cast<size_t>(k) * 2 * C + c, piece);
+#pragma unroll
+    for (int v = 0; v < kVec; ++v) acc[v] += piece[v];
     const int k_last = min(s.n, (k + 1) * kEmbeddingChunk) - 1;
     if (s.token(k_last) != s.token(last) || !s.continues_after(k_last)) break;
   }
-  row[c] = acc;
+  store_values<kVec>(row, acc);
 }
 
 inline int bits_for(unsigned long long values) {  // bits to hold 0 .. values-1
@@ -133,7 +184,11 @@ void embedding_forward(cudaStream_t stream, T* out, const int32_t* tokens, const
   const size_t n = static_cast<size_t>(B) * T_ * C;
   if (n == 0) return;
   constexpr unsigned kThreads = 256;
-  launch_kernel(embedding_forward_kernel<T>, blocks_for(n, kThreads), kThreads, 0, stream, out, tokens, wte, wpe, B * T_, T_, C);
+  constexpr int kPer = Pack<T>::kCount;
+  const bool vectorised = C % kPer == 0 && aligned16(out) && aligned16(wte) && aligned16(wpe);
+  const size_t threads = static_cast<size_t>(B) * T_ * ((C + kPer - 1) / kPer);
+  launch_kernel(embedding_forward_kernel<T>, blocks_for(threads, kThreads), kThreads, 0, stream, out, tokens, wte, wpe,
+                B * T_, T_, C, vectorised);
 }
 
 // Tokens are non-negative int32: 31 bits. (The interface does not pass the vocabulary size;
@@ -162,7 +217,11 @@ void embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const T* 
   const int BT = B * T_;
   if (BT == 0) return;
   constexpr unsigned kThreads = 256;
-  launch_kernel(position_grad_kernel<T>, blocks_for(static_cast<size_t>(T_) * C, kThreads), kThreads, 0, stream, dwpe, dout, B, T_, C);
+  const size_t tc = static_cast<size_t>(T_) * C;
+  constexpr size_t kPer = Pack<T>::kCount;
+  const bool vectorised = tc % kPer == 0 && aligned16(dwpe) && aligned16(dout);
+  launch_kernel(position_grad_kernel<T>, blocks_for((tc + kPer - 1) / kPer, kThreads), kThreads, 0, stream, dwpe, dout,
+                B, T_, C, vectorised);
 
   const int position_bits = bits_for(static_cast<unsigned long long>(BT));
   const cuda_buffers::EmbeddingScratch layout = cuda_buffers::EmbeddingScratch::of(BT, C, sort_bytes);
@@ -176,9 +235,18 @@ void embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const T* 
                                                    embedding_sort_end_bit(BT), stream));
 
   const SortedTokens s{sorted, BT, position_bits};
-  const dim3 grid(static_cast<unsigned>(embedding_chunks(BT)), blocks_for(C, kEmbeddingChannels));
-  launch_kernel(token_grad_chunks_kernel<T>, grid, kEmbeddingChannels, 0, stream, dwte, partials, dout, s, C);
-  launch_kernel(token_grad_runs_kernel, grid, kEmbeddingChannels, 0, stream, dwte, partials, s, C);
+  auto token_grad = [&](auto vec) {
+    constexpr int kVec = decltype(vec)::value;
+    const dim3 grid(static_cast<unsigned>(embedding_chunks(BT)), blocks_for(C, kEmbeddingChannels * kVec));
+    launch_kernel(token_grad_chunks_kernel<T, kVec>, grid, kEmbeddingChannels, 0, stream, dwte, partials, dout, s, C);
+    launch_kernel(token_grad_runs_kernel<kVec>, grid, kEmbeddingChannels, 0, stream, dwte, partials, s, C);
+  };
+  // The partials' rows are aligned with dwte's when C is whole packs (the scratch is 256-aligned).
+  if (C % kPer == 0 && aligned16(dwte) && aligned16(dout)) {
+    token_grad(std::integral_constant<int, static_cast<int>(kPer)>{});
+  } else {
+    token_grad(std::integral_constant<int, 1>{});
+  }
 }
 
 }  // namespace xtrain::cuda

@@ -83,6 +83,11 @@ class OpProfile final : public Backend {
                          int N, int C) override {
     time("layernorm_forward", [&] { k_.layernorm_forward(out, mean, rstd, inp, weight, bias, N, C); });
   }
+  void residual_layernorm_forward(ActPtr residual, ActPtr out, float* mean, float* rstd, ConstActPtr a, ConstActPtr b,
+                                  ConstActPtr weight, ConstActPtr bias, int N, int C) override {
+    time("residual_layernorm_forward",
+         [&] { k_.residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C); });
+  }
   void layernorm_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
                           ConstActPtr weight, const float* mean, const float* rstd, int N, int C) override {
     time("layernorm_backward",

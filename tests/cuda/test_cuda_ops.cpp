@@ -89,8 +89,9 @@ TEST_CASE_METHOD(OpsTest, "cuda embedding forward and backward match the CPU, fr
   for (const GpuMode& p : {kStrictFp32, kBf16}) {
     CpuBackend cpu = reference(p);
     auto gpu = cuda::make_backend(0, p.precision);
-    struct Shape { int B, T, C, V; int every; };  // every: one position in `every` is token 3
-    for (const Shape s : sizes_for_this_device<Shape>({{3, 41, 72, 29, 0}, {2, 1000, 40, 10, 1}},
+    // every: one position in `every` is token 3. C 44: bf16 rows not whole packs (the element path).
+    struct Shape { int B, T, C, V; int every; };
+    for (const Shape s : sizes_for_this_device<Shape>({{3, 41, 72, 29, 0}, {2, 1000, 40, 10, 1}, {3, 5, 44, 29, 0}},
                                                       {{8, 256, 768, 50257, 0}, {8, 1024, 768, 50257, 2}},
                                                       {{1, 7, 72, 50257, 0}, {2, 65, 64, 50257, 2}})) {
       INFO(p.name << ": B " << s.B << " T " << s.T << " C " << s.C << " V " << s.V << " every " << s.every);
@@ -120,39 +121,63 @@ TEST_CASE_METHOD(OpsTest, "cuda embedding forward and backward match the CPU, fr
   }
 }
 
-TEST_CASE_METHOD(OpsTest, "cuda layernorm forward and backward match the CPU", "[gpu][ops][bf16]") {
+// The shapes take both of cuda/kernels/layernorm.cuh's paths: the row path (C a multiple of 16
+// bytes, aligned: fp32 at C 100, both at C 768) and the element path (bf16 at C 100, every pointer
+// off by one element, and C 2304, wider than the row path holds).
+TEST_CASE_METHOD(OpsTest, "cuda layernorm forward, fused residual add and backward match the CPU, aligned or not",
+                 "[gpu][ops][bf16]") {
   INFO("seed " << seed);
   for (const GpuMode& p : {kStrictFp32, kBf16}) {
     CpuBackend cpu = reference(p);
     auto gpu = cuda::make_backend(0, p.precision);
-    struct Shape { int N, C; };
-    for (const Shape s : {Shape{333, 100}, Shape{2048, 768}}) {
-      INFO(p.name << ": N " << s.N << " C " << s.C);
-      const size_t nc = static_cast<size_t>(s.N) * s.C;
-      auto inp = rnd.normal(nc, 2.0f);
-      for (size_t i = 0; i < nc; i += 7) inp[i] += 10.0f;  // rows with a large mean
-      if (is_bf16(p)) cpu.convert(inp.data(), inp.data(), nc);
-      const auto w = normal(p, s.C), b = normal(p, s.C), dout = normal(p, nc);
-      auto dinp = normal(p, nc), dw = rnd.normal(s.C), db = rnd.normal(s.C);
+    struct Shape { int N, C; size_t offset; };
+    for (const Shape s : {Shape{333, 100, 0}, Shape{2048, 768, 0}, Shape{67, 768, 1}, Shape{40, 2304, 0}}) {
+      INFO(p.name << ": N " << s.N << " C " << s.C << " offset " << s.offset);
+      const size_t nc = static_cast<size_t>(s.N) * s.C, o = s.offset;
+      auto inp = rnd.normal(nc + o, 2.0f);
+      for (size_t i = 0; i < nc; i += 7) inp[o + i] += 10.0f;  // rows with a large mean
+      if (is_bf16(p)) cpu.convert(inp.data(), inp.data(), nc + o);
+      const auto w = normal(p, s.C + o), b = normal(p, s.C + o), dout = normal(p, nc + o);
+      const auto other = normal(p, nc + o, 0.5f);
+      auto dinp = normal(p, nc + o), dw = rnd.normal(s.C), db = rnd.normal(s.C);
       DeviceActs d_inp(*gpu, inp), d_w(*gpu, w), d_b(*gpu, b), d_dout(*gpu, dout), d_dinp(*gpu, dinp);
+      DeviceActs d_other(*gpu, other);
       DeviceFloats d_dw(*gpu, dw), d_db(*gpu, db);
-      auto d_out = DeviceActs::poisoned(*gpu, nc);
+      auto d_out = DeviceActs::poisoned(*gpu, nc + o), d_res = DeviceActs::poisoned(*gpu, nc + o);
       auto d_mean = DeviceFloats::poisoned(*gpu, s.N), d_rstd = DeviceFloats::poisoned(*gpu, s.N);
+      auto tail = [&](const std::vector<float>& v) { return std::vector<float>(v.begin() + o, v.end()); };
 
-      std::vector<float> out(nc), mean(s.N), rstd(s.N);
-      cpu.layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), s.N, s.C);
-      gpu->layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_inp.get(), d_w.get(), d_b.get(), s.N, s.C);
-      check_stored(p, d_out.host(), out, kReduction);
+      std::vector<float> out(nc + o), mean(s.N), rstd(s.N);
+      cpu.layernorm_forward(out.data() + o, mean.data(), rstd.data(), inp.data() + o, w.data() + o, b.data() + o, s.N,
+                            s.C);
+      gpu->layernorm_forward(d_out.get() + o, d_mean.get(), d_rstd.get(), d_inp.get() + o, d_w.get() + o,
+                             d_b.get() + o, s.N, s.C);
+      check_stored(p, tail(d_out.host()), tail(out), kReduction);
       CHECK(rel_err(d_mean.host(), mean) < kReduction);
       CHECK(rel_err(d_rstd.host(), rstd) < kReduction);
 
-      // Backward from the CPU's saved statistics on both, so only backward is compared.
+      // Fused: residual = inp + other, bitwise the CPU's (one rounding of the same sum), and its
+      // layernorm as above. The CPU's default composes residual_forward and layernorm_forward.
+      std::vector<float> res(nc + o), res_out(nc + o);
+      cpu.residual_layernorm_forward(res.data() + o, res_out.data() + o, mean.data(), rstd.data(), inp.data() + o,
+                                     other.data() + o, w.data() + o, b.data() + o, s.N, s.C);
+      gpu->residual_layernorm_forward(d_res.get() + o, d_out.get() + o, d_mean.get(), d_rstd.get(), d_inp.get() + o,
+                                      d_other.get() + o, d_w.get() + o, d_b.get() + o, s.N, s.C);
+      CHECK(tail(d_res.host()) == tail(res));
+      check_stored(p, tail(d_out.host()), tail(res_out), kReduction);
+      CHECK(rel_err(d_mean.host(), mean) < kReduction);
+      CHECK(rel_err(d_rstd.host(), rstd) < kReduction);
+
+      // Backward (of the plain layernorm) from the CPU's saved statistics on both, so only
+      // backward is compared.
+      cpu.layernorm_forward(out.data() + o, mean.data(), rstd.data(), inp.data() + o, w.data() + o, b.data() + o, s.N,
+                            s.C);
       DeviceFloats d_mean_ref(*gpu, mean), d_rstd_ref(*gpu, rstd);
-      cpu.layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(),
-                             rstd.data(), s.N, s.C);
-      gpu->layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(), d_w.get(),
-                              d_mean_ref.get(), d_rstd_ref.get(), s.N, s.C);
-      check_stored(p, d_dinp.host(), dinp, kReduction);
+      cpu.layernorm_backward(dinp.data() + o, dw.data(), db.data(), dout.data() + o, inp.data() + o, w.data() + o,
+                             mean.data(), rstd.data(), s.N, s.C);
+      gpu->layernorm_backward(d_dinp.get() + o, d_dw.get(), d_db.get(), d_dout.get() + o, d_inp.get() + o,
+                              d_w.get() + o, d_mean_ref.get(), d_rstd_ref.get(), s.N, s.C);
+      check_stored(p, tail(d_dinp.host()), tail(dinp), kReduction);
       CHECK(rel_err(d_dw.host(), dw) < kReduction);
       CHECK(rel_err(d_db.host(), db) < kReduction);
     }
@@ -242,7 +267,7 @@ TEST_CASE_METHOD(OpsTest, "cuda causal attention forward and backward match the 
   }
 }
 
-TEST_CASE_METHOD(OpsTest, "cuda gelu, residual and scale match the CPU, aligned or not, in place or not",
+TEST_CASE_METHOD(OpsTest, "cuda gelu, residual, scale and convert match the CPU, aligned or not, in place or not",
                  "[gpu][ops][bf16]") {
   INFO("seed " << seed);
   for (const GpuMode& p : {kStrictFp32, kBf16}) {
@@ -276,6 +301,14 @@ TEST_CASE_METHOD(OpsTest, "cuda gelu, residual and scale match the CPU, aligned 
       cpu.scale(grads.data() + offset, 0.731f, n);
       gpu->scale(d_grads.get() + offset, 0.731f, n);
       CHECK(d_grads.host() == grads);
+
+      const std::vector<float> master = rnd.normal(n + offset);  // convert: the weights' copy, one rounding
+      DeviceFloats d_master(*gpu, master);
+      auto d_copy = DeviceActs::poisoned(*gpu, n + offset);
+      std::vector<float> copy(n + offset);
+      cpu.convert(copy.data() + offset, master.data() + offset, n);
+      gpu->convert(d_copy.get() + offset, d_master.get() + offset, n);
+      CHECK(tail(d_copy.host()) == tail(copy));
     }
   }
 }
@@ -286,8 +319,8 @@ TEST_CASE_METHOD(OpsTest, "cuda softmax cross-entropy matches the CPU in fp32 an
   for (const GpuMode& p : {kStrictFp32, kBf16}) {
     CpuBackend cpu = reference(p);
     auto gpu = cuda::make_backend(0, p.precision);
-    struct Shape { int N, V, Vp; };
-    for (const Shape s : {Shape{67, 1000, 1024}, Shape{8, 50257, 50304}, Shape{5, 3, 128}}) {
+    struct Shape { int N, V, Vp; };  // Vp 45: rows not 16-byte aligned (the element path); V 50257: a tail
+    for (const Shape s : {Shape{67, 1000, 1024}, Shape{8, 50257, 50304}, Shape{5, 3, 128}, Shape{4, 37, 45}}) {
       INFO(p.name << ": N " << s.N << " V " << s.V << " Vp " << s.Vp);
       auto logits = normal(p, static_cast<size_t>(s.N) * s.Vp, 3.0f);
       for (int n = 0; n < s.N; ++n) {
@@ -311,37 +344,43 @@ TEST_CASE_METHOD(OpsTest, "cuda softmax cross-entropy matches the CPU in fp32 an
   }
 }
 
-TEST_CASE_METHOD(OpsTest, "cuda AdamW with a clip scale matches the CPU, refreshing the bf16 copy in bf16",
+TEST_CASE_METHOD(OpsTest, "cuda AdamW with a clip scale matches the CPU, refreshing the bf16 copy in bf16, aligned or not",
                  "[gpu][ops][bf16]") {
   INFO("seed " << seed);
   for (const GpuMode& p : {kStrictFp32, kBf16}) {
-    INFO(p.name);
     const bool bf16 = is_bf16(p);
     CpuBackend cpu = reference(p);
     auto gpu = cuda::make_backend(0, p.precision);
-    const size_t n = 100001;
-    auto params = rnd.normal(n), m = rnd.normal(n, 0.01f), v = rnd.uniform(n, 0.0f, 1e-3f);
-    const auto grads = rnd.normal(n);
-    AdamWHyper h;
-    h.lr = 1e-3f;
-    h.weight_decay = 0.1f;
-    h.grad_scale = 0.42f;
-    h.bias_correction1 = 1.0f - std::pow(h.beta1, 3.0f);
-    h.bias_correction2 = 1.0f - std::pow(h.beta2, 3.0f);
-    DeviceFloats d_params(*gpu, params), d_grads(*gpu, grads), d_m(*gpu, m), d_v(*gpu, v);
-    auto d_copy = DeviceActs::poisoned(*gpu, bf16 ? n : 0);
-    std::vector<float> copy(bf16 ? n : 0);
-    cpu.adamw_update(params.data(), bf16 ? copy.data() : nullptr, grads.data(), m.data(), v.data(), n, h);
-    gpu->adamw_update(d_params.get(), bf16 ? d_copy.get() : nullptr, d_grads.get(), d_m.get(), d_v.get(), n, h);
-    const auto master = d_params.host();
-    CHECK(rel_err(master, params) < kPerElement);
-    CHECK(rel_err(d_m.host(), m) < kPerElement);
-    CHECK(rel_err(d_v.host(), v) < kPerElement);
-    if (bf16) {
-      std::vector<float> own = master;  // the copy is the GPU's own master rounded, in the same pass
-      cpu.convert(own.data(), own.data(), n);
-      CHECK(d_copy.host() == own);
-      check_bf16_close(d_copy.host(), copy, kBf16FloorOfRms, kBf16MinEqualShare);
+    for (const size_t o : {size_t{0}, size_t{1}}) {  // 1: every pointer misaligned for 16-byte access
+      INFO(p.name << ": offset " << o);
+      const size_t n = 100001;  // a tail past the last whole pack
+      auto params = rnd.normal(n + o), m = rnd.normal(n + o, 0.01f), v = rnd.uniform(n + o, 0.0f, 1e-3f);
+      const auto grads = rnd.normal(n + o);
+      AdamWHyper h;
+      h.lr = 1e-3f;
+      h.weight_decay = 0.1f;
+      h.grad_scale = 0.42f;
+      h.bias_correction1 = 1.0f - std::pow(h.beta1, 3.0f);
+      h.bias_correction2 = 1.0f - std::pow(h.beta2, 3.0f);
+      DeviceFloats d_params(*gpu, params), d_grads(*gpu, grads), d_m(*gpu, m), d_v(*gpu, v);
+      auto d_copy = DeviceActs::poisoned(*gpu, bf16 ? n + o : 0);
+      std::vector<float> copy(bf16 ? n + o : 0);
+      cpu.adamw_update(params.data() + o, bf16 ? copy.data() + o : nullptr, grads.data() + o, m.data() + o,
+                       v.data() + o, n, h);
+      gpu->adamw_update(d_params.get() + o, bf16 ? d_copy.get() + o : nullptr, d_grads.get() + o, d_m.get() + o,
+                        d_v.get() + o, n, h);
+      const auto master = d_params.host();
+      CHECK(rel_err(master, params) < kPerElement);
+      CHECK(rel_err(d_m.host(), m) < kPerElement);
+      CHECK(rel_err(d_v.host(), v) < kPerElement);
+      if (bf16) {
+        const std::vector<float> all = d_copy.host();
+        const std::vector<float> got(all.begin() + o, all.end());
+        std::vector<float> own(master.begin() + o, master.end());  // the GPU's own master rounded, in the same pass
+        cpu.convert(own.data(), own.data(), n);
+        CHECK(got == own);
+        check_bf16_close(got, std::vector<float>(copy.begin() + o, copy.end()), kBf16FloorOfRms, kBf16MinEqualShare);
+      }
     }
   }
 }

@@ -122,6 +122,22 @@ class Backend {
                                  ConstActPtr weight,   // (C)
                                  ConstActPtr bias,     // (C)
                                  int N, int C) = 0;
+  // residual = a + b (stored as activations, as residual_forward), then out = the layernorm of the
+  // stored residual (as layernorm_forward): the residual add fused into the layernorm after it.
+  // The CUDA backend does both in one pass over the row; this default composes the two
+  // operations, which rounds at the same points, so it is the fused kernel's exact reference.
+  virtual void residual_layernorm_forward(ActPtr residual,     // (N,C) writes; may alias a or b
+                                          ActPtr out,          // (N,C) writes
+                                          float* mean,         // (N) writes
+                                          float* rstd,         // (N) writes
+                                          ConstActPtr a,       // (N,C)
+                                          ConstActPtr b,       // (N,C)
+                                          ConstActPtr weight,  // (C)
+                                          ConstActPtr bias,    // (C)
+                                          int N, int C) {
+    residual_forward(residual, a, b, static_cast<size_t>(N) * C);
+    layernorm_forward(out, mean, rstd, residual, weight, bias, N, C);
+  }
   virtual void layernorm_backward(ActPtr dinp,          // (N,C) ACCUMULATES (the residual stream)
                                   float* dweight,       // (C) accumulates
                                   float* dbias,         // (C) accumulates

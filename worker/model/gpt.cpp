@@ -190,13 +190,29 @@ void GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
   }
   // Training and validation forwards (targets, the full micro-batch) replay recorded layers.
   const bool recordable = targets != nullptr && B == max_batch_;
-  run_layer(Pass::kForward, -1, recordable,
-            [&] { k.embedding_forward(a.encoded, a.tokens, p + layout_.wte(), p + layout_.wpe(), B, T, C); });
+  // Each layer ends with its residual add fused into the next layernorm (layer l + 1's ln1, or
+  // lnf after the last): one pass over the residual stream instead of two.
+  struct NextNorm {
+    ActPtr out;
+    float* mean;
+    float* rstd;
+    ConstActPtr weight, bias;
+  };
+  auto norm_after = [&](int l) -> NextNorm {  // the layernorm of residual3[l] (of encoded for l = -1)
+    if (l + 1 == d.L) return {a.lnf, a.lnf_mean, a.lnf_rstd, p + layout_.lnf_w(), p + layout_.lnf_b()};
+    const LayerOffsets& o = layout_.layer(l + 1);
+    return {a.ln1 + (l + 1) * btc, a.ln1_mean + (l + 1) * bt, a.ln1_rstd + (l + 1) * bt, p + o.ln1_w, p + o.ln1_b};
+  };
+  run_layer(Pass::kForward, -1, recordable, [&] {
+    k.embedding_forward(a.encoded, a.tokens, p + layout_.wte(), p + layout_.wpe(), B, T, C);
+    const NextNorm n = norm_after(-1);
+    k.layernorm_forward(n.out, n.mean, n.rstd, a.encoded, n.weight, n.bias, BT, C);
+  });
   for (int l = 0; l < d.L; ++l) {
     run_layer(Pass::kForward, l, recordable, [&] {
       const LayerOffsets& o = layout_.layer(l);
       const ConstActPtr residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * btc;
-      const ActPtr ln1 = a.ln1 + l * btc;
+      const ActPtr ln1 = a.ln1 + l * btc;  // written by the layer before
       const ActPtr qkv = a.qkv + 3 * l * btc;
       const ActPtr atty = a.atty + l * btc;
       const ActPtr residual2 = a.residual2 + l * btc;
@@ -204,21 +220,19 @@ void GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
       const ActPtr fch = a.fch + 4 * l * btc;
       const ActPtr fch_gelu = a.fch_gelu + 4 * l * btc;
       const ActPtr residual3 = a.residual3 + l * btc;
-      k.layernorm_forward(ln1, a.ln1_mean + l * bt, a.ln1_rstd + l * bt, residual, p + o.ln1_w, p + o.ln1_b, BT, C);
       k.matmul_forward(qkv, ln1, p + o.qkv_w, p + o.qkv_b, BT, C, 3 * C);
       k.attention_forward(atty, a.att_saved + l * att_saved_per_layer_, qkv, a.att_scratch, B, T, C, NH);
       k.matmul_forward(a.proj_out, atty, p + o.attn_proj_w, p + o.attn_proj_b, BT, C, C);
-      k.residual_forward(residual2, residual, a.proj_out, static_cast<size_t>(BT) * C);
-      k.layernorm_forward(ln2, a.ln2_mean + l * bt, a.ln2_rstd + l * bt, residual2, p + o.ln2_w, p + o.ln2_b, BT, C);
+      k.residual_layernorm_forward(residual2, ln2, a.ln2_mean + l * bt, a.ln2_rstd + l * bt, residual, a.proj_out,
+                                   p + o.ln2_w, p + o.ln2_b, BT, C);
       k.matmul_forward(fch, ln2, p + o.fc_w, p + o.fc_b, BT, C, 4 * C);
       k.gelu_forward(fch_gelu, fch, static_cast<size_t>(BT) * 4 * C);
       k.matmul_forward(a.proj_out, fch_gelu, p + o.fc_proj_w, p + o.fc_proj_b, BT, 4 * C, C);
-      k.residual_forward(residual3, residual2, a.proj_out, static_cast<size_t>(BT) * C);
+      const NextNorm n = norm_after(l);
+      k.residual_layernorm_forward(residual3, n.out, n.mean, n.rstd, residual2, a.proj_out, n.weight, n.bias, BT, C);
     });
   }
   run_layer(Pass::kForward, d.L, recordable, [&] {
-    const ConstActPtr residual = a.residual3 + (d.L - 1) * btc;
-    k.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p + layout_.lnf_w(), p + layout_.lnf_b(), BT, C);
     k.matmul_forward(a.logits, a.lnf, p + layout_.wte(), nullptr, BT, C, d.Vp);
     // Gradient of the mean loss; backward folds in the caller's loss scale.
     if (targets != nullptr) {
