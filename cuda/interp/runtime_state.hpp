@@ -5,12 +5,15 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "cuda/interp/host_waits.hpp"
 
 struct WorkItem {
   std::string what;
@@ -47,12 +50,15 @@ struct Runtime {
   std::map<const void*, int> max_dynamic_shared;
   std::map<const void*, std::string> kernel_names;  // demangled once per kernel, not per launch
   int schedules = 3;
+  HostWaits waits;                          // host_waits.hpp
+  std::map<std::uintptr_t, size_t> pinned;  // cudaHostAlloc'd host memory: start -> bytes
 
   Runtime() {
     legacy.flags = cudaStreamDefault;
     if (const char* s = std::getenv("XTRAIN_INTERP_SCHEDULES"); s != nullptr && *s != '\0') schedules = std::atoi(s);
     if (schedules < 1) schedules = 1;
   }
+  ~Runtime();  // writes the host waits where XTRAIN_INTERP_HOST_WAITS says
 };
 
 Runtime& rt();
@@ -68,5 +74,7 @@ cudaError_t refuse_if_capturing(const char* call);
 // Runs the work now, or records it while the stream is captured (stream_work.hpp's rule).
 cudaError_t issue(cudaStream_t stream, WorkItem item);
 bool known_stream(cudaStream_t s);
+// Whether [p, p + bytes) lies in one pinned host allocation.
+bool is_pinned_range(const void* p, size_t bytes);
 
 }  // namespace xtrain::interp

@@ -43,6 +43,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (s == &rt().legacy) {
     if (const cudaError_t e = xtrain::interp::refuse_if_capturing("cudaStreamSynchronize(legacy stream)")) return e;
   }
+  ++rt().waits.stream_synchronize;
   return rt().sticky;
 }
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
@@ -52,6 +53,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
     s->invalidated = true;
     return refuse(cudaErrorStreamCaptureUnsupported, "cudaStreamQuery of a stream being captured");
   }
+  if (rt().sticky == cudaSuccess) ++rt().waits.stream_query_done;
   return rt().sticky;  // all issued work is done
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
@@ -114,15 +116,28 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   event->captured_in = s->capturing ? s : nullptr;
   return rt().sticky;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  std::lock_guard lock(rt().mutex);
+namespace {
+// An event recorded in a capture is no point in any stream's work yet: neither may be waited for.
+cudaError_t event_state(cudaEvent_t event, const char* call) {
   if (event->captured_in != nullptr && event->captured_in->capturing) {
     event->captured_in->invalidated = true;
-    return refuse(cudaErrorStreamCaptureUnsupported, "cudaEventSynchronize of an event recorded in a capture");
+    return refuse(cudaErrorStreamCaptureUnsupported, std::string(call) + " of an event recorded in a capture");
   }
   return rt().sticky;
 }
-cudaError_t cudaEventQuery(cudaEvent_t event) { return cudaEventSynchronize(event); }
+}  // namespace
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  std::lock_guard lock(rt().mutex);
+  const cudaError_t e = event_state(event, "cudaEventSynchronize");
+  if (e != cudaErrorStreamCaptureUnsupported) ++rt().waits.event_synchronize;
+  return e;
+}
+// Never waits: the work before the event was done when it was issued.
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  std::lock_guard lock(rt().mutex);
+  return event_state(event, "cudaEventQuery");
+}
 
 // ---- graphs -------------------------------------------------------------------------------------
 
