@@ -180,7 +180,7 @@ TEST_CASE("launcher/plan: more ranks than visible GPUs is refused before any ran
   fs::permissions(f.dir / "xtrain-worker", fs::perms::owner_all);
   const std::string data = (f.dir / "x.txt").string();
   std::ofstream(data) << std::string(1000, 'x');
-  const std::string own = R"({"nproc_per_node": 3, "data": {"train": ")" + data + R"("}, "train": {"batch_size": 12}})";
+  const std::string own = R"({"nproc_per_node": 3, "data": {"train": ")" + data + R"("}, "train": {"batch_size": 12, "micro_batch_size": 1}})";
   f.host.physical_gpus = 4;
   f.host.cuda_visible_devices = "1,3";
   const std::string expected = "nproc_per_node: expected at most the 2 visible GPUs (one per rank";
@@ -203,8 +203,8 @@ TEST_CASE("launcher/plan: more ranks than visible GPUs is refused before any ran
                     "got 5");
   // What stays allowed: a user's worker on Gloo, our worker on CPU ranks, one rank per GPU.
   CHECK(f.plan(kTrue, {"nproc_per_node=6", "backend=gloo"}).ranks.size() == 6);
-  CHECK(f.plan(own, {"nproc_per_node=6", "device=cpu", "train.batch_size=12"}).ranks.size() == 6);
-  CHECK(f.plan(own, {"nproc_per_node=4", "backend=gloo", "train.batch_size=12"}).ranks.size() == 4);
+  CHECK(f.plan(own, {"nproc_per_node=6", "device=cpu"}).ranks.size() == 6);
+  CHECK(f.plan(own, {"nproc_per_node=4", "backend=gloo"}).ranks.size() == 4);
 }
 
 TEST_CASE("launcher/plan: --dry-run shows each rank's memory plan and the CUDA graph choice", "[plan]") {
