@@ -138,12 +138,12 @@ void NcclCommunicator::fail(const std::string& what, ncclResult_t result) {
 
 // The error of a call that did not finish within the timeout: the communicator is aborted (which
 // also ends its kernels, so the streams drain) and the failure is a lost peer's.
-void NcclCommunicator::fail_timed_out(const char* call, const char* cause) {
+void NcclCommunicator::fail_timed_out(const char* call, double waited_s, const char* cause) {
   if (comm_ != nullptr) ncclCommAbort(comm_);
   comm_ = nullptr;
   throw CommunicatorError("NCCL: rank " + std::to_string(rank_) + " of " + std::to_string(world_) + " (GPU " +
                           std::to_string(device_) + "): " + call + " did not complete within " +
-                          seconds(timeout_s_) + "; aborted. " + cause);
+                          seconds(waited_s) + "; aborted. " + cause);
 }
 
 void NcclCommunicator::check_async_error(const char* call) {
@@ -169,7 +169,7 @@ void NcclCommunicator::wait_issued(ncclResult_t issued, const char* call) {
     return state == ncclSuccess;
   };
   if (!poll_until_done({issued_now, {}}, timeout_of(timeout_s_), std::chrono::microseconds(100))) {
-    fail_timed_out(call,
+    fail_timed_out(call, timeout_s_,
                    "A peer rank never started, died, or stopped answering, or the bootstrap address in "
                    "XTRAIN_NCCL_ID is unreachable (see NCCL_SOCKET_IFNAME)");
   }
@@ -181,9 +181,9 @@ void NcclCommunicator::wait_for_stream(cudaStream_t stream, const char* call) {
     if (done != cudaErrorNotReady) XTRAIN_CUDA_CHECK(done);
     return done == cudaSuccess;
   };
-  if (!poll_until_done({stream_done, [&] { check_async_error(call); }}, timeout_of(timeout_s_))) {
-    fail_timed_out(call, "A peer rank died or stopped answering inside a collective (this rank's GPU work waits "
-                         "for it)");
+  if (!poll_until_done({stream_done, [&] { check_async_error(call); }}, timeout_of(kCollectiveTimeoutS))) {
+    fail_timed_out(call, kCollectiveTimeoutS,
+                   "A peer rank died or stopped answering inside a collective (this rank's GPU work waits for it)");
   }
 }
 

@@ -10,8 +10,9 @@
 // all that the compute stream ordered after it. So the communicator installs its wait in the
 // backend (CudaBackend::set_stream_wait): every host wait, its own (the blocking collectives) and
 // the backend's (downloads, sum_squares, synchronize), polls the stream and NCCL's asynchronous
-// error against the timeout (cuda/host_wait.hpp), then aborts the communicator and throws a
-// CommunicatorError (failure_kind "peer_lost").
+// error against kCollectiveTimeoutS (cuda/host_wait.hpp), then aborts the communicator and throws
+// a CommunicatorError (failure_kind "peer_lost"). Starting it and issuing a call are bounded by
+// the rendezvous timeout the constructor takes.
 //
 // Bounded start: the communicator is created non-blocking (ncclConfig_t::blocking = 0) and
 // polled; a peer that never arrives makes init fail after the timeout with the communicator
@@ -62,12 +63,13 @@ class NcclCommunicator final : public Communicator {
   // A non-blocking communicator may answer ncclInProgress while it finishes issuing a call:
   // poll until the call is issued, failing on an error or after the timeout.
   void wait_issued(ncclResult_t issued, const char* call);
-  // Host waits until `stream` is idle, watching for NCCL errors meanwhile, for at most the
-  // timeout: then aborts and throws CommunicatorError.
+  // Host waits until `stream` is idle, watching for NCCL errors meanwhile, for at most
+  // kCollectiveTimeoutS (worker/comm/communicator.hpp, as Gloo's collectives): then aborts and
+  // throws CommunicatorError.
   void wait_for_stream(cudaStream_t stream, const char* call);
   // Throws (fail) when NCCL reports an asynchronous error; nothing once aborted.
   void check_async_error(const char* call);
-  [[noreturn]] void fail_timed_out(const char* call, const char* cause);  // aborts, then throws
+  [[noreturn]] void fail_timed_out(const char* call, double waited_s, const char* cause);  // aborts, then throws
   // A blocking collective on `data` (device or host memory): ordered after the compute
   // stream, issued by `issue` on the device buffer, finished before returning.
   void run_blocking(float* data, size_t count, const char* call, const std::function<ncclResult_t(float*)>& issue);
