@@ -108,6 +108,16 @@ HostWaits host_waits() {
   return rt().waits;
 }
 
+void hold_event_completion(bool on) {
+  std::lock_guard lock(rt().mutex);
+  rt().hold_events = on;
+}
+
+void release_held_events() {
+  for (CUevent_st* e : rt().held) e->held = false;
+  rt().held.clear();
+}
+
 Runtime::~Runtime() {
   const char* asked = std::getenv("XTRAIN_INTERP_HOST_WAITS");
   if (asked == nullptr || *asked == '\0') return;
@@ -288,6 +298,7 @@ cudaError_t cudaDeviceSynchronize() {
   std::lock_guard lock(rt().mutex);
   if (const cudaError_t e = xtrain::interp::refuse_if_capturing("cudaDeviceSynchronize")) return e;
   ++rt().waits.device_synchronize;
+  xtrain::interp::release_held_events();
   return rt().sticky;
 }
 // Forgets a fault and frees all device memory, as a reset of the device does.

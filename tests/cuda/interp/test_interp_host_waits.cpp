@@ -136,6 +136,41 @@ TEST_CASE("the backend stages small transfers through pinned memory: uploads wai
   gpu.free(acts.data());
 }
 
+TEST_CASE("with copies still in flight the pinned ring grows instead of reusing a buffer, and drains at its limit",
+          "[interp][host_wait]") {
+  auto owned = interpreted_backend();
+  xtrain::cuda::CudaBackend& gpu = cuda_of(*owned);
+  const size_t n = 1024;
+  int32_t* tokens = gpu.alloc_ints(n);   // (n,)
+  int32_t* targets = gpu.alloc_ints(n);  // (n,)
+  std::vector<int32_t> a(n, 3), b(n, 5);
+  // A device running behind the host: no copy completes until the host waits.
+  xtrain::interp::hold_event_completion(true);
+  const xtrain::interp::HostWaits before = host_waits();
+  for (int micro = 0; micro < 3; ++micro) {
+    gpu.upload(tokens, a.data(), n);
+    gpu.upload(targets, b.data(), n);
+  }
+  CHECK(gpu.pinned_buffers() == 6);  // one per copy in flight: none overwritten
+  CHECK(host_waits().total() == before.total());
+  std::vector<int32_t> back(n);
+  gpu.download(back.data(), targets, n);  // its wait completes every copy
+  CHECK(back == b);
+  CHECK(gpu.pinned_buffers() == 7);
+  for (int micro = 0; micro < 3; ++micro) gpu.upload(tokens, a.data(), n);
+  CHECK(gpu.pinned_buffers() == 7);  // done buffers are reused
+  // Past the limit the ring waits for the stream (once) rather than grow.
+  const long waited = host_waits().stream_synchronize;
+  for (size_t i = 0; i < xtrain::cuda::PinnedStaging::kMaxBuffers + 4; ++i) gpu.upload(tokens, a.data(), n);
+  CHECK(gpu.pinned_buffers() == xtrain::cuda::PinnedStaging::kMaxBuffers);
+  CHECK(host_waits().stream_synchronize == waited + 1);
+  xtrain::interp::hold_event_completion(false);
+  gpu.download(back.data(), tokens, n);
+  CHECK(back == a);
+  gpu.free(tokens);
+  gpu.free(targets);
+}
+
 TEST_CASE("interpret mode's pinned memory is host memory the runtime knows, and its copies never wait",
           "[interp][runtime]") {
   void* pinned = nullptr;
