@@ -155,73 +155,78 @@ void CudaBackend::wait_for_stream(const char* what) {
   XTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-void CudaBackend::upload_bytes(void* dst, size_t bytes, const std::function<void(void*)>& fill) {
+void CudaBackend::upload_bytes(void* dst, size_t bytes, const void* plain, const std::function<void(void*)>& fill) {
   refuse_while_recording("an upload");
   if (bytes == 0) return;
   if (bytes <= PinnedStaging::kMaxBytes) {
     pinned_.use(bytes, [&](void* buffer) {
-      fill(buffer);
+      if (plain != nullptr) {
+        std::memcpy(buffer, plain, bytes);
+      } else {
+        fill(buffer);
+      }
       XTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst, buffer, bytes, cudaMemcpyHostToDevice, stream_));
     });
     return;
   }
   // Pageable: cudaMemcpyAsync returns once the source is staged, which is the interface's
   // "host_src may be reused" (and what lets pageable_ be refilled by the next upload).
-  pageable_.resize(bytes);
-  fill(pageable_.data());
-  XTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst, pageable_.data(), bytes, cudaMemcpyHostToDevice, stream_));
+  if (plain == nullptr) {
+    pageable_.resize(bytes);
+    fill(pageable_.data());
+    plain = pageable_.data();
+  }
+  XTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst, plain, bytes, cudaMemcpyHostToDevice, stream_));
 }
 
-void CudaBackend::download_bytes(const void* src, size_t bytes, const char* what,
+void CudaBackend::download_bytes(const void* src, size_t bytes, const char* what, void* plain,
                                  const std::function<void(const void*)>& take) {
   refuse_while_recording("a download");
   if (bytes == 0) return;
+  const void* arrived = plain;
   if (bytes <= PinnedStaging::kMaxBytes) {
-    const void* buffer = pinned_.use(bytes, [&](void* b) {
-      XTRAIN_CUDA_CHECK(cudaMemcpyAsync(b, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    arrived = pinned_.use(bytes, [&](void* buffer) {
+      XTRAIN_CUDA_CHECK(cudaMemcpyAsync(buffer, src, bytes, cudaMemcpyDeviceToHost, stream_));
     });
-    wait_for_stream(what);
-    return take(buffer);
+  } else {
+    if (plain == nullptr) {
+      pageable_.resize(bytes);
+      arrived = pageable_.data();
+    }
+    XTRAIN_CUDA_CHECK(cudaMemcpyAsync(const_cast<void*>(arrived), src, bytes, cudaMemcpyDeviceToHost, stream_));
   }
-  pageable_.resize(bytes);
-  XTRAIN_CUDA_CHECK(cudaMemcpyAsync(pageable_.data(), src, bytes, cudaMemcpyDeviceToHost, stream_));
   wait_for_stream(what);
-  take(pageable_.data());
+  if (plain == nullptr) {
+    take(arrived);
+  } else if (arrived != plain) {
+    std::memcpy(plain, arrived, bytes);
+  }
 }
-
-namespace {
-std::function<void(void*)> copy_from(const void* host_src, size_t bytes) {
-  return [=](void* buffer) { std::memcpy(buffer, host_src, bytes); };
-}
-std::function<void(const void*)> copy_to(void* host_dst, size_t bytes) {
-  return [=](const void* buffer) { std::memcpy(host_dst, buffer, bytes); };
-}
-}  // namespace
 
 void CudaBackend::upload(float* dst, const float* host_src, size_t n) {
-  upload_bytes(dst, n * sizeof(float), copy_from(host_src, n * sizeof(float)));
+  upload_bytes(dst, n * sizeof(float), host_src, {});
 }
 void CudaBackend::upload(int32_t* dst, const int32_t* host_src, size_t n) {
-  upload_bytes(dst, n * sizeof(int32_t), copy_from(host_src, n * sizeof(int32_t)));
+  upload_bytes(dst, n * sizeof(int32_t), host_src, {});
 }
 void CudaBackend::download(float* host_dst, const float* src, size_t n) {
-  download_bytes(src, n * sizeof(float), "a download", copy_to(host_dst, n * sizeof(float)));
+  download_bytes(src, n * sizeof(float), "a download", host_dst, {});
 }
 void CudaBackend::download(int32_t* host_dst, const int32_t* src, size_t n) {
-  download_bytes(src, n * sizeof(int32_t), "a download", copy_to(host_dst, n * sizeof(int32_t)));
+  download_bytes(src, n * sizeof(int32_t), "a download", host_dst, {});
 }
 // bf16 activations are converted on the host, with the rounding the kernels use (bit-identical
 // to __float2bfloat16_rn), and cross the bus at half the size.
 void CudaBackend::upload(ActPtr dst, const float* host_src, size_t n) {
   if (dst.dtype() == DType::f32) return upload(dst.as<float>(), host_src, n);
-  upload_bytes(dst.as<__nv_bfloat16>(), n * sizeof(std::uint16_t), [=](void* buffer) {
+  upload_bytes(dst.as<__nv_bfloat16>(), n * sizeof(std::uint16_t), nullptr, [=](void* buffer) {
     auto* bits = static_cast<std::uint16_t*>(buffer);
     for (size_t i = 0; i < n; ++i) bits[i] = math::bf16_bits_from_float(host_src[i]);
   });
 }
 void CudaBackend::download(float* host_dst, ConstActPtr src, size_t n) {
   if (src.dtype() == DType::f32) return download(host_dst, src.as<float>(), n);
-  download_bytes(src.as<__nv_bfloat16>(), n * sizeof(std::uint16_t), "a download", [=](const void* buffer) {
+  download_bytes(src.as<__nv_bfloat16>(), n * sizeof(std::uint16_t), "a download", nullptr, [=](const void* buffer) {
     const auto* bits = static_cast<const std::uint16_t*>(buffer);
     for (size_t i = 0; i < n; ++i) host_dst[i] = math::float_from_bf16_bits(bits[i]);
   });
@@ -440,7 +445,7 @@ double CudaBackend::sum_squares(const float* x, size_t n) {
   refuse_while_recording("sum_squares");
   cuda::sum_squares(stream_, sum_partials_, x, n);
   double result = 0.0;
-  download_bytes(sum_partials_ + kSumSquaresBlocks, sizeof(double), "sum_squares", copy_to(&result, sizeof(double)));
+  download_bytes(sum_partials_ + kSumSquaresBlocks, sizeof(double), "sum_squares", &result, {});
   return result;
 }
 

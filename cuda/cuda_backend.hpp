@@ -154,11 +154,14 @@ class CudaBackend final : public Backend {
   // allocate, which a recording cannot hold.
   void refuse_while_recording(const char* what) const;
   void* reserve_scratch_bytes(size_t bytes);
-  // A host-to-device copy of `bytes` that `fill(buffer)` writes into host memory first (a plain
-  // copy, or the bf16 conversion): through the pinned ring when small enough.
-  void upload_bytes(void* dst, size_t bytes, const std::function<void(void*)>& fill);
-  // A device-to-host copy of `bytes`, waited for, then handed to `take(buffer)` to read.
-  void download_bytes(const void* src, size_t bytes, const char* what, const std::function<void(const void*)>& take);
+  // A host-to-device copy of `bytes`: `plain` itself, or (null) what `fill(buffer)` writes, the
+  // bf16 conversion. Through the pinned ring when small enough; a large plain one straight from
+  // `plain` (pageable).
+  void upload_bytes(void* dst, size_t bytes, const void* plain, const std::function<void(void*)>& fill);
+  // A device-to-host copy of `bytes`, waited for: into `plain`, or (null) handed to
+  // `take(buffer)`, the bf16 conversion.
+  void download_bytes(const void* src, size_t bytes, const char* what, void* plain,
+                      const std::function<void(const void*)>& take);
   size_t embedding_sort_reserve(int BT) const;
 
   int device_;
@@ -169,7 +172,7 @@ class CudaBackend final : public Backend {
   double* sum_partials_ = nullptr;  // (kSumSquaresBlocks + 1) the reduction's fixed partials
   StreamWait stream_wait_;
   PinnedStaging pinned_;  // small transfers
-  std::vector<std::uint8_t> pageable_;  // large ones that need the host to convert (bf16)
+  std::vector<std::uint8_t> pageable_;  // large bf16 transfers' host side, converted here
   std::unordered_map<void*, size_t> allocations_;  // alloc_* buffers and their sizes
   size_t allocated_bytes_ = 0;
   struct {

@@ -136,6 +136,30 @@ TEST_CASE("the backend stages small transfers through pinned memory: uploads wai
   gpu.free(acts.data());
 }
 
+TEST_CASE("transfers past the pinned ring's size go straight from and to the caller's memory, bf16 converted",
+          "[interp][host_wait]") {
+  auto owned = xtrain::cuda::make_backend(0, xtrain::Precision::bf16);
+  xtrain::cuda::CudaBackend& gpu = cuda_of(*owned);
+  const size_t n = xtrain::cuda::PinnedStaging::kMaxBytes / 2 + 3;  // past the limit as floats and as bf16
+  float* params = gpu.alloc_floats(n);      // (n,)
+  xtrain::ActPtr weights = gpu.alloc_acts(n);  // (n,) bf16
+  std::vector<float> host(n);
+  for (size_t i = 0; i < n; ++i) host[i] = static_cast<float>(i % 251) * 0.5f;  // exact in bf16
+  const xtrain::interp::HostWaits before = host_waits();
+  gpu.upload(params, host.data(), n);
+  gpu.upload(weights, host.data(), n);
+  std::vector<float> back(n, -1.0f);
+  gpu.download(back.data(), params, n);
+  CHECK(back == host);
+  std::vector<float> converted(n, -1.0f);
+  gpu.download(converted.data(), weights, n);
+  CHECK(converted == host);
+  // Pageable, as a GPU's host sees them: the loads and checkpoints, never a step's transfers.
+  CHECK(host_waits().pageable_copy == before.pageable_copy + 4);
+  gpu.free(params);
+  gpu.free(weights.data());
+}
+
 TEST_CASE("with copies still in flight the pinned ring grows instead of reusing a buffer, and drains at its limit",
           "[interp][host_wait]") {
   auto owned = interpreted_backend();
