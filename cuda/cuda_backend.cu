@@ -5,6 +5,8 @@
 #include "cuda/cuda_backend.hpp"
 
 #include <cstdio>
+#include <cstring>
+#include <functional>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -73,7 +75,8 @@ CudaBackend::CudaBackend(int device, Precision precision)
       precision_(precision),
       stream_(select_device_and_create_stream(device)),
       gemm_(stream_, precision == Precision::tf32),
-      scratch_(stream_) {
+      scratch_(stream_),
+      pinned_(stream_, [this] { wait_for_stream("the pinned staging ring's drain"); }) {
   XTRAIN_CUDA_CHECK(cudaMalloc(&sum_partials_, (kSumSquaresBlocks + 1) * sizeof(double)));
 }
 
@@ -147,44 +150,86 @@ void CudaBackend::free(void* p) noexcept {
   }
 }
 
-// From pageable host memory, cudaMemcpyAsync returns once the source has been staged, which is
-// the interface's "host_src may be reused".
-void CudaBackend::upload(float* dst, const float* host_src, size_t n) {
+void CudaBackend::wait_for_stream(const char* what) {
+  if (stream_wait_) return stream_wait_(stream_, what);
+  XTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::upload_bytes(void* dst, size_t bytes, const void* plain, const std::function<void(void*)>& fill) {
   refuse_while_recording("an upload");
-  XTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
+  if (bytes == 0) return;
+  if (bytes <= PinnedStaging::kMaxBytes) {
+    pinned_.use(bytes, [&](void* buffer) {
+      if (plain != nullptr) {
+        std::memcpy(buffer, plain, bytes);
+      } else {
+        fill(buffer);
+      }
+      XTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst, buffer, bytes, cudaMemcpyHostToDevice, stream_));
+    });
+    return;
+  }
+  // Pageable: cudaMemcpyAsync returns once the source is staged, which is the interface's
+  // "host_src may be reused" (and what lets pageable_ be refilled by the next upload).
+  if (plain == nullptr) {
+    pageable_.resize(bytes);
+    fill(pageable_.data());
+    plain = pageable_.data();
+  }
+  XTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst, plain, bytes, cudaMemcpyHostToDevice, stream_));
+}
+
+void CudaBackend::download_bytes(const void* src, size_t bytes, const char* what, void* plain,
+                                 const std::function<void(const void*)>& take) {
+  refuse_while_recording("a download");
+  if (bytes == 0) return;
+  const void* arrived = plain;
+  if (bytes <= PinnedStaging::kMaxBytes) {
+    arrived = pinned_.use(bytes, [&](void* buffer) {
+      XTRAIN_CUDA_CHECK(cudaMemcpyAsync(buffer, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    });
+  } else {
+    if (plain == nullptr) {
+      pageable_.resize(bytes);
+      arrived = pageable_.data();
+    }
+    XTRAIN_CUDA_CHECK(cudaMemcpyAsync(const_cast<void*>(arrived), src, bytes, cudaMemcpyDeviceToHost, stream_));
+  }
+  wait_for_stream(what);
+  if (plain == nullptr) {
+    take(arrived);
+  } else if (arrived != plain) {
+    std::memcpy(plain, arrived, bytes);
+  }
+}
+
+void CudaBackend::upload(float* dst, const float* host_src, size_t n) {
+  upload_bytes(dst, n * sizeof(float), host_src, {});
 }
 void CudaBackend::upload(int32_t* dst, const int32_t* host_src, size_t n) {
-  refuse_while_recording("an upload");
-  XTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  upload_bytes(dst, n * sizeof(int32_t), host_src, {});
 }
 void CudaBackend::download(float* host_dst, const float* src, size_t n) {
-  refuse_while_recording("a download");
-  XTRAIN_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-  XTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  download_bytes(src, n * sizeof(float), "a download", host_dst, {});
 }
 void CudaBackend::download(int32_t* host_dst, const int32_t* src, size_t n) {
-  refuse_while_recording("a download");
-  XTRAIN_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
-  XTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  download_bytes(src, n * sizeof(int32_t), "a download", host_dst, {});
 }
 // bf16 activations are converted on the host, with the rounding the kernels use (bit-identical
 // to __float2bfloat16_rn), and cross the bus at half the size.
 void CudaBackend::upload(ActPtr dst, const float* host_src, size_t n) {
   if (dst.dtype() == DType::f32) return upload(dst.as<float>(), host_src, n);
-  refuse_while_recording("an upload");
-  staging_.resize(n);
-  for (size_t i = 0; i < n; ++i) staging_[i] = math::bf16_bits_from_float(host_src[i]);
-  XTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst.as<__nv_bfloat16>(), staging_.data(), n * sizeof(std::uint16_t),
-                                    cudaMemcpyHostToDevice, stream_));
+  upload_bytes(dst.as<__nv_bfloat16>(), n * sizeof(std::uint16_t), nullptr, [=](void* buffer) {
+    auto* bits = static_cast<std::uint16_t*>(buffer);
+    for (size_t i = 0; i < n; ++i) bits[i] = math::bf16_bits_from_float(host_src[i]);
+  });
 }
 void CudaBackend::download(float* host_dst, ConstActPtr src, size_t n) {
   if (src.dtype() == DType::f32) return download(host_dst, src.as<float>(), n);
-  refuse_while_recording("a download");
-  staging_.resize(n);
-  XTRAIN_CUDA_CHECK(cudaMemcpyAsync(staging_.data(), src.as<__nv_bfloat16>(), n * sizeof(std::uint16_t),
-                                    cudaMemcpyDeviceToHost, stream_));
-  XTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  for (size_t i = 0; i < n; ++i) host_dst[i] = math::float_from_bf16_bits(staging_[i]);
+  download_bytes(src.as<__nv_bfloat16>(), n * sizeof(std::uint16_t), "a download", nullptr, [=](const void* buffer) {
+    const auto* bits = static_cast<const std::uint16_t*>(buffer);
+    for (size_t i = 0; i < n; ++i) host_dst[i] = math::float_from_bf16_bits(bits[i]);
+  });
 }
 void CudaBackend::fill_zero(float* p, size_t n) {
   XTRAIN_CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(float), stream_));
@@ -207,7 +252,7 @@ void CudaBackend::copy(float* dst, const float* src, size_t n) {
 }
 void CudaBackend::synchronize() {
   refuse_while_recording("synchronize");
-  XTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  wait_for_stream("synchronize");
 }
 
 // ---- recording ----------------------------------------------------------------------------------
@@ -409,9 +454,7 @@ double CudaBackend::sum_squares(const float* x, size_t n) {
   refuse_while_recording("sum_squares");
   cuda::sum_squares(stream_, sum_partials_, x, n);
   double result = 0.0;
-  XTRAIN_CUDA_CHECK(
-      cudaMemcpyAsync(&result, sum_partials_ + kSumSquaresBlocks, sizeof(double), cudaMemcpyDeviceToHost, stream_));
-  XTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  download_bytes(sum_partials_ + kSumSquaresBlocks, sizeof(double), "sum_squares", &result, {});
   return result;
 }
 

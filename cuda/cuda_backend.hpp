@@ -14,6 +14,16 @@
 // recording). Every size is worker/model/cuda_buffers.hpp's, so the memory plan that the
 // worker prints and checks before it allocates is what this backend holds.
 //
+// Host transfers: copies of up to PinnedStaging::kMaxBytes (everything a step moves: tokens,
+// targets, losses, the norm, the step's scalars) go through a ring of pinned buffers
+// (cuda/pinned_staging.hpp), so an upload never blocks the host and a download waits once, in
+// wait_for_stream; larger ones (whole parameter sets, at load and checkpoint) stay pageable.
+//
+// Host waits: every wait for the compute stream (downloads, sum_squares, synchronize) goes
+// through wait_for_stream: cudaStreamSynchronize, or the wait a communicator installed
+// (set_stream_wait), which NcclCommunicator does so that a peer lost inside a collective that the
+// stream waits for cannot hang the rank (cuda/host_wait.hpp).
+//
 // Recording (Backend::begin_recording): stream capture of the compute stream into a CUDA graph
 // (thread-local capture mode, so other threads' CUDA calls, NCCL's included, are unaffected),
 // instantiated once and replayed with cudaGraphLaunch on the same stream.
@@ -25,12 +35,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "cuda/gemm.hpp"
+#include "cuda/pinned_staging.hpp"
 #include "worker/model/cuda_buffers.hpp"
 #include "worker/model/backend.hpp"
 
@@ -68,6 +80,13 @@ class CudaBackend final : public Backend {
   int device() const { return device_; }
   Precision precision() const override { return precision_; }
   cudaStream_t stream() const { return stream_; }  // every operation runs on it, in order
+
+  // How the host waits for the stream: `wait(stream, what)` returns once the stream is idle or
+  // throws; empty: cudaStreamSynchronize. `what` names the wait in errors.
+  using StreamWait = std::function<void(cudaStream_t stream, const char* what)>;
+  void set_stream_wait(StreamWait wait) { stream_wait_ = std::move(wait); }
+  void wait_for_stream(const char* what);
+  size_t pinned_buffers() const { return pinned_.buffers(); }  // for the tests
 
   DType act_dtype() const override { return precision_ == Precision::bf16 ? DType::bf16 : DType::f32; }
 
@@ -137,6 +156,14 @@ class CudaBackend final : public Backend {
   // allocate, which a recording cannot hold.
   void refuse_while_recording(const char* what) const;
   void* reserve_scratch_bytes(size_t bytes);
+  // A host-to-device copy of `bytes`: `plain` itself, or (null) what `fill(buffer)` writes, the
+  // bf16 conversion. Through the pinned ring when small enough; a large plain one straight from
+  // `plain` (pageable).
+  void upload_bytes(void* dst, size_t bytes, const void* plain, const std::function<void(void*)>& fill);
+  // A device-to-host copy of `bytes`, waited for: into `plain`, or (null) handed to
+  // `take(buffer)`, the bf16 conversion.
+  void download_bytes(const void* src, size_t bytes, const char* what, void* plain,
+                      const std::function<void(const void*)>& take);
   size_t embedding_sort_reserve(int BT) const;
 
   int device_;
@@ -145,7 +172,9 @@ class CudaBackend final : public Backend {
   GemmEngine gemm_;
   ScratchBuffer scratch_;
   double* sum_partials_ = nullptr;  // (kSumSquaresBlocks + 1) the reduction's fixed partials
-  std::vector<std::uint16_t> staging_;  // host bf16 bits of uploads and downloads of activations
+  StreamWait stream_wait_;
+  PinnedStaging pinned_;  // small transfers
+  std::vector<std::uint8_t> pageable_;  // large bf16 transfers' host side, converted here
   std::unordered_map<void*, size_t> allocations_;  // alloc_* buffers and their sizes
   size_t allocated_bytes_ = 0;
   struct {

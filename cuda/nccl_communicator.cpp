@@ -11,6 +11,7 @@
 #include "common/gpu/nccl_id.hpp"
 #include "cuda/check.hpp"
 #include "cuda/cuda_api.hpp"
+#include "cuda/host_wait.hpp"
 
 namespace xtrain::cuda {
 namespace {
@@ -61,6 +62,7 @@ NcclCommunicator::NcclCommunicator(const WorkerEnv& env, CudaBackend& backend, d
       world_(env.where.world_size),
       device_(backend.device()),
       timeout_s_(init_timeout_s),
+      backend_(backend),
       compute_(backend.stream()) {
   const ncclUniqueId id = resolve_nccl_id(env);  // before any CUDA or NCCL call
   try {
@@ -71,6 +73,7 @@ NcclCommunicator::NcclCommunicator(const WorkerEnv& env, CudaBackend& backend, d
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     wait_issued(ncclCommInitRankConfig(&comm_, world_, id, rank_, &config), "ncclCommInitRankConfig");
+    backend_.set_stream_wait([this](cudaStream_t stream, const char* what) { wait_for_stream(stream, what); });
   } catch (...) {
     release();
     throw;
@@ -80,6 +83,7 @@ NcclCommunicator::NcclCommunicator(const WorkerEnv& env, CudaBackend& backend, d
 NcclCommunicator::~NcclCommunicator() { release(); }
 
 void NcclCommunicator::release() {
+  backend_.set_stream_wait({});
   if (comm_ != nullptr) {
     // Finalize flushes outstanding work; it is non-blocking too, so poll it with the timeout
     // and abort rather than hang when a peer is gone.
@@ -132,6 +136,24 @@ void NcclCommunicator::fail(const std::string& what, ncclResult_t result) {
   throw std::runtime_error(message);
 }
 
+// The error of a call that did not finish within the timeout: the communicator is aborted (which
+// also ends its kernels, so the streams drain) and the failure is a lost peer's.
+void NcclCommunicator::fail_timed_out(const char* call, double waited_s, const char* cause) {
+  if (comm_ != nullptr) ncclCommAbort(comm_);
+  comm_ = nullptr;
+  throw CommunicatorError("NCCL: rank " + std::to_string(rank_) + " of " + std::to_string(world_) + " (GPU " +
+                          std::to_string(device_) + "): " + call + " did not complete within " +
+                          seconds(waited_s) + "; aborted. " + cause);
+}
+
+void NcclCommunicator::check_async_error(const char* call) {
+  if (comm_ == nullptr) return;  // aborted: nothing left to report, the deadline still holds
+  ncclResult_t state = ncclSuccess;
+  const ncclResult_t polled = ncclCommGetAsyncError(comm_, &state);
+  if (polled != ncclSuccess) fail(call, polled);
+  if (state != ncclSuccess && state != ncclInProgress) fail(call, state);
+}
+
 void NcclCommunicator::wait_issued(ncclResult_t issued, const char* call) {
   if (comm_ == nullptr) {
     if (issued != ncclSuccess && issued != ncclInProgress) fail(call, issued);
@@ -139,36 +161,29 @@ void NcclCommunicator::wait_issued(ncclResult_t issued, const char* call) {
   }
   if (issued == ncclSuccess) return;
   if (issued != ncclInProgress) fail(call, issued);
-  const Clock::time_point deadline = deadline_after(timeout_s_);
-  for (;;) {
+  const auto issued_now = [&] {
     ncclResult_t state = ncclInProgress;
     const ncclResult_t polled = ncclCommGetAsyncError(comm_, &state);
     if (polled != ncclSuccess) fail(call, polled);
-    if (state == ncclSuccess) return;
-    if (state != ncclInProgress) fail(call, state);
-    if (Clock::now() > deadline) {
-      ncclCommAbort(comm_);
-      comm_ = nullptr;
-      throw CommunicatorError("NCCL: rank " + std::to_string(rank_) + " of " + std::to_string(world_) + " (GPU " +
-                               std::to_string(device_) + "): " + call + " did not complete within " +
-                               seconds(timeout_s_) +
-                               "; aborted. A peer rank never started, died, or stopped answering, or the "
-                               "bootstrap address in XTRAIN_NCCL_ID is unreachable (see NCCL_SOCKET_IFNAME)");
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    if (state != ncclSuccess && state != ncclInProgress) fail(call, state);
+    return state == ncclSuccess;
+  };
+  if (!poll_until_done({issued_now, {}}, timeout_of(timeout_s_), std::chrono::microseconds(100))) {
+    fail_timed_out(call, timeout_s_,
+                   "A peer rank never started, died, or stopped answering, or the bootstrap address in "
+                   "XTRAIN_NCCL_ID is unreachable (see NCCL_SOCKET_IFNAME)");
   }
 }
 
-void NcclCommunicator::wait_for_comm_stream(const char* call) {
-  for (;;) {
-    const cudaError_t done = cudaStreamQuery(comm_stream_);
-    if (done == cudaSuccess) return;
+void NcclCommunicator::wait_for_stream(cudaStream_t stream, const char* call) {
+  const auto stream_done = [stream] {
+    const cudaError_t done = cudaStreamQuery(stream);
     if (done != cudaErrorNotReady) XTRAIN_CUDA_CHECK(done);
-    ncclResult_t state = ncclSuccess;
-    const ncclResult_t polled = ncclCommGetAsyncError(comm_, &state);
-    if (polled != ncclSuccess) fail(call, polled);
-    if (state != ncclSuccess && state != ncclInProgress) fail(call, state);
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    return done == cudaSuccess;
+  };
+  if (!poll_until_done({stream_done, [&] { check_async_error(call); }}, timeout_of(kCollectiveTimeoutS))) {
+    fail_timed_out(call, kCollectiveTimeoutS,
+                   "A peer rank died or stopped answering inside a collective (this rank's GPU work waits for it)");
   }
 }
 
@@ -188,10 +203,7 @@ void NcclCommunicator::start_all_reduce_average(GradBucket bucket) {
 void NcclCommunicator::finish_all_reduces() {
   if (!pending_) return;
   pending_ = false;
-  ncclResult_t state = ncclSuccess;
-  const ncclResult_t polled = ncclCommGetAsyncError(comm_, &state);
-  if (polled != ncclSuccess) fail("ncclCommGetAsyncError", polled);
-  if (state != ncclSuccess && state != ncclInProgress) fail("a gradient all-reduce", state);
+  check_async_error("a gradient all-reduce");
   XTRAIN_CUDA_CHECK(cudaEventRecord(comm_done_, comm_stream_));
   XTRAIN_CUDA_CHECK(cudaStreamWaitEvent(compute_, comm_done_, 0));
 }
@@ -223,7 +235,7 @@ void NcclCommunicator::run_blocking(float* data, size_t count, const char* call,
   if (staged) {
     XTRAIN_CUDA_CHECK(cudaMemcpyAsync(data, buffer, count * sizeof(float), cudaMemcpyDeviceToHost, comm_stream_));
   }
-  wait_for_comm_stream(call);
+  wait_for_stream(comm_stream_, call);
 }
 
 void NcclCommunicator::all_reduce_average(float* data, size_t count) {

@@ -6,6 +6,14 @@
 // compute stream wait for the communication stream (an event, not a host wait). Nothing in a
 // step synchronises the device.
 //
+// Bounded waits: a peer that dies or stalls inside a collective leaves it unfinished, and with it
+// all that the compute stream ordered after it. So the communicator installs its wait in the
+// backend (CudaBackend::set_stream_wait): every host wait, its own (the blocking collectives) and
+// the backend's (downloads, sum_squares, synchronize), polls the stream and NCCL's asynchronous
+// error against kCollectiveTimeoutS (cuda/host_wait.hpp), then aborts the communicator and throws
+// a CommunicatorError (failure_kind "peer_lost"). Starting it and issuing a call are bounded by
+// the rendezvous timeout the constructor takes.
+//
 // Bounded start: the communicator is created non-blocking (ncclConfig_t::blocking = 0) and
 // polled; a peer that never arrives makes init fail after the timeout with the communicator
 // aborted, instead of hanging the rank forever.
@@ -55,8 +63,13 @@ class NcclCommunicator final : public Communicator {
   // A non-blocking communicator may answer ncclInProgress while it finishes issuing a call:
   // poll until the call is issued, failing on an error or after the timeout.
   void wait_issued(ncclResult_t issued, const char* call);
-  // Host waits until the communication stream is idle, watching for NCCL errors meanwhile.
-  void wait_for_comm_stream(const char* call);
+  // Host waits until `stream` is idle, watching for NCCL errors meanwhile, for at most
+  // kCollectiveTimeoutS (worker/comm/communicator.hpp, as Gloo's collectives): then aborts and
+  // throws CommunicatorError.
+  void wait_for_stream(cudaStream_t stream, const char* call);
+  // Throws (fail) when NCCL reports an asynchronous error; nothing once aborted.
+  void check_async_error(const char* call);
+  [[noreturn]] void fail_timed_out(const char* call, double waited_s, const char* cause);  // aborts, then throws
   // A blocking collective on `data` (device or host memory): ordered after the compute
   // stream, issued by `issue` on the device buffer, finished before returning.
   void run_blocking(float* data, size_t count, const char* call, const std::function<ncclResult_t(float*)>& issue);
@@ -69,6 +82,7 @@ class NcclCommunicator final : public Communicator {
   int world_;
   int device_;
   double timeout_s_;
+  CudaBackend& backend_;  // outlives the communicator; holds our wait while we live
   ncclComm_t comm_ = nullptr;
   cudaStream_t compute_;
   cudaStream_t comm_stream_ = nullptr;

@@ -104,9 +104,19 @@ void resolve_world(Plan& plan) {
   const int nproc = spec.nproc_per_node ? *spec.nproc_per_node
                     : plan.device == "cuda" && !interpret ? plan.visible_gpus
                                             : spec.cpu_ranks;
-  if (plan.own_worker && plan.device == "cuda" && !interpret && nproc > plan.visible_gpus) {
-    throw SpecError("nproc_per_node", "expected at most the " + std::to_string(plan.visible_gpus) +
-                                          " visible GPUs (one per rank), got " + std::to_string(nproc));
+  // One GPU per rank wherever that is known before any rank starts: our worker on CUDA refuses a
+  // LOCAL_RANK past the visible GPUs, and NCCL refuses two ranks on one GPU, whoever's worker it
+  // is. The check is per node, so it holds for every node of a multi-node job. A user's worker on
+  // Gloo may share GPUs or use none: that is its business.
+  const bool one_gpu_per_rank = (plan.own_worker && plan.device == "cuda") || plan.backend == "nccl";
+  if (one_gpu_per_rank && !interpret && nproc > plan.visible_gpus) {
+    throw SpecError("nproc_per_node",
+                    "expected at most the " + std::to_string(plan.visible_gpus) + " visible GPU" +
+                        (plan.visible_gpus == 1 ? "" : "s") + " (one per rank" +
+                        (plan.backend == "nccl" ? ", as NCCL needs" : "") + "; CUDA_VISIBLE_DEVICES" +
+                        (plan.host.cuda_visible_devices ? "=\"" + *plan.host.cuda_visible_devices + "\"" : " unset") +
+                        "), got " + std::to_string(nproc) +
+                        (plan.own_worker ? "" : "; a worker that shares GPUs reduces with backend gloo"));
   }
   const int world = nproc * spec.nodes.nnodes;
   for (int local = 0; local < nproc; ++local) {

@@ -6,6 +6,8 @@
 // invalidated and cudaStreamEndCapture fails).
 // invalidated and cudaStreamEndCapture fails). This file: the state's rules, errors, devices and
 // launches; runtime_memory.cpp and runtime_streams.cpp the rest.
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -100,6 +102,36 @@ const char* error_words(cudaError_t e) {
 Runtime& rt() {
   static Runtime r;
   return r;
+}
+
+HostWaits host_waits() {
+  std::lock_guard lock(rt().mutex);
+  return rt().waits;
+}
+
+void hold_event_completion(bool on) {
+  std::lock_guard lock(rt().mutex);
+  rt().hold_events = on;
+}
+
+void release_held_events() {
+  for (CUevent_st* e : rt().held) e->held = false;
+  rt().held.clear();
+}
+
+Runtime::~Runtime() {
+  const char* asked = std::getenv("XTRAIN_INTERP_HOST_WAITS");
+  if (asked == nullptr || *asked == '\0') return;
+  std::string path = asked;  // "%p": this process's id, one file per rank
+  if (const size_t at = path.find("%p"); at != std::string::npos) path.replace(at, 2, std::to_string(::getpid()));
+  std::FILE* out = std::fopen(path.c_str(), "w");
+  if (out == nullptr) return;
+  std::fprintf(out,
+               "{\"stream_synchronize\": %ld, \"event_synchronize\": %ld, \"device_synchronize\": %ld, "
+               "\"blocking_copy\": %ld, \"pageable_copy\": %ld, \"stream_query_done\": %ld}\n",
+               waits.stream_synchronize, waits.event_synchronize, waits.device_synchronize, waits.blocking_copy,
+               waits.pageable_copy, waits.stream_query_done);
+  std::fclose(out);
 }
 
 cudaError_t refuse(cudaError_t code, std::string detail) {
@@ -266,6 +298,8 @@ cudaError_t cudaRuntimeGetVersion(int* version) {
 cudaError_t cudaDeviceSynchronize() {
   std::lock_guard lock(rt().mutex);
   if (const cudaError_t e = xtrain::interp::refuse_if_capturing("cudaDeviceSynchronize")) return e;
+  ++rt().waits.device_synchronize;
+  xtrain::interp::release_held_events();
   return rt().sticky;
 }
 // Forgets a fault and frees all device memory, as a reset of the device does.

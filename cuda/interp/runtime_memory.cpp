@@ -1,5 +1,7 @@
 // Interpret mode's CUDA runtime: device memory, copies and memsets (runtime.cpp has the rules).
+#include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
 
 #include "cuda/interp/device_memory.hpp"
@@ -31,6 +33,16 @@ cudaError_t check_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
 }
 
 }  // namespace
+
+bool is_pinned_range(const void* p, size_t bytes) {
+  const auto& pinned = rt().pinned;
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  auto it = pinned.upper_bound(a);
+  if (it == pinned.begin()) return false;
+  --it;
+  return a - it->first + bytes <= it->second;
+}
+
 }  // namespace xtrain::interp
 
 using xtrain::interp::refuse;
@@ -69,21 +81,63 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* ptr) 
   if (xtrain::interp::is_device_range(ptr, 1)) {
     a->type = cudaMemoryTypeDevice;
     a->devicePointer = const_cast<void*>(ptr);
+  } else if (std::lock_guard lock(rt().mutex); xtrain::interp::is_pinned_range(ptr, 1)) {
+    a->type = cudaMemoryTypeHost;
+    a->hostPointer = const_cast<void*>(ptr);
   } else {
     a->type = cudaMemoryTypeUnregistered;
     a->hostPointer = const_cast<void*>(ptr);
   }
   return cudaSuccess;
 }
+namespace xtrain::interp {
+namespace {
+cudaError_t copy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+  if (const cudaError_t e = check_copy(dst, src, bytes, kind)) return e;
+  return enqueue(stream, "cudaMemcpyAsync", [dst, src, bytes] { std::memmove(dst, src, bytes); });
+}
+}  // namespace
+}  // namespace xtrain::interp
+
+// Pinned host memory: plain host memory that the runtime knows, as page-locked memory is to a
+// GPU's: cudaPointerGetAttributes says cudaMemoryTypeHost, and copies from and to it are
+// asynchronous (nothing counted in host_waits.hpp).
+cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int) {
+  std::lock_guard lock(rt().mutex);
+  if (rt().sticky != cudaSuccess) return rt().sticky;
+  *ptr = std::malloc(bytes == 0 ? 1 : bytes);
+  if (*ptr == nullptr) return refuse(cudaErrorMemoryAllocation, "cudaHostAlloc of " + std::to_string(bytes) + " bytes");
+  rt().pinned[reinterpret_cast<std::uintptr_t>(*ptr)] = bytes == 0 ? 1 : bytes;
+  return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void** ptr, size_t bytes) { return cudaHostAlloc(ptr, bytes, cudaHostAllocDefault); }
+cudaError_t cudaFreeHost(void* ptr) {
+  std::lock_guard lock(rt().mutex);
+  if (ptr == nullptr) return cudaSuccess;
+  if (rt().pinned.erase(reinterpret_cast<std::uintptr_t>(ptr)) == 0) {
+    return refuse(cudaErrorInvalidValue, "cudaFreeHost of a pointer that cudaHostAlloc did not return");
+  }
+  std::free(ptr);
+  return cudaSuccess;
+}
+
+// A copy with a host side that is not pinned waits for the device on a GPU: counted.
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
   std::lock_guard lock(rt().mutex);
-  if (const cudaError_t e = xtrain::interp::check_copy(dst, src, bytes, kind)) return e;
-  return xtrain::interp::enqueue(stream, "cudaMemcpyAsync", [dst, src, bytes] { std::memmove(dst, src, bytes); });
+  const cudaError_t e = xtrain::interp::copy_async(dst, src, bytes, kind, stream);
+  if (e != cudaSuccess || bytes == 0) return e;
+  const auto pageable = [bytes](const void* p) {
+    return !xtrain::interp::in_device_space(p) && !xtrain::interp::is_pinned_range(p, bytes);
+  };
+  if (pageable(dst) || pageable(src)) ++rt().waits.pageable_copy;
+  return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   std::lock_guard lock(rt().mutex);
   if (const cudaError_t e = xtrain::interp::refuse_if_capturing("cudaMemcpy")) return e;
-  return cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
+  const cudaError_t e = xtrain::interp::copy_async(dst, src, bytes, kind, nullptr);
+  if (e == cudaSuccess) ++rt().waits.blocking_copy;
+  return e;
 }
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
   std::lock_guard lock(rt().mutex);
@@ -95,5 +149,7 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t str
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
   std::lock_guard lock(rt().mutex);
   if (const cudaError_t e = xtrain::interp::refuse_if_capturing("cudaMemset")) return e;
-  return cudaMemsetAsync(ptr, value, bytes, nullptr);
+  const cudaError_t e = cudaMemsetAsync(ptr, value, bytes, nullptr);
+  if (e == cudaSuccess) ++rt().waits.blocking_copy;
+  return e;
 }

@@ -5,12 +5,15 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "cuda/interp/host_waits.hpp"
 
 struct WorkItem {
   std::string what;
@@ -27,6 +30,7 @@ struct CUstream_st {
 };
 struct CUevent_st {
   CUstream_st* captured_in = nullptr;  // the capturing stream it was last recorded in
+  bool held = false;                   // recorded while hold_event_completion was on, not waited for since
 };
 struct CUgraph_st {
   std::vector<WorkItem> nodes;
@@ -47,12 +51,17 @@ struct Runtime {
   std::map<const void*, int> max_dynamic_shared;
   std::map<const void*, std::string> kernel_names;  // demangled once per kernel, not per launch
   int schedules = 3;
+  HostWaits waits;                          // host_waits.hpp
+  bool hold_events = false;                 // host_waits.hpp's hold_event_completion
+  std::vector<CUevent_st*> held;            // events recorded while it was on, not waited for yet
+  std::map<std::uintptr_t, size_t> pinned;  // cudaHostAlloc'd host memory: start -> bytes
 
   Runtime() {
     legacy.flags = cudaStreamDefault;
     if (const char* s = std::getenv("XTRAIN_INTERP_SCHEDULES"); s != nullptr && *s != '\0') schedules = std::atoi(s);
     if (schedules < 1) schedules = 1;
   }
+  ~Runtime();  // writes the host waits where XTRAIN_INTERP_HOST_WAITS says
 };
 
 Runtime& rt();
@@ -68,5 +77,9 @@ cudaError_t refuse_if_capturing(const char* call);
 // Runs the work now, or records it while the stream is captured (stream_work.hpp's rule).
 cudaError_t issue(cudaStream_t stream, WorkItem item);
 bool known_stream(cudaStream_t s);
+// A host wait: every held event counts as complete from now on.
+void release_held_events();
+// Whether [p, p + bytes) lies in one pinned host allocation.
+bool is_pinned_range(const void* p, size_t bytes);
 
 }  // namespace xtrain::interp

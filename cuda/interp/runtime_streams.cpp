@@ -1,6 +1,7 @@
 // Interpret mode's CUDA runtime: streams and their capture, events, graphs (runtime.cpp has the
-// rules). Work is done when it is issued, so an event is complete once recorded; only its capture
-// matters.
+// rules). Work is done when it is issued, so an event is complete once recorded (unless a test
+// holds it: host_waits.hpp); only its capture matters.
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,6 +44,8 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (s == &rt().legacy) {
     if (const cudaError_t e = xtrain::interp::refuse_if_capturing("cudaStreamSynchronize(legacy stream)")) return e;
   }
+  ++rt().waits.stream_synchronize;
+  xtrain::interp::release_held_events();  // all work was done at issue: every stream is idle
   return rt().sticky;
 }
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
@@ -51,6 +54,10 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
   if (s->capturing) {
     s->invalidated = true;
     return refuse(cudaErrorStreamCaptureUnsupported, "cudaStreamQuery of a stream being captured");
+  }
+  if (rt().sticky == cudaSuccess) {
+    ++rt().waits.stream_query_done;
+    xtrain::interp::release_held_events();
   }
   return rt().sticky;  // all issued work is done
 }
@@ -105,6 +112,8 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  std::lock_guard lock(rt().mutex);
+  std::erase(rt().held, event);
   delete event;
   return cudaSuccess;
 }
@@ -112,17 +121,38 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   std::lock_guard lock(rt().mutex);
   CUstream_st* s = xtrain::interp::resolve(stream);
   event->captured_in = s->capturing ? s : nullptr;
-  return rt().sticky;
-}
-cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  std::lock_guard lock(rt().mutex);
-  if (event->captured_in != nullptr && event->captured_in->capturing) {
-    event->captured_in->invalidated = true;
-    return refuse(cudaErrorStreamCaptureUnsupported, "cudaEventSynchronize of an event recorded in a capture");
+  if (rt().hold_events && !event->held && event->captured_in == nullptr) {
+    event->held = true;
+    rt().held.push_back(event);
   }
   return rt().sticky;
 }
-cudaError_t cudaEventQuery(cudaEvent_t event) { return cudaEventSynchronize(event); }
+namespace {
+// An event recorded in a capture is no point in any stream's work yet: neither may be waited for.
+cudaError_t event_state(cudaEvent_t event, const char* call) {
+  if (event->captured_in != nullptr && event->captured_in->capturing) {
+    event->captured_in->invalidated = true;
+    return refuse(cudaErrorStreamCaptureUnsupported, std::string(call) + " of an event recorded in a capture");
+  }
+  return rt().sticky;
+}
+}  // namespace
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  std::lock_guard lock(rt().mutex);
+  const cudaError_t e = event_state(event, "cudaEventSynchronize");
+  if (e != cudaErrorStreamCaptureUnsupported) {
+    ++rt().waits.event_synchronize;
+    xtrain::interp::release_held_events();
+  }
+  return e;
+}
+// Never waits: the work before the event was done when it was issued (unless a test holds it).
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  std::lock_guard lock(rt().mutex);
+  const cudaError_t e = event_state(event, "cudaEventQuery");
+  return e == cudaSuccess && event->held ? cudaErrorNotReady : e;
+}
 
 // ---- graphs -------------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@
 using namespace xtrain;
 using namespace xtrain::launcher;
 using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
 namespace fs = std::filesystem;
 
 namespace {
@@ -170,6 +171,40 @@ TEST_CASE("launcher/plan: our own worker is checked against the world", "[plan]"
                     "data.train: /no/such.txt: No such file or directory");
   CHECK_THROWS_WITH(f.plan(spec, {"train.batch_size=12", "checkpoint.resume=\"/no/ckpt\""}),
                     "checkpoint.resume: checkpoint /no/ckpt: No such file or directory");
+}
+
+TEST_CASE("launcher/plan: more ranks than visible GPUs is refused before any rank starts wherever it is known",
+          "[plan]") {
+  Fixture f;
+  std::ofstream(f.dir / "xtrain-worker") << "#!/bin/sh\n";
+  fs::permissions(f.dir / "xtrain-worker", fs::perms::owner_all);
+  const std::string data = (f.dir / "x.txt").string();
+  std::ofstream(data) << std::string(1000, 'x');
+  const std::string own = R"({"nproc_per_node": 3, "data": {"train": ")" + data + R"("}, "train": {"batch_size": 12, "micro_batch_size": 1}})";
+  f.host.physical_gpus = 4;
+  f.host.cuda_visible_devices = "1,3";
+  const std::string expected = "nproc_per_node: expected at most the 2 visible GPUs (one per rank";
+  // Our worker on CUDA, whatever reduces its gradients.
+  CHECK_THROWS_WITH(f.plan(own, {"backend=gloo"}),
+                    expected + "; CUDA_VISIBLE_DEVICES=\"1,3\"), got 3");
+  CHECK_THROWS_WITH(f.plan(own), StartsWith(expected + ", as NCCL needs"));
+  // A user's worker on NCCL: NCCL refuses two ranks on one GPU.
+  CHECK_THROWS_WITH(f.plan(kTrue, {"nproc_per_node=3", "backend=nccl"}),
+                    expected + ", as NCCL needs; CUDA_VISIBLE_DEVICES=\"1,3\"), got 3; a worker that shares GPUs "
+                               "reduces with backend gloo");
+  // Every node of a multi-node job checks its own GPUs.
+  f.host.environment["XTRAIN_JOB_TOKEN"] = "secret";
+  CHECK_THROWS_WITH(f.plan(kTrue, {"nproc_per_node=3", "backend=nccl", "nodes.nnodes=2", "nodes.node_rank=1",
+                                   "nodes.rdzv_endpoint=10.0.0.1:29400"}),
+                    StartsWith(expected));
+  f.host.cuda_visible_devices.reset();
+  CHECK_THROWS_WITH(f.plan(own, {"nproc_per_node=5", "backend=gloo"}),
+                    "nproc_per_node: expected at most the 4 visible GPUs (one per rank; CUDA_VISIBLE_DEVICES unset), "
+                    "got 5");
+  // What stays allowed: a user's worker on Gloo, our worker on CPU ranks, one rank per GPU.
+  CHECK(f.plan(kTrue, {"nproc_per_node=6", "backend=gloo"}).ranks.size() == 6);
+  CHECK(f.plan(own, {"nproc_per_node=6", "device=cpu"}).ranks.size() == 6);
+  CHECK(f.plan(own, {"nproc_per_node=4", "backend=gloo"}).ranks.size() == 4);
 }
 
 TEST_CASE("launcher/plan: --dry-run shows each rank's memory plan and the CUDA graph choice", "[plan]") {

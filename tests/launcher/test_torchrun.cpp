@@ -108,6 +108,10 @@ TEST_CASE("launcher/torchrun: ranks per node as torchrun counts them", "[torchru
   CHECK(gpu.ranks.size() == 2);
   CHECK(gpu.device == "cuda");
   CHECK(f.plan({"--nproc-per-node", "auto", train}).ranks.size() == 2);
+  // More ranks than GPUs under NCCL (what "auto" picks on GPUs): refused, naming the flag.
+  CHECK_THAT(f.spec_error({"--nproc-per-node", "3", train}),
+             StartsWith("--nproc-per-node 3: expected at most the 2 visible GPUs (one per rank, as NCCL needs; "
+                        "CUDA_VISIBLE_DEVICES=\"1,2\"), got 3"));
   // With a spec, "auto" and "cpu" keep the spec's meaning of CPU ranks.
   f.host.physical_gpus = 0;
   f.host.cuda_visible_devices.reset();

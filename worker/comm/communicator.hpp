@@ -17,6 +17,11 @@ struct GradBucket {
   int id = -1;  // for progress reports: the layer, or n_layer for the embeddings' span
 };
 
+// How long one collective, and any host wait for work ordered after one, may take before the
+// peers count as lost (Gloo's op timeout, NCCL's polling waits). Generous because a peer may
+// legitimately be busy: rank 0 writing a checkpoint while the others wait at a barrier.
+inline constexpr double kCollectiveTimeoutS = 600.0;
+
 // A collective failed: a peer died or stopped answering, or the rendezvous failed. The message is
 // one line saying which rank, what it waited for and for how long. Such a failure is the echo of
 // a problem elsewhere, and the worker says so in its result file (failure_kind "peer_lost").

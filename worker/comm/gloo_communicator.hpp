@@ -39,10 +39,9 @@ struct GlooOptions {
   std::string hostname = "127.0.0.1";    // address this rank listens on (empty: use iface)
   std::string iface;                     // network interface, used when hostname is empty
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};
-  // Each collective's limit. Generous because a peer may legitimately be busy (rank 0 writing
-  // a checkpoint while the others wait at a barrier); a dead peer fails fast anyway (its
-  // sockets close), and a hung one is the launcher's heartbeat watchdog's job.
-  std::chrono::milliseconds op_timeout{std::chrono::minutes(10)};
+  // Each collective's limit (communicator.hpp); a dead peer fails fast anyway (its sockets
+  // close), and a hung one is the launcher's heartbeat watchdog's job too.
+  std::chrono::milliseconds op_timeout{static_cast<long long>(kCollectiveTimeoutS * 1000)};
 };
 
 class GlooCommunicator final : public Communicator {

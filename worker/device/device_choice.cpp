@@ -1,5 +1,7 @@
 #include "worker/device/device_choice.hpp"
 
+#include <cstdlib>
+
 #include "common/cuda_interpret.hpp"
 #include "common/gpu/gpu_probe.hpp"
 #include "worker/cpu/cpu_backend.hpp"
@@ -16,6 +18,20 @@ DeviceChoice on_cpu(const JobSpec& spec, const std::string& why, bool degraded =
   choice.summary = why + "; " + precision_name(choice.precision);
   choice.degraded = degraded;
   return choice;
+}
+
+// One GPU per rank: a local rank past the GPUs CUDA sees would share one with another rank (NCCL
+// refuses that, and two trainings on one GPU would each get half of it), so it is refused.
+// Interpret mode emulates one device per process: every rank has its own device 0.
+int gpu_of_local_rank(int local_rank, int visible, bool interpreted) {
+  if (interpreted) return 0;
+  if (local_rank < visible) return local_rank;
+  const char* mask = std::getenv("CUDA_VISIBLE_DEVICES");
+  throw SpecError("LOCAL_RANK", std::to_string(local_rank) + " needs GPU " + std::to_string(local_rank) +
+                                    ", but CUDA sees " + std::to_string(visible) + " GPU" + (visible == 1 ? "" : "s") +
+                                    (mask != nullptr ? " (CUDA_VISIBLE_DEVICES=\"" + std::string(mask) + "\")"
+                                                     : std::string(" (CUDA_VISIBLE_DEVICES unset)")) +
+                                    "; run at most " + std::to_string(visible) + " ranks per node (nproc_per_node)");
 }
 
 }  // namespace
@@ -52,7 +68,7 @@ DeviceChoice choose_device(const JobSpec& spec, int local_rank, const DeviceProb
   DeviceChoice choice;
   choice.cuda = load.plugin;
   choice.interpreted = load.plugin->interpreted();
-  choice.gpu = local_rank % devices.count;
+  choice.gpu = gpu_of_local_rank(local_rank, devices.count, choice.interpreted);
   choice.precision = resolve_precision(spec.train, "cuda");
   const CudaDeviceInfo gpu = load.plugin->device_info(choice.gpu);
   require_precision_support(choice.precision, gpu);

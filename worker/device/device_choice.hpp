@@ -6,7 +6,9 @@
 //   "auto": the plugin is tried only where the NVIDIA driver shows GPUs (common/gpu/gpu_probe.hpp),
 //           so a machine without them loads no CUDA library at all. A missing or failing plugin,
 //           or CUDA seeing no GPU, means the CPU, said in the choice's one log line.
-// On a GPU the precision is checked against the GPU before the backend exists.
+// On a GPU the precision is checked against the GPU before the backend exists, and LOCAL_RANK
+// against the GPUs CUDA sees: one GPU per rank, else a SpecError naming LOCAL_RANK, the count
+// and CUDA_VISIBLE_DEVICES (exit 2).
 #pragma once
 
 #include <memory>
@@ -32,7 +34,7 @@ struct DeviceProbe {
 
 struct DeviceChoice {
   const CudaPlugin* cuda = nullptr;  // null: the CPU
-  int gpu = -1;                      // on CUDA: LOCAL_RANK modulo the GPUs CUDA sees
+  int gpu = -1;                      // on CUDA: LOCAL_RANK (interpret mode: 0, its one device)
   GpuMemory gpu_memory;              // on CUDA: its name and memory, free and in all
   Precision precision = Precision::fp32;  // train.precision resolved for the device
   std::string summary;               // one log line: the device, and why

@@ -253,15 +253,41 @@ Trainer::StepOutcome Trainer::train_step(Communicator& comm, long step, bool sto
     fault_.after_micro_step(rank_, seconds_since(c0));
   }
   in_step_ = false;
+  // Host waits of a step (docs/architecture.md, "Host waits"): the loss's download, the
+  // gradient norm's, and with several ranks the wait that separates this rank's own work from
+  // the gradients' (timed as busy) and the step's scalar all-reduce. Nothing waits after the
+  // optimizer: the next step's first wait covers it.
+  StepOutcome out;
+  if (world_ == 1) {
+    // No peer to wait for: busy is the whole forward and backward, which the loss's download
+    // waits for. The loss is reported as a float, as the scalars' all-reduce carries it.
+    comm.finish_all_reduces();
+    out.loss = static_cast<float>(model_->take_loss());
+    out.busy_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    out.stop = stop_here;
+    out.rank_busy_ms = {out.busy_ms};
+  } else {
+    exchange_step_scalars(comm, stop_here, t0, out);
+  }
+  live.phase(WorkerPhase::kOptimizer);
+  out.grad_norm = grad_norm(backend_, grads, model_->layout().total());
+  const float clip = clip_scale(out.grad_norm, spec_.train.grad_clip);
+  const double lr = learning_rate(spec_.train, step);
+  adamw_->step(*model_, static_cast<float>(lr), clip);
+  return out;
+}
+
+void Trainer::exchange_step_scalars(Communicator& comm, bool stop_here, std::chrono::steady_clock::time_point t0,
+                                    StepOutcome& out) {
+  Heartbeat& live = report_.heartbeat();
   // The device finishes this rank's own backward first, so that what is timed next is waiting.
   backend_.synchronize();
   live.phase(WorkerPhase::kGradientWait);
-  const auto wait_began = Clock::now();
+  const auto wait_began = std::chrono::steady_clock::now();
   comm.finish_all_reduces();
 
   // One small all-reduce carries the loss, whether any rank was asked to stop, and every rank's
   // busy time (each rank fills its own slot, scaled by the world size so the average is exact).
-  StepOutcome out;
   out.busy_ms = std::chrono::duration<double, std::milli>(wait_began - t0).count();
   std::fill(host_scalars_.begin(), host_scalars_.end(), 0.0f);
   host_scalars_[0] = static_cast<float>(model_->take_loss());  // the losses' one download per step
@@ -275,13 +301,6 @@ Trainer::StepOutcome Trainer::train_step(Communicator& comm, long step, bool sto
   out.loss = host_scalars_[0];
   out.stop = host_scalars_[1] > 0;
   out.rank_busy_ms.assign(host_scalars_.begin() + 2, host_scalars_.end());
-  live.phase(WorkerPhase::kOptimizer);
-  out.grad_norm = grad_norm(backend_, grads, model_->layout().total());
-  const float clip = clip_scale(out.grad_norm, spec_.train.grad_clip);
-  const double lr = learning_rate(spec_.train, step);
-  adamw_->step(*model_, static_cast<float>(lr), clip);
-  backend_.synchronize();
-  return out;
 }
 
 double Trainer::evaluate(Communicator& comm) {

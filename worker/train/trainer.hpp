@@ -39,6 +39,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -93,6 +94,10 @@ class Trainer {
   void verify_replicas(Communicator& comm);
   // Optimizer step `step` (0-based); `stop_here`: this rank was asked to stop.
   StepOutcome train_step(Communicator& comm, long step, bool stop_here);
+  // Several ranks: waits for this rank's backward (busy until then), then the gradients, then
+  // averages the loss, the stop flag and every rank's busy time in one all-reduce.
+  void exchange_step_scalars(Communicator& comm, bool stop_here, std::chrono::steady_clock::time_point t0,
+                             StepOutcome& out);
   int bucket_id(Span span) const;  // the layer whose gradients `span` holds, n_layer for the embeddings'
   double evaluate(Communicator& comm);
   // train.eval_multiple_choice on this rank's share of the examples, the counts summed over ranks.

@@ -17,6 +17,7 @@ constexpr unsigned int cudaStreamDefault = 0x0;
 constexpr unsigned int cudaStreamNonBlocking = 0x1;
 constexpr unsigned int cudaEventDefault = 0x0;
 constexpr unsigned int cudaEventDisableTiming = 0x2;
+constexpr unsigned int cudaHostAllocDefault = 0x0;
 
 enum cudaStreamCaptureMode {
   cudaStreamCaptureModeGlobal = 0,
@@ -84,6 +85,9 @@ cudaError_t cudaMalloc(T** ptr, size_t bytes) {
 cudaError_t cudaFree(void* ptr);
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr);
+cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int flags);
+cudaError_t cudaMallocHost(void** ptr, size_t bytes);
+cudaError_t cudaFreeHost(void* ptr);
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream = nullptr);
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes);

@@ -113,12 +113,12 @@ TEST_CASE("a plugin that cannot be used: auto trains on the CPU, cuda is an erro
   }
 }
 
-TEST_CASE("a GPU: LOCAL_RANK modulo the GPUs, the spec's precision, one line with the device and the versions",
+TEST_CASE("a GPU: the one of LOCAL_RANK, the spec's precision, one line with the device and the versions",
           "[plugin]") {
   Pretend pretend("h200");
   JobSpec spec = spec_on("cuda");
   spec.train.precision = "fp32";
-  const DeviceChoice choice = choose_device(spec, 3, gpu_machine(kFake));
+  const DeviceChoice choice = choose_device(spec, 1, gpu_machine(kFake));
   REQUIRE(choice.cuda != nullptr);
   CHECK(choice.gpu == 1);
   CHECK(choice.precision == Precision::fp32);
@@ -128,7 +128,22 @@ TEST_CASE("a GPU: LOCAL_RANK modulo the GPUs, the spec's precision, one line wit
                                  Contains("; fp32"));
   CHECK_THROWS_WITH(make_backend(choice), "fake CUDA plugin: no backend (GPU 1, fp32)");
   // "auto" on the same machine is the same GPU.
-  CHECK(choose_device(spec_on("auto"), 3, gpu_machine(kFake)).cuda == choice.cuda);
+  CHECK(choose_device(spec_on("auto"), 1, gpu_machine(kFake)).cuda == choice.cuda);
+}
+
+TEST_CASE("more local ranks than GPUs: one error naming LOCAL_RANK, the count and CUDA_VISIBLE_DEVICES", "[plugin]") {
+  Pretend pretend("h200");  // CUDA sees 2 GPUs
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  for (const char* device : {"cuda", "auto"}) {  // "auto" must not share a GPU either
+    CHECK(test::error_message<SpecError>([&] { choose_device(spec_on(device), 2, gpu_machine(kFake)); }) ==
+          "LOCAL_RANK: 2 needs GPU 2, but CUDA sees 2 GPUs (CUDA_VISIBLE_DEVICES unset); run at most 2 ranks per "
+          "node (nproc_per_node)");
+  }
+  ::setenv("CUDA_VISIBLE_DEVICES", "4,5", 1);
+  CHECK(test::error_message<SpecError>([&] { choose_device(spec_on("cuda"), 3, gpu_machine(kFake)); }) ==
+        "LOCAL_RANK: 3 needs GPU 3, but CUDA sees 2 GPUs (CUDA_VISIBLE_DEVICES=\"4,5\"); run at most 2 ranks per "
+        "node (nproc_per_node)");
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
 }
 
 TEST_CASE("bf16 needs compute capability 8.0: an error naming train.precision and the GPU", "[plugin]") {
@@ -187,6 +202,33 @@ TEST_CASE("a model too big for the GPU is refused before anything is allocated: 
   INFO(fits_output);
   CHECK(fits_code == 1);
   CHECK_THAT(test::error_line(fits_output), Contains("fake CUDA plugin: no backend (GPU 0, bf16)"));
+}
+
+TEST_CASE("a worker whose LOCAL_RANK has no GPU of its own exits 2 with one line, before writing anything",
+          "[plugin]") {
+  test::ScratchDir dir;
+  const fs::path corpus = fs::path(dir.path()) / "text.txt";
+  test::write_corpus(corpus, 20000);
+  const fs::path job = fs::path(dir.path()) / "job.json";
+  const fs::path run_dir = fs::path(dir.path()) / "run";
+  std::ofstream(job) << nlohmann::json{{"device", "cuda"},
+                                       {"run_dir", run_dir.string()},
+                                       {"data", {{"train", corpus.string()}}},
+                                       {"train", {{"precision", "fp32"}}}};
+  const fs::path log = fs::path(dir.path()) / "worker.log";
+  const pid_t pid = test::spawn({std::string(XTRAIN_BIN_DIR) + "/xtrain-worker", "--job", job.string()}, log,
+                                {{kCudaPluginVariable, kFake},
+                                 {"XTRAIN_FAKE_CUDA", "h200"},
+                                 {"LOCAL_RANK", "2"},
+                                 {"CUDA_VISIBLE_DEVICES", "0,1"}});
+  const int code = test::wait_for(pid, std::chrono::seconds(60));
+  const std::string output = test::read_text(log);
+  INFO(output);
+  CHECK(code == 2);
+  CHECK_FALSE(fs::exists(run_dir));
+  CHECK(test::error_line(output) ==
+        "error: LOCAL_RANK: 2 needs GPU 2, but CUDA sees 2 GPUs (CUDA_VISIBLE_DEVICES=\"0,1\"); run at most 2 ranks "
+        "per node (nproc_per_node)");
 }
 
 TEST_CASE("the plugin's place: XTRAIN_CUDA_PLUGIN, else lib/ beside the executable's bin/", "[plugin]") {

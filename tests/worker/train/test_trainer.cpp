@@ -97,8 +97,9 @@ TEST_CASE("with 4 micro-steps, each parameter is all-reduced exactly once per op
     }
     CHECK(covered == layout.total());
   }
-  // One small all-reduce per step carries [loss, stop flag, each rank's busy time] (one rank here).
-  CHECK(comm.blocking_floats == std::vector<size_t>{3, 3, 3});
+  // Several ranks average [loss, stop flag, each rank's busy time] in one small all-reduce per
+  // step; a world of one has nothing to average, and no host wait for it.
+  CHECK(comm.blocking_floats.empty());
   // Each bucket says which layer it holds (L for the embeddings), for the progress record.
   for (int j = 0; j <= L; ++j) CHECK(comm.buckets[static_cast<size_t>(j)].id == (j < L ? L - 1 - j : L));
 }
