@@ -113,6 +113,10 @@ class CudaBackend final : public Backend {
                       int OC) override;
   void matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
                        ConstActPtr weight, int N, int C, int OC, float dout_scale) override;
+  void matmul_gelu_forward(ActPtr out, ActPtr pre, ConstActPtr inp, ConstActPtr weight, ConstActPtr bias, int N,
+                           int C, int OC) override;
+  void matmul_gelu_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                            ConstActPtr weight, ConstActPtr pre_gelu, int N, int C, int OC, float dout_scale) override;
   size_t attention_saved_floats(int B, int T, int C, int NH) const override;
   size_t attention_scratch_floats(int B, int T, int C, int NH) const override;
   void attention_forward(ActPtr out, float* saved, ConstActPtr qkv, float* scratch, int B, int T, int C,
@@ -136,6 +140,11 @@ class CudaBackend final : public Backend {
   void refuse_while_recording(const char* what) const;
   void* reserve_scratch_bytes(size_t bytes);
   size_t embedding_sort_reserve(int BT) const;
+  // The products of matmul_* and matmul_gelu_*: a null pre / pre_gelu means no GELU epilogue.
+  void product_forward(ActPtr out, ActPtr pre, ConstActPtr inp, ConstActPtr weight, ConstActPtr bias, int N, int C,
+                       int OC);
+  void product_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                        ConstActPtr weight, ConstActPtr pre_gelu, int N, int C, int OC, float dout_scale);
 
   int device_;
   Precision precision_;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "worker/math/bf16.hpp"
+#include "worker/math/gelu.hpp"
 
 namespace xtrain::interp::lt {
 namespace {
@@ -87,6 +88,13 @@ void run_product(const Product& p) {
         float v = acc[static_cast<size_t>(j * p.m + i)];
         // Only with a bias: adding a zero would turn a -0 result into +0.
         if (p.bias != nullptr) v += load(p.bias, p.D.type, i);
+        // The GELU works on the fp32 sum, not on its rounded copy in aux: one rounding per output.
+        if (p.epilogue == Epilogue::kGeluAux) {
+          store(p.aux, p.D.type, j * p.aux_ld + i, v);
+          v = math::gelu(v);
+        } else if (p.epilogue == Epilogue::kDGelu) {
+          v *= math::gelu_grad(load(p.aux, p.D.type, j * p.aux_ld + i));
+        }
         store(p.d, p.D.type, batch * p.D.stride + j * p.D.ld + i, v);
       }
     }
