@@ -325,6 +325,10 @@ void CudaBackend::matmul_gelu_forward(ActPtr out, ActPtr pre, ConstActPtr inp, C
 
 // With pre_gelu (the fused MLP backward), dinp's product applies the GELU gradient in its
 // epilogue: dinp = (s * dout @ weight) * gelu'(pre_gelu), rounded once to T.
+// dbias in bf16 with s == 1 (every bias of GPT's backward): the weight-gradient product also sums
+// dout's columns (BGRADB; fp32, as the product's C), into scratch, and one add over OC floats
+// accumulates them into dbias (the epilogue writes; gradients accumulate). Otherwise, or where
+// cuBLASLt has no such algorithm, a deterministic column sum of dout into fp32.
 void CudaBackend::product_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
                                    ConstActPtr weight, ConstActPtr pre_gelu, int N, int C, int OC,
                                    float dout_scale) {
@@ -336,14 +340,23 @@ void CudaBackend::product_backward(ActPtr dinp, float* dweight, float* dbias, Co
     // dinp (N,C) = s * dout (N,OC) @ weight (OC,C), stored as T
     gemm_.run(N, C, OC, dout_scale, {g, OC, false, 0, t}, {weight.as<T>(), C, false, 0, t}, 0.0f, dinp.as<T>(), C, 0,
               1, epilogue, t);
+    // The column sums' scratch (OC floats for BGRADB fit in it): the size the memory plan counts.
+    float* scratch = dbias != nullptr ? static_cast<float*>(reserve_scratch_bytes(
+                                            column_reduce_scratch_floats(1, N, OC) * sizeof(float)))
+                                      : nullptr;
     // dweight (OC,C) += s * dout^T (OC,N) @ inp (N,C), accumulated into fp32
-    gemm_.run(OC, C, N, dout_scale, {g, OC, true, 0, t}, {inp.as<T>(), C, false, 0, t}, 1.0f, dweight, C);
-    // dbias stays a deterministic column sum into fp32 (docs/PERF.md: why not a BGRAD epilogue).
-    if (dbias != nullptr) {
-      float* partials =
-          static_cast<float*>(reserve_scratch_bytes(column_reduce_scratch_floats(1, N, OC) * sizeof(float)));
-      column_reduce<1>(stream_, {{dbias}}, partials, N, OC, dout_scale, MatrixValues<T>{g, OC});
+    auto dweight_product = [&](const GemmEpilogue& e) {
+      return gemm_.run(OC, C, N, dout_scale, {g, OC, true, 0, t}, {inp.as<T>(), C, false, 0, t}, 1.0f, dweight, C, 0,
+                       1, e);
+    };
+    GemmEpilogue column_sums{};
+    column_sums.bias_grad = scratch;
+    if (t == CUDA_R_16BF && dbias != nullptr && dout_scale == 1.0f && dweight_product(column_sums)) {
+      cuda::residual_forward(stream_, dbias, dbias, scratch, static_cast<size_t>(OC));
+      return;
     }
+    dweight_product({});
+    if (dbias != nullptr) column_reduce<1>(stream_, {{dbias}}, scratch, N, OC, dout_scale, MatrixValues<T>{g, OC});
   });
 }
 

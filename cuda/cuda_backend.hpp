@@ -8,7 +8,8 @@
 // Memory: alloc_floats/alloc_ints/alloc_acts are plain cudaMalloc calls; GPT and AdamW make a
 // handful of them once (parameters, the weights' copy, gradients, moments, activations). The few
 // operations that need scratch beyond what the interface passes in (the deterministic column
-// sums of layernorm and bias gradients, the token sort of embedding backward) share one device
+// sums of layernorm and bias gradients, or the bias gradients' epilogue output in bf16, the token
+// sort of embedding backward) share one device
 // buffer, sized by reserve_scratch before the first step (GPT calls it at construction); an
 // operation on a bigger shape than reserved grows it, waiting for the stream first (never while
 // recording). Every size is worker/model/cuda_buffers.hpp's, so the memory plan that the

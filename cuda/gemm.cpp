@@ -40,9 +40,10 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int rows, int cols, int 
   return layout;
 }
 
-// The epilogue that does what `key` asks: a bias, a GELU forward keeping its input, or a GELU
-// gradient reading it back.
-cublasLtEpilogue_t epilogue_of(bool bias, GemmGelu gelu) {
+// The epilogue that does what `key` asks: a bias, a GELU forward keeping its input, a GELU
+// gradient reading it back, or the bias gradient of the second cuBLASLt operand (our A).
+cublasLtEpilogue_t epilogue_of(bool bias, bool bias_grad, GemmGelu gelu) {
+  if (bias_grad) return CUBLASLT_EPILOGUE_BGRADB;
   switch (gelu) {
     case GemmGelu::kForward: return bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
     case GemmGelu::kBackward: return CUBLASLT_EPILOGUE_DGELU;
@@ -61,6 +62,7 @@ GemmEngine::GemmEngine(cudaStream_t stream, bool tf32) : stream_(stream), tf32_(
 
 GemmEngine::~GemmEngine() {
   for (auto& [key, plan] : plans_) {
+    if (!plan.usable) continue;
     cublasLtMatrixLayoutDestroy(plan.first);
     cublasLtMatrixLayoutDestroy(plan.second);
     cublasLtMatrixLayoutDestroy(plan.out);
@@ -77,6 +79,10 @@ void GemmEngine::set_epilogue_pointers(const Plan& plan, const PlanKey& k, const
   if (k.bias) {
     XTRAIN_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias, sizeof(e.bias)));
+  }
+  if (k.bias_grad) {
+    XTRAIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias_grad,
+                                                       sizeof(e.bias_grad)));
   }
   if (k.gelu != GemmGelu::kNone) {
     XTRAIN_CUBLAS_CHECK(
@@ -98,12 +104,12 @@ const GemmEngine::Plan& GemmEngine::plan_for(const PlanKey& k, const GemmEpilogu
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
   XTRAIN_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
-  const cublasLtEpilogue_t epilogue_kind = epilogue_of(k.bias, k.gelu);
+  const cublasLtEpilogue_t epilogue_kind = epilogue_of(k.bias, k.bias_grad, k.gelu);
   if (epilogue_kind != CUBLASLT_EPILOGUE_DEFAULT) {
     XTRAIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue_kind,
                                                        sizeof(epilogue_kind)));
   }
-  if (k.bias) {
+  if (k.bias || k.bias_grad) {
     const cudaDataType_t bias_type = k.typeC;
     XTRAIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                        sizeof(bias_type)));
@@ -146,6 +152,8 @@ const GemmEngine::Plan& GemmEngine::plan_for(const PlanKey& k, const GemmEpilogu
     cublasLtMatrixLayoutDestroy(plan.second);
     cublasLtMatrixLayoutDestroy(plan.out);
     cublasLtMatmulDescDestroy(plan.desc);
+    // A bias gradient has a fallback (the caller's column sums): remember that this shape has none.
+    if (k.bias_grad) return plans_.emplace(k, Plan{nullptr, nullptr, nullptr, nullptr, {}, false}).first->second;
     throw std::runtime_error("cuBLASLt has no algorithm for the product (" + std::to_string(k.M) + "," +
                              std::to_string(k.K) + ")x(" + std::to_string(k.K) + "," + std::to_string(k.N) +
                              "), batch " + std::to_string(k.batch) + (k.bias ? " with bias" : "") +
@@ -159,7 +167,7 @@ const GemmEngine::Plan& GemmEngine::plan_for(const PlanKey& k, const GemmEpilogu
   return plans_.emplace(k, plan).first->second;
 }
 
-void GemmEngine::run(int M, int N, int K, float alpha, const GemmOperand& A, const GemmOperand& B, float beta,
+bool GemmEngine::run(int M, int N, int K, float alpha, const GemmOperand& A, const GemmOperand& B, float beta,
                      void* C, int ldc, long long strideC, int batch, const GemmEpilogue& epilogue,
                      cudaDataType_t c_type) {
   const void* bias = epilogue.bias;
@@ -180,6 +188,12 @@ void GemmEngine::run(int M, int N, int K, float alpha, const GemmOperand& A, con
     throw std::invalid_argument("GemmEngine::run: a GELU epilogue needs ldc (" + std::to_string(ldc) +
                                 ") to be a multiple of 8 (cuBLASLt's rule for the aux leading dimension)");
   }
+  if (epilogue.bias_grad != nullptr &&
+      (bias != nullptr || gelu || batch != 1 || alpha != 1.0f || A.type != CUDA_R_16BF ||
+       alignment_of(epilogue.bias_grad, 0, c_type) < 16)) {
+    throw std::invalid_argument(
+        "GemmEngine::run: a bias gradient needs alpha 1, bf16 operands, batch 1, no bias or GELU, 16-byte alignment");
+  }
   if (A.type != B.type) throw std::invalid_argument("GemmEngine::run: A and B must have the same type");
   PlanKey key{};
   key.M = M;
@@ -191,6 +205,7 @@ void GemmEngine::run(int M, int N, int K, float alpha, const GemmOperand& A, con
   key.transA = A.trans;
   key.transB = B.trans;
   key.bias = bias != nullptr;
+  key.bias_grad = epilogue.bias_grad != nullptr;
   key.gelu = epilogue.gelu;
   key.batch = batch;
   key.strideA = batch > 1 ? A.stride : 0;
@@ -201,13 +216,17 @@ void GemmEngine::run(int M, int N, int K, float alpha, const GemmOperand& A, con
   key.alignA = alignment_of(A.data, key.strideA, A.type);
   key.alignB = alignment_of(B.data, key.strideB, B.type);
   key.alignC = alignment_of(C, key.strideC, c_type);
-  key.alignBias = bias != nullptr ? alignment_of(bias, 0, c_type) : 0;
+  key.alignBias = bias != nullptr               ? alignment_of(bias, 0, c_type)
+                  : epilogue.bias_grad != nullptr ? alignment_of(epilogue.bias_grad, 0, c_type)
+                                                  : 0;
   key.alignAux = gelu ? alignment_of(epilogue.aux, 0, c_type) : 0;
   const Plan& plan = plan_for(key, epilogue);
+  if (!plan.usable) return false;
   // A cached plan was found with other pointers of the same alignments: point it at these.
   set_epilogue_pointers(plan, key, epilogue);
   XTRAIN_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, B.data, plan.first, A.data, plan.second, &beta, C,
                                      plan.out, C, plan.out, &plan.algo, workspace_, workspace_bytes_, stream_));
+  return true;
 }
 
 }  // namespace xtrain::cuda

@@ -48,6 +48,11 @@ struct GemmEpilogue {
   const void* bias = nullptr;  // (N) of C's type added to every row, or null; 16-byte aligned
   GemmGelu gelu = GemmGelu::kNone;
   const void* aux = nullptr;   // with a GELU: (M,N) of C's type, row stride ldc; written by kForward
+  // (M) of C's type, 16-byte aligned, or null: WRITES bias_grad[m] = sum_k op(A)[m,k], the bias
+  // gradient when op(A) is dout^T (cuBLASLt's BGRADB: row-major A is its B). Only with alpha == 1
+  // and bf16 operands (what NVIDIA leaves undocumented, alpha's part and TF32's, is not relied on),
+  // and no bias or GELU.
+  void* bias_grad = nullptr;
 };
 
 class GemmEngine {
@@ -62,7 +67,9 @@ class GemmEngine {
   // For each of `batch` matrices: C (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * C,
   // with the epilogue applied (a bias and the GELUs need batch == 1 and 16-byte aligned vectors,
   // the GELUs ldc % 8 == 0: std::invalid_argument otherwise). C, the bias and aux are c_type.
-  void run(int M, int N, int K, float alpha, const GemmOperand& A, const GemmOperand& B, float beta, void* C,
+  // Returns true once issued; false, issuing nothing, only for a bias gradient that cuBLASLt has
+  // no algorithm for at this shape (found once, kept like any plan): the caller sums it itself.
+  bool run(int M, int N, int K, float alpha, const GemmOperand& A, const GemmOperand& B, float beta, void* C,
            int ldc, long long strideC = 0, int batch = 1, const GemmEpilogue& epilogue = {},
            cudaDataType_t c_type = CUDA_R_32F);
 
@@ -71,14 +78,14 @@ class GemmEngine {
   // (the heuristic assumes 256-byte alignment unless told otherwise).
   struct PlanKey {
     int M, N, K, lda, ldb, ldc;
-    bool transA, transB, bias;
+    bool transA, transB, bias, bias_grad;
     GemmGelu gelu;
     long long strideA, strideB, strideC;
     int batch;
     cudaDataType_t typeAB, typeC;
     unsigned alignA, alignB, alignC, alignBias, alignAux;
     auto tie() const {
-      return std::tie(M, N, K, lda, ldb, ldc, transA, transB, bias, gelu, strideA, strideB, strideC, batch, typeAB,
+      return std::tie(M, N, K, lda, ldb, ldc, transA, transB, bias, bias_grad, gelu, strideA, strideB, strideC, batch, typeAB,
                       typeC, alignA, alignB, alignC, alignBias, alignAux);
     }
     bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
@@ -87,6 +94,7 @@ class GemmEngine {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
     cublasLtMatmulAlgo_t algo{};
+    bool usable = true;  // false: no algorithm for this bias-gradient product (descriptors freed)
   };
 
   // The plan of `key`, found with the epilogue's pointers (of the key's alignments) already set,

@@ -56,9 +56,10 @@ size_t element_bytes(uint32_t type) { return type == CUDA_R_16BF ? 2 : 4; }
 
 bool is_fp32_or_bf16(uint32_t type) { return type == CUDA_R_32F || type == CUDA_R_16BF; }
 
-// The epilogues the emulation runs: a bias, the GELU forward that keeps its input (aux), and the
-// GELU gradient that reads it back.
+// The epilogues the emulation runs: a bias, the GELU forward that keeps its input (aux), the GELU
+// gradient that reads it back, and the bias gradient of B (written through the bias pointer).
 bool has_bias(uint32_t e) { return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
+bool has_bgrad(uint32_t e) { return e == CUBLASLT_EPILOGUE_BGRADB; }
 bool has_aux(uint32_t e) {
   return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU;
 }
@@ -117,13 +118,15 @@ cublasStatus_t check_problem(const cublasLtMatmulDescOpaque_t& d, const cublasLt
                                                    ", C " + std::to_string(L[2]->type) + ", D " + std::to_string(cd) +
                                                    " with compute " + std::to_string(d.compute) + " are unsupported");
   }
-  if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && !has_bias(d.epilogue) && !has_aux(d.epilogue)) {
+  if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && !has_bias(d.epilogue) && !has_aux(d.epilogue) &&
+      !has_bgrad(d.epilogue)) {
     return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "epilogue CUBLASLT_EPILOGUE_" + epilogue_name(d.epilogue) +
-                                                   " is not emulated: only DEFAULT, BIAS, GELU_AUX, GELU_AUX_BIAS "
-                                                   "and DGELU are");
+                                                   " is not emulated: only DEFAULT, BIAS, GELU_AUX, GELU_AUX_BIAS, "
+                                                   "DGELU and BGRADB are");
   }
-  // The bias has D's type (the documented rule outside int8 and fp8 kernels).
-  if (has_bias(d.epilogue) && d.bias_type != -1 && static_cast<uint32_t>(d.bias_type) != cd) {
+  // The bias, and the bias gradient, have D's type (the documented rule outside int8 and fp8 kernels).
+  if ((has_bias(d.epilogue) || has_bgrad(d.epilogue)) && d.bias_type != -1 &&
+      static_cast<uint32_t>(d.bias_type) != cd) {
     return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "bias data type " + std::to_string(d.bias_type) +
                                                    " differs from D's type " + std::to_string(cd));
   }
@@ -180,6 +183,12 @@ cublasStatus_t check_problem(const cublasLtMatmulDescOpaque_t& d, const cublasLt
     }
     p.epilogue = d.epilogue == CUBLASLT_EPILOGUE_DGELU ? lt::Epilogue::kDGelu : lt::Epilogue::kGeluAux;
     p.aux_ld = d.aux_ld;
+  }
+  // NVIDIA documents BGRADB's reduction over k of B, not whether it sees B rounded to TF32, nor
+  // (cublasLtMatmul checks) whether alpha scales it: the emulation refuses those rather than guess.
+  if (has_bgrad(d.epilogue) && (p.batch != 1 || p.tf32)) {
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                  "epilogue CUBLASLT_EPILOGUE_BGRADB is emulated for batch 1 without FAST_TF32 only");
   }
   lt::Layout* out[4] = {&p.A, &p.B, &p.C, &p.D};
   for (int i = 0; i < 4; ++i) {
@@ -266,7 +275,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
     r.align[i] = pref->align[i] < 256 ? pref->align[i] : 256;
   }
   // The heuristic reads the bias pointer set on the descriptor for its alignment.
-  if (has_bias(desc->epilogue) && desc->bias != nullptr) {
+  if ((has_bias(desc->epilogue) || has_bgrad(desc->epilogue)) && desc->bias != nullptr) {
     r.bias_align = std::max(alignment_of(desc->bias, 0), r.bias_align);
   }
   // And the aux pointer, for the same reason (the header says so of both).
@@ -348,6 +357,19 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
       return s;
     }
     p.bias = desc->bias;
+  }
+  if (has_bgrad(desc->epilogue)) {
+    if (p.alpha != 1.0f) {
+      return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "epilogue CUBLASLT_EPILOGUE_BGRADB with alpha " +
+                                                     std::to_string(p.alpha) +
+                                                     ": whether alpha scales the bias gradient is not documented");
+    }
+    const lt::Layout bgrad{p.D.type, p.n, 1, p.n > 1 ? p.n : 1, 0};
+    if (const cublasStatus_t s = check_operand("bias gradient", desc->bias, bgrad, 1, r.bias_align);
+        s != CUBLAS_STATUS_SUCCESS) {
+      return s;
+    }
+    p.bgrad = const_cast<void*>(desc->bias);  // an output: the descriptor holds it as const void*
   }
   if (has_aux(desc->epilogue)) {
     const lt::Layout aux{p.D.type, p.m, p.n, p.aux_ld, 0};

@@ -83,6 +83,13 @@ void run_product(const Product& p) {
         for (float& x : acc) x *= p.beta;  // an empty sum: D = beta * C
       }
     }
+    if (p.bgrad != nullptr) {
+      for (int64_t j = 0; j < p.n; ++j) {
+        float sum = 0.0f;
+        for (int64_t l = 0; l < p.k; ++l) sum += b[static_cast<size_t>(p.transB ? l * p.B.rows + j : j * p.B.rows + l)];
+        store(p.bgrad, p.D.type, j, sum);
+      }
+    }
     for (int64_t j = 0; j < p.n; ++j) {
       for (int64_t i = 0; i < p.m; ++i) {
         float v = acc[static_cast<size_t>(j * p.m + i)];

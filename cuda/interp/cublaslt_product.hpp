@@ -38,6 +38,9 @@ struct Product {
   Epilogue epilogue = Epilogue::kNone;
   void* aux = nullptr;          // (m,n) of D's type, leading dimension aux_ld; batch 1 only
   int64_t aux_ld = 0;
+  // BGRADB: n elements of D's type, bgrad[j] = sum over k of op(B) (l, j), added in fp32 in order
+  // of l from op(B) as stored (batch 1, alpha 1 and no TF32 rounding: cublaslt.cpp refuses others).
+  void* bgrad = nullptr;
 };
 
 // fp32 rounded to TF32 (10 explicit mantissa bits), round to nearest, ties to even.

@@ -176,27 +176,32 @@ TEST_CASE_METHOD(OpsTest, "cuda matmul forward and backward match the CPU in str
       const auto w = normal(p, static_cast<size_t>(s.OC) * s.C, 0.05f);
       const auto bias = normal(p, s.OC + s.bias_offset);
       const auto dout = normal(p, static_cast<size_t>(s.N) * s.OC);
-      auto dw = rnd.normal(w.size()), db = rnd.normal(s.OC);
-      const float dout_scale = 0.37f;
       DeviceActs d_inp(*gpu, inp), d_w(*gpu, w), d_bias(*gpu, bias), d_dout(*gpu, dout);
-      DeviceFloats d_dw(*gpu, dw), d_db(*gpu, db);
       auto d_out = DeviceActs::poisoned(*gpu, static_cast<size_t>(s.N) * s.OC);
-      auto d_dinp = DeviceActs::poisoned(*gpu, inp.size());
       const ConstActPtr b = s.bias ? ConstActPtr(d_bias.get() + s.bias_offset) : nullptr;
 
-      std::vector<float> out(static_cast<size_t>(s.N) * s.OC), dinp(inp.size());
+      std::vector<float> out(static_cast<size_t>(s.N) * s.OC);
       cpu.matmul_forward(out.data(), inp.data(), w.data(), s.bias ? bias.data() + s.bias_offset : nullptr, s.N, s.C,
                          s.OC);
       gpu->matmul_forward(d_out.get(), d_inp.get(), d_w.get(), b, s.N, s.C, s.OC);
       check_stored(p, d_out.host(), out, product_tol(p));
 
-      cpu.matmul_backward(dinp.data(), dw.data(), s.bias ? db.data() : nullptr, dout.data(), inp.data(), w.data(),
-                          s.N, s.C, s.OC, dout_scale);
-      gpu->matmul_backward(d_dinp.get(), d_dw.get(), s.bias ? d_db.get() : nullptr, d_dout.get(), d_inp.get(),
-                           d_w.get(), s.N, s.C, s.OC, dout_scale);
-      check_stored(p, d_dinp.host(), dinp, product_tol(p));
-      CHECK(rel_err(d_dw.host(), dw) < (is_bf16(p) ? kBf16ProductGrad : product_tol(p)));
-      CHECK(rel_err(d_db.host(), db) < kReduction);  // bias gradient: a column sum, no products
+      // Scale 1 is GPT's for every bias: in bf16 the bias gradient comes from the weight-gradient
+      // product's epilogue (BGRADB) then, a column sum kernel otherwise.
+      for (const float dout_scale : {0.37f, 1.0f}) {
+        INFO("dout_scale " << dout_scale);
+        auto dw = rnd.normal(w.size()), db = rnd.normal(s.OC);
+        DeviceFloats d_dw(*gpu, dw), d_db(*gpu, db);
+        auto d_dinp = DeviceActs::poisoned(*gpu, inp.size());
+        std::vector<float> dinp(inp.size());
+        cpu.matmul_backward(dinp.data(), dw.data(), s.bias ? db.data() : nullptr, dout.data(), inp.data(), w.data(),
+                            s.N, s.C, s.OC, dout_scale);
+        gpu->matmul_backward(d_dinp.get(), d_dw.get(), s.bias ? d_db.get() : nullptr, d_dout.get(), d_inp.get(),
+                             d_w.get(), s.N, s.C, s.OC, dout_scale);
+        check_stored(p, d_dinp.host(), dinp, product_tol(p));
+        CHECK(rel_err(d_dw.host(), dw) < (is_bf16(p) ? kBf16ProductGrad : product_tol(p)));
+        CHECK(rel_err(d_db.host(), db) < kReduction);  // bias gradient: a column sum, no products
+      }
     }
   }
 }

@@ -2,7 +2,7 @@
 // API the backend calls (descriptors, heuristic, cublasLtMatmul), for every combination the
 // backend uses: N/T on each operand, fp32 and bf16 inputs, fp32 and bf16 outputs, alpha != 1,
 // beta 0 and 1, the bias epilogue, strided batches, in place and not, odd and vocabulary-wide sizes,
-// and the GELU epilogues (GELU_AUX, GELU_AUX_BIAS, DGELU).
+// the GELU epilogues (GELU_AUX, GELU_AUX_BIAS, DGELU) and the bias gradient of B (BGRADB).
 //
 // Tolerances. fp32 results: the fp32 value differs from the exact one by at most
 // (k + 4) * 2^-24 * (|alpha| sum_l |a_il b_lj| + |beta c_ij| + |bias_i|): a k-term sum in fp32 in
@@ -20,6 +20,8 @@
 // to D's type, with worker/math/gelu.hpp's GELU; and the fp32 results against the double reference
 // within |gelu'| (<= 1.13) times the product's bound, plus 4e-6 relative and 1e-7 absolute for the
 // fp32 evaluation of the GELU (a handful of ulps for its exp, divide and products; ~60 ulps here).
+// BGRADB: sum_l op(B) (l, j) within k * 2^-24 * sum_l |op(B) (l, j)| of the double sum (a k-term
+// fp32 sum in any order), D unchanged by it.
 #include <catch2/catch.hpp>
 #include <cublasLt.h>
 
@@ -49,6 +51,7 @@ struct Case {
   bool in_place = true;  // C == D, as the backend calls it
   bool tf32 = false;
   cublasLtEpilogue_t gelu = CUBLASLT_EPILOGUE_DEFAULT;  // or GELU_AUX (with `bias`: _BIAS), or DGELU
+  bool bgrad = false;  // BGRADB (no bias, no GELU)
 };
 
 
@@ -147,12 +150,15 @@ cublasLtMatrixLayout_t layout(cudaDataType_t type, const Stored& s, int batch) {
 }
 
 // The product through the API, as cuda/gemm.cpp issues it; D's values (batch, n, m). With a GELU,
-// `aux` receives GELU_AUX's stored input, (n, m).
-std::vector<float> run(const Case& c, const Inputs& in, std::vector<float>* aux = nullptr) {
+// `aux` receives GELU_AUX's stored input, (n, m); with BGRADB, `bgrad` the bias gradient, (n).
+std::vector<float> run(const Case& c, const Inputs& in, std::vector<float>* aux = nullptr,
+                       std::vector<float>* bgrad = nullptr) {
   DeviceBuffer a = upload(in.A, c.ab, c.batch), b = upload(in.B, c.ab, c.batch);
   DeviceBuffer cbuf = upload(in.C, c.cd, c.batch), bias = upload(in.bias, c.cd, 1);
   DeviceBuffer auxbuf = upload(in.aux, c.cd, 1);  // DGELU reads it; GELU_AUX overwrites its values
   if (c.gelu == CUBLASLT_EPILOGUE_GELU_AUX) std::memset(auxbuf.get(), 0xFF, auxbuf.bytes());
+  DeviceBuffer bgradbuf(static_cast<size_t>(c.n) * bytes_of(c.cd));
+  std::memset(bgradbuf.get(), 0xFF, bgradbuf.bytes());  // NaN: every element must be written
   DeviceBuffer dbuf(c.in_place ? 0 : cbuf.bytes());
   const DeviceBuffer& d = c.in_place ? cbuf : dbuf;
   if (!c.in_place) std::memset(dbuf.get(), 0xFF, dbuf.bytes());  // NaN: every element must be written
@@ -167,6 +173,7 @@ std::vector<float> run(const Case& c, const Inputs& in, std::vector<float>* aux 
   REQUIRE(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == CUBLAS_STATUS_SUCCESS);
   const cublasLtEpilogue_t epi = has_gelu(c) ? (c.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : c.gelu)
                                  : c.bias     ? CUBLASLT_EPILOGUE_BIAS
+                                 : c.bgrad    ? CUBLASLT_EPILOGUE_BGRADB
                                               : CUBLASLT_EPILOGUE_DEFAULT;
   REQUIRE(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) ==
           CUBLAS_STATUS_SUCCESS);
@@ -178,8 +185,8 @@ std::vector<float> run(const Case& c, const Inputs& in, std::vector<float>* aux 
     REQUIRE(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld) ==
             CUBLAS_STATUS_SUCCESS);
   }
-  if (c.bias) {
-    const void* p = bias.get();
+  if (c.bias || c.bgrad) {
+    const void* p = c.bgrad ? bgradbuf.get() : bias.get();
     REQUIRE(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &c.cd, sizeof c.cd) ==
             CUBLAS_STATUS_SUCCESS);
     REQUIRE(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p, sizeof p) ==
@@ -219,6 +226,10 @@ std::vector<float> run(const Case& c, const Inputs& in, std::vector<float>* aux 
     for (int64_t j = 0; j < c.n; ++j) {
       for (int64_t i = 0; i < c.m; ++i) out.push_back(download(d, c.cd, in.C.s.at(bt, i, j)));
     }
+  }
+  if (bgrad != nullptr) {
+    bgrad->clear();
+    for (int64_t j = 0; j < c.n; ++j) bgrad->push_back(download(bgradbuf, c.cd, j));
   }
   if (aux != nullptr) {
     aux->clear();
@@ -430,4 +441,34 @@ TEST_CASE("interp cuBLASLt: GELU_AUX(_BIAS) and DGELU apply the GELU to the fp32
   // With FAST_TF32 the GELU takes the TF32 product, as every epilogue does.
   check_gelu_case(Case{13, 7, 9, false, true, CUDA_R_32F, CUDA_R_32F, 1.0f, 0.0f, true, 1, true, true,
                        CUBLASLT_EPILOGUE_GELU_AUX}, seed++);
+}
+
+TEST_CASE("interp cuBLASLt: BGRADB sums op(B) over k next to an unchanged product", "[interp][cublaslt]") {
+  const std::pair<cudaDataType_t, cudaDataType_t> types[] = {{CUDA_R_16BF, CUDA_R_32F}, {CUDA_R_32F, CUDA_R_32F}};
+  unsigned seed = 200;
+  for (const auto& [ab, cd] : types) {
+    for (bool tb : {false, true}) {
+      for (float beta : {0.0f, 1.0f}) {
+        // The backend's weight gradient: k the positions, op(B) dout^T's transpose (tb).
+        Case c{9, 12, 37, false, tb, ab, cd, 1.0f, beta, false, 1, true};
+        c.bgrad = true;
+        const Inputs in = make_inputs(c, seed++);
+        std::vector<float> bgrad;
+        const std::vector<float> got = run(c, in, nullptr, &bgrad);
+        check(c, got, reference(c, in, false), nullptr);
+        size_t bad = 0;
+        for (int64_t j = 0; j < c.n; ++j) {
+          double sum = 0, mag = 0;
+          for (int64_t l = 0; l < c.k; ++l) {
+            const double y = tb ? in.B.get(0, j, l) : in.B.get(0, l, j);
+            sum += y;
+            mag += std::fabs(y);
+          }
+          bad += !(std::fabs(bgrad[static_cast<size_t>(j)] - sum) <= c.k * std::ldexp(1.0, -24) * mag);
+        }
+        INFO("ab " << ab << " tb " << tb << " beta " << beta);
+        CHECK(bad == 0);
+      }
+    }
+  }
 }

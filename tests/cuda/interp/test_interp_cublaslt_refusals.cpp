@@ -173,15 +173,26 @@ TEST_CASE("interp cuBLASLt refuses unsupported types, operations and epilogues",
     f.set(CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_C);
     f.refused(CUBLAS_STATUS_NOT_SUPPORTED, "operation");
   }
-  SECTION("epilogues other than DEFAULT, BIAS, GELU_AUX, GELU_AUX_BIAS and DGELU, by name") {
+  SECTION("epilogues other than DEFAULT, BIAS, GELU_AUX, GELU_AUX_BIAS, DGELU and BGRADB, by name") {
     const std::pair<cublasLtEpilogue_t, const char*> refused[] = {{CUBLASLT_EPILOGUE_RELU, "RELU "},
                                                                   {CUBLASLT_EPILOGUE_GELU_BIAS, "GELU_BIAS "},
                                                                   {CUBLASLT_EPILOGUE_DGELU_BGRAD, "DGELU_BGRAD "},
-                                                                  {CUBLASLT_EPILOGUE_BGRADB, "BGRADB "}};
+                                                                  {CUBLASLT_EPILOGUE_BGRADA, "BGRADA "}};
     for (const auto& [e, name] : refused) {
       f.set(CUBLASLT_MATMUL_DESC_EPILOGUE, e);
       f.refused(CUBLAS_STATUS_NOT_SUPPORTED, std::string("CUBLASLT_EPILOGUE_") + name + "is not emulated");
     }
+  }
+  SECTION("BGRADB where the documentation leaves its result open: alpha != 1, FAST_TF32") {
+    f.set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BGRADB);
+    f.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(f.bias.get()));
+    f.alpha = 2.0f;
+    f.refused(CUBLAS_STATUS_NOT_SUPPORTED, "whether alpha scales the bias gradient");
+    f.alpha = 1.0f;
+    cublasLtMatmulDescDestroy(f.desc);
+    REQUIRE(cublasLtMatmulDescCreate(&f.desc, CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS);
+    f.set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BGRADB);
+    f.refused(CUBLAS_STATUS_NOT_SUPPORTED, "without FAST_TF32");
   }
   SECTION("a bias of another type than D's") {
     f.set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
