@@ -85,8 +85,8 @@ class GemmEngine {
     cudaDataType_t typeAB, typeC;
     unsigned alignA, alignB, alignC, alignBias, alignAux;
     auto tie() const {
-      return std::tie(M, N, K, lda, ldb, ldc, transA, transB, bias, bias_grad, gelu, strideA, strideB, strideC, batch, typeAB,
-                      typeC, alignA, alignB, alignC, alignBias, alignAux);
+      return std::tie(M, N, K, lda, ldb, ldc, transA, transB, bias, bias_grad, gelu, strideA, strideB, strideC, batch,
+                      typeAB, typeC, alignA, alignB, alignC, alignBias, alignAux);
     }
     bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
   };

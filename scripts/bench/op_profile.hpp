@@ -101,8 +101,8 @@ class OpProfile final : public Backend {
   }
   void matmul_gelu_forward(ActPtr out, ActPtr pre, ConstActPtr inp, ConstActPtr weight, ConstActPtr bias, int N,
                            int C, int OC) override {
-    time(product("matmul_gelu_forward", N, C, OC), [&] { k_.matmul_gelu_forward(out, pre, inp, weight, bias, N, C, OC); },
-         2.0 * N * C * OC);
+    time(product("matmul_gelu_forward", N, C, OC),
+         [&] { k_.matmul_gelu_forward(out, pre, inp, weight, bias, N, C, OC); }, 2.0 * N * C * OC);
   }
   void matmul_gelu_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
                             ConstActPtr weight, ConstActPtr pre_gelu, int N, int C, int OC,
