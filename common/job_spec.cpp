@@ -429,6 +429,11 @@ void validate_for_training(const JobSpec& spec, int world_size) {
     throw SpecError("model.n_embd", "expected a multiple of model.n_head (" + std::to_string(m.n_head) +
                                         "), got " + std::to_string(m.n_embd));
   }
+  // The MLP's fused GELU products store 4 x n_embd columns, which cuBLASLt needs a multiple of 8.
+  if (m.n_embd % 2 != 0) {
+    throw SpecError("model.n_embd", "expected an even number (the MLP's fused GELU product needs 4 x n_embd to be "
+                                    "a multiple of 8), got " + std::to_string(m.n_embd));
+  }
   if (spec.data.train.empty()) {
     throw SpecError("data.train", "expected a text file, an llm.c token shard or a glob of shards; it is missing");
   }

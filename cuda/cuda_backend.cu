@@ -347,40 +347,83 @@ constexpr cudaDataType_t cuda_type() {
 }
 }  // namespace
 
-// out (N,OC) = inp (N,C) @ weight^T (C,OC) + bias. The bias goes into the product's epilogue when
-// it is 16-byte aligned (cuBLASLt's requirement); otherwise it is broadcast into out first and
-// the product adds onto it (beta = 1), the CPU backend's way: one rounding of (product + bias)
-// either way.
-void CudaBackend::matmul_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, ConstActPtr bias, int N, int C,
-                                 int OC) {
+// out (N,OC) = inp (N,C) @ weight^T (C,OC) + bias, and with `pre` (the fused MLP product) out =
+// gelu(that), pre = that. The bias goes into the product's epilogue when it is 16-byte aligned
+// (cuBLASLt's requirement); otherwise it is broadcast into out first and the product adds onto it
+// (beta = 1, C = D), the CPU backend's way: one rounding of (product + bias) either way, and the
+// GELU, when asked, takes that sum in fp32 before it is rounded.
+void CudaBackend::product_forward(ActPtr out, ActPtr pre, ConstActPtr inp, ConstActPtr weight, ConstActPtr bias,
+                                  int N, int C, int OC) {
   with_storage(act_dtype(), [&](auto type) {
     using T = decltype(type);
     constexpr cudaDataType_t t = cuda_type<T>();
     const T* b = bias.as<T>();
     const bool fused = b == nullptr || aligned16(b);
     if (!fused) broadcast_rows(stream_, out.as<T>(), b, N, OC);
+    const GemmEpilogue epilogue{fused ? b : nullptr, pre ? GemmGelu::kForward : GemmGelu::kNone, pre.as<T>()};
     gemm_.run(N, OC, C, 1.0f, {inp.as<T>(), C, false, 0, t}, {weight.as<T>(), C, true, 0, t}, fused ? 0.0f : 1.0f,
-              out.as<T>(), OC, 0, 1, fused ? b : nullptr, t);
+              out.as<T>(), OC, 0, 1, epilogue, t);
+  });
+}
+
+void CudaBackend::matmul_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, ConstActPtr bias, int N, int C,
+                                 int OC) {
+  product_forward(out, {}, inp, weight, bias, N, C, OC);
+}
+
+void CudaBackend::matmul_gelu_forward(ActPtr out, ActPtr pre, ConstActPtr inp, ConstActPtr weight, ConstActPtr bias,
+                                      int N, int C, int OC) {
+  check_gelu_width("matmul_gelu_forward", "OC", OC);
+  product_forward(out, pre, inp, weight, bias, N, C, OC);
+}
+
+// With pre_gelu (the fused MLP backward), dinp's product applies the GELU gradient in its
+// epilogue: dinp = (s * dout @ weight) * gelu'(pre_gelu), rounded once to T.
+// dbias in bf16 with s == 1 (every bias of GPT's backward): the weight-gradient product also sums
+// dout's columns (BGRADB; fp32, as the product's C), into scratch, and one add over OC floats
+// accumulates them into dbias (the epilogue writes; gradients accumulate). Otherwise, or where
+// cuBLASLt has no such algorithm, a deterministic column sum of dout into fp32.
+void CudaBackend::product_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                                   ConstActPtr weight, ConstActPtr pre_gelu, int N, int C, int OC,
+                                   float dout_scale) {
+  with_storage(act_dtype(), [&](auto type) {
+    using T = decltype(type);
+    constexpr cudaDataType_t t = cuda_type<T>();
+    const T* g = dout.as<T>();
+    const GemmEpilogue epilogue{nullptr, pre_gelu ? GemmGelu::kBackward : GemmGelu::kNone, pre_gelu.as<T>()};
+    // dinp (N,C) = s * dout (N,OC) @ weight (OC,C), stored as T
+    gemm_.run(N, C, OC, dout_scale, {g, OC, false, 0, t}, {weight.as<T>(), C, false, 0, t}, 0.0f, dinp.as<T>(), C, 0,
+              1, epilogue, t);
+    // The column sums' scratch (OC floats for BGRADB fit in it): the size the memory plan counts.
+    float* scratch = dbias != nullptr ? static_cast<float*>(reserve_scratch_bytes(
+                                            column_reduce_scratch_floats(1, N, OC) * sizeof(float)))
+                                      : nullptr;
+    // dweight (OC,C) += s * dout^T (OC,N) @ inp (N,C), accumulated into fp32
+    auto dweight_product = [&](const GemmEpilogue& e) {
+      return gemm_.run(OC, C, N, dout_scale, {g, OC, true, 0, t}, {inp.as<T>(), C, false, 0, t}, 1.0f, dweight, C, 0,
+                       1, e);
+    };
+    GemmEpilogue with_bias_grad{};
+    with_bias_grad.bias_grad = scratch;
+    if (t == CUDA_R_16BF && dbias != nullptr && dout_scale == 1.0f && dweight_product(with_bias_grad)) {
+      cuda::residual_forward(stream_, dbias, dbias, scratch, static_cast<size_t>(OC));
+      return;
+    }
+    dweight_product({});
+    if (dbias != nullptr) column_sums(stream_, dbias, scratch, g, N, OC, dout_scale);
   });
 }
 
 void CudaBackend::matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
                                   ConstActPtr weight, int N, int C, int OC, float dout_scale) {
-  with_storage(act_dtype(), [&](auto type) {
-    using T = decltype(type);
-    constexpr cudaDataType_t t = cuda_type<T>();
-    const T* g = dout.as<T>();
-    // dinp (N,C) = s * dout (N,OC) @ weight (OC,C), stored as T
-    gemm_.run(N, C, OC, dout_scale, {g, OC, false, 0, t}, {weight.as<T>(), C, false, 0, t}, 0.0f, dinp.as<T>(), C, 0,
-              1, nullptr, t);
-    // dweight (OC,C) += s * dout^T (OC,N) @ inp (N,C), accumulated into fp32
-    gemm_.run(OC, C, N, dout_scale, {g, OC, true, 0, t}, {inp.as<T>(), C, false, 0, t}, 1.0f, dweight, C);
-    if (dbias != nullptr) {
-      float* partials =
-          static_cast<float*>(reserve_scratch_bytes(column_reduce_scratch_floats(1, N, OC) * sizeof(float)));
-      column_sums(stream_, dbias, partials, g, N, OC, dout_scale);
-    }
-  });
+  product_backward(dinp, dweight, dbias, dout, inp, weight, {}, N, C, OC, dout_scale);
+}
+
+void CudaBackend::matmul_gelu_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                                       ConstActPtr weight, ConstActPtr pre_gelu, int N, int C, int OC,
+                                       float dout_scale) {
+  check_gelu_width("matmul_gelu_backward", "C", C);
+  product_backward(dinp, dweight, dbias, dout, inp, weight, pre_gelu, N, C, OC, dout_scale);
 }
 
 // Flash attention (cuda/flash_attention.hpp) in the activations' storage type: fp32 kernels for

@@ -8,7 +8,8 @@
 // Memory: alloc_floats/alloc_ints/alloc_acts are plain cudaMalloc calls; GPT and AdamW make a
 // handful of them once (parameters, the weights' copy, gradients, moments, activations). The few
 // operations that need scratch beyond what the interface passes in (the deterministic column
-// sums of layernorm and bias gradients, the token sort of embedding backward) share one device
+// sums of layernorm and bias gradients, or the bias gradients' epilogue output in bf16, the token
+// sort of embedding backward) share one device
 // buffer, sized by reserve_scratch before the first step (GPT calls it at construction); an
 // operation on a bigger shape than reserved grows it, waiting for the stream first (never while
 // recording). Every size is worker/model/cuda_buffers.hpp's, so the memory plan that the
@@ -134,6 +135,10 @@ class CudaBackend final : public Backend {
                       int OC) override;
   void matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
                        ConstActPtr weight, int N, int C, int OC, float dout_scale) override;
+  void matmul_gelu_forward(ActPtr out, ActPtr pre, ConstActPtr inp, ConstActPtr weight, ConstActPtr bias, int N,
+                           int C, int OC) override;
+  void matmul_gelu_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                            ConstActPtr weight, ConstActPtr pre_gelu, int N, int C, int OC, float dout_scale) override;
   size_t attention_saved_floats(int B, int T, int C, int NH) const override;
   size_t attention_scratch_floats(int B, int T, int C, int NH) const override;
   void attention_forward(ActPtr out, float* saved, ConstActPtr qkv, float* scratch, int B, int T, int C,
@@ -165,6 +170,11 @@ class CudaBackend final : public Backend {
   void download_bytes(const void* src, size_t bytes, const char* what, void* plain,
                       const std::function<void(const void*)>& take);
   size_t embedding_sort_reserve(int BT) const;
+  // The products of matmul_* and matmul_gelu_*: a null pre / pre_gelu means no GELU epilogue.
+  void product_forward(ActPtr out, ActPtr pre, ConstActPtr inp, ConstActPtr weight, ConstActPtr bias, int N, int C,
+                       int OC);
+  void product_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                        ConstActPtr weight, ConstActPtr pre_gelu, int N, int C, int OC, float dout_scale);
 
   int device_;
   Precision precision_;

@@ -40,6 +40,18 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int rows, int cols, int 
   return layout;
 }
 
+// The epilogue that does what `key` asks: a bias, a GELU forward keeping its input, a GELU
+// gradient reading it back, or the bias gradient of the second cuBLASLt operand (our A).
+cublasLtEpilogue_t epilogue_of(bool bias, bool bias_grad, GemmGelu gelu) {
+  if (bias_grad) return CUBLASLT_EPILOGUE_BGRADB;
+  switch (gelu) {
+    case GemmGelu::kForward: return bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    case GemmGelu::kBackward: return CUBLASLT_EPILOGUE_DGELU;
+    case GemmGelu::kNone: break;
+  }
+  return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
 }  // namespace
 
 GemmEngine::GemmEngine(cudaStream_t stream, bool tf32) : stream_(stream), tf32_(tf32) {
@@ -50,6 +62,7 @@ GemmEngine::GemmEngine(cudaStream_t stream, bool tf32) : stream_(stream), tf32_(
 
 GemmEngine::~GemmEngine() {
   for (auto& [key, plan] : plans_) {
+    if (!plan.usable) continue;
     cublasLtMatrixLayoutDestroy(plan.first);
     cublasLtMatrixLayoutDestroy(plan.second);
     cublasLtMatrixLayoutDestroy(plan.out);
@@ -62,7 +75,22 @@ GemmEngine::~GemmEngine() {
 // cuBLASLt is column-major. A row-major (R,C) matrix is the column-major (C,R) one with the same
 // stride, so row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the product is
 // issued with B first, A second, and m = N, n = M.
-const GemmEngine::Plan& GemmEngine::plan_for(const PlanKey& k, const void* bias) {
+void GemmEngine::set_epilogue_pointers(const Plan& plan, const PlanKey& k, const GemmEpilogue& e) {
+  if (k.bias) {
+    XTRAIN_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias, sizeof(e.bias)));
+  }
+  if (k.bias_grad) {
+    XTRAIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias_grad,
+                                                       sizeof(e.bias_grad)));
+  }
+  if (k.gelu != GemmGelu::kNone) {
+    XTRAIN_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux, sizeof(e.aux)));
+  }
+}
+
+const GemmEngine::Plan& GemmEngine::plan_for(const PlanKey& k, const GemmEpilogue& epilogue) {
   auto found = plans_.find(k);
   if (found != plans_.end()) return found->second;
 
@@ -76,16 +104,23 @@ const GemmEngine::Plan& GemmEngine::plan_for(const PlanKey& k, const void* bias)
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
   XTRAIN_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
-  if (k.bias) {
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    XTRAIN_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+  const cublasLtEpilogue_t epilogue_kind = epilogue_of(k.bias, k.bias_grad, k.gelu);
+  if (epilogue_kind != CUBLASLT_EPILOGUE_DEFAULT) {
+    XTRAIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue_kind,
+                                                       sizeof(epilogue_kind)));
+  }
+  if (k.bias || k.bias_grad) {
     const cudaDataType_t bias_type = k.typeC;
     XTRAIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                        sizeof(bias_type)));
-    XTRAIN_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   }
+  // The GELU input is C's shape and type (the default aux type, D's, left unset): the same ld.
+  if (k.gelu != GemmGelu::kNone) {
+    const int64_t aux_ld = k.ldc;
+    XTRAIN_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+  }
+  set_epilogue_pointers(plan, k, epilogue);
   // Column-major shapes as stored (before the op): first is op(B)^T's source, second op(A)^T's.
   const cudaDataType_t ab = k.typeAB;
   plan.first = k.transB ? make_layout(ab, k.K, k.N, k.ldb, k.batch, k.strideB)   // B stored (N,K) row-major
@@ -117,20 +152,47 @@ const GemmEngine::Plan& GemmEngine::plan_for(const PlanKey& k, const void* bias)
     cublasLtMatrixLayoutDestroy(plan.second);
     cublasLtMatrixLayoutDestroy(plan.out);
     cublasLtMatmulDescDestroy(plan.desc);
+    // A bias gradient has a fallback (the caller's column sums): remember that this shape has none.
+    if (k.bias_grad) return plans_.emplace(k, Plan{nullptr, nullptr, nullptr, nullptr, {}, false}).first->second;
     throw std::runtime_error("cuBLASLt has no algorithm for the product (" + std::to_string(k.M) + "," +
                              std::to_string(k.K) + ")x(" + std::to_string(k.K) + "," + std::to_string(k.N) +
-                             "), batch " + std::to_string(k.batch) + (k.bias ? " with bias" : "") + ": " +
+                             "), batch " + std::to_string(k.batch) + (k.bias ? " with bias" : "") +
+                             (k.gelu == GemmGelu::kForward    ? " with GELU"
+                              : k.gelu == GemmGelu::kBackward ? " with the GELU gradient"
+                                                              : "") +
+                             ": " +
                              cublasLtGetStatusString(status));
   }
   plan.algo = result.algo;
   return plans_.emplace(k, plan).first->second;
 }
 
-void GemmEngine::run(int M, int N, int K, float alpha, const GemmOperand& A, const GemmOperand& B, float beta,
-                     void* C, int ldc, long long strideC, int batch, const void* bias, cudaDataType_t c_type) {
-  if (bias != nullptr && batch != 1) throw std::invalid_argument("GemmEngine::run: a bias needs batch == 1");
+bool GemmEngine::run(int M, int N, int K, float alpha, const GemmOperand& A, const GemmOperand& B, float beta,
+                     void* C, int ldc, long long strideC, int batch, const GemmEpilogue& epilogue,
+                     cudaDataType_t c_type) {
+  const void* bias = epilogue.bias;
+  const bool gelu = epilogue.gelu != GemmGelu::kNone;
+  if ((bias != nullptr || gelu) && batch != 1) {
+    throw std::invalid_argument("GemmEngine::run: a bias or GELU epilogue needs batch == 1");
+  }
   if (bias != nullptr && alignment_of(bias, 0, c_type) < 16) {
     throw std::invalid_argument("GemmEngine::run: the fused bias must be 16-byte aligned");
+  }
+  if (bias != nullptr && epilogue.gelu == GemmGelu::kBackward) {
+    throw std::invalid_argument("GemmEngine::run: the GELU gradient epilogue takes no bias");
+  }
+  if (gelu && (epilogue.aux == nullptr || alignment_of(epilogue.aux, 0, c_type) < 16)) {
+    throw std::invalid_argument("GemmEngine::run: the GELU epilogue's input (aux) must be given, 16-byte aligned");
+  }
+  if (gelu && ldc % 8 != 0) {
+    throw std::invalid_argument("GemmEngine::run: a GELU epilogue needs ldc (" + std::to_string(ldc) +
+                                ") to be a multiple of 8 (cuBLASLt's rule for the aux leading dimension)");
+  }
+  if (epilogue.bias_grad != nullptr &&
+      (bias != nullptr || gelu || batch != 1 || alpha != 1.0f || A.type != CUDA_R_16BF ||
+       alignment_of(epilogue.bias_grad, 0, c_type) < 16)) {
+    throw std::invalid_argument(
+        "GemmEngine::run: a bias gradient needs alpha 1, bf16 operands, batch 1, no bias or GELU, 16-byte alignment");
   }
   if (A.type != B.type) throw std::invalid_argument("GemmEngine::run: A and B must have the same type");
   PlanKey key{};
@@ -143,6 +205,8 @@ void GemmEngine::run(int M, int N, int K, float alpha, const GemmOperand& A, con
   key.transA = A.trans;
   key.transB = B.trans;
   key.bias = bias != nullptr;
+  key.bias_grad = epilogue.bias_grad != nullptr;
+  key.gelu = epilogue.gelu;
   key.batch = batch;
   key.strideA = batch > 1 ? A.stride : 0;
   key.strideB = batch > 1 ? B.stride : 0;
@@ -152,15 +216,17 @@ void GemmEngine::run(int M, int N, int K, float alpha, const GemmOperand& A, con
   key.alignA = alignment_of(A.data, key.strideA, A.type);
   key.alignB = alignment_of(B.data, key.strideB, B.type);
   key.alignC = alignment_of(C, key.strideC, c_type);
-  key.alignBias = bias != nullptr ? alignment_of(bias, 0, c_type) : 0;
-  const Plan& plan = plan_for(key, bias);
-  // A cached plan was found with another bias of the same alignment: point it at this one.
-  if (bias != nullptr) {
-    XTRAIN_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-  }
+  key.alignBias = bias != nullptr               ? alignment_of(bias, 0, c_type)
+                  : epilogue.bias_grad != nullptr ? alignment_of(epilogue.bias_grad, 0, c_type)
+                                                  : 0;
+  key.alignAux = gelu ? alignment_of(epilogue.aux, 0, c_type) : 0;
+  const Plan& plan = plan_for(key, epilogue);
+  if (!plan.usable) return false;
+  // A cached plan was found with other pointers of the same alignments: point it at these.
+  set_epilogue_pointers(plan, key, epilogue);
   XTRAIN_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, B.data, plan.first, A.data, plan.second, &beta, C,
                                      plan.out, C, plan.out, &plan.algo, workspace_, workspace_bytes_, stream_));
+  return true;
 }
 
 }  // namespace xtrain::cuda

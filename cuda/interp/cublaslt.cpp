@@ -16,11 +16,13 @@ namespace xtrain::interp {
 namespace {
 
 // What the emulation keeps in an algo's 64 bytes: a tag (a zeroed or foreign algo is refused),
-// the alignments and workspace it was chosen for, and the types it computes.
+// the alignments and workspace it was chosen for (bias and aux as the heuristic saw their
+// pointers), and the types it computes.
 struct AlgoRecord {
   static constexpr uint64_t kTag = 0x584c54616c676f31ull;  // "XLTalgo1"
   uint32_t align[4] = {};  // A, B, C, D bytes
   uint32_t bias_align = 0;
+  uint32_t aux_align = 0;
   uint64_t workspace = 0;
   uint32_t compute = 0, ab_type = 0, cd_type = 0;
 
@@ -29,7 +31,7 @@ struct AlgoRecord {
     a.data[0] = kTag;
     a.data[1] = align[0] | uint64_t{align[1]} << 32;
     a.data[2] = align[2] | uint64_t{align[3]} << 32;
-    a.data[3] = bias_align;
+    a.data[3] = bias_align | uint64_t{aux_align} << 32;
     a.data[4] = workspace;
     a.data[5] = compute | uint64_t{ab_type} << 16 | uint64_t{cd_type} << 32;
     return a;
@@ -41,6 +43,7 @@ struct AlgoRecord {
     r.align[2] = static_cast<uint32_t>(a.data[2]);
     r.align[3] = static_cast<uint32_t>(a.data[2] >> 32);
     r.bias_align = static_cast<uint32_t>(a.data[3]);
+    r.aux_align = static_cast<uint32_t>(a.data[3] >> 32);
     r.workspace = a.data[4];
     r.compute = static_cast<uint32_t>(a.data[5] & 0xFFFF);
     r.ab_type = static_cast<uint32_t>((a.data[5] >> 16) & 0xFFFF);
@@ -52,6 +55,36 @@ struct AlgoRecord {
 size_t element_bytes(uint32_t type) { return type == CUDA_R_16BF ? 2 : 4; }
 
 bool is_fp32_or_bf16(uint32_t type) { return type == CUDA_R_32F || type == CUDA_R_16BF; }
+
+// The epilogues the emulation runs: a bias, the GELU forward that keeps its input (aux), the GELU
+// gradient that reads it back, and the bias gradient of B (written through the bias pointer).
+bool has_bias(uint32_t e) { return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
+bool has_bgrad(uint32_t e) { return e == CUBLASLT_EPILOGUE_BGRADB; }
+bool has_aux(uint32_t e) {
+  return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU;
+}
+
+std::string epilogue_name(uint32_t e) {
+  switch (e) {
+    case CUBLASLT_EPILOGUE_DEFAULT: return "DEFAULT";
+    case CUBLASLT_EPILOGUE_RELU: return "RELU";
+    case CUBLASLT_EPILOGUE_BIAS: return "BIAS";
+    case CUBLASLT_EPILOGUE_RELU_BIAS: return "RELU_BIAS";
+    case CUBLASLT_EPILOGUE_GELU: return "GELU";
+    case CUBLASLT_EPILOGUE_GELU_BIAS: return "GELU_BIAS";
+    case CUBLASLT_EPILOGUE_RELU_AUX: return "RELU_AUX";
+    case CUBLASLT_EPILOGUE_RELU_AUX_BIAS: return "RELU_AUX_BIAS";
+    case CUBLASLT_EPILOGUE_DRELU: return "DRELU";
+    case CUBLASLT_EPILOGUE_DRELU_BGRAD: return "DRELU_BGRAD";
+    case CUBLASLT_EPILOGUE_GELU_AUX: return "GELU_AUX";
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return "GELU_AUX_BIAS";
+    case CUBLASLT_EPILOGUE_DGELU: return "DGELU";
+    case CUBLASLT_EPILOGUE_DGELU_BGRAD: return "DGELU_BGRAD";
+    case CUBLASLT_EPILOGUE_BGRADA: return "BGRADA";
+    case CUBLASLT_EPILOGUE_BGRADB: return "BGRADB";
+  }
+  return std::to_string(e);
+}
 
 std::string layout_text(const char* name, const cublasLtMatrixLayoutOpaque_t& l) {
   return std::string(name) + " (" + std::to_string(l.rows) + " x " + std::to_string(l.cols) + ", ld " +
@@ -85,12 +118,15 @@ cublasStatus_t check_problem(const cublasLtMatmulDescOpaque_t& d, const cublasLt
                                                    ", C " + std::to_string(L[2]->type) + ", D " + std::to_string(cd) +
                                                    " with compute " + std::to_string(d.compute) + " are unsupported");
   }
-  if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && d.epilogue != CUBLASLT_EPILOGUE_BIAS) {
-    return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
-                  "epilogue " + std::to_string(d.epilogue) + ": only DEFAULT and BIAS are emulated");
+  if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && !has_bias(d.epilogue) && !has_aux(d.epilogue) &&
+      !has_bgrad(d.epilogue)) {
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "epilogue CUBLASLT_EPILOGUE_" + epilogue_name(d.epilogue) +
+                                                   " is not emulated: only DEFAULT, BIAS, GELU_AUX, GELU_AUX_BIAS, "
+                                                   "DGELU and BGRADB are");
   }
-  // The bias has D's type (the documented rule outside int8 and fp8 kernels).
-  if (d.epilogue == CUBLASLT_EPILOGUE_BIAS && d.bias_type != -1 && static_cast<uint32_t>(d.bias_type) != cd) {
+  // The bias, and the bias gradient, have D's type (the documented rule outside int8 and fp8 kernels).
+  if ((has_bias(d.epilogue) || has_bgrad(d.epilogue)) && d.bias_type != -1 &&
+      static_cast<uint32_t>(d.bias_type) != cd) {
     return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "bias data type " + std::to_string(d.bias_type) +
                                                    " differs from D's type " + std::to_string(cd));
   }
@@ -127,6 +163,33 @@ cublasStatus_t check_problem(const cublasLtMatmulDescOpaque_t& d, const cublasLt
   }
   p.batch = L[0]->batch;
   p.tf32 = d.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+  if (has_aux(d.epilogue)) {
+    // The GELU input has D's type outside fp8 kernels; another type, the header says, is
+    // CUBLAS_STATUS_INVALID_VALUE.
+    if (d.aux_type != -1 && static_cast<uint32_t>(d.aux_type) != cd) {
+      return refuse(CUBLAS_STATUS_INVALID_VALUE, "aux data type " + std::to_string(d.aux_type) +
+                                                     " differs from D's type " + std::to_string(cd));
+    }
+    // Documented: the GELU input's leading dimension is a multiple of 8, at least D's rows. The
+    // header names no status; INVALID_VALUE is used.
+    if (d.aux_ld % 8 != 0 || d.aux_ld < p.m) {
+      return refuse(CUBLAS_STATUS_INVALID_VALUE, "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD " + std::to_string(d.aux_ld) +
+                                                     " must be a multiple of 8 and at least D's " +
+                                                     std::to_string(p.m) + " rows");
+    }
+    if (p.batch != 1) {
+      return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "epilogue CUBLASLT_EPILOGUE_" + epilogue_name(d.epilogue) +
+                                                     " on a batch: AUX_BATCH_STRIDE is not emulated");
+    }
+    p.epilogue = d.epilogue == CUBLASLT_EPILOGUE_DGELU ? lt::Epilogue::kDGelu : lt::Epilogue::kGeluAux;
+    p.aux_ld = d.aux_ld;
+  }
+  // NVIDIA documents BGRADB's reduction over k of B, not whether it sees B rounded to TF32, nor
+  // (cublasLtMatmul checks) whether alpha scales it: the emulation refuses those rather than guess.
+  if (has_bgrad(d.epilogue) && (p.batch != 1 || p.tf32)) {
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                  "epilogue CUBLASLT_EPILOGUE_BGRADB is emulated for batch 1 without FAST_TF32 only");
+  }
   lt::Layout* out[4] = {&p.A, &p.B, &p.C, &p.D};
   for (int i = 0; i < 4; ++i) {
     *out[i] = lt::Layout{static_cast<cudaDataType_t>(L[i]->type), static_cast<int64_t>(L[i]->rows),
@@ -170,6 +233,7 @@ AlgoRecord implicit_algo(const cublasLtMatmulDescOpaque_t& d, const cublasLtMatr
   AlgoRecord r;
   for (int i = 0; i < 4; ++i) r.align[i] = static_cast<uint32_t>(element_bytes(L[i]->type));
   r.bias_align = r.align[3];
+  r.aux_align = r.align[3];
   r.compute = d.compute;
   r.ab_type = L[0]->type;
   r.cd_type = L[3]->type;
@@ -211,9 +275,11 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
     r.align[i] = pref->align[i] < 256 ? pref->align[i] : 256;
   }
   // The heuristic reads the bias pointer set on the descriptor for its alignment.
-  if (desc->epilogue == CUBLASLT_EPILOGUE_BIAS && desc->bias != nullptr) {
+  if ((has_bias(desc->epilogue) || has_bgrad(desc->epilogue)) && desc->bias != nullptr) {
     r.bias_align = std::max(alignment_of(desc->bias, 0), r.bias_align);
   }
+  // And the aux pointer, for the same reason (the header says so of both).
+  if (has_aux(desc->epilogue) && desc->aux != nullptr) r.aux_align = std::max(alignment_of(desc->aux, 0), r.aux_align);
   r.workspace = pref->max_workspace;
   results[0] = cublasLtMatmulHeuristicResult_t{};
   results[0].algo = r.pack();
@@ -285,12 +351,33 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     return refuse(CUBLAS_STATUS_INVALID_VALUE, "C == D with different layouts: " + layout_text("C", *Cdesc) +
                                                    ", " + layout_text("D", *Ddesc));
   }
-  if (desc->epilogue == CUBLASLT_EPILOGUE_BIAS) {
+  if (has_bias(desc->epilogue)) {
     const lt::Layout bias{p.D.type, p.m, 1, p.m > 1 ? p.m : 1, 0};
     if (const cublasStatus_t s = check_operand("bias", desc->bias, bias, 1, r.bias_align); s != CUBLAS_STATUS_SUCCESS) {
       return s;
     }
     p.bias = desc->bias;
+  }
+  if (has_bgrad(desc->epilogue)) {
+    if (p.alpha != 1.0f) {
+      return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "epilogue CUBLASLT_EPILOGUE_BGRADB with alpha " +
+                                                     std::to_string(p.alpha) +
+                                                     ": whether alpha scales the bias gradient is not documented");
+    }
+    const lt::Layout bgrad{p.D.type, p.n, 1, p.n > 1 ? p.n : 1, 0};
+    if (const cublasStatus_t s = check_operand("bias gradient", desc->bias, bgrad, 1, r.bias_align);
+        s != CUBLAS_STATUS_SUCCESS) {
+      return s;
+    }
+    p.bgrad = const_cast<void*>(desc->bias);  // an output: the descriptor holds it as const void*
+  }
+  if (has_aux(desc->epilogue)) {
+    const lt::Layout aux{p.D.type, p.m, p.n, p.aux_ld, 0};
+    if (const cublasStatus_t s = check_operand("aux", desc->aux, aux, 1, r.aux_align); s != CUBLAS_STATUS_SUCCESS) {
+      return s;
+    }
+    // Written by GELU_AUX(_BIAS), only read by DGELU; the descriptor keeps it const either way.
+    p.aux = const_cast<void*>(desc->aux);
   }
   p.a = A;
   p.b = B;

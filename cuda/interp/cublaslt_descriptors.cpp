@@ -105,6 +105,12 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
       return set_value(desc->bias, buf, size, "CUBLASLT_MATMUL_DESC_BIAS_POINTER");
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
       return set_value(desc->bias_type, buf, size, "CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE");
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+      return set_value(desc->aux, buf, size, "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER");
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+      return set_value(desc->aux_ld, buf, size, "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD");
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE:
+      return set_value(desc->aux_type, buf, size, "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE");
     default: return xtrain::interp::not_emulated("matmul descriptor", attr);
   }
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "worker/math/bf16.hpp"
+#include "worker/math/gelu.hpp"
 
 namespace xtrain::interp::lt {
 namespace {
@@ -82,11 +83,25 @@ void run_product(const Product& p) {
         for (float& x : acc) x *= p.beta;  // an empty sum: D = beta * C
       }
     }
+    if (p.bgrad != nullptr) {
+      for (int64_t j = 0; j < p.n; ++j) {
+        float sum = 0.0f;
+        for (int64_t l = 0; l < p.k; ++l) sum += b[static_cast<size_t>(p.transB ? l * p.B.rows + j : j * p.B.rows + l)];
+        store(p.bgrad, p.D.type, j, sum);
+      }
+    }
     for (int64_t j = 0; j < p.n; ++j) {
       for (int64_t i = 0; i < p.m; ++i) {
         float v = acc[static_cast<size_t>(j * p.m + i)];
         // Only with a bias: adding a zero would turn a -0 result into +0.
         if (p.bias != nullptr) v += load(p.bias, p.D.type, i);
+        // The GELU works on the fp32 sum, not on its rounded copy in aux: one rounding per output.
+        if (p.epilogue == Epilogue::kGeluAux) {
+          store(p.aux, p.D.type, j * p.aux_ld + i, v);
+          v = math::gelu(v);
+        } else if (p.epilogue == Epilogue::kDGelu) {
+          v *= math::gelu_grad(load(p.aux, p.D.type, j * p.aux_ld + i));
+        }
         store(p.d, p.D.type, batch * p.D.stride + j * p.D.ld + i, v);
       }
     }

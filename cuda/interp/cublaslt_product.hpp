@@ -16,8 +16,13 @@ struct Layout {
   int64_t rows = 0, cols = 0, ld = 0, stride = 0;
 };
 
-// For each of `batch` matrices: D (m,n) = alpha * op(A) (m,k) op(B) (k,n) + beta * C (m,n)
-// (+ bias (m) on every column), accumulated in fp32 and rounded once to D's type.
+// What the epilogue does with x = alpha * op(A) op(B) + beta * C (+ bias), all in fp32:
+// kGeluAux stores x to aux (rounded to D's type) and D = gelu(x); kDGelu reads the GELU input g
+// from aux and D = x * gelu'(g). GELU is the tanh approximation (worker/math/gelu.hpp).
+enum class Epilogue { kNone, kGeluAux, kDGelu };
+
+// For each of `batch` matrices: D (m,n) = epilogue(alpha * op(A) (m,k) op(B) (k,n) + beta * C (m,n)
+// (+ bias (m) on every column)), accumulated in fp32 and rounded once to D's type.
 struct Product {
   const void* a = nullptr;
   const void* b = nullptr;
@@ -30,6 +35,12 @@ struct Product {
   int batch = 1;
   float alpha = 1.0f, beta = 0.0f;
   const void* bias = nullptr;   // m elements of D's type, or null (no bias epilogue)
+  Epilogue epilogue = Epilogue::kNone;
+  void* aux = nullptr;          // (m,n) of D's type, leading dimension aux_ld; batch 1 only
+  int64_t aux_ld = 0;
+  // BGRADB: n elements of D's type, bgrad[j] = sum over k of op(B) (l, j), added in fp32 in order
+  // of l from op(B) as stored (batch 1, alpha 1 and no TF32 rounding: cublaslt.cpp refuses others).
+  void* bgrad = nullptr;
 };
 
 // fp32 rounded to TF32 (10 explicit mantissa bits), round to nearest, ties to even.

@@ -17,6 +17,9 @@ struct cublasLtMatmulDescOpaque_t {
   uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const void* bias = nullptr;
   int32_t bias_type = -1;  // -1: D's type
+  const void* aux = nullptr;  // the GELU input: written by GELU_AUX(_BIAS), read by DGELU
+  int64_t aux_ld = 0;
+  int32_t aux_type = -1;  // -1: D's type
 };
 
 struct cublasLtMatrixLayoutOpaque_t {

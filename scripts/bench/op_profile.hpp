@@ -104,6 +104,18 @@ class OpProfile final : public Backend {
          [&] { k_.matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, dout_scale); },
          4.0 * N * C * OC);
   }
+  void matmul_gelu_forward(ActPtr out, ActPtr pre, ConstActPtr inp, ConstActPtr weight, ConstActPtr bias, int N,
+                           int C, int OC) override {
+    time(product("matmul_gelu_forward", N, C, OC),
+         [&] { k_.matmul_gelu_forward(out, pre, inp, weight, bias, N, C, OC); }, 2.0 * N * C * OC);
+  }
+  void matmul_gelu_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                            ConstActPtr weight, ConstActPtr pre_gelu, int N, int C, int OC,
+                            float dout_scale) override {
+    time(product("matmul_gelu_backward", N, C, OC),
+         [&] { k_.matmul_gelu_backward(dinp, dweight, dbias, dout, inp, weight, pre_gelu, N, C, OC, dout_scale); },
+         4.0 * N * C * OC);
+  }
   size_t attention_saved_floats(int B, int T, int C, int NH) const override {
     return k_.attention_saved_floats(B, T, C, NH);
   }

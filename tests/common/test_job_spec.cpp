@@ -192,6 +192,15 @@ TEST_CASE("training checks need the world size", "[spec]") {
   s.model.n_head = 5;
   CHECK_THROWS_WITH(validate_for_training(s, 1), "model.n_embd: expected a multiple of model.n_head (5), got 64");
   s.model.n_head = 4;
+  s.model.n_embd = 68;  // a multiple of 4 heads and even: accepted
+  CHECK_NOTHROW(validate_for_training(s, 1));
+  s.model.n_embd = 63;
+  s.model.n_head = 3;
+  CHECK_THROWS_WITH(validate_for_training(s, 1),
+                    "model.n_embd: expected an even number (the MLP's fused GELU product needs 4 x n_embd to be a "
+                    "multiple of 8), got 63");
+  s.model.n_embd = 64;
+  s.model.n_head = 4;
   s.data.train.clear();
   CHECK_THROWS_AS(validate_for_training(s, 1), SpecError);
 }

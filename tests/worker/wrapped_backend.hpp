@@ -122,6 +122,17 @@ class WrappedBackend final : public Backend {
     op("matmul_backward",
        [=, this] { inner_.matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, dout_scale); });
   }
+  void matmul_gelu_forward(ActPtr out, ActPtr pre, ConstActPtr inp, ConstActPtr weight, ConstActPtr bias, int N,
+                           int C, int OC) override {
+    op("matmul_gelu_forward", [=, this] { inner_.matmul_gelu_forward(out, pre, inp, weight, bias, N, C, OC); });
+  }
+  void matmul_gelu_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                            ConstActPtr weight, ConstActPtr pre_gelu, int N, int C, int OC,
+                            float dout_scale) override {
+    op("matmul_gelu_backward", [=, this] {
+      inner_.matmul_gelu_backward(dinp, dweight, dbias, dout, inp, weight, pre_gelu, N, C, OC, dout_scale);
+    });
+  }
   void attention_forward(ActPtr out, float* saved, ConstActPtr qkv, float* scratch, int B, int T, int C,
                          int NH) override {
     op("attention_forward", [=, this] { inner_.attention_forward(out, saved, qkv, scratch, B, T, C, NH); });

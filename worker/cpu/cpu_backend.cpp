@@ -131,39 +131,74 @@ void CpuBackend::layernorm_backward(ActPtr dinp_act, float* dweight, float* dbia
   store(dinp, static_cast<size_t>(N) * C);
 }
 
-void CpuBackend::matmul_forward(ActPtr out_act, ConstActPtr inp_act, ConstActPtr weight_act, ConstActPtr bias_act,
-                                int N, int C, int OC) {
-  float* out = out_act.as<float>();
-  const float* inp = inp_act.as<float>();
-  const float* weight = weight_act.as<float>();
-  const float* bias = bias_act.as<float>();
+// x = inp @ weight^T + bias into `pre` (the GELU's input) or straight into `out`. With a GELU, out =
+// gelu(x) is taken from the fp32 x before either is rounded to bf16, the rounding points of the CUDA
+// backend's GELU_AUX_BIAS epilogue (one rounding each from the same x; the unfused gelu_forward on
+// the stored pre rounds x first).
+void CpuBackend::product_forward(float* out, float* pre, const float* inp, const float* weight, const float* bias,
+                                 int N, int C, int OC) {
+  float* x = pre != nullptr ? pre : out;  // (N,OC)
   float beta = 0.0f;
   if (bias != nullptr) {
-    for (int n = 0; n < N; ++n) std::memcpy(out + static_cast<size_t>(n) * OC, bias, OC * sizeof(float));
+    for (int n = 0; n < N; ++n) std::memcpy(x + static_cast<size_t>(n) * OC, bias, OC * sizeof(float));
     beta = 1.0f;
   }
-  // out (N,OC) = inp (N,C) @ weight^T (C,OC) [+ out]
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
-  store(out, static_cast<size_t>(N) * OC);
+  // x (N,OC) = inp (N,C) @ weight^T (C,OC) [+ x]
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta, x, OC);
+  const size_t n = static_cast<size_t>(N) * OC;
+  if (pre != nullptr) {
+    for (size_t i = 0; i < n; ++i) out[i] = math::gelu(pre[i]);
+    store(pre, n);
+  }
+  store(out, n);
 }
 
-void CpuBackend::matmul_backward(ActPtr dinp_act, float* dweight, float* dbias, ConstActPtr dout_act,
-                                 ConstActPtr inp_act, ConstActPtr weight_act, int N, int C, int OC, float dout_scale) {
-  float* dinp = dinp_act.as<float>();
-  const float* dout = dout_act.as<float>();
-  const float* inp = inp_act.as<float>();
-  const float* weight = weight_act.as<float>();
+void CpuBackend::matmul_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, ConstActPtr bias, int N, int C,
+                                int OC) {
+  product_forward(out.as<float>(), nullptr, inp.as<float>(), weight.as<float>(), bias.as<float>(), N, C, OC);
+}
+
+void CpuBackend::matmul_gelu_forward(ActPtr out, ActPtr pre, ConstActPtr inp, ConstActPtr weight, ConstActPtr bias,
+                                     int N, int C, int OC) {
+  check_gelu_width("matmul_gelu_forward", "OC", OC);
+  product_forward(out.as<float>(), pre.as<float>(), inp.as<float>(), weight.as<float>(), bias.as<float>(), N, C,
+                  OC);
+}
+
+// With pre_gelu, dinp's fp32 product is multiplied by gelu'(pre_gelu) before its one bf16 rounding,
+// as the CUDA backend's DGELU epilogue does (the unfused gelu_backward rounds the product first).
+void CpuBackend::product_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                                  const float* weight, const float* pre_gelu, int N, int C, int OC,
+                                  float dout_scale) {
   // dinp (N,C) = s * dout (N,OC) @ weight (OC,C)
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, dout_scale, dout, OC, weight, C, 0.0f, dinp, C);
-  store(dinp, static_cast<size_t>(N) * C);
+  const size_t n = static_cast<size_t>(N) * C;
+  if (pre_gelu != nullptr) {
+    for (size_t i = 0; i < n; ++i) dinp[i] *= math::gelu_grad(pre_gelu[i]);
+  }
+  store(dinp, n);
   // dweight (OC,C) += s * dout^T (OC,N) @ inp (N,C)
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, dout_scale, dout, OC, inp, C, 1.0f, dweight, C);
   if (dbias != nullptr) {
-    for (int n = 0; n < N; ++n) {
-      const float* d = dout + static_cast<size_t>(n) * OC;
+    for (int r = 0; r < N; ++r) {
+      const float* d = dout + static_cast<size_t>(r) * OC;
       for (int o = 0; o < OC; ++o) dbias[o] += dout_scale * d[o];
     }
   }
+}
+
+void CpuBackend::matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                                 ConstActPtr weight, int N, int C, int OC, float dout_scale) {
+  product_backward(dinp.as<float>(), dweight, dbias, dout.as<float>(), inp.as<float>(), weight.as<float>(), nullptr,
+                   N, C, OC, dout_scale);
+}
+
+void CpuBackend::matmul_gelu_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                                      ConstActPtr weight, ConstActPtr pre_gelu, int N, int C, int OC,
+                                      float dout_scale) {
+  check_gelu_width("matmul_gelu_backward", "C", C);
+  product_backward(dinp.as<float>(), dweight, dbias, dout.as<float>(), inp.as<float>(), weight.as<float>(),
+                   pre_gelu.as<float>(), N, C, OC, dout_scale);
 }
 
 size_t CpuBackend::attention_saved_floats(int B, int T, int C, int NH) const {

@@ -58,6 +58,10 @@ class CpuBackend final : public Backend {
                       int OC) override;
   void matmul_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
                        ConstActPtr weight, int N, int C, int OC, float dout_scale) override;
+  void matmul_gelu_forward(ActPtr out, ActPtr pre, ConstActPtr inp, ConstActPtr weight, ConstActPtr bias, int N,
+                           int C, int OC) override;
+  void matmul_gelu_backward(ActPtr dinp, float* dweight, float* dbias, ConstActPtr dout, ConstActPtr inp,
+                            ConstActPtr weight, ConstActPtr pre_gelu, int N, int C, int OC, float dout_scale) override;
   size_t attention_saved_floats(int B, int T, int C, int NH) const override;
   size_t attention_scratch_floats(int B, int T, int C, int NH) const override;
   void attention_forward(ActPtr out, float* saved, ConstActPtr qkv, float* scratch, int B, int T, int C,
@@ -77,6 +81,11 @@ class CpuBackend final : public Backend {
  private:
   // The CUDA backend's bf16 store: x rounded to bf16 in place, in bf16 precision only.
   void store(float* x, size_t n) const;
+  // The products of matmul_* and matmul_gelu_*: a null pre / pre_gelu means no GELU.
+  void product_forward(float* out, float* pre, const float* inp, const float* weight, const float* bias, int N, int C,
+                       int OC);
+  void product_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* pre_gelu, int N, int C, int OC, float dout_scale);
 
   Precision precision_;
 };

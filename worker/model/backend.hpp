@@ -164,6 +164,29 @@ class Backend {
                                ConstActPtr weight,   // (OC,C)
                                int N, int C, int OC, float dout_scale) = 0;
 
+  // The MLP's fc product with the GELU fused into it (the CUDA backend: cuBLASLt's GELU_AUX_BIAS
+  // epilogue): x = inp @ weight^T + bias in fp32; pre = x, out = gelu(x), each rounded once from
+  // the same fp32 x (so in bf16 out is gelu of the unrounded sum, not of the stored pre). GELU as
+  // gelu_forward's. OC must be a multiple of 8 (cuBLASLt's rule for the stored pre-activation).
+  virtual void matmul_gelu_forward(ActPtr out,          // (N,OC) writes gelu(x)
+                                   ActPtr pre,          // (N,OC) writes x, kept for backward
+                                   ConstActPtr inp,     // (N,C)
+                                   ConstActPtr weight,  // (OC,C)
+                                   ConstActPtr bias,    // (OC) or null
+                                   int N, int C, int OC) = 0;
+  // matmul_backward of the product that follows the GELU (the MLP's fc_proj), with the GELU's
+  // gradient fused into dinp's product (CUDA: the DGELU epilogue): with g = dout_scale * dout,
+  //   dinp = (g @ weight) * gelu'(pre_gelu), rounded once; dweight += g^T @ inp; dbias += sum_rows g.
+  // C (dinp's width) must be a multiple of 8, as OC for matmul_gelu_forward.
+  virtual void matmul_gelu_backward(ActPtr dinp,            // (N,C) WRITES
+                                    float* dweight,         // (OC,C) accumulates
+                                    float* dbias,           // (OC) accumulates, or nullptr
+                                    ConstActPtr dout,       // (N,OC)
+                                    ConstActPtr inp,        // (N,C) the forward input, gelu(pre_gelu)
+                                    ConstActPtr weight,     // (OC,C)
+                                    ConstActPtr pre_gelu,   // (N,C) the GELU's input in forward
+                                    int N, int C, int OC, float dout_scale) = 0;
+
   // Causal multi-head self-attention, NH heads of size hs = C/NH, scale 1/sqrt(hs):
   // qkv[b,t,:] = [q (C) | k (C) | v (C)], head h uses channels [h*hs, (h+1)*hs) of each.
   // `saved` is per-layer memory this backend keeps from forward to backward (CPU: the
@@ -218,6 +241,16 @@ class Backend {
 
   // x *= s
   virtual void scale(float* x, float s, size_t n) = 0;
+
+  // The width rule of matmul_gelu_forward (OC) and matmul_gelu_backward (C), checked alike by
+  // every backend so that a shape one refuses no other accepts.
+  static constexpr int kGeluWidthMultiple = 8;
+  static void check_gelu_width(const char* op, const char* name, int width) {
+    if (width % kGeluWidthMultiple != 0) {
+      throw std::invalid_argument(std::string(op) + ": " + name + " (" + std::to_string(width) +
+                                  ") must be a multiple of 8 (cuBLASLt's rule for the stored GELU input)");
+    }
+  }
 };
 
 }  // namespace xtrain

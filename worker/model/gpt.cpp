@@ -73,6 +73,10 @@ GPT::GPT(const ModelSpec& spec, Backend& backend, int max_batch)
     throw std::invalid_argument("GPT: n_embd (" + std::to_string(d.C) + ") must be a multiple of n_head (" +
                                 std::to_string(d.NH) + ")");
   }
+  if (d.C % 2 != 0) {
+    throw std::invalid_argument("GPT: n_embd (" + std::to_string(d.C) +
+                                ") must be even: the MLP's fused GELU product needs 4 * n_embd to be a multiple of 8");
+  }
   if (max_batch < 1) throw std::invalid_argument("GPT: max_batch must be >= 1");
   params_ = backend_.alloc_floats(layout_.total());
   if (backend_.precision() == Precision::bf16) weight_copy_ = backend_.alloc_acts(layout_.total());
@@ -225,8 +229,7 @@ void GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
       k.matmul_forward(a.proj_out, atty, p + o.attn_proj_w, p + o.attn_proj_b, BT, C, C);
       k.residual_layernorm_forward(residual2, ln2, a.ln2_mean + l * bt, a.ln2_rstd + l * bt, residual, a.proj_out,
                                    p + o.ln2_w, p + o.ln2_b, BT, C);
-      k.matmul_forward(fch, ln2, p + o.fc_w, p + o.fc_b, BT, C, 4 * C);
-      k.gelu_forward(fch_gelu, fch, static_cast<size_t>(BT) * 4 * C);
+      k.matmul_gelu_forward(fch_gelu, fch, ln2, p + o.fc_w, p + o.fc_b, BT, C, 4 * C);
       k.matmul_forward(a.proj_out, fch_gelu, p + o.fc_proj_w, p + o.fc_proj_b, BT, 4 * C, C);
       const NextNorm n = norm_after(l);
       k.residual_layernorm_forward(residual3, n.out, n.mean, n.rstd, residual2, a.proj_out, n.weight, n.bias, BT, C);
@@ -283,9 +286,8 @@ void GPT::backward(float loss_scale, const std::function<void(Span)>& on_bucket_
       const ConstActPtr qkv = a.qkv + 3 * l * btc;
       const ConstActPtr atty = a.atty + l * btc;
       // MLP: dresidual is the gradient of residual3 = residual2 + fc_proj(gelu(fc(ln2))).
-      k.matmul_backward(a.dfch, g + o.fc_proj_w, g + o.fc_proj_b, a.dresidual, a.fch_gelu + 4 * l * btc,
-                        p + o.fc_proj_w, BT, 4 * C, C, 1.0f);
-      k.gelu_backward(a.dfch, a.fch + 4 * l * btc, a.dfch, static_cast<size_t>(BT) * 4 * C);
+      k.matmul_gelu_backward(a.dfch, g + o.fc_proj_w, g + o.fc_proj_b, a.dresidual, a.fch_gelu + 4 * l * btc,
+                             p + o.fc_proj_w, a.fch + 4 * l * btc, BT, 4 * C, C, 1.0f);
       k.matmul_backward(a.dbtc, g + o.fc_w, g + o.fc_b, a.dfch, a.ln2 + l * btc, p + o.fc_w, BT, C, 4 * C, 1.0f);
       k.layernorm_backward(a.dresidual, g + o.ln2_w, g + o.ln2_b, a.dbtc, a.residual2 + l * btc, p + o.ln2_w,
                            a.ln2_mean + l * bt, a.ln2_rstd + l * bt, BT, C);

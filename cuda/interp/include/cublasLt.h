@@ -81,6 +81,10 @@ enum cublasLtMatmulDescAttributes_t {
   CUBLASLT_MATMUL_DESC_EPILOGUE = 7,           // uint32_t (cublasLtEpilogue_t), default DEFAULT
   CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,       // const void*, default NULL
   CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE = 10,
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,  // void* (GELU_AUX*: written) or const void* (DGELU: read)
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,       // int64_t, in elements, default 0
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE = 13,
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE = 22,  // int32_t (cudaDataType_t), default -1: D's type
   CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26,    // int32_t (cudaDataType_t), default -1: D's type
 };
 

@@ -1,7 +1,8 @@
 // Interpret mode's cuBLASLt against an independent double-precision triple loop, through the real
 // API the backend calls (descriptors, heuristic, cublasLtMatmul), for every combination the
 // backend uses: N/T on each operand, fp32 and bf16 inputs, fp32 and bf16 outputs, alpha != 1,
-// beta 0 and 1, the bias epilogue, strided batches, in place and not, odd and vocabulary-wide sizes.
+// beta 0 and 1, the bias epilogue, strided batches, in place and not, odd and vocabulary-wide sizes,
+// the GELU epilogues (GELU_AUX, GELU_AUX_BIAS, DGELU) and the bias gradient of B (BGRADB).
 //
 // Tolerances. fp32 results: the fp32 value differs from the exact one by at most
 // (k + 4) * 2^-24 * (|alpha| sum_l |a_il b_lj| + |beta c_ij| + |bias_i|): a k-term sum in fp32 in
@@ -14,6 +15,13 @@
 // must lie between the bf16 roundings of r - bound and r + bound, which is the single value
 // round(r) except where a rounding boundary falls inside [r - bound, r + bound], and then one of
 // its two neighbours: no looser than that.
+// GELU epilogues: exactly the documented computation on the product's fp32 value x (the same case
+// without the GELU, fp32 output): aux = x and D = gelu(x), or D = x * gelu'(aux), each rounded once
+// to D's type, with worker/math/gelu.hpp's GELU; and the fp32 results against the double reference
+// within |gelu'| (<= 1.13) times the product's bound, plus 4e-6 relative and 1e-7 absolute for the
+// fp32 evaluation of the GELU (a handful of ulps for its exp, divide and products; ~60 ulps here).
+// BGRADB: sum_l op(B) (l, j) within k * 2^-24 * sum_l |op(B) (l, j)| of the double sum (a k-term
+// fp32 sum in any order), D unchanged by it.
 #include <catch2/catch.hpp>
 #include <cublasLt.h>
 
@@ -24,6 +32,7 @@
 
 #include "tests/cuda/interp/interp_test_util.hpp"
 #include "worker/math/bf16.hpp"
+#include "worker/math/gelu.hpp"
 
 namespace {
 
@@ -41,7 +50,10 @@ struct Case {
   int batch = 1;
   bool in_place = true;  // C == D, as the backend calls it
   bool tf32 = false;
+  cublasLtEpilogue_t gelu = CUBLASLT_EPILOGUE_DEFAULT;  // or GELU_AUX (with `bias`: _BIAS), or DGELU
+  bool bgrad = false;  // BGRADB (no bias, no GELU)
 };
+
 
 // A column-major stored operand: ld = rows + 3 and batch stride = ld * cols + 5, so that padding
 // (filled with NaN) sits between columns and between matrices: reading it poisons the result.
@@ -55,6 +67,12 @@ Stored stored(int64_t rows, int64_t cols, int batch) {
   const int64_t ld = rows + 3;
   return Stored{rows, cols, ld, batch > 1 ? ld * cols + 5 : 0};
 }
+
+bool has_gelu(const Case& c) { return c.gelu != CUBLASLT_EPILOGUE_DEFAULT; }
+
+// The GELU input's storage: D's shape with a leading dimension rounded up to a multiple of 8 past
+// m (the documented rule), so NaN padding sits between its columns.
+Stored aux_stored(const Case& c) { return Stored{c.m, c.n, (c.m + 8) / 8 * 8, 0}; }
 
 size_t bytes_of(cudaDataType_t t) { return t == CUDA_R_16BF ? 2 : 4; }
 
@@ -99,7 +117,14 @@ float download(const DeviceBuffer& buf, cudaDataType_t type, int64_t e) {
 
 struct Inputs {
   Values A, B, C, bias;
+  Values aux;  // DGELU's GELU input, over GELU's interesting range [-3, 3]
 };
+
+// x spread by s, rounded to bf16 again (3x of a bf16 value needs up to 10 bits): exact in either type.
+Values scaled(Values x, float s) {
+  for (float& v : x.v) v = math::round_to_bf16(v * s);
+  return x;
+}
 
 Inputs make_inputs(const Case& c, unsigned seed) {
   std::mt19937 rng(seed);
@@ -107,7 +132,8 @@ Inputs make_inputs(const Case& c, unsigned seed) {
   return Inputs{random_values(stored(c.ta ? c.k : c.m, c.ta ? c.m : c.k, c.batch), c.batch, ab16, rng),
                 random_values(stored(c.tb ? c.n : c.k, c.tb ? c.k : c.n, c.batch), c.batch, ab16, rng),
                 random_values(stored(c.m, c.n, c.batch), c.batch, cd16, rng),
-                random_values(Stored{c.m, 1, c.m, 0}, 1, cd16, rng)};
+                random_values(Stored{c.m, 1, c.m, 0}, 1, cd16, rng),
+                scaled(random_values(aux_stored(c), 1, cd16, rng), 3.0f)};
 }
 
 cublasLtMatrixLayout_t layout(cudaDataType_t type, const Stored& s, int batch) {
@@ -123,10 +149,16 @@ cublasLtMatrixLayout_t layout(cudaDataType_t type, const Stored& s, int batch) {
   return l;
 }
 
-// The product through the API, as cuda/gemm.cpp issues it; D's values (batch, n, m).
-std::vector<float> run(const Case& c, const Inputs& in) {
+// The product through the API, as cuda/gemm.cpp issues it; D's values (batch, n, m). With a GELU,
+// `aux` receives GELU_AUX's stored input, (n, m); with BGRADB, `bgrad` the bias gradient, (n).
+std::vector<float> run(const Case& c, const Inputs& in, std::vector<float>* aux = nullptr,
+                       std::vector<float>* bgrad = nullptr) {
   DeviceBuffer a = upload(in.A, c.ab, c.batch), b = upload(in.B, c.ab, c.batch);
   DeviceBuffer cbuf = upload(in.C, c.cd, c.batch), bias = upload(in.bias, c.cd, 1);
+  DeviceBuffer auxbuf = upload(in.aux, c.cd, 1);  // DGELU reads it; GELU_AUX overwrites its values
+  if (c.gelu == CUBLASLT_EPILOGUE_GELU_AUX) std::memset(auxbuf.get(), 0xFF, auxbuf.bytes());
+  DeviceBuffer bgradbuf(static_cast<size_t>(c.n) * bytes_of(c.cd));
+  std::memset(bgradbuf.get(), 0xFF, bgradbuf.bytes());  // NaN: every element must be written
   DeviceBuffer dbuf(c.in_place ? 0 : cbuf.bytes());
   const DeviceBuffer& d = c.in_place ? cbuf : dbuf;
   if (!c.in_place) std::memset(dbuf.get(), 0xFF, dbuf.bytes());  // NaN: every element must be written
@@ -139,11 +171,22 @@ std::vector<float> run(const Case& c, const Inputs& in) {
   const cublasOperation_t ta = c.ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = c.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   REQUIRE(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == CUBLAS_STATUS_SUCCESS);
   REQUIRE(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == CUBLAS_STATUS_SUCCESS);
-  if (c.bias) {
-    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    const void* p = bias.get();
-    REQUIRE(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) ==
+  const cublasLtEpilogue_t epi = has_gelu(c) ? (c.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : c.gelu)
+                                 : c.bias     ? CUBLASLT_EPILOGUE_BIAS
+                                 : c.bgrad    ? CUBLASLT_EPILOGUE_BGRADB
+                                              : CUBLASLT_EPILOGUE_DEFAULT;
+  REQUIRE(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) ==
+          CUBLAS_STATUS_SUCCESS);
+  if (has_gelu(c)) {
+    const void* p = auxbuf.get();
+    const int64_t ld = aux_stored(c).ld;
+    REQUIRE(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &p, sizeof p) ==
             CUBLAS_STATUS_SUCCESS);
+    REQUIRE(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld) ==
+            CUBLAS_STATUS_SUCCESS);
+  }
+  if (c.bias || c.bgrad) {
+    const void* p = c.bgrad ? bgradbuf.get() : bias.get();
     REQUIRE(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &c.cd, sizeof c.cd) ==
             CUBLAS_STATUS_SUCCESS);
     REQUIRE(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p, sizeof p) ==
@@ -182,6 +225,16 @@ std::vector<float> run(const Case& c, const Inputs& in) {
   for (int bt = 0; bt < c.batch; ++bt) {
     for (int64_t j = 0; j < c.n; ++j) {
       for (int64_t i = 0; i < c.m; ++i) out.push_back(download(d, c.cd, in.C.s.at(bt, i, j)));
+    }
+  }
+  if (bgrad != nullptr) {
+    bgrad->clear();
+    for (int64_t j = 0; j < c.n; ++j) bgrad->push_back(download(bgradbuf, c.cd, j));
+  }
+  if (aux != nullptr) {
+    aux->clear();
+    for (int64_t j = 0; j < c.n; ++j) {
+      for (int64_t i = 0; i < c.m; ++i) aux->push_back(download(auxbuf, c.cd, aux_stored(c).at(0, i, j)));
     }
   }
   cublasLtMatmulPreferenceDestroy(pref);
@@ -323,4 +376,99 @@ TEST_CASE("interp cuBLASLt: FAST_TF32 rounds fp32 inputs to TF32 (nearest, ties 
   ties.B.v[0] = 1.0f;
   const std::vector<float> rounded = run(tie, ties);
   for (int i = 0; i < 4; ++i) CHECK(rounded[i] == expected[i]);
+}
+
+namespace {
+
+double gelu_ref(double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
+
+double gelu_grad_ref(double x) {
+  const double k = std::sqrt(2.0 / M_PI), t = std::tanh(k * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+float stored_as(cudaDataType_t t, float x) { return t == CUDA_R_16BF ? math::round_to_bf16(x) : x; }
+
+// One GELU case: its results bit for bit from the plain product's fp32 x, and in fp32 against the
+// double reference (the file's comment).
+void check_gelu_case(const Case& c, unsigned seed) {
+  const Inputs in = make_inputs(c, seed);
+  std::vector<float> aux;
+  const std::vector<float> got = run(c, in, &aux);
+  Case plain = c;  // the same product, no GELU, fp32 output: x
+  plain.gelu = CUBLASLT_EPILOGUE_DEFAULT;
+  plain.cd = CUDA_R_32F;
+  const std::vector<float> x = run(plain, in);
+  const Reference r = reference(plain, in, c.tf32);
+  const bool forward = c.gelu == CUBLASLT_EPILOGUE_GELU_AUX;
+  size_t bad = 0, first = 0;
+  for (size_t e = 0; e < got.size(); ++e) {
+    const float g = in.aux.get(0, static_cast<int64_t>(e) % c.m, static_cast<int64_t>(e) / c.m);
+    const float want = stored_as(c.cd, forward ? math::gelu(x[e]) : x[e] * math::gelu_grad(g));
+    bool ok = got[e] == want && (!forward || aux[e] == stored_as(c.cd, x[e]));
+    if (c.cd == CUDA_R_32F) {
+      const double exact = forward ? gelu_ref(r.value[e]) : r.value[e] * gelu_grad_ref(g);
+      const double slope = forward ? 1.13 : std::fabs(gelu_grad_ref(g));
+      ok = ok && std::fabs(got[e] - exact) <= slope * r.bound[e] + 4e-6 * std::fabs(exact) + 1e-7;
+    }
+    if (!ok && bad++ == 0) first = e;
+  }
+  INFO("m " << c.m << " n " << c.n << " k " << c.k << " ab " << c.ab << " cd " << c.cd << " beta " << c.beta
+            << " bias " << c.bias << " epilogue " << c.gelu << " in place " << c.in_place);
+  INFO("first bad element " << first << ": got " << got[first] << ", x " << x[first] << ", reference "
+                            << r.value[first]);
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("interp cuBLASLt: GELU_AUX(_BIAS) and DGELU apply the GELU to the fp32 product, rounding once",
+          "[interp][cublaslt]") {
+  const std::pair<cudaDataType_t, cudaDataType_t> types[] = {{CUDA_R_32F, CUDA_R_32F}, {CUDA_R_16BF, CUDA_R_16BF}};
+  unsigned seed = 100;
+  for (const auto& [ab, cd] : types) {
+    for (bool tb : {false, true}) {
+      for (float beta : {0.0f, 1.0f}) {
+        for (bool bias : {false, true}) {
+          check_gelu_case(Case{13, 7, 9, false, tb, ab, cd, 0.75f, beta, bias, 1, true, false,
+                               CUBLASLT_EPILOGUE_GELU_AUX}, seed++);
+        }
+        check_gelu_case(Case{16, 5, 11, false, tb, ab, cd, 1.25f, beta, false, 1, false, false,
+                             CUBLASLT_EPILOGUE_DGELU}, seed++);
+      }
+    }
+  }
+  // With FAST_TF32 the GELU takes the TF32 product, as every epilogue does.
+  check_gelu_case(Case{13, 7, 9, false, true, CUDA_R_32F, CUDA_R_32F, 1.0f, 0.0f, true, 1, true, true,
+                       CUBLASLT_EPILOGUE_GELU_AUX}, seed++);
+}
+
+TEST_CASE("interp cuBLASLt: BGRADB sums op(B) over k next to an unchanged product", "[interp][cublaslt]") {
+  const std::pair<cudaDataType_t, cudaDataType_t> types[] = {{CUDA_R_16BF, CUDA_R_32F}, {CUDA_R_32F, CUDA_R_32F}};
+  unsigned seed = 200;
+  for (const auto& [ab, cd] : types) {
+    for (bool tb : {false, true}) {
+      for (float beta : {0.0f, 1.0f}) {
+        // The backend's weight gradient: k the positions, op(B) dout^T's transpose (tb).
+        Case c{9, 12, 37, false, tb, ab, cd, 1.0f, beta, false, 1, true};
+        c.bgrad = true;
+        const Inputs in = make_inputs(c, seed++);
+        std::vector<float> bgrad;
+        const std::vector<float> got = run(c, in, nullptr, &bgrad);
+        check(c, got, reference(c, in, false), nullptr);
+        size_t bad = 0;
+        for (int64_t j = 0; j < c.n; ++j) {
+          double sum = 0, mag = 0;
+          for (int64_t l = 0; l < c.k; ++l) {
+            const double y = tb ? in.B.get(0, j, l) : in.B.get(0, l, j);
+            sum += y;
+            mag += std::fabs(y);
+          }
+          bad += !(std::fabs(bgrad[static_cast<size_t>(j)] - sum) <= c.k * std::ldexp(1.0, -24) * mag);
+        }
+        INFO("ab " << ab << " tb " << tb << " beta " << beta);
+        CHECK(bad == 0);
+      }
+    }
+  }
 }

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "tests/cuda/interp/interp_test_util.hpp"
 
@@ -172,17 +173,63 @@ TEST_CASE("interp cuBLASLt refuses unsupported types, operations and epilogues",
     f.set(CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_C);
     f.refused(CUBLAS_STATUS_NOT_SUPPORTED, "operation");
   }
-  SECTION("epilogues other than DEFAULT and BIAS") {
-    for (cublasLtEpilogue_t e : {CUBLASLT_EPILOGUE_RELU, CUBLASLT_EPILOGUE_GELU_BIAS, CUBLASLT_EPILOGUE_BGRADB}) {
+  SECTION("epilogues other than DEFAULT, BIAS, GELU_AUX, GELU_AUX_BIAS, DGELU and BGRADB, by name") {
+    const std::pair<cublasLtEpilogue_t, const char*> refused[] = {{CUBLASLT_EPILOGUE_RELU, "RELU "},
+                                                                  {CUBLASLT_EPILOGUE_GELU_BIAS, "GELU_BIAS "},
+                                                                  {CUBLASLT_EPILOGUE_DGELU_BGRAD, "DGELU_BGRAD "},
+                                                                  {CUBLASLT_EPILOGUE_BGRADA, "BGRADA "}};
+    for (const auto& [e, name] : refused) {
       f.set(CUBLASLT_MATMUL_DESC_EPILOGUE, e);
-      f.refused(CUBLAS_STATUS_NOT_SUPPORTED, "epilogue");
+      f.refused(CUBLAS_STATUS_NOT_SUPPORTED, std::string("CUBLASLT_EPILOGUE_") + name + "is not emulated");
     }
+  }
+  SECTION("BGRADB where the documentation leaves its result open: alpha != 1, FAST_TF32") {
+    f.set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BGRADB);
+    f.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(f.bias.get()));
+    f.alpha = 2.0f;
+    f.refused(CUBLAS_STATUS_NOT_SUPPORTED, "whether alpha scales the bias gradient");
+    f.alpha = 1.0f;
+    cublasLtMatmulDescDestroy(f.desc);
+    REQUIRE(cublasLtMatmulDescCreate(&f.desc, CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS);
+    f.set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BGRADB);
+    f.refused(CUBLAS_STATUS_NOT_SUPPORTED, "without FAST_TF32");
   }
   SECTION("a bias of another type than D's") {
     f.set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
     f.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(f.bias.get()));
     f.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_16BF);
     f.refused(CUBLAS_STATUS_NOT_SUPPORTED, "bias data type");
+  }
+}
+
+TEST_CASE("interp cuBLASLt refuses a GELU epilogue's bad aux", "[interp][cublaslt]") {
+  Fixture f;
+  DeviceBuffer aux{8 * kN * 4};  // (7,13) with ld 8: the smallest valid leading dimension
+  f.set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_GELU_AUX);
+  f.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(aux.get()));
+  SECTION("a leading dimension that is not a multiple of 8, or below D's rows") {
+    for (int64_t lead : {int64_t{7}, int64_t{9}, int64_t{0}}) {
+      f.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, lead);
+      f.refused(CUBLAS_STATUS_INVALID_VALUE, "EPILOGUE_AUX_LD");
+    }
+  }
+  SECTION("another type than D's") {
+    f.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{8});
+    f.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, static_cast<int32_t>(CUDA_R_16BF));
+    f.refused(CUBLAS_STATUS_INVALID_VALUE, "aux data type");
+  }
+  SECTION("no aux, or one outside device memory") {
+    f.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{8});
+    f.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(nullptr));
+    f.refused(CUBLAS_STATUS_INVALID_VALUE, "aux is NULL");
+    alignas(256) float host[8 * kN] = {};
+    f.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(host));
+    f.refused(CUBLAS_STATUS_INVALID_VALUE, "aux at");
+  }
+  SECTION("a valid aux runs") {
+    f.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{8});
+    REQUIRE(f.heuristic() == CUBLAS_STATUS_SUCCESS);
+    CHECK(f.matmul() == CUBLAS_STATUS_SUCCESS);
   }
 }
 
