@@ -2,12 +2,17 @@
 // through the real xlaunch and xtrain-worker with device "cuda" in interpret mode: every kernel,
 // product and graph of the CUDA backend runs, on the CPU.
 //
-// - against the CPU backend's bf16 emulation on the same batches: the first step's loss within
-//   1e-3 relative (the training tests' bf16 bound for one step: a wrong kernel moves it by far
-//   more), every step's within 1e-2. Both round at the same points, so they differ only where an
-//   fp32 sum in another order (OpenBLAS's blocking for the products, the kernels' fixed reduction
-//   trees) lands on the other side of a bf16 rounding, and 50 AdamW steps (lr up to 3e-3) let
-//   those flips grow: 3.8e-3 at worst here (measured; the test prints it).
+// - against the CPU backend's bf16 emulation on the same batches. Both round at the same points,
+//   so they differ only where an fp32 sum in another order (OpenBLAS's blocking for the products,
+//   the kernels' fixed reduction trees) lands on the other side of a bf16 rounding: 1e-5 at the
+//   first steps. 50 AdamW steps (lr up to 3e-3) then amplify that as any such perturbation:
+//   the CPU against itself with another micro-batching (the same sums in another order) drifts
+//   from 1e-6 to 4e-3 by step 30. So per step the first ten are held within 2e-3, and the rest as
+//   means over ten steps within 3e-2: measured 3.2e-4 and 1.5e-3 (an AVX-512 machine), and with
+//   the GELU rounded after its product (an earlier version) 5.9e-4 and 1.0e-2, whose single steps
+//   drifted 2e-2 apart: the drift depends on the rounding points and on which OpenBLAS kernels
+//   run. A wrong batch, learning rate or update moves step 2 by more than 1e-2; a model that
+//   trains worse shows as a gap of several percent. The test prints both.
 // - CUDA graphs on and off: the same losses and parameters, bit for bit (the same launches).
 // - resumed from step 25's checkpoint: steps 26-50 and the parameters bit for bit.
 // - two ranks reducing with Gloo (the emulated device memory is host memory): within 2e-3 of one
@@ -15,7 +20,6 @@
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cmath>
-#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -63,6 +67,28 @@ double largest_difference(const std::map<long, double>& got, const std::map<long
   return worst;
 }
 
+// The steps [first, last] of `losses`.
+std::map<long, double> steps(const std::map<long, double>& losses, long first, long last) {
+  return {losses.lower_bound(first), losses.upper_bound(last)};
+}
+
+// The largest relative difference between the means of `got` and `want` over consecutive
+// windows of `width` steps, from step `first` on.
+double largest_window_difference(const std::map<long, double>& got, const std::map<long, double>& want, long first,
+                                 long width) {
+  double worst = 0.0;
+  for (long start = first; want.count(start) == 1; start += width) {
+    double sum_got = 0.0, sum_want = 0.0;
+    for (const auto& [step, loss] : steps(want, start, start + width - 1)) {
+      REQUIRE(got.count(step) == 1);
+      sum_got += got.at(step);
+      sum_want += loss;
+    }
+    worst = std::max(worst, std::abs(sum_got - sum_want) / std::abs(sum_want));
+  }
+  return worst;
+}
+
 }  // namespace
 
 TEST_CASE("interpret mode trains the demo-shaped model through xlaunch as the CPU's bf16 emulation does",
@@ -78,10 +104,12 @@ TEST_CASE("interpret mode trains the demo-shaped model through xlaunch as the CP
   REQUIRE(cpu.size() == 50);
   REQUIRE(graphs.size() == 50);
   CHECK(graphs.at(50) < graphs.at(1));
-  CHECK(std::abs(graphs.at(1) - cpu.at(1)) < 1e-3 * cpu.at(1));
-  const double vs_cpu = largest_difference(graphs, cpu);
-  WARN("interpret mode vs the CPU's bf16 emulation: largest relative loss difference " << vs_cpu);
-  CHECK(vs_cpu < 1e-2);
+  const double first_steps = largest_difference(graphs, steps(cpu, 1, 10));
+  const double later_means = largest_window_difference(graphs, cpu, 11, 10);
+  WARN("interpret mode vs the CPU's bf16 emulation: largest relative loss difference over steps 1-10 "
+       << first_steps << ", of 10-step means after " << later_means);
+  CHECK(first_steps < 2e-3);
+  CHECK(later_means < 3e-2);
 
   job.launch("eager", 1, [](json& s) {
     s["device"] = "cuda";
@@ -109,7 +137,6 @@ TEST_CASE("interpret mode trains the demo-shaped model through xlaunch as the CP
     s["train"]["micro_batch_size"] = 2;
   });
   const auto two = job.losses("two-ranks");
-  std::map<long, double> first_ten(graphs.begin(), std::next(graphs.begin(), 10));
-  CHECK(largest_difference(two, first_ten) < 2e-3);
+  CHECK(largest_difference(two, steps(graphs, 1, 10)) < 2e-3);
   CHECK(job.digest("two-ranks", 1) == job.digest("two-ranks", 0));
 }
