@@ -8,11 +8,12 @@
 //   backward:                   D_i = dO_i . O_i;  p_ij = exp(x_ij - lse_i);  ds_ij = p_ij (dO_i . v_j - D_i)
 //                               dV = [bf16] [bf16]p^T dO;  dQ = [bf16] scale [bf16]ds K;  dK = [bf16] scale [bf16]ds^T Q
 //
-// Every kernel runs 128 threads (4 warps) per block (the bf16 forward 256 at head sizes 64 and
-// 128), one block per (tile, head), the heaviest tiles first (causal rows near the end see the
-// most keys). No atomics: backward runs one kernel
-// for dK and dV (a block owns 64 keys and walks the queries that see them) and one for dQ (a block
-// owns 64 queries and walks their keys), recomputing p in both; every sum has a fixed order, so
+// Every kernel runs 128 threads (4 warps) per block (the bf16 ones 256, 8 warps, at head sizes 64
+// and 128), one block per (tile, head), the heaviest tiles first (causal rows near the end see the
+// most keys). No atomics: backward runs one kernel for dK and dV (a block owns 16 keys per warp
+// and walks the queries that see them) and one for dQ (a block owns 16 queries per warp and walks
+// their keys), recomputing p in both; every sum has a fixed order, the same at 4 and 8 warps (a
+// row's blocks are walked in the same order; a warp skips only blocks its rows see none of), so
 // results are deterministic. Tiles beyond T are zero-filled in shared memory and masked.
 //
 // bf16 storage (tensor cores: mma.sync.m16n8k16, bf16 in, fp32 accumulate; sm_80 and later):
@@ -30,8 +31,10 @@
 //   buffer, and waited for at the top of the next iteration: one __syncthreads per block).
 //   forward: 128 queries per block with 8 warps at head sizes 64 and 128, else 64 with 4 (Q
 //            fragments in registers), 64-key blocks (K, V streamed)
-//   dK, dV:  64 keys per block (K, V resident), 32-query blocks (Q, dO, lse, D streamed)
-//   dQ:      64 queries per block (Q, dO resident), 32-key blocks (K, V streamed)
+//   dK, dV:  128 keys per block with 8 warps at head sizes 64 and 128, else 64 with 4 (K, V
+//            resident), 32-query blocks (Q, dO, lse, D streamed)
+//   dQ:      128 queries per block with 8 warps at head sizes 64 and 128, else 64 with 4 (Q, dO
+//            resident), 32-key blocks (K, V streamed)
 // fp32 storage (CUDA cores, strict fp32 for the fp32 and tf32 precisions):
 //   four lanes per row (a quad), each holding a quarter of the head dimension as float4 chunks
 //   (chunk tq + 4i for lane tq, so a quad reads 64 contiguous bytes of a shared row); a dot product
@@ -63,13 +66,13 @@ inline bool flash_attention_head_size_supported(int hs) { return hs == 16 || hs 
 
 namespace flash {
 
-constexpr int kWarps = 4;  // every kernel's but the bf16 forward's at head sizes 64 and 128
+constexpr int kWarps = 4;  // every kernel's but the bf16 ones' at head sizes 64 and 128
 constexpr int kThreads = kWarps * kWarp;
 
-// The bf16 forward's warps: 8 (128-query tiles) where a head's products are large enough that
-// sharing each K, V tile between twice the queries pays (half the tile copies and barriers per
-// query), 4 (64-query tiles) for the small heads.
-constexpr int forward_bf16_warps(int hs) { return hs >= 64 ? 8 : 4; }
+// The bf16 kernels' warps (each owns 16 rows of the block's resident tile): 8 (128-row tiles)
+// where a head's products are large enough that sharing each streamed tile between twice the rows
+// pays (half the tile copies from L2 and barriers per row), 4 (64-row tiles) for the small heads.
+constexpr int bf16_warps(int hs) { return hs >= 64 ? 8 : 4; }
 
 // ---- one head's rows --------------------------------------------------------------------------
 
@@ -129,14 +132,15 @@ struct HeadRows {
     load_tile<S, HS, PAD, ROWS, THREADS>(tile, q + part * C + r0 * ld, ld, min(ROWS, T - r0));
   }
   // Rows r0 .. r0 + ROWS - 1 (r0 < T) of dout into a shared tile, issued (load_tile); zero past T.
-  template <int HS, int PAD, int ROWS>
+  template <int HS, int PAD, int ROWS, int THREADS = kThreads>
   __device__ void load_dout(S* tile, const S* dout, int r0) const {
-    load_tile<S, HS, PAD, ROWS, kThreads>(tile, dout + out + r0 * static_cast<size_t>(C), C, min(ROWS, T - r0));
+    load_tile<S, HS, PAD, ROWS, THREADS>(tile, dout + out + r0 * static_cast<size_t>(C), C, min(ROWS, T - r0));
   }
-  // lse and D of queries q0 .. q0 + n - 1 into shared memory; 0 past T, where every kernel masks
-  // the query anyway.
+  // lse and D of queries q0 .. q0 + n - 1 into shared memory, written by the block's THREADS
+  // threads; 0 past T, where every kernel masks the query anyway.
+  template <int THREADS = kThreads>
   __device__ void load_query_stats(float* s_lse, float* s_D, const float* lse, const float* D, int q0, int n) const {
-    for (int i = threadIdx.x; i < n; i += kThreads) {
+    for (int i = threadIdx.x; i < n; i += THREADS) {
       s_lse[i] = q0 + i < T ? lse[stat + q0 + i] : 0.0f;
       s_D[i] = q0 + i < T ? D[stat + q0 + i] : 0.0f;
     }
@@ -369,14 +373,26 @@ __global__ void __launch_bounds__(WARPS * kWarp, WARPS == 8 ? 1 : 4)
   }
 }
 
-// dK and dV of 64 keys (16 per warp): S^T = K Q^T and dP^T = V dO^T per 32-query block, then
-// dV += [bf16]p^T dO and dK += [bf16]ds^T Q.
-template <int HS>
-__global__ void __launch_bounds__(kThreads)
+// The backward kernels' streamed tiles: 32 rows (queries for dK/dV, keys for dQ).
+constexpr int kBackwardBlock = 32;
+
+// Blocks per SM the bf16 backward kernels ask ptxas for (sm_90, -Xptxas -v, no spills anywhere):
+// 2 at head size 64 with 8 warps (128 registers: 16 warps per SM; left free it took 135, one
+// block); 0, no minimum, elsewhere: at 128 one 8-warp block uses up to 240 registers (a cap of
+// 128 for two blocks spills in dQ), and an explicit 1 at 4 warps made ptxas take more registers
+// (dQ at head size 32: 113 instead of 96, five blocks per SM down to four).
+constexpr int backward_bf16_min_blocks(int hs, int warps) { return warps == 8 && hs == 64 ? 2 : 0; }
+
+// dK and dV of 16 * WARPS keys (16 per warp): S^T = K Q^T and dP^T = V dO^T per 32-query block,
+// then dV += [bf16]p^T dO and dK += [bf16]ds^T Q. A warp whose keys no query of the block sees
+// (the first blocks of a 128-key tile) skips the block's products: they would add exact zeros.
+// Launch bounds: backward_bf16_min_blocks.
+template <int HS, int WARPS>
+__global__ void __launch_bounds__(WARPS * kWarp, backward_bf16_min_blocks(HS, WARPS))
     backward_dkdv_bf16_kernel(BackwardArgs<bf16> args) {
   const auto [dqkv, dout, qkv, lse, D, s, scale] = args;
-  constexpr int kKeys = 64, kQueries = 32, SP = kPaddedRow<HS>;
-  static_assert(kKeys == kWarps * 16 && kQueries % 16 == 0, "one 16-row mma tile per warp");
+  constexpr int kKeys = 16 * WARPS, kQueries = kBackwardBlock, SP = kPaddedRow<HS>, kT = WARPS * kWarp;
+  static_assert(kQueries % 16 == 0, "queries in 16-column steps");
   XTRAIN_DYNAMIC_SHARED(unsigned char, smem);
   // K and V stay; (Q, dO, lse, D) of a query block are double-buffered: the next block's copy runs
   // while this one's products do. Buffer b at b * kBuffer (bf16) or b * kStats (floats) from the
@@ -394,25 +410,26 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x / kWarp, g = threadIdx.x % kWarp / 4, t = threadIdx.x % 4;
   const int key0 = c0 + 16 * warp + g;  // this thread's keys: key0 and key0 + 8
 
-  hd.template load<HS, 8, kKeys>(sK, 1, c0);
-  hd.template load<HS, 8, kKeys>(sV, 2, c0);
-  hd.template load<HS, 8, kQueries>(sQ, 0, c0);
-  hd.template load_dout<HS, 8, kQueries>(sdO, dout, c0);
+  hd.template load<HS, 8, kKeys, kT>(sK, 1, c0);
+  hd.template load<HS, 8, kKeys, kT>(sV, 2, c0);
+  hd.template load<HS, 8, kQueries, kT>(sQ, 0, c0);
+  hd.template load_dout<HS, 8, kQueries, kT>(sdO, dout, c0);
   cp_async_commit();
-  hd.load_query_stats(sLse, sD, lse, D, c0, kQueries);
+  hd.template load_query_stats<kT>(sLse, sD, lse, D, c0, kQueries);
   float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
   for (int q0 = c0, buf = 0; q0 < T; q0 += kQueries, buf ^= 1) {  // queries before c0 see none of these keys
     cp_async_wait<0>();  // this thread's part of block q0
     __syncthreads();     // everyone's; and everyone is done with the other buffer
     const int next = buf ^ 1;
     if (q0 + kQueries < T) {
-      hd.template load<HS, 8, kQueries>(sQ + next * kBuffer, 0, q0 + kQueries);
-      hd.template load_dout<HS, 8, kQueries>(sdO + next * kBuffer, dout, q0 + kQueries);
+      hd.template load<HS, 8, kQueries, kT>(sQ + next * kBuffer, 0, q0 + kQueries);
+      hd.template load_dout<HS, 8, kQueries, kT>(sdO + next * kBuffer, dout, q0 + kQueries);
     }
     cp_async_commit();
     if (q0 + kQueries < T) {
-      hd.load_query_stats(sLse + next * kStats, sD + next * kStats, lse, D, q0 + kQueries, kQueries);
+      hd.template load_query_stats<kT>(sLse + next * kStats, sD + next * kStats, lse, D, q0 + kQueries, kQueries);
     }
+    if (q0 + kQueries <= c0 + 16 * warp) continue;  // the block's last query precedes this warp's first key
     const bf16* const q_tile = sQ + buf * kBuffer;
     const bf16* const do_tile = sdO + buf * kBuffer;
     const float* const q_lse = sLse + buf * kStats;
@@ -446,13 +463,16 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// dQ of 64 queries (16 per warp): S = Q K^T and dP = dO V^T per 32-key block, dQ += [bf16]ds K.
-template <int HS>
-__global__ void __launch_bounds__(kThreads)
+// dQ of 16 * WARPS queries (16 per warp): S = Q K^T and dP = dO V^T per 32-key block, dQ +=
+// [bf16]ds K. A warp whose queries see none of the block's keys (the last blocks of a 128-query
+// tile) skips the block's products: they would add exact zeros. Launch bounds:
+// backward_bf16_min_blocks.
+template <int HS, int WARPS>
+__global__ void __launch_bounds__(WARPS * kWarp, backward_bf16_min_blocks(HS, WARPS))
     backward_dq_bf16_kernel(BackwardArgs<bf16> args) {
   const auto [dqkv, dout, qkv, lse, D, s, scale] = args;
-  constexpr int kQueries = 64, kKeys = 32, SP = kPaddedRow<HS>;
-  static_assert(kQueries == kWarps * 16 && kKeys % 16 == 0, "one 16-row mma tile per warp");
+  constexpr int kQueries = 16 * WARPS, kKeys = kBackwardBlock, SP = kPaddedRow<HS>, kT = WARPS * kWarp;
+  static_assert(kKeys % 16 == 0, "keys in 16-column steps");
   XTRAIN_DYNAMIC_SHARED(unsigned char, smem);
   // Q and dO stay; (K, V) of a key block are double-buffered: the next block's copy runs while
   // this one's products do. Buffer b at b * kBuffer from the first (computed pointers: an array
@@ -468,10 +488,10 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x / kWarp, g = threadIdx.x % kWarp / 4, t = threadIdx.x % 4;
   const int row0 = q0 + 16 * warp + g;
 
-  hd.template load<HS, 8, kQueries>(sQ, 0, q0);
-  hd.template load_dout<HS, 8, kQueries>(sdO, dout, q0);
-  hd.template load<HS, 8, kKeys>(sK, 1, 0);
-  hd.template load<HS, 8, kKeys>(sV, 2, 0);
+  hd.template load<HS, 8, kQueries, kT>(sQ, 0, q0);
+  hd.template load_dout<HS, 8, kQueries, kT>(sdO, dout, q0);
+  hd.template load<HS, 8, kKeys, kT>(sK, 1, 0);
+  hd.template load<HS, 8, kKeys, kT>(sV, 2, 0);
   cp_async_commit();
   float row_lse[2], row_D[2];
   #pragma unroll
@@ -486,10 +506,11 @@ __global__ void __launch_bounds__(kThreads)
     cp_async_wait<0>();  // this thread's part of block c0 (and, the first time, of Q and dO)
     __syncthreads();     // everyone's; and everyone is done with the other buffer
     if (c0 + kKeys <= last_key) {
-      hd.template load<HS, 8, kKeys>(sK + (buf ^ 1) * kBuffer, 1, c0 + kKeys);
-      hd.template load<HS, 8, kKeys>(sV + (buf ^ 1) * kBuffer, 2, c0 + kKeys);
+      hd.template load<HS, 8, kKeys, kT>(sK + (buf ^ 1) * kBuffer, 1, c0 + kKeys);
+      hd.template load<HS, 8, kKeys, kT>(sV + (buf ^ 1) * kBuffer, 2, c0 + kKeys);
     }
     cp_async_commit();
+    if (c0 > q0 + 16 * warp + 15) continue;  // the block's first key follows this warp's last query
     const bf16* const k_tile = sK + buf * kBuffer;
     float x[kKeys / 8][4] = {}, dp[kKeys / 8][4] = {};  // S and dP, then ds
     products_with_transposed<HS, kKeys>(x, dp, sQ, k_tile, sdO, sV + buf * kBuffer);
@@ -728,9 +749,18 @@ inline unsigned tiles(const AttentionShape& s, int rows) {
 template <int HS>
 constexpr size_t kBf16Row = static_cast<size_t>(kPaddedRow<HS>) * sizeof(bf16);
 
+// Dynamic shared memory of a bf16 backward kernel: `resident` rows of two tiles (K and V, or Q
+// and dO), two buffers of two streamed kBackwardBlock-row tiles, and for dK/dV two buffers of the
+// streamed queries' lse and D.
+template <int HS>
+constexpr size_t backward_bf16_smem(int resident, bool query_stats) {
+  return (2 * static_cast<size_t>(resident) + 4 * kBackwardBlock) * kBf16Row<HS> +
+         (query_stats ? 4 * kBackwardBlock * sizeof(float) : 0);
+}
+
 template <int HS>
 void forward(cudaStream_t stream, bf16* out, float* lse, const bf16* qkv, const AttentionShape& s, float scale) {
-  constexpr int kWarpsHere = forward_bf16_warps(HS);
+  constexpr int kWarpsHere = bf16_warps(HS);
   // Two buffers of a K and a V tile.
   launch(forward_bf16_kernel<HS, kWarpsHere>, tiles(s, 16 * kWarpsHere), kWarpsHere * kWarp,
          4 * math::kFlashKeyBlock * kBf16Row<HS>, stream, out, lse, qkv, s, scale);
@@ -744,10 +774,11 @@ template <int HS>
 void backward(cudaStream_t stream, bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* D,
               const AttentionShape& s, float scale) {
   const BackwardArgs<bf16> args{dqkv, dout, qkv, lse, D, s, scale};
-  // 64 resident rows, two buffers of two 32-row tiles (and of the 32 queries' lse and D)
-  launch(backward_dkdv_bf16_kernel<HS>, tiles(s, 64), kThreads, (2 * 64 + 4 * 32) * kBf16Row<HS> + 4 * 32 * sizeof(float),
-         stream, args);
-  launch(backward_dq_bf16_kernel<HS>, tiles(s, 64), kThreads, (2 * 64 + 4 * 32) * kBf16Row<HS>, stream, args);
+  constexpr int kWarpsHere = bf16_warps(HS), kRows = 16 * kWarpsHere;
+  launch(backward_dkdv_bf16_kernel<HS, kWarpsHere>, tiles(s, kRows), kWarpsHere * kWarp,
+         backward_bf16_smem<HS>(kRows, true), stream, args);
+  launch(backward_dq_bf16_kernel<HS, kWarpsHere>, tiles(s, kRows), kWarpsHere * kWarp,
+         backward_bf16_smem<HS>(kRows, false), stream, args);
 }
 template <int HS>
 void backward(cudaStream_t stream, float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D,
