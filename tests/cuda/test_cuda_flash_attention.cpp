@@ -2,7 +2,7 @@
 // (worker/cpu/flash_attention.hpp) of the same precision ([gpu]): fp32 storage against the CPU in
 // fp32, bf16 storage against the CPU's bf16 emulation, which rounds at the same points
 // (worker/math/flash_attention.hpp). Every head size with a kernel, T = 1, T not a multiple of
-// any block (65, 200), several heads, B > 1, and GPT-2 small's attention.
+// any block (65, 200, 300), several heads, B > 1, and GPT-2 small's attention.
 //
 // Error measure: max |gpu - cpu| / max |cpu| per tensor (out, lse, and the q, k, v parts of
 // dqkv), tests/worker/flash_attention_util.hpp. Tolerances:
@@ -102,7 +102,9 @@ AttentionResult gpu_flash_attention(const std::vector<float>& qkv, const std::ve
 }
 
 // Every head size with a kernel, each at T = 1 (one key), 65 (a block and one) and 200 (several
-// blocks and a tail), plus GPT-2 small's heads at T = 1024 (not in interpret mode: kInterpreted).
+// blocks and a tail), 300 at head size 64 (three of the 128-row tiles, the middle one full, whose
+// walks cross both of its neighbours), plus GPT-2 small's heads at T = 1024 (not in interpret
+// mode: kInterpreted).
 std::vector<AttentionShape> shapes() {
   std::vector<AttentionShape> v;
   for (const int hs : {16, 32, 64, 128}) {
@@ -110,6 +112,7 @@ std::vector<AttentionShape> shapes() {
     v.push_back({2, 65, 2 * hs, 2});
     v.push_back({1, 200, 3 * hs, 3});
   }
+  v.push_back({1, 300, 64, 1});
   if (!kInterpreted) v.push_back({2, 1024, 768, 12});
   return v;
 }
