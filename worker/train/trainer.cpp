@@ -14,6 +14,7 @@
 #include "worker/model/cuda_graphs.hpp"
 #include "worker/train/lr_schedule.hpp"
 #include "worker/formats/model_io.hpp"
+#include "worker/model/memory_plan.hpp"
 #include "worker/train/text_sampler.hpp"
 
 namespace xtrain {
@@ -75,8 +76,7 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
   if (graphs.use) model_->set_replay(graphs.required ? GPT::Replay::kRequired : GPT::Replay::kPreferred);
   if (rank_ == 0 && backend_.name() == "cuda") spdlog::info("cuda graphs: {}", graphs.why);
   adamw_ = std::make_unique<AdamW>(backend_, model_->layout(), AdamWConfig::from(t));
-  // [loss, stop, busy per rank] averaged each step, then the gradients' sum of squares (a double).
-  host_scalars_.resize(2 + static_cast<size_t>(world_) + sizeof(double) / sizeof(float));
+  host_scalars_.resize(step_scalar_floats(world_));
   scalars_ = backend_.alloc_floats(host_scalars_.size());
   const size_t bt = static_cast<size_t>(micro_batch_) * static_cast<size_t>(spec_.model.seq_len);
   inputs_.resize(bt);
