@@ -501,6 +501,14 @@ double CudaBackend::sum_squares(const float* x, size_t n) {
   return result;
 }
 
+void CudaBackend::sum_squares_into(float* dst, const float* x, size_t n) {
+  refuse_while_recording("sum_squares_into");
+  cuda::sum_squares(stream_, sum_partials_, x, n);
+  // A device-to-device copy on the compute stream: ordered, and no host wait.
+  XTRAIN_CUDA_CHECK(
+      cudaMemcpyAsync(dst, sum_partials_ + kSumSquaresBlocks, sizeof(double), cudaMemcpyDeviceToDevice, stream_));
+}
+
 void CudaBackend::scale(float* x, float s, size_t n) { cuda::scale(stream_, x, s, n); }
 
 }  // namespace xtrain::cuda

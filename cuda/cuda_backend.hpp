@@ -153,6 +153,7 @@ class CudaBackend final : public Backend {
   void adamw_update(float* params, ActPtr weights, const float* grads, float* m, float* v, size_t n,
                     const AdamWHyper& h) override;
   double sum_squares(const float* x, size_t n) override;
+  void sum_squares_into(float* dst, const float* x, size_t n) override;
   void scale(float* x, float s, size_t n) override;
 
  private:

@@ -196,7 +196,7 @@ void NcclCommunicator::start_all_reduce_average(GradBucket bucket) {
   if (bucket.count == 0) return;
   order_after_compute();
   wait_issued(ncclAllReduce(bucket.data, bucket.data, bucket.count, ncclFloat32, ncclAvg, comm_, comm_stream_),
-              "ncclAllReduce (gradient bucket)");
+              "ncclAllReduce (a bucket: gradients or the step's scalars)");
   pending_ = true;
 }
 

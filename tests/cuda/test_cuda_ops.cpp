@@ -36,6 +36,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "cuda/cuda_api.hpp"
@@ -456,6 +457,19 @@ TEST_CASE_METHOD(OpsTest, "cuda sum of squares matches the CPU and is determinis
     const double got = gpu->sum_squares(d_x.get(), n);
     CHECK(std::abs(got - want) <= 1e-12 * want);
     CHECK(gpu->sum_squares(d_x.get(), n) == got);
+    // Left in device memory (at an odd float offset, as beside the training step's scalars), the
+    // sum is the same double, bit for bit, on either backend.
+    DeviceFloats d_out(*gpu, std::vector<float>(3, 0.0f));  // (3) a float, then the double's bytes
+    gpu->sum_squares_into(d_out.get() + 1, d_x.get(), n);
+    std::vector<float> out(3);  // (3)
+    gpu->download(out.data(), d_out.get(), out.size());
+    double left = 0;
+    std::memcpy(&left, out.data() + 1, sizeof left);
+    CHECK(left == got);
+    float cpu_out[2] = {0, 0};
+    cpu.sum_squares_into(cpu_out, x.data(), n);
+    std::memcpy(&left, cpu_out, sizeof left);
+    CHECK(left == want);
   }
 }
 

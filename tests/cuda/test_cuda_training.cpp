@@ -202,7 +202,7 @@ TEST_CASE_METHOD(Seeded, "the CUDA backend holds what the memory plan counts, an
     cuda::CudaBackend gpu(0, p.precision);
     Replica r(gpu, m);
     constexpr int kWorld = 1;
-    float* scalars = gpu.alloc_floats(2 + kWorld);  // the trainer's step scalars
+    float* scalars = gpu.alloc_floats(2 + kWorld + 2);  // the trainer's step scalars, then the norm's double
 
     const MemoryPlan plan = plan_memory(m, kBatch, kWorld, cuda_backend_memory(d, kBatch, p.precision));
     INFO(plan.summary());

@@ -32,6 +32,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -238,6 +239,18 @@ class Backend {
   // sum_i x[i]^2 accumulated in double in an order fixed by n alone (deterministic); returns to
   // the host, so it waits for the queue.
   virtual double sum_squares(const float* x, size_t n) = 0;
+  // The same sum, left in backend memory instead of handed to the host: dst[0..1] (backend
+  // memory) receive the double's 8 bytes, so that one later download brings it to the host with
+  // whatever else the caller reads there (the training step's one wait after the loss). Waits for
+  // nothing on a backend that overrides it; this default, for backends whose waits cost nothing,
+  // composes sum_squares and upload.
+  virtual void sum_squares_into(float* dst, const float* x, size_t n) {
+    const double sum = sum_squares(x, n);
+    float bytes[2];
+    static_assert(sizeof bytes == sizeof sum);
+    std::memcpy(bytes, &sum, sizeof sum);
+    upload(dst, bytes, 2);
+  }
 
   // x *= s
   virtual void scale(float* x, float s, size_t n) = 0;

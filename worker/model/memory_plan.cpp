@@ -126,7 +126,7 @@ MemoryPlan plan_memory(const ModelSpec& model, int micro_batch, int world_size, 
   const size_t ab = dtype_bytes(backend.act_dtype);
   const char* act = dtype_name(backend.act_dtype);
   const bool weight_copy = backend.precision == Precision::bf16;
-  const size_t scalars = 2 + static_cast<size_t>(world_size);  // the trainer's per-step all-reduce
+  const size_t scalars = step_scalar_floats(world_size);
 
   MemoryPlan p;
   p.device = backend.device;

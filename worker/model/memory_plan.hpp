@@ -97,6 +97,12 @@ struct MemoryPlan {
   nlohmann::json to_json() const;
 };
 
+// The trainer's per-step scalars in backend memory: [loss, stop flag, each rank's busy time],
+// all-reduced, then the gradients' sum of squares (a double's bytes) beside them.
+inline size_t step_scalar_floats(int world_size) {
+  return 2 + static_cast<size_t>(world_size) + sizeof(double) / sizeof(float);
+}
+
 // The plan of one rank training `model` with micro-batches of `micro_batch` sequences among
 // `world_size` ranks, on a backend of these figures.
 MemoryPlan plan_memory(const ModelSpec& model, int micro_batch, int world_size, const BackendMemory& backend);

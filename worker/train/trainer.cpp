@@ -14,6 +14,7 @@
 #include "worker/model/cuda_graphs.hpp"
 #include "worker/train/lr_schedule.hpp"
 #include "worker/formats/model_io.hpp"
+#include "worker/model/memory_plan.hpp"
 #include "worker/train/text_sampler.hpp"
 
 namespace xtrain {
@@ -75,7 +76,7 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
   if (graphs.use) model_->set_replay(graphs.required ? GPT::Replay::kRequired : GPT::Replay::kPreferred);
   if (rank_ == 0 && backend_.name() == "cuda") spdlog::info("cuda graphs: {}", graphs.why);
   adamw_ = std::make_unique<AdamW>(backend_, model_->layout(), AdamWConfig::from(t));
-  host_scalars_.resize(2 + static_cast<size_t>(world_));
+  host_scalars_.resize(step_scalar_floats(world_));
   scalars_ = backend_.alloc_floats(host_scalars_.size());
   const size_t bt = static_cast<size_t>(micro_batch_) * static_cast<size_t>(spec_.model.seq_len);
   inputs_.resize(bt);
@@ -253,54 +254,53 @@ Trainer::StepOutcome Trainer::train_step(Communicator& comm, long step, bool sto
     fault_.after_micro_step(rank_, seconds_since(c0));
   }
   in_step_ = false;
-  // Host waits of a step (docs/architecture.md, "Host waits"): the loss's download, the
-  // gradient norm's, and with several ranks the wait that separates this rank's own work from
-  // the gradients' (timed as busy) and the step's scalar all-reduce. Nothing waits after the
-  // optimizer: the next step's first wait covers it.
-  StepOutcome out;
-  if (world_ == 1) {
-    // No peer to wait for: busy is the whole forward and backward, which the loss's download
-    // waits for. The loss is reported as a float, as the scalars' all-reduce carries it.
-    comm.finish_all_reduces();
-    out.loss = static_cast<float>(model_->take_loss());
-    out.busy_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    out.stop = stop_here;
-    out.rank_busy_ms = {out.busy_ms};
-  } else {
-    exchange_step_scalars(comm, stop_here, t0, out);
-  }
+  StepOutcome out = finish_step(comm, stop_here, t0);
   live.phase(WorkerPhase::kOptimizer);
-  out.grad_norm = grad_norm(backend_, grads, model_->layout().total());
   const float clip = clip_scale(out.grad_norm, spec_.train.grad_clip);
   const double lr = learning_rate(spec_.train, step);
   adamw_->step(*model_, static_cast<float>(lr), clip);
   return out;
 }
 
-void Trainer::exchange_step_scalars(Communicator& comm, bool stop_here, std::chrono::steady_clock::time_point t0,
-                                    StepOutcome& out) {
+Trainer::StepOutcome Trainer::finish_step(Communicator& comm, bool stop_here,
+                                          std::chrono::steady_clock::time_point t0) {
+  // Host waits of a step, on every world size (docs/architecture.md, "Host waits"): the loss's
+  // download, and one download after the collectives. Nothing waits after the optimizer: the
+  // next step's loss download covers it.
   Heartbeat& live = report_.heartbeat();
-  // The device finishes this rank's own backward first, so that what is timed next is waiting.
-  backend_.synchronize();
-  live.phase(WorkerPhase::kGradientWait);
-  const auto wait_began = std::chrono::steady_clock::now();
-  comm.finish_all_reduces();
+  StepOutcome out;
+  // The loss's download waits for this rank's forward and backward and for nothing else: the
+  // gradients' all-reduces run beside backward (Gloo's thread, NCCL's stream) and nothing has
+  // waited for them yet. So the time to here is the rank's busy time, without its waits for peers.
+  const float loss = static_cast<float>(model_->take_loss());
+  out.busy_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
-  // One small all-reduce carries the loss, whether any rank was asked to stop, and every rank's
-  // busy time (each rank fills its own slot, scaled by the world size so the average is exact).
-  out.busy_ms = std::chrono::duration<double, std::milli>(wait_began - t0).count();
+  // One small all-reduce, queued behind the gradients' buckets, carries the loss, whether any rank
+  // was asked to stop, and every rank's busy time (each rank fills its own slot, scaled by the
+  // world size so the average is exact).
+  const size_t averaged = 2 + static_cast<size_t>(world_);
   std::fill(host_scalars_.begin(), host_scalars_.end(), 0.0f);
-  host_scalars_[0] = static_cast<float>(model_->take_loss());  // the losses' one download per step
+  host_scalars_[0] = loss;
   host_scalars_[1] = stop_here ? 1.0f : 0.0f;
   host_scalars_[2 + static_cast<size_t>(rank_)] = static_cast<float>(out.busy_ms * world_);
-  backend_.upload(scalars_, host_scalars_.data(), host_scalars_.size());
+  backend_.upload(scalars_, host_scalars_.data(), averaged);
+  live.phase(WorkerPhase::kGradientWait);
+  comm.start_all_reduce_average(GradBucket{scalars_, averaged, -1});
+  comm.finish_all_reduces();
+  // The global gradient norm of the averaged gradients lands beside the scalars, so the one
+  // download below brings both: a CUDA rank's wait for its peers happens there.
+  float* const sum_squares = scalars_ + averaged;
+  backend_.sum_squares_into(sum_squares, model_->grads(), model_->layout().total());
   live.phase(WorkerPhase::kStepSync);
-  comm.all_reduce_average(scalars_, host_scalars_.size());
   backend_.download(host_scalars_.data(), scalars_, host_scalars_.size());
 
   out.loss = host_scalars_[0];
   out.stop = host_scalars_[1] > 0;
-  out.rank_busy_ms.assign(host_scalars_.begin() + 2, host_scalars_.end());
+  out.rank_busy_ms.assign(host_scalars_.begin() + 2, host_scalars_.begin() + static_cast<std::ptrdiff_t>(averaged));
+  double squares = 0;
+  std::memcpy(&squares, host_scalars_.data() + averaged, sizeof squares);
+  out.grad_norm = std::sqrt(squares);
+  return out;
 }
 
 double Trainer::evaluate(Communicator& comm) {

@@ -10,15 +10,21 @@
 //     backward with loss scale 1/accum, adding into the gradient buffer; on the LAST micro-step
 //     only, each finished layer's gradient span is handed to the communicator at once, so its
 //     average overlaps the rest of backward (no_sync: one all-reduce per parameter per step)
-//   finish_all_reduces; average [loss, stop request, each rank's busy time] across ranks in one
-//   small all-reduce
-//   global grad norm (identical everywhere, as the averaged grads are), clip, lr, AdamW
+//   download the loss (this rank's compute is done: its busy time ends here); queue one small
+//   all-reduce of [loss, stop request, each rank's busy time] behind the gradients' buckets;
+//   finish_all_reduces; the global grad norm (identical everywhere, as the averaged grads are)
+//   computed where the gradients live, beside the scalars; one download brings both
+//   clip, lr, AdamW (nothing waits for them: the next step's loss download does)
 //
-// Busy time: a rank's step time up to the small all-reduce, minus the time it waited in
-// finish_all_reduces. In synchronous data parallelism every rank's wall time per step is the
-// same; the busy time is what shows a straggler (xlaunch watches it in the heartbeat records,
-// metrics.jsonl has every rank's as rank_step_ms). Each rank fills its own slot of the small
-// all-reduce with its busy time times the world size, so the average hands every rank all of them.
+// Busy time: a rank's step time until its loss is downloaded, which waits for its own forward and
+// backward but for none of the collectives (they run beside backward and are waited for later).
+// In synchronous data parallelism every rank's wall time per step is the same; the busy time is
+// what shows a straggler (xlaunch watches it in the heartbeat records, metrics.jsonl has every
+// rank's as rank_step_ms). Each rank fills its own slot of the small all-reduce with its busy time
+// times the world size, so the average hands every rank all of them.
+//
+// Host waits per step, on any world size: the loss's download and the scalars' download (the
+// norm rides with them), so a CUDA rank blocks twice and never after the optimizer.
 //
 // Validation (train.eval_every): the loss over the same windows at every world size, and with
 // train.eval_multiple_choice the multiple-choice accuracy: each rank scores examples r, r + world,
@@ -94,10 +100,9 @@ class Trainer {
   void verify_replicas(Communicator& comm);
   // Optimizer step `step` (0-based); `stop_here`: this rank was asked to stop.
   StepOutcome train_step(Communicator& comm, long step, bool stop_here);
-  // Several ranks: waits for this rank's backward (busy until then), then the gradients, then
-  // averages the loss, the stop flag and every rank's busy time in one all-reduce.
-  void exchange_step_scalars(Communicator& comm, bool stop_here, std::chrono::steady_clock::time_point t0,
-                             StepOutcome& out);
+  // After backward: the loss (busy until it is downloaded), the gradients' and the step scalars'
+  // all-reduces, and the gradient norm, with two host waits in all (the loss, then the scalars).
+  StepOutcome finish_step(Communicator& comm, bool stop_here, std::chrono::steady_clock::time_point t0);
   int bucket_id(Span span) const;  // the layer whose gradients `span` holds, n_layer for the embeddings'
   double evaluate(Communicator& comm);
   // train.eval_multiple_choice on this rank's share of the examples, the counts summed over ranks.
@@ -130,10 +135,11 @@ class Trainer {
   std::uint64_t choices_total_ = 0;     // examples per validation, all ranks together (0: none)
   std::unique_ptr<GPT> model_;
   std::unique_ptr<AdamW> adamw_;
-  float* scalars_ = nullptr;          // (2 + world) backend memory: what the per-step all-reduce carries
+  float* scalars_ = nullptr;          // (2 + world + 2) backend memory: the step's averaged scalars, then
+                                      // the gradients' sum of squares (a double's bytes)
   std::vector<std::int32_t> inputs_;  // (B,T) host
   std::vector<std::int32_t> targets_; // (B,T) host
-  std::vector<float> host_scalars_;   // (2 + world) host staging of scalars_
+  std::vector<float> host_scalars_;   // (2 + world + 2) host staging of scalars_
   long start_step_ = 0;
   long completed_steps_ = 0;
   long current_step_ = 0;             // 1-based, the step in progress (for progress reports)

@@ -110,8 +110,9 @@ TEST_CASE("the memory plan is what GPT and AdamW allocate for a backend that sto
     INFO("world " << world);
     const MemoryPlan plan = plan_memory(m, B, world, backend_memory(watched, d, B));
     CHECK(plan.act_dtype == DType::bf16);
-    // The trainer adds its step's scalars: [loss, stop flag, each rank's busy time].
-    CHECK(watched.live().floats + 2 + static_cast<size_t>(world) == plan.floats);
+    // The trainer adds its step's scalars: [loss, stop flag, each rank's busy time], then the
+    // gradient norm's sum of squares (a double: two floats).
+    CHECK(watched.live().floats + 2 + static_cast<size_t>(world) + 2 == plan.floats);
     CHECK(watched.live().acts == plan.acts);
     CHECK(watched.live().ints == plan.ints);
     CHECK(plan.steady_bytes() == element_bytes(plan));

@@ -83,22 +83,28 @@ TEST_CASE("with 4 micro-steps, each parameter is all-reduced exactly once per op
   const RecordingCommunicator& comm = f.comm;
   const ParamLayout& layout = f.trainer->model().layout();
   const int L = f.spec.model.n_layer;
-  REQUIRE(comm.buckets.size() == static_cast<size_t>(3 * (L + 1)));
+  // Per step: the layers' buckets, then the step's scalars [loss, stop flag, each rank's busy
+  // time] queued behind them, so that one finish_all_reduces and one download serve both.
+  const size_t per_step = static_cast<size_t>(L + 2);
+  REQUIRE(comm.buckets.size() == 3 * per_step);
   CHECK(comm.finishes == 3);
-  for (int step = 0; step < 3; ++step) {
+  for (size_t step = 0; step < 3; ++step) {
     // Layers L-1 .. 0, then the embeddings: together the whole gradient buffer, once.
     size_t covered = 0;
     for (int j = 0; j <= L; ++j) {
-      const GradBucket& b = comm.buckets[static_cast<size_t>(step * (L + 1) + j)];
+      const GradBucket& b = comm.buckets[step * per_step + static_cast<size_t>(j)];
       const Span expected = j < L ? layout.layer_span(L - 1 - j) : layout.embedding_span();
       CHECK(b.data == f.trainer->model().grads() + expected.offset);
       CHECK(b.count == expected.count);
       covered += b.count;
     }
     CHECK(covered == layout.total());
+    const GradBucket& scalars = comm.buckets[step * per_step + per_step - 1];
+    CHECK(scalars.count == 3);  // 2 + the world size
+    CHECK(scalars.id == -1);    // no layer's
+    CHECK(scalars.data == comm.buckets[per_step - 1].data);  // the same buffer every step
   }
-  // Several ranks average [loss, stop flag, each rank's busy time] in one small all-reduce per
-  // step; a world of one has nothing to average, and no host wait for it.
+  // Nothing blocking in a step: the scalars ride with the gradients.
   CHECK(comm.blocking_floats.empty());
   // Each bucket says which layer it holds (L for the embeddings), for the progress record.
   for (int j = 0; j <= L; ++j) CHECK(comm.buckets[static_cast<size_t>(j)].id == (j < L ? L - 1 - j : L));
