@@ -99,8 +99,9 @@ struct MemoryPlan {
 
 // The trainer's per-step scalars in backend memory: [loss, stop flag, each rank's busy time],
 // all-reduced, then the gradients' sum of squares (a double's bytes) beside them.
+inline size_t averaged_step_scalars(int world_size) { return 2 + static_cast<size_t>(world_size); }
 inline size_t step_scalar_floats(int world_size) {
-  return 2 + static_cast<size_t>(world_size) + sizeof(double) / sizeof(float);
+  return averaged_step_scalars(world_size) + sizeof(double) / sizeof(float);
 }
 
 // The plan of one rank training `model` with micro-batches of `micro_batch` sequences among

@@ -278,7 +278,7 @@ Trainer::StepOutcome Trainer::finish_step(Communicator& comm, bool stop_here,
   // One small all-reduce, queued behind the gradients' buckets, carries the loss, whether any rank
   // was asked to stop, and every rank's busy time (each rank fills its own slot, scaled by the
   // world size so the average is exact).
-  const size_t averaged = 2 + static_cast<size_t>(world_);
+  const size_t averaged = averaged_step_scalars(world_);
   std::fill(host_scalars_.begin(), host_scalars_.end(), 0.0f);
   host_scalars_[0] = loss;
   host_scalars_[1] = stop_here ? 1.0f : 0.0f;
