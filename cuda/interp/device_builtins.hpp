@@ -174,9 +174,11 @@ void launch(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shared_byt
 
 }  // namespace xtrain::interp
 
-// The kernels' portable spellings (cuda/kernels/portable.cuh) in interpret mode.
-#define XTRAIN_SHARED(type, name, dims)                                                                 \
-  type(&name) dims = *static_cast<type(*) dims>(                                                        \
-      ::xtrain::interp::static_shared(#name, sizeof(type dims), alignof(type dims)))
+// The kernels' portable spellings (cuda/kernels/portable.cuh) in interpret mode. The alias names
+// the array (or, with empty dims, the scalar) type, so one reference declaration serves both.
+#define XTRAIN_SHARED(type, name, dims)                         \
+  using name##_shared_type = type dims;                         \
+  name##_shared_type& name = *static_cast<name##_shared_type*>( \
+      ::xtrain::interp::static_shared(#name, sizeof(name##_shared_type), alignof(name##_shared_type)))
 #define XTRAIN_DYNAMIC_SHARED(type, name) \
   type* const name = static_cast<type*>(::xtrain::interp::dynamic_shared())

@@ -339,7 +339,10 @@ def judge(job, busy, check, extra):
                   f"rank's {theirs:.1f} for the same work: its core ran slower, with no other process on it")
             continue
         if others <= EXPLAINED:
-            failure = f"{entry}: other processes used only {others:.0%} of core {entry['rank']} meanwhile ({where})"
+            cpu = (f"it needed {mine:.1f} ms of CPU per step, the other rank {theirs:.1f}" if mine and theirs
+                   else "its CPU per step was not sampled")
+            failure = (f"{entry}: other processes used only {others:.0%} of core {entry['rank']} meanwhile, and {cpu} "
+                       f"({where})")
             # The sampler sees a rank's core only every 0.1 s, and not at all in a run's last steps:
             # on a machine that others kept busy an unexplained entry is not the detector's fault.
             if share > BUSY_SHARE:

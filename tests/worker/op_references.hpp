@@ -18,6 +18,13 @@ namespace xtrain::test {
 using Vec = std::vector<double>;
 
 constexpr double kFdStep = 1e-5;
+// Bounds on rel_error (CHECK_REL) of float ops against these double references. Each float
+// rounding adds at most 2^-24 (6e-8) relative error, and the ops' sums run over a few dozen terms at
+// the tests' sizes, so a correct forward stays well below 2e-6, while a wrong index or a missing
+// term (errors of 1e-2 and up) fails. Gradients go through one more product or reduction, and
+// their references are central differences (error ~1e-10 at kFdStep): 1e-5.
+constexpr double kForwardTol = 2e-6;
+constexpr double kGradTol = 1e-5;
 
 inline Vec random_vec(size_t n, std::mt19937& rng, double lo = -1.0, double hi = 1.0) {
   std::uniform_real_distribution<double> u(lo, hi);

@@ -32,8 +32,6 @@ using namespace xtrain::test;
 using xtrain::CpuBackend;
 using xtrain::Precision;
 
-constexpr double kForwardTol = 2e-6;
-constexpr double kGradTol = 1e-5;
 constexpr double kFloorOfRms = 1e-5;
 constexpr double kMinEqualShare = 0.9;
 

@@ -26,9 +26,6 @@ namespace {
 using namespace xtrain::test;
 using xtrain::CpuBackend;
 
-constexpr double kForwardTol = 2e-6;
-constexpr double kGradTol = 1e-5;
-
 }  // namespace
 
 TEST_CASE("embedding forward and backward match double references", "[ops]") {

@@ -24,9 +24,6 @@ using namespace xtrain::test;
 using xtrain::CpuBackend;
 using xtrain::Precision;
 
-constexpr double kForwardTol = 2e-6;
-constexpr double kGradTol = 1e-5;
-
 // GPT's MLP shapes, small: fc (N,C) -> (N,H), fc_proj (N,H) -> (N,C); H a multiple of 8.
 constexpr int N = 5, C = 8, H = 24;
 

@@ -13,7 +13,7 @@
 using namespace xtrain;
 
 TEST_CASE("Packed products equal the plain ones, alone or several positions at a time", "[packed]") {
-  for (const auto [rows, cols] : {std::pair{8, 16}, std::pair{13, 21}, std::pair{3, 5}, std::pair{64, 768}}) {
+  for (const auto& [rows, cols] : {std::pair{8, 16}, std::pair{13, 21}, std::pair{3, 5}, std::pair{64, 768}}) {
     INFO(rows << " x " << cols);
     std::mt19937 rng(static_cast<unsigned>(rows * cols));
     std::normal_distribution<float> normal(0.0f, 1.0f);

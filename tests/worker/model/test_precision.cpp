@@ -33,7 +33,7 @@ namespace {
 
 constexpr double kU = 1.0 / 256;  // bf16 unit roundoff, 2^-8
 
-ModelSpec small_model() { return {.n_layer = 2, .n_head = 4, .n_embd = 64, .seq_len = 32, .vocab_size = 200}; }
+ModelSpec small_model() { return xtrain::test::model_spec(2, 4, 64, 32, 200); }
 
 constexpr int kBatch = 4;
 
