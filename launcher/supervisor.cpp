@@ -34,6 +34,11 @@ constexpr double kEchoWaitS = 2.0;
 // How long a hang report waits for the backtraces it asked for, and how often it looks.
 constexpr double kBacktraceWaitS = 1.0;
 constexpr double kBacktracePollS = 0.02;
+// scancel (SLURM's proctrack signals every process of the step) and a terminal's Ctrl-C without job
+// control signal the ranks and xlaunch together, in no set order: a rank killed by such a signal may
+// be reaped, and the whole attempt end, before xlaunch's own copy is handled. It is waited for this
+// long after the rank died before the rank is reported as the failure.
+constexpr double kJobSignalWindowS = 1.0;
 
 SteadyClock::duration seconds(double s) {
   return std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(s));
@@ -126,7 +131,7 @@ const char* Supervisor::phase_name(Phase phase) {
 
 Supervisor::Supervisor(const Plan& plan, RunDir& run_dir, Console* console, Guard& guard)
     : plan_(plan), run_dir_(run_dir), console_(console), guard_(guard), signals_(io_), job_timer_(io_),
-      kill_timer_(io_), drain_timer_(io_), echo_timer_(io_), diagnosis_timer_(io_), live_report_(io_, plan.run_dir) {
+      kill_timer_(io_), drain_timer_(io_), echo_timer_(io_), diagnosis_timer_(io_), job_signal_timer_(io_), live_report_(io_, plan.run_dir) {
   for (const RankPlacement& where : plan.ranks) {
     log_fds_.push_back(run_dir.open_rank_log(where.rank));
     ranks_.emplace_back(where);
@@ -643,13 +648,10 @@ bool Supervisor::every_rank_preempted() const {
   return true;
 }
 
-// scancel (and a terminal's Ctrl-C without job control) signals every process of the job, the
-// ranks too: a rank killed by the very signal xlaunch receives a moment later is not the root
-// cause; the signal is. Returns true when it took this failure's place.
+// A rank killed by the very signal xlaunch receives a moment later (kJobSignalWindowS) is not the
+// root cause; the signal is. Returns true when it took this failure's place.
 bool Supervisor::signaled_with_ranks(int sig) {
-  if (!root_cause_ || !root_cause_->exit || root_cause_->exit->signal != sig) return false;
-  if (outcome_->kind != OutcomeKind::kRankFailed) return false;
-  if (std::chrono::system_clock::now() - root_cause_->time > std::chrono::seconds(1)) return false;
+  if (!job_signal_wait_left() || root_cause_->exit->signal != sig) return false;
   if (phase_ != Phase::kStopping && phase_ != Phase::kRestarting) return false;
   spdlog::warn("received {} right after rank {} was killed by it: the whole job was signalled (scancel?); "
                "stopping without restarting", signal_name(sig), root_cause_->rank);
@@ -658,7 +660,23 @@ bool Supervisor::signaled_with_ranks(int sig) {
   phase_ = Phase::kStopping;
   signal_groups(sig);
   save_state();
+  if (awaiting_job_signal_) {  // every rank had gone already: the attempt ends now, as stopped
+    job_signal_timer_.cancel();
+    wrap_up_attempt();
+  }
   return true;
+}
+
+// How much longer the signal that killed the root-cause rank may take to reach xlaunch too
+// (kJobSignalWindowS); nullopt when the root cause is not such a rank or the window has passed.
+std::optional<std::chrono::steady_clock::duration> Supervisor::job_signal_wait_left() const {
+  if (!outcome_ || outcome_->kind != OutcomeKind::kRankFailed || !root_cause_ || !root_cause_->exit) return std::nullopt;
+  const int sig = root_cause_->exit->signal;
+  if (sig != SIGTERM && sig != SIGINT && sig != SIGHUP) return std::nullopt;
+  const auto left = seconds(kJobSignalWindowS) - std::chrono::duration_cast<SteadyClock::duration>(
+                                                     std::chrono::system_clock::now() - root_cause_->time);
+  if (left <= SteadyClock::duration::zero()) return std::nullopt;
+  return left;
 }
 
 void Supervisor::on_job_timeout() {
@@ -776,6 +794,19 @@ void Supervisor::check_attempt_over() {
 
 void Supervisor::end_attempt() {
   attempt_over_ = true;
+  if (const auto left = job_signal_wait_left()) {  // signaled_with_ranks() may still make it a stop
+    awaiting_job_signal_ = true;
+    job_signal_timer_.expires_after(*left);
+    job_signal_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec && awaiting_job_signal_) wrap_up_attempt();
+    });
+    return;
+  }
+  wrap_up_attempt();
+}
+
+void Supervisor::wrap_up_attempt() {
+  awaiting_job_signal_ = false;
   if (round_met_) return close_round();  // on_round_closed() concludes it
   conclude_attempt();
 }

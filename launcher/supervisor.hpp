@@ -98,6 +98,7 @@ class Supervisor {
   void kill_stragglers();
   void check_attempt_over();
   void end_attempt();
+  void wrap_up_attempt();
   void conclude_attempt();
   void finish();
 
@@ -107,6 +108,7 @@ class Supervisor {
   void on_beat(int rank);
   void on_signal(int signal);
   bool signaled_with_ranks(int signal);
+  std::optional<std::chrono::steady_clock::duration> job_signal_wait_left() const;
   void begin_preemption(int signal);
   bool every_rank_preempted() const;
   void on_job_timeout();
@@ -158,6 +160,7 @@ class Supervisor {
   boost::asio::steady_timer drain_timer_; // output still open after every rank was reaped
   boost::asio::steady_timer echo_timer_;  // how long a peer_lost failure waits for the primary one
   boost::asio::steady_timer diagnosis_timer_;
+  boost::asio::steady_timer job_signal_timer_;  // every rank is gone: xlaunch's own stop signal may still come
   std::unique_ptr<HeartbeatWatch> heartbeat_;  // null: no watchdog and not our worker (or inotify failed)
   LiveReport live_report_;                // report.html: every 10 s while metrics change, and at the end
 
@@ -165,6 +168,7 @@ class Supervisor {
   int attempt_ = 0;                 // 1-based
   bool groups_released_ = false;    // this attempt's groups were killed and handed back
   bool attempt_over_ = false;
+  bool awaiting_job_signal_ = false;  // the attempt is over, its conclusion waits on job_signal_timer_
   int stop_signal_ = 0;             // the signal sent to begin this attempt's stop
   int interrupts_ = 0;              // SIGINTs received; the second kills at once
   bool preempting_ = false;         // a SIGTERM under launcher.preempt_grace_s: the ranks checkpoint first

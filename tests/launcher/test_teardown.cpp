@@ -75,6 +75,38 @@ TEST_CASE("launcher/teardown: SIGTERM or SIGHUP to xlaunch stops every rank with
   CHECK(all_gone(pids));
 }
 
+// scancel signals every process of the step in no set order: here every rank is killed, and reaped,
+// before xlaunch's own SIGTERM comes.
+TEST_CASE("launcher/teardown: a job signalled as a whole, its ranks first (scancel), is stopped, not failed",
+          "[integration][teardown]") {
+  const bool xlaunch_signalled = GENERATE(true, false);
+  INFO("xlaunch signalled too: " << xlaunch_signalled);
+  TempDir dir;
+  Process xlaunch = start_xlaunch(write_spec(dir, test_spec(dir, 2, {"--pid-dir", dir.path(), "--hang"})));
+  const auto pids = job_pids(dir, 2, false);
+  for (pid_t pid : pids) REQUIRE(::kill(pid, SIGTERM) == 0);
+  REQUIRE(wait_until([&] { return all_gone(pids); }, 10));
+  if (xlaunch_signalled) {
+    ::usleep(300'000);  // the attempt is over long before: the conclusion waits for xlaunch's signal
+    xlaunch.signal(SIGTERM);
+  }
+  const auto r = xlaunch.wait(10);
+  REQUIRE(r);
+  CHECK(r->exit_code == 143);
+  const auto summary = read_json(dir / "run/summary.json");
+  CHECK(summary["exit_code"] == 143);
+  if (xlaunch_signalled) {
+    CHECK(summary["status"] == "stopped");
+    CHECK(summary["exit_reason"] == "xlaunch received SIGTERM");
+    CHECK(summary["root_cause"].is_null());
+    CHECK_THAT(r->err, Contains("the whole job was signalled"));
+  } else {  // a rank killed by SIGTERM from elsewhere is a failure, reported once the wait is over
+    CHECK(summary["status"] == "failed");
+    CHECK_THAT(summary["exit_reason"].get<std::string>(), Contains("killed by signal 15 (SIGTERM)"));
+    CHECK(summary["root_cause"]["signal"] == SIGTERM);
+  }
+}
+
 TEST_CASE("launcher/teardown: a hang-up of the whole process group (a closed terminal) accounts for every worker",
           "[integration][teardown]") {
   TempDir dir;
