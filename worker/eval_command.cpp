@@ -1,10 +1,8 @@
 #include "worker/eval_command.hpp"
 
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <new>
 #include <optional>
 #include <stdexcept>
@@ -13,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "common/command_line.hpp"
 #include "common/exit_codes.hpp"
 #include "common/log.hpp"
 #include "common/model_file.hpp"
@@ -46,10 +45,6 @@ const char* const kUsage =
     "    --json           one JSON object on stdout instead of a line of text\n"
     "exit codes: 0 scored; 1 runtime failure; 2 bad input (command line, MODEL, data, tokenizer)\n";
 
-struct BadInput : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 struct EvalOptions {
   std::string model;
   std::string data;
@@ -61,39 +56,15 @@ struct EvalOptions {
 
 EvalOptions parse(int argc, char** argv) {
   EvalOptions o;
-  std::vector<std::string> positional;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const auto value = [&] {
-      if (i + 1 >= argc) throw BadInput("command line: " + arg + " needs a value");
-      return std::string(argv[++i]);
-    };
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else if (arg == "--data") {
-      o.data = value();
-    } else if (arg == "--max-tokens") {
-      const std::string text = value();
-      char* end = nullptr;
-      errno = 0;
-      const long long n = std::strtoll(text.c_str(), &end, 10);
-      if (text.empty() || *end != '\0' || errno != 0 || n < 1) {
-        throw BadInput("--max-tokens: expected an integer >= 1, got \"" + text + "\"");
-      }
-      o.max_tokens = static_cast<std::uint64_t>(n);
-    } else if (arg == "--tokenizer") {
-      o.tokenizer = value();
-    } else if (arg == "--multiple-choice") {
-      o.multiple_choice = value();
-    } else if (arg == "--json") {
-      o.json = true;
-    } else if (arg.rfind("--", 0) == 0) {
-      throw BadInput("command line: unknown option \"" + arg + "\" (see eval --help)");
-    } else {
-      positional.push_back(arg);
-    }
-  }
+  const std::vector<std::string> positional =
+      CommandLine(kUsage, "eval --help")
+          .option("--data", [&](const std::string& v) { o.data = v; })
+          .option("--max-tokens",
+                  [&](const std::string& v) { o.max_tokens = static_cast<std::uint64_t>(parse_integer("--max-tokens", v, 1)); })
+          .option("--tokenizer", [&](const std::string& v) { o.tokenizer = v; })
+          .option("--multiple-choice", [&](const std::string& v) { o.multiple_choice = v; })
+          .flag("--json", [&] { o.json = true; })
+          .parse(argc, argv);
   if (positional.size() != 1) {
     throw BadInput("command line: expected one MODEL, got " + std::to_string(positional.size()) + " (see eval --help)");
   }

@@ -10,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/command_line.hpp"
 #include "common/exit_codes.hpp"
 #include "common/tokenizer/gpt2_tokenizer.hpp"
 #include "common/tokenizer/gpt2_vocabulary.hpp"
@@ -39,10 +40,6 @@ const char* const kUsage =
     "exit codes: 0 written; 1 runtime failure (OUT could not be written); 2 bad input (command line,\n"
     "  SOURCE unreadable or malformed, OUT exists)\n";
 
-struct BadInput : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 struct ExportOptions {
   std::string source;
   std::string format;  // hf | llmc
@@ -54,30 +51,12 @@ struct ExportOptions {
 
 ExportOptions parse(int argc, char** argv) {
   ExportOptions o;
-  std::vector<std::string> positional;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const auto value = [&](const char* flag) {
-      if (i + 1 >= argc) throw BadInput(std::string("command line: ") + flag + " needs a value");
-      return std::string(argv[++i]);
-    };
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else if (arg == "--format") {
-      o.format = value("--format");
-    } else if (arg == "--dtype") {
-      o.dtype = value("--dtype");
-    } else if (arg == "--tokenizer") {
-      o.tokenizer = value("--tokenizer");
-    } else if (arg == "--force") {
-      o.force = true;
-    } else if (arg.rfind("--", 0) == 0) {
-      throw BadInput("command line: unknown option \"" + arg + "\" (see export --help)");
-    } else {
-      positional.push_back(arg);
-    }
-  }
+  const std::vector<std::string> positional = CommandLine(kUsage, "export --help")
+                                                  .option("--format", [&](const std::string& v) { o.format = v; })
+                                                  .option("--dtype", [&](const std::string& v) { o.dtype = v; })
+                                                  .option("--tokenizer", [&](const std::string& v) { o.tokenizer = v; })
+                                                  .flag("--force", [&] { o.force = true; })
+                                                  .parse(argc, argv);
   if (positional.size() != 2) {
     throw BadInput("command line: expected SOURCE and OUT, got " + std::to_string(positional.size()) +
                    " paths (see export --help)");

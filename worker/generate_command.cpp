@@ -1,10 +1,9 @@
 #include "worker/generate_command.hpp"
 
-#include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <new>
 #include <optional>
@@ -14,6 +13,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/command_line.hpp"
 #include "common/exit_codes.hpp"
 #include "common/log.hpp"
 #include "common/model_file.hpp"
@@ -52,10 +52,6 @@ const char* const kUsage =
     "  the window is kept and run again. One thread, fp32.\n"
     "exit codes: 0 generated; 1 runtime failure; 2 bad input (command line, MODEL, tokenizer, prompt)\n";
 
-struct BadInput : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 struct GenerateOptions {
   std::string model;
   std::optional<std::string> prompt;
@@ -69,71 +65,25 @@ struct GenerateOptions {
   std::string device = "auto";
 };
 
-long long parse_integer(const std::string& flag, const std::string& text, long long min) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0 || v < min) {
-    throw BadInput(flag + ": expected an integer >= " + std::to_string(min) + ", got \"" + text + "\"");
-  }
-  return v;
-}
-
-double parse_number(const std::string& flag, const std::string& text) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || !std::isfinite(v)) {
-    throw BadInput(flag + ": expected a number, got \"" + text + "\"");
-  }
-  return v;
-}
-
 GenerateOptions parse(int argc, char** argv) {
   GenerateOptions o;
-  std::vector<std::string> positional;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::optional<std::string> inline_value;
-    if (const size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      inline_value = arg.substr(eq + 1);
-      arg.resize(eq);
-    }
-    const auto value = [&] {
-      if (inline_value) return *inline_value;
-      if (i + 1 >= argc) throw BadInput("command line: " + arg + " needs a value");
-      return std::string(argv[++i]);
-    };
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else if (arg == "--prompt") {
-      o.prompt = value();
-    } else if (arg == "--prompt-file") {
-      o.prompt_file = value();
-    } else if (arg == "--max-new-tokens") {
-      o.max_new_tokens = static_cast<int>(parse_integer(arg, value(), 1));
-    } else if (arg == "--temperature") {
-      o.sampling.temperature = parse_number(arg, value());
-    } else if (arg == "--top-k") {
-      o.sampling.top_k = static_cast<int>(parse_integer(arg, value(), 0));
-    } else if (arg == "--top-p") {
-      o.sampling.top_p = parse_number(arg, value());
-    } else if (arg == "--seed") {
-      o.seed = static_cast<std::uint64_t>(parse_integer(arg, value(), 0));
-    } else if (arg == "--num-samples") {
-      o.num_samples = static_cast<int>(parse_integer(arg, value(), 1));
-    } else if (arg == "--stop") {
-      o.stop = value();
-    } else if (arg == "--tokenizer") {
-      o.tokenizer = value();
-    } else if (arg == "--device") {
-      o.device = value();
-    } else if (arg.rfind("--", 0) == 0) {
-      throw BadInput("command line: unknown option \"" + arg + "\" (see generate --help)");
-    } else {
-      positional.push_back(arg);
-    }
-  }
+  const auto count = [](const char* flag, int min, int& out) {
+    return [flag, min, &out](const std::string& v) { out = static_cast<int>(parse_integer(flag, v, min, INT_MAX)); };
+  };
+  const std::vector<std::string> positional =
+      CommandLine(kUsage, "generate --help")
+          .option("--prompt", [&](const std::string& v) { o.prompt = v; })
+          .option("--prompt-file", [&](const std::string& v) { o.prompt_file = v; })
+          .option("--max-new-tokens", count("--max-new-tokens", 1, o.max_new_tokens))
+          .option("--temperature", [&](const std::string& v) { o.sampling.temperature = parse_number("--temperature", v); })
+          .option("--top-k", count("--top-k", 0, o.sampling.top_k))
+          .option("--top-p", [&](const std::string& v) { o.sampling.top_p = parse_number("--top-p", v); })
+          .option("--seed", [&](const std::string& v) { o.seed = static_cast<std::uint64_t>(parse_integer("--seed", v, 0)); })
+          .option("--num-samples", count("--num-samples", 1, o.num_samples))
+          .option("--stop", [&](const std::string& v) { o.stop = v; })
+          .option("--tokenizer", [&](const std::string& v) { o.tokenizer = v; })
+          .option("--device", [&](const std::string& v) { o.device = v; })
+          .parse(argc, argv);
   if (positional.size() != 1) {
     throw BadInput("command line: expected one MODEL, got " + std::to_string(positional.size()) +
                    " (see generate --help)");

@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "common/command_line.hpp"
 #include "common/exit_codes.hpp"
 #include "common/job_spec.hpp"
 #include "common/log.hpp"
@@ -56,11 +57,6 @@ static_assert(std::atomic<bool>::is_always_lock_free);
 
 extern "C" void on_sigusr1(int) { g_stop_requested.store(true); }
 
-// Thrown for input problems found by this file (command line, device); exit 2.
-struct BadInput : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 const char* const kUsage =
     "usage: xtrain-worker [--job FILE]\n"
     "       xtrain-worker export SOURCE --format hf|llmc OUT ...   (see export --help)\n"
@@ -73,19 +69,9 @@ const char* const kUsage =
 
 std::string job_path_from(int argc, char** argv, const WorkerEnv& env) {
   std::string path = env.job_path;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else if (arg == "--job" && i + 1 < argc) {
-      path = argv[++i];
-    } else if (arg.rfind("--job=", 0) == 0) {
-      path = arg.substr(6);
-    } else {
-      throw BadInput("command line: unexpected argument \"" + arg + "\" (see --help)");
-    }
-  }
+  const std::vector<std::string> positional =
+      CommandLine(kUsage, "--help").option("--job", [&](const std::string& v) { path = v; }).parse(argc, argv);
+  if (!positional.empty()) throw BadInput("command line: unexpected argument \"" + positional.front() + "\" (see --help)");
   if (path.empty()) throw BadInput("command line: no job: give --job FILE or run under xlaunch (XTRAIN_JOB)");
   return path;
 }

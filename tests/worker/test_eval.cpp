@@ -92,6 +92,8 @@ TEST_CASE("eval: bad input is one error line, exit 2, nothing on stdout", "[eval
       {{small.dir, "--data", dir / "one.txt"}, "--data: " + dir / "one.txt" + " has 1 tokens; scoring needs at least 2"},
       {{small.dir, "--data", dir / "one.txt", "--max-tokens", "0"}, "--max-tokens: expected an integer >= 1"},
       {{dir / "text.txt", "--data", dir / "one.txt"}, dir / "text.txt" + ": not a model"},
+      {{small.dir, "--data"}, "command line: --data needs a value (see eval --help)"},
+      {{small.dir, "--data=" + dir / "one.txt", "--json=yes"}, "command line: --json takes no value (see eval --help)"},
   };
   for (const Case& c : cases) {
     const CliRun run = test::run_worker(dir, "eval", c.args);

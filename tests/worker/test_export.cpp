@@ -133,6 +133,8 @@ TEST_CASE("export: bad input is exit 2, an unwritable OUT exit 1, one error line
       {{ckpt.dir, "--format", "hf", "--dtype", "bf16", dir / "out"}, 2,
        "error: --dtype: bf16 is for --format llmc (llm.c's version 5); the Hugging Face export is F32"},
       {{ckpt.dir, "--format", "hf"}, 2, "error: command line: expected SOURCE and OUT, got 1 paths (see export --help)"},
+      {{ckpt.dir, "--format=llmc", "--dtpye", "bf16", dir / "out"}, 2,
+       "error: command line: unknown option \"--dtpye\" (see export --help)"},
       {{ckpt.dir, "--format", "hf", "--tokenizer", dir / "run", dir / "out"}, 2,
        "error: --tokenizer: " + dir / "run" +
            ": holds neither encoder.json + vocab.bpe (OpenAI's GPT-2 vocabulary) nor vocab.json + merges.txt "

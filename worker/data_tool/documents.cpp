@@ -19,12 +19,12 @@ bool hidden(const fs::path& p) { return p.filename().string().starts_with("."); 
 
 void add_file(const fs::path& path, bool jsonl, std::vector<InputFile>& out) {
   if (!jsonl && path.extension() == ".jsonl") {
-    throw InputError(path.string() + ": looks like JSON Lines; give --jsonl-field NAME to read the text from field "
+    throw BadInput(path.string() + ": looks like JSON Lines; give --jsonl-field NAME to read the text from field "
                                      "NAME of each line");
   }
   std::error_code ec;
   const auto size = fs::file_size(path, ec);
-  if (ec) throw InputError(path.string() + ": " + ec.message());
+  if (ec) throw BadInput(path.string() + ": " + ec.message());
   out.push_back({path.string(), size});
 }
 
@@ -44,12 +44,12 @@ std::vector<InputFile> list_inputs(const std::vector<std::string>& arguments, bo
   for (const std::string& argument : arguments) {
     std::error_code ec;
     const fs::file_status status = fs::status(argument, ec);
-    if (!fs::exists(status)) throw InputError(argument + ": no such file or directory");
+    if (!fs::exists(status)) throw BadInput(argument + ": no such file or directory");
     if (fs::is_regular_file(status)) {
       add_file(argument, jsonl, files);
       continue;
     }
-    if (!fs::is_directory(status)) throw InputError(argument + ": not a regular file or a directory");
+    if (!fs::is_directory(status)) throw BadInput(argument + ": not a regular file or a directory");
     std::vector<fs::path> found;
     for (auto it = fs::recursive_directory_iterator(argument, ec); !ec && it != fs::recursive_directory_iterator();
          it.increment(ec)) {
@@ -59,8 +59,8 @@ std::vector<InputFile> list_inputs(const std::vector<std::string>& arguments, bo
       }
       if (it->is_regular_file()) found.push_back(it->path());
     }
-    if (ec) throw InputError(argument + ": cannot list: " + ec.message());
-    if (found.empty()) throw InputError(argument + ": no files in this directory");
+    if (ec) throw BadInput(argument + ": cannot list: " + ec.message());
+    if (found.empty()) throw BadInput(argument + ": no files in this directory");
     std::sort(found.begin(), found.end(), [](const fs::path& a, const fs::path& b) { return a.native() < b.native(); });
     for (const fs::path& p : found) add_file(p, jsonl, files);
   }
@@ -78,7 +78,7 @@ bool ChunkReader::open_next_file() {
   if (next_file_ == files_.size()) return false;
   const InputFile& f = files_[next_file_++];
   fd_ = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) throw InputError(f.path + ": cannot open: " + std::strerror(errno));
+  if (fd_ < 0) throw BadInput(f.path + ": cannot open: " + std::strerror(errno));
   at_file_start_ = true;
   eof_ = false;
   pending_.clear();
@@ -94,7 +94,7 @@ std::size_t ChunkReader::read_more(std::string& buffer) {
   do {
     n = ::read(fd_, buffer.data() + old, chunk_bytes_);
   } while (n < 0 && errno == EINTR);
-  if (n < 0) throw InputError(files_[next_file_ - 1].path + ": read failed: " + std::strerror(errno));
+  if (n < 0) throw BadInput(files_[next_file_ - 1].path + ": read failed: " + std::strerror(errno));
   buffer.resize(old + static_cast<std::size_t>(n));
   if (n == 0) eof_ = true;
   return static_cast<std::size_t>(n);
@@ -104,7 +104,7 @@ bool ChunkReader::next(Chunk& chunk) {
   if (failed_) return false;
   try {
     return read_chunk(chunk);
-  } catch (const InputError& e) {
+  } catch (const BadInput& e) {
     failed_ = true;
     chunk = Chunk{};
     chunk.index = next_index_++;

@@ -13,14 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "common/bad_input.hpp"
 #include "common/tokenizer/gpt2_tokenizer.hpp"
 
 namespace xtrain::data_tool {
-
-// Bad input (exit 2): what() is one line naming the file, and the line where it applies.
-struct InputError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 struct InputFile {
   std::string path;
@@ -30,7 +26,7 @@ struct InputFile {
 // The files to read, in order: each argument is a file, or a directory whose regular files are
 // taken recursively in byte order of their paths (names starting with "." are skipped). With a
 // JSON Lines field every file is JSON Lines; without one, a *.jsonl file is an error (it would be
-// read as one text). Throws InputError.
+// read as one text). Throws BadInput.
 std::vector<InputFile> list_inputs(const std::vector<std::string>& arguments, bool jsonl);
 
 struct Chunk {
@@ -40,7 +36,7 @@ struct Chunk {
   std::uint64_t first_line = 0;   // JSON Lines: the line number of the first line in bytes
   bool starts_document = false;   // text: the file's first chunk
   bool ends_document = false;     // text: the file's last chunk
-  std::string error;              // the file could not be read (InputError text): the stream ends here
+  std::string error;              // the file could not be read (BadInput text): the stream ends here
 };
 
 // Reads the files and cuts them into chunks, one at a time (not thread-safe).
@@ -52,7 +48,7 @@ class ChunkReader {
   bool next(Chunk& chunk);
 
  private:
-  bool read_chunk(Chunk& chunk);  // throws InputError
+  bool read_chunk(Chunk& chunk);  // throws BadInput
   bool open_next_file();
   std::size_t read_more(std::string& buffer);
 
@@ -82,7 +78,7 @@ struct EncodedChunk {
     bool starts;
   };
   std::vector<Document> documents;
-  std::string error;  // InputError text (a broken JSON line); the chunk is then unusable
+  std::string error;  // BadInput text (a broken JSON line); the chunk is then unusable
 };
 
 EncodedChunk encode_chunk(const Chunk& chunk, const Gpt2Tokenizer& tokenizer, const std::string& jsonl_field);

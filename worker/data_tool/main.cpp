@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/command_line.hpp"
 #include "common/exit_codes.hpp"
 #include "common/tokenizer/gpt2_tokenizer.hpp"
 #include "worker/data_tool/documents.hpp"
@@ -64,7 +65,7 @@ std::uint64_t parse_count(const std::string& flag, const std::string& value, std
   const double x = std::strtod(value.c_str(), &end);  // also "1e8"
   if (value.empty() || *end != '\0' || errno != 0 || x != static_cast<double>(static_cast<std::uint64_t>(x)) ||
       x < static_cast<double>(min) || x > static_cast<double>(max)) {
-    throw InputError("command line: " + flag + " expects an integer from " + std::to_string(min) + " to " +
+    throw BadInput("command line: " + flag + " expects an integer from " + std::to_string(min) + " to " +
                      std::to_string(max) + ", got \"" + value + "\"");
   }
   return static_cast<std::uint64_t>(x);
@@ -73,48 +74,35 @@ std::uint64_t parse_count(const std::string& flag, const std::string& value, std
 Options parse(int argc, char** argv) {
   Options o;
   o.pipeline.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw InputError("command line: " + arg + " needs a value (see --help)");
-      return argv[++i];
-    };
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else if (arg == "--vocab") {
-      o.vocab = value();
-    } else if (arg == "--out") {
-      o.out = value();
-    } else if (arg == "--prefix") {
-      o.prefix = value();
-    } else if (arg == "--jsonl-field") {
-      o.pipeline.jsonl_field = value();
-      if (o.pipeline.jsonl_field.empty()) throw InputError("command line: --jsonl-field needs a field name");
-    } else if (arg == "--shard-tokens") {
-      o.shard_tokens = parse_count(arg, value(), 1, 0x7FFFFFFF);  // the header's count is an int32
-    } else if (arg == "--val-tokens") {
-      o.val_tokens = parse_count(arg, value(), 0, 1ull << 53);
-      o.val_tokens_given = true;
-    } else if (arg == "--threads") {
-      o.pipeline.threads = static_cast<int>(parse_count(arg, value(), 1, 1024));
-    } else if (arg == "--chunk-bytes") {
-      o.pipeline.chunk_bytes = parse_count(arg, value(), 1, 1ull << 30);
-    } else if (arg == "--quiet") {
-      o.pipeline.progress = false;
-    } else if (arg.starts_with("-") && arg != "-") {
-      throw InputError("command line: unknown option \"" + arg + "\" (see --help)");
-    } else {
-      o.inputs.push_back(arg);
-    }
-  }
-  if (o.vocab.empty()) throw InputError("command line: no vocabulary: give --vocab PATH (see --help)");
-  if (o.out.empty()) throw InputError("command line: no output directory: give --out DIR (see --help)");
-  if (o.inputs.empty()) throw InputError("command line: no input: give text files, directories or JSON Lines files");
+  const auto count = [](const char* flag, std::uint64_t min, std::uint64_t max, auto store) {
+    return [=](const std::string& v) { store(parse_count(flag, v, min, max)); };
+  };
+  o.inputs = CommandLine(kUsage, "--help")
+                 .option("--vocab", [&](const std::string& v) { o.vocab = v; })
+                 .option("--out", [&](const std::string& v) { o.out = v; })
+                 .option("--prefix", [&](const std::string& v) { o.prefix = v; })
+                 .option("--jsonl-field",
+                         [&](const std::string& v) {
+                           if (v.empty()) throw BadInput("command line: --jsonl-field needs a field name");
+                           o.pipeline.jsonl_field = v;
+                         })
+                 // The header's count is an int32.
+                 .option("--shard-tokens", count("--shard-tokens", 1, 0x7FFFFFFF, [&](std::uint64_t n) { o.shard_tokens = n; }))
+                 .option("--val-tokens", count("--val-tokens", 0, 1ull << 53,
+                                               [&](std::uint64_t n) { o.val_tokens = n, o.val_tokens_given = true; }))
+                 .option("--threads", count("--threads", 1, 1024,
+                                            [&](std::uint64_t n) { o.pipeline.threads = static_cast<int>(n); }))
+                 .option("--chunk-bytes", count("--chunk-bytes", 1, 1ull << 30,
+                                                [&](std::uint64_t n) { o.pipeline.chunk_bytes = n; }))
+                 .flag("--quiet", [&] { o.pipeline.progress = false; })
+                 .parse(argc, argv);
+  if (o.vocab.empty()) throw BadInput("command line: no vocabulary: give --vocab PATH (see --help)");
+  if (o.out.empty()) throw BadInput("command line: no output directory: give --out DIR (see --help)");
+  if (o.inputs.empty()) throw BadInput("command line: no input: give text files, directories or JSON Lines files");
   if (o.prefix.empty()) o.prefix = fs::path(o.out).lexically_normal().filename().string();
   if (o.prefix.empty()) o.prefix = fs::path(o.out).lexically_normal().parent_path().filename().string();
   if (o.prefix.empty() || o.prefix.find('/') != std::string::npos) {
-    throw InputError("command line: --prefix must be a file name; give one for --out " + o.out);
+    throw BadInput("command line: --prefix must be a file name; give one for --out " + o.out);
   }
   return o;
 }
@@ -126,7 +114,7 @@ void check_output_outside_inputs(const Options& o) {
     if (!fs::is_directory(input)) continue;
     const fs::path in = fs::weakly_canonical(input);
     const auto [in_end, out_it] = std::mismatch(in.begin(), in.end(), out.begin(), out.end());
-    if (in_end == in.end()) throw InputError(o.out + ": the output directory is inside the input directory " + input);
+    if (in_end == in.end()) throw BadInput(o.out + ": the output directory is inside the input directory " + input);
   }
 }
 
@@ -163,7 +151,7 @@ int main(int argc, char** argv) {
     check_output_outside_inputs(o);
     const Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(o.vocab);
     if (tokenizer.vocab_size() > kMaxUint16Vocab) {
-      throw InputError(tokenizer.source() + ": " + std::to_string(tokenizer.vocab_size()) +
+      throw BadInput(tokenizer.source() + ": " + std::to_string(tokenizer.vocab_size()) +
                        " tokens, but llm.c shards store tokens as uint16 (at most " + std::to_string(kMaxUint16Vocab) +
                        ")");
     }
@@ -178,7 +166,7 @@ int main(int argc, char** argv) {
   } catch (const Interrupted& i) {
     std::fprintf(stderr, "xtrain-data: stopped by signal %d; no shard was left behind\n", i.signal);
     return 128 + i.signal;
-  } catch (const InputError& e) {
+  } catch (const BadInput& e) {
     std::fprintf(stderr, "xtrain-data: error: %s\n", e.what());
     return exit_code::kBadInput;
   } catch (const TokenizerError& e) {

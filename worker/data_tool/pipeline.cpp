@@ -171,7 +171,7 @@ void run_pipeline(const std::vector<InputFile>& files, const Gpt2Tokenizer& toke
     Pipeline pipeline(files, tokenizer, options);
     EncodedChunk chunk;
     while (pipeline.next(chunk)) {
-      if (!chunk.error.empty()) throw InputError(chunk.error);
+      if (!chunk.error.empty()) throw BadInput(chunk.error);
       for (std::size_t d = 0; d < chunk.documents.size(); ++d) {
         const EncodedChunk::Document& doc = chunk.documents[d];
         const std::size_t end = d + 1 < chunk.documents.size() ? chunk.documents[d + 1].begin : chunk.tokens.size();

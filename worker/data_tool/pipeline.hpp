@@ -29,7 +29,7 @@ struct Interrupted {
   int signal;
 };
 
-// Encodes every file into `shards` (then shards.finish()). Throws InputError (bad input),
+// Encodes every file into `shards` (then shards.finish()). Throws BadInput (bad input),
 // Interrupted, or std::runtime_error (the file system failed).
 void run_pipeline(const std::vector<InputFile>& files, const Gpt2Tokenizer& tokenizer, ShardSet& shards,
                   const PipelineOptions& options);

@@ -113,30 +113,30 @@ ShardSet::ShardSet(Options options) : options_(std::move(options)) {
 
   std::error_code ec;
   if (fs::exists(dir, ec)) {
-    if (!fs::is_directory(dir, ec)) throw InputError(options_.out_dir + ": exists and is not a directory");
+    if (!fs::is_directory(dir, ec)) throw BadInput(options_.out_dir + ": exists and is not a directory");
     for (const auto& entry : fs::directory_iterator(dir, ec)) {
       const std::string name = entry.path().filename().string();
       if (!entry.is_regular_file() || !is_shard_name(name)) {
-        throw InputError(options_.out_dir + ": holds " + name +
+        throw BadInput(options_.out_dir + ": holds " + name +
                          ", which xtrain-data did not write; the output directory is replaced as a whole, so "
                          "give a new one (or empty this one)");
       }
     }
   }
   if (!fs::create_directories(parent, ec) && ec) {
-    throw InputError(parent.string() + ": cannot create the output's parent directory: " + ec.message());
+    throw BadInput(parent.string() + ": cannot create the output's parent directory: " + ec.message());
   }
 
   // The staging directory: fresh, and locked for as long as this run writes it.
   for (int attempt = 0;; ++attempt) {
     if (::mkdir(staging_.c_str(), 0755) == 0) break;
     if (errno != EEXIST || attempt > 0) {
-      throw InputError(staging_ + ": cannot create the staging directory: " + std::strerror(errno));
+      throw BadInput(staging_ + ": cannot create the staging directory: " + std::strerror(errno));
     }
     const int fd = ::open(staging_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     const bool busy = fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) != 0;
     if (fd >= 0) ::close(fd);
-    if (busy) throw InputError(options_.out_dir + ": another xtrain-data is writing it (" + staging_ + " is locked)");
+    if (busy) throw BadInput(options_.out_dir + ": another xtrain-data is writing it (" + staging_ + " is locked)");
     std::fprintf(stderr, "xtrain-data: removing %s, left by an interrupted run\n", staging_.c_str());
     fs::remove_all(staging_, ec);
   }
@@ -199,7 +199,7 @@ void ShardSet::finish() {
   end_split();
   close_shard();
   if (train_.tokens == 0) {
-    throw InputError(val_.tokens == 0 ? "the input holds no text"
+    throw BadInput(val_.tokens == 0 ? "the input holds no text"
                                       : "all " + std::to_string(val_.tokens) +
                                             " tokens went to validation (--val-tokens " +
                                             std::to_string(options_.val_tokens) +

@@ -41,7 +41,7 @@ class ShardSet {
   };
 
   // Checks the output directory (it may exist only holding shards: it will be replaced) and
-  // creates the staging directory. Throws InputError for a directory that holds anything else or
+  // creates the staging directory. Throws BadInput for a directory that holds anything else or
   // that another run is writing; std::runtime_error when the file system refuses.
   explicit ShardSet(Options options);
   ~ShardSet();  // an unfinished set's staging directory is removed
@@ -51,7 +51,7 @@ class ShardSet {
   void begin_document();                           // decides its split: validation or training
   void append(std::span<const std::int32_t> tokens);  // every token < 65536
 
-  // Completes the last shard and puts the set in place. Throws InputError when there is nothing to
+  // Completes the last shard and puts the set in place. Throws BadInput when there is nothing to
   // train on (no tokens, or all of them in validation).
   void finish();
 

@@ -252,6 +252,9 @@ TEST_CASE("bad inputs, vocabularies and outputs are one error line and exit 2", 
   r = run_tool("--out " + dir / "out --shard-tokens 0 " + dir / "a.txt");
   CHECK(r.code == 2);
   CHECK(r.err == "xtrain-data: error: command line: --shard-tokens expects an integer from 1 to 2147483647, got \"0\"\n");
+  r = run_tool("--out=" + dir / "out --shard-tokens=1e9 --threads " + dir / "a.txt");
+  CHECK(r.code == 2);
+  CHECK(r.err == "xtrain-data: error: command line: --threads expects an integer from 1 to 1024, got \"" + dir / "a.txt" + "\"\n");
 
   // A vocabulary too large for uint16 tokens: 256 bytes, 65280 special tokens and <|endoftext|>.
   nlohmann::json encoder = nlohmann::json::parse(test::read_bytes(test::gpt2_openai_dir() + "/encoder.json"));
