@@ -38,7 +38,9 @@ class StragglerDetector {
  public:
   static constexpr size_t kWindow = 32;         // busy times per rank that it is judged on
   // Window median / reference: a straggler from here. Two identical ranks pinned to their own cores of
-  // a shared 2-core VM drift up to 1.33x apart for a few dozen steps.
+  // an idle 2-core VM were 1.4-1.6x apart for dozens of steps while their busy times still counted the
+  // time Gloo's threads took from backward (worker/train/busy_clock.hpp takes it out); a busy loop on
+  // one rank's core makes it 1.6-1.9x.
   static constexpr double kSlowAt = 1.4;
   static constexpr double kRecoveredBelow = 1.2;
   static constexpr size_t kRecoveredFast = 3 * kWindow / 4;  // three quarters of the window

@@ -230,10 +230,10 @@ int Trainer::bucket_id(Span span) const {
   return spec_.model.n_layer;
 }
 
-Trainer::StepOutcome Trainer::train_step(Communicator& comm, long step, bool stop_here) {
+Trainer::StepOutcome Trainer::train_step(Communicator& comm, BusyClock& busy, long step, bool stop_here) {
   using Clock = std::chrono::steady_clock;
   Heartbeat& live = report_.heartbeat();
-  const auto t0 = Clock::now();
+  busy.start();
   const int T = spec_.model.seq_len;
   const std::vector<std::uint64_t> starts = sampler_->draw(spec_.train.batch_size);
   model_->zero_grads();
@@ -254,7 +254,7 @@ Trainer::StepOutcome Trainer::train_step(Communicator& comm, long step, bool sto
     fault_.after_micro_step(rank_, seconds_since(c0));
   }
   in_step_ = false;
-  StepOutcome out = finish_step(comm, stop_here, t0);
+  StepOutcome out = finish_step(comm, stop_here, busy);
   live.phase(WorkerPhase::kOptimizer);
   const float clip = clip_scale(out.grad_norm, spec_.train.grad_clip);
   const double lr = learning_rate(spec_.train, step);
@@ -262,8 +262,7 @@ Trainer::StepOutcome Trainer::train_step(Communicator& comm, long step, bool sto
   return out;
 }
 
-Trainer::StepOutcome Trainer::finish_step(Communicator& comm, bool stop_here,
-                                          std::chrono::steady_clock::time_point t0) {
+Trainer::StepOutcome Trainer::finish_step(Communicator& comm, bool stop_here, const BusyClock& busy) {
   // Host waits of a step, on every world size (docs/architecture.md, "Host waits"): the loss's
   // download, and one download after the collectives. Nothing waits after the optimizer: the
   // next step's loss download covers it.
@@ -271,9 +270,10 @@ Trainer::StepOutcome Trainer::finish_step(Communicator& comm, bool stop_here,
   StepOutcome out;
   // The loss's download waits for this rank's forward and backward and for nothing else: the
   // gradients' all-reduces run beside backward (Gloo's thread, NCCL's stream) and nothing has
-  // waited for them yet. So the time to here is the rank's busy time, without its waits for peers.
+  // waited for them yet. So the time to here is the rank's busy time, without its waits for peers
+  // (and without the time the communication threads took from this thread: worker/train/busy_clock.hpp).
   const float loss = static_cast<float>(model_->take_loss());
-  out.busy_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  out.busy_ms = busy.elapsed_ms();
 
   // One small all-reduce, queued behind the gradients' buckets, carries the loss, whether any rank
   // was asked to stop, and every rank's busy time (each rank fills its own slot, scaled by the
@@ -415,13 +415,14 @@ RankResult Trainer::run(Communicator& comm, const std::atomic<bool>& stop_reques
     spdlog::info("nothing to train: the checkpoint is at step {} and train.steps is {}", start_step_, t.steps);
   }
 
+  BusyClock busy;  // of this thread, which trains
   for (long step = start_step_ + 1; step <= t.steps; ++step) {
     current_step_ = step;
     live.begin_step(step);
     live.beat();
     fault_.at_step_start(rank_, step);
     const auto t0 = std::chrono::steady_clock::now();
-    StepOutcome o = train_step(comm, step - 1, stop_requested.load());
+    StepOutcome o = train_step(comm, busy, step - 1, stop_requested.load());
     completed_steps_ = step;
     result.step = step;
     result.loss = o.loss;

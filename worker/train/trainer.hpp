@@ -17,7 +17,8 @@
 //   clip, lr, AdamW (nothing waits for them: the next step's loss download does)
 //
 // Busy time: a rank's step time until its loss is downloaded, which waits for its own forward and
-// backward but for none of the collectives (they run beside backward and are waited for later).
+// backward but for none of the collectives (they run beside backward and are waited for later),
+// less the time the communication threads took from the training thread meanwhile (BusyClock).
 // In synchronous data parallelism every rank's wall time per step is the same; the busy time is
 // what shows a straggler (xlaunch watches it in the heartbeat records, metrics.jsonl has every
 // rank's as rank_step_ms). Each rank fills its own slot of the small all-reduce with its busy time
@@ -54,6 +55,7 @@
 
 #include "common/job_spec.hpp"
 #include "worker/train/adamw.hpp"
+#include "worker/train/busy_clock.hpp"
 #include "worker/model/backend.hpp"
 #include "worker/data/batch_sampler.hpp"
 #include "worker/data/multiple_choice.hpp"
@@ -99,10 +101,10 @@ class Trainer {
   void adopt_rank0_start(Communicator& comm);
   void verify_replicas(Communicator& comm);
   // Optimizer step `step` (0-based); `stop_here`: this rank was asked to stop.
-  StepOutcome train_step(Communicator& comm, long step, bool stop_here);
+  StepOutcome train_step(Communicator& comm, BusyClock& busy, long step, bool stop_here);
   // After backward: the loss (busy until it is downloaded), the gradients' and the step scalars'
   // all-reduces, and the gradient norm, with two host waits in all (the loss, then the scalars).
-  StepOutcome finish_step(Communicator& comm, bool stop_here, std::chrono::steady_clock::time_point t0);
+  StepOutcome finish_step(Communicator& comm, bool stop_here, const BusyClock& busy);
   int bucket_id(Span span) const;  // the layer whose gradients `span` holds, n_layer for the embeddings'
   double evaluate(Communicator& comm);
   // train.eval_multiple_choice on this rank's share of the examples, the counts summed over ranks.
