@@ -16,6 +16,10 @@ CommandLine& CommandLine::option(const std::string& name, std::function<void(con
   return *this;
 }
 
+CommandLine& CommandLine::option(const std::string& name, std::string& target) {
+  return option(name, [&target](const std::string& value) { target = value; });
+}
+
 CommandLine& CommandLine::flag(const std::string& name, std::function<void()> set) {
   handlers_[name] = Handler{{}, std::move(set)};
   return *this;

@@ -20,6 +20,8 @@ class CommandLine {
   CommandLine(const char* usage, std::string help);
   // `--name VALUE` (or `--name=VALUE`): `take` gets VALUE.
   CommandLine& option(const std::string& name, std::function<void(const std::string&)> take);
+  // `--name VALUE` stored in `target` as it is.
+  CommandLine& option(const std::string& name, std::string& target);
   // `--name` alone: `set` is called.
   CommandLine& flag(const std::string& name, std::function<void()> set);
   // Walks argv[1] to argv[argc - 1], calling the handlers in order; returns the positionals.

@@ -131,7 +131,8 @@ const char* Supervisor::phase_name(Phase phase) {
 
 Supervisor::Supervisor(const Plan& plan, RunDir& run_dir, Console* console, Guard& guard)
     : plan_(plan), run_dir_(run_dir), console_(console), guard_(guard), signals_(io_), job_timer_(io_),
-      kill_timer_(io_), drain_timer_(io_), echo_timer_(io_), diagnosis_timer_(io_), job_signal_timer_(io_), live_report_(io_, plan.run_dir) {
+      kill_timer_(io_), drain_timer_(io_), echo_timer_(io_), diagnosis_timer_(io_), job_signal_timer_(io_),
+      live_report_(io_, plan.run_dir) {
   for (const RankPlacement& where : plan.ranks) {
     log_fds_.push_back(run_dir.open_rank_log(where.rank));
     ranks_.emplace_back(where);

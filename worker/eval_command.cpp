@@ -58,11 +58,11 @@ EvalOptions parse(int argc, char** argv) {
   EvalOptions o;
   const std::vector<std::string> positional =
       CommandLine(kUsage, "eval --help")
-          .option("--data", [&](const std::string& v) { o.data = v; })
+          .option("--data", o.data)
           .option("--max-tokens",
                   [&](const std::string& v) { o.max_tokens = static_cast<std::uint64_t>(parse_integer("--max-tokens", v, 1)); })
-          .option("--tokenizer", [&](const std::string& v) { o.tokenizer = v; })
-          .option("--multiple-choice", [&](const std::string& v) { o.multiple_choice = v; })
+          .option("--tokenizer", o.tokenizer)
+          .option("--multiple-choice", o.multiple_choice)
           .flag("--json", [&] { o.json = true; })
           .parse(argc, argv);
   if (positional.size() != 1) {

@@ -52,9 +52,9 @@ struct ExportOptions {
 ExportOptions parse(int argc, char** argv) {
   ExportOptions o;
   const std::vector<std::string> positional = CommandLine(kUsage, "export --help")
-                                                  .option("--format", [&](const std::string& v) { o.format = v; })
-                                                  .option("--dtype", [&](const std::string& v) { o.dtype = v; })
-                                                  .option("--tokenizer", [&](const std::string& v) { o.tokenizer = v; })
+                                                  .option("--format", o.format)
+                                                  .option("--dtype", o.dtype)
+                                                  .option("--tokenizer", o.tokenizer)
                                                   .flag("--force", [&] { o.force = true; })
                                                   .parse(argc, argv);
   if (positional.size() != 2) {

@@ -73,16 +73,16 @@ GenerateOptions parse(int argc, char** argv) {
   const std::vector<std::string> positional =
       CommandLine(kUsage, "generate --help")
           .option("--prompt", [&](const std::string& v) { o.prompt = v; })
-          .option("--prompt-file", [&](const std::string& v) { o.prompt_file = v; })
+          .option("--prompt-file", o.prompt_file)
           .option("--max-new-tokens", count("--max-new-tokens", 1, o.max_new_tokens))
           .option("--temperature", [&](const std::string& v) { o.sampling.temperature = parse_number("--temperature", v); })
           .option("--top-k", count("--top-k", 0, o.sampling.top_k))
           .option("--top-p", [&](const std::string& v) { o.sampling.top_p = parse_number("--top-p", v); })
           .option("--seed", [&](const std::string& v) { o.seed = static_cast<std::uint64_t>(parse_integer("--seed", v, 0)); })
           .option("--num-samples", count("--num-samples", 1, o.num_samples))
-          .option("--stop", [&](const std::string& v) { o.stop = v; })
-          .option("--tokenizer", [&](const std::string& v) { o.tokenizer = v; })
-          .option("--device", [&](const std::string& v) { o.device = v; })
+          .option("--stop", o.stop)
+          .option("--tokenizer", o.tokenizer)
+          .option("--device", o.device)
           .parse(argc, argv);
   if (positional.size() != 1) {
     throw BadInput("command line: expected one MODEL, got " + std::to_string(positional.size()) +

@@ -70,7 +70,7 @@ const char* const kUsage =
 std::string job_path_from(int argc, char** argv, const WorkerEnv& env) {
   std::string path = env.job_path;
   const std::vector<std::string> positional =
-      CommandLine(kUsage, "--help").option("--job", [&](const std::string& v) { path = v; }).parse(argc, argv);
+      CommandLine(kUsage, "--help").option("--job", path).parse(argc, argv);
   if (!positional.empty()) throw BadInput("command line: unexpected argument \"" + positional.front() + "\" (see --help)");
   if (path.empty()) throw BadInput("command line: no job: give --job FILE or run under xlaunch (XTRAIN_JOB)");
   return path;

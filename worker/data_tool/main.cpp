@@ -78,9 +78,9 @@ Options parse(int argc, char** argv) {
     return [=](const std::string& v) { store(parse_count(flag, v, min, max)); };
   };
   o.inputs = CommandLine(kUsage, "--help")
-                 .option("--vocab", [&](const std::string& v) { o.vocab = v; })
-                 .option("--out", [&](const std::string& v) { o.out = v; })
-                 .option("--prefix", [&](const std::string& v) { o.prefix = v; })
+                 .option("--vocab", o.vocab)
+                 .option("--out", o.out)
+                 .option("--prefix", o.prefix)
                  .option("--jsonl-field",
                          [&](const std::string& v) {
                            if (v.empty()) throw BadInput("command line: --jsonl-field needs a field name");

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <ctime>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -73,7 +74,6 @@ TEST_CASE("busy time: a thread of this rank on the training thread's core is lef
   bool shown = false;
   for (int attempt = 0; attempt < 5 && !shown; ++attempt) {
     const Try t = timed_work(clock);
-    INFO("wall " << t.wall_ms << " ms, busy " << t.busy_ms << " ms for " << kWorkMs << " ms of CPU");
     // The rival took about half of the core (else this try shows nothing), and the busy time is the
     // work's own.
     shown = t.wall_ms > 1.6 * kWorkMs && t.busy_ms > 0.8 * kWorkMs && t.busy_ms < 1.25 * kWorkMs;
