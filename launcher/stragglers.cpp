@@ -21,12 +21,13 @@ bool slower(double busy_ms, double reference_ms, double factor) {
 
 }  // namespace
 
-std::vector<StragglerDetector::Change> StragglerDetector::observe(int rank, long step, double busy_ms) {
+std::vector<StragglerDetector::Change> StragglerDetector::observe(int rank, long step, double busy_ms,
+                                                                 double seen_s) {
   std::vector<Change> changes;
   RankState& state = ranks_[rank];
   if (step <= state.last_step) return changes;  // a beat without a new step
   state.last_step = step;
-  state.window.push_back({step, busy_ms});
+  state.window.push_back({step, busy_ms, seen_s});
   if (state.window.size() > kWindow) state.window.pop_front();
   // The newest step that every rank has finished: judge it once, when every window is full.
   long complete = step;
@@ -35,7 +36,7 @@ std::vector<StragglerDetector::Change> StragglerDetector::observe(int rank, long
     complete = std::min(complete, s.last_step);
     full = full && s.window.size() == kWindow;
   }
-  if (ranks_.size() >= 2 && full && complete > judged_step_) judge(complete, changes);
+  if (ranks_.size() >= 2 && full && complete > judged_step_) judge(complete, seen_s, changes);
   return changes;
 }
 
@@ -48,20 +49,20 @@ void StragglerDetector::new_attempt() {
 // fast one -1; the step where that sum peaks (the oldest such, a slow one: where slow and fast steps
 // alternate, the slowdown began before the newest). A spike some fast steps before the slowdown does
 // not pull the date back, as the fast steps in between outweigh it.
-long StragglerDetector::slow_since(const RankState& state, double reference) const {
-  long since = state.window.back().step;
+const StragglerDetector::Sample& StragglerDetector::slow_since(const RankState& state, double reference) const {
+  const Sample* since = &state.window.back();
   long sum = 0, best = 0;
   for (auto it = state.window.rbegin(); it != state.window.rend(); ++it) {
     sum += slower(it->busy_ms, reference, kSlowAt) ? 1 : -1;
     if (sum >= best && sum > 0) {
       best = sum;
-      since = it->step;
+      since = &*it;
     }
   }
-  return since;
+  return *since;
 }
 
-void StragglerDetector::judge(long step, std::vector<Change>& changes) {
+void StragglerDetector::judge(long step, double now_s, std::vector<Change>& changes) {
   judged_step_ = step;
   std::map<int, std::vector<double>> sorted;  // each rank's window, ascending
   std::map<int, double> medians;
@@ -79,32 +80,43 @@ void StragglerDetector::judge(long step, std::vector<Change>& changes) {
     const double reference = median_without(all, static_cast<size_t>(mine - all.begin()));
     if (reference <= 0) continue;
     const double ratio = own / reference;
-    if (s.episode < 0) {
-      if (!slower(own, reference, kSlowAt)) continue;
-      s.episode = static_cast<int>(episodes_.size());
-      const long since = slow_since(s, reference);
-      episodes_.push_back({rank, since, step, ratio - 1, 1, std::nullopt});
-      changes.push_back({rank,
-                         fmt::format("rank {} is a straggler: {:.0f}% slower than the other ranks since step {} "
-                                     "(median busy time {:.1f} ms per step over its last {} steps, theirs {:.1f} ms)",
-                                     rank, 100 * (ratio - 1), since, own, kWindow, reference),
-                         true});
-      continue;
+    const bool slow = slower(own, reference, kSlowAt);
+    if (s.episode < 0 && !s.pending) {
+      if (!slow) continue;
+      const Sample& since = slow_since(s, reference);
+      s.pending = Episode{.rank = rank, .first_step = since.step, .first_seen_s = since.seen_s, .recovered_step = {}};
     }
-    Episode& episode = episodes_[static_cast<size_t>(s.episode)];
-    if (slower(own, reference, kSlowAt)) {
+    Episode& episode = s.episode >= 0 ? episodes_[static_cast<size_t>(s.episode)] : *s.pending;
+    if (slow) {
       episode.excess_sum += ratio - 1;
       ++episode.judged;
     }
     // The kRecoveredFast-th fastest busy time: below the bar, that many are.
-    if (slower(sorted[rank][kRecoveredFast - 1], reference, kRecoveredBelow)) continue;
-    episode.recovered_step = step;
-    s.episode = -1;
+    if (!slower(sorted[rank][kRecoveredFast - 1], reference, kRecoveredBelow)) {
+      if (s.episode >= 0) {
+        episode.recovered_step = step;
+        s.episode = -1;
+        changes.push_back({rank,
+                           fmt::format("rank {} recovered at step {}: median busy time {:.1f} ms per step over its "
+                                       "last {} steps, the other ranks' {:.1f} ms (a straggler since step {}, {:.0f}% "
+                                       "slower)",
+                                       rank, step, own, kWindow, reference, episode.first_step,
+                                       100 * episode.slower_by()),
+                           false});
+      }
+      s.pending.reset();  // slow for less than kMinSlowS: not a straggler
+      continue;
+    }
+    if (!s.pending || !slow || now_s - s.pending->first_seen_s < kMinSlowS) continue;
+    s.pending->warned_step = step;
+    s.episode = static_cast<int>(episodes_.size());
+    episodes_.push_back(*s.pending);
+    s.pending.reset();
     changes.push_back({rank,
-                       fmt::format("rank {} recovered at step {}: median busy time {:.1f} ms per step over its last "
-                                   "{} steps, the other ranks' {:.1f} ms (a straggler since step {}, {:.0f}% slower)",
-                                   rank, step, own, kWindow, reference, episode.first_step, 100 * episode.slower_by()),
-                       false});
+                       fmt::format("rank {} is a straggler: {:.0f}% slower than the other ranks since step {} "
+                                   "(median busy time {:.1f} ms per step over its last {} steps, theirs {:.1f} ms)",
+                                   rank, 100 * (ratio - 1), episodes_.back().first_step, own, kWindow, reference),
+                       true});
   }
 }
 

@@ -1,6 +1,7 @@
 #include "launcher/supervisor.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include <csignal>
@@ -465,10 +466,12 @@ void Supervisor::on_beat(int rank) {
   if (rank != 0) return;
   const std::optional<RankBusyTimes> busy = read_rank_busy_times(heartbeat_file_path(plan_.run_dir, rank));
   if (!busy || busy->last_step <= 0) return;
+  const double seen_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   bool changed = false;
   for (size_t r = 0; r < busy->busy_ms.size(); ++r) {
     for (const StragglerDetector::Change& change :
-         stragglers_.observe(static_cast<int>(r), busy->last_step, busy->busy_ms[r])) {
+         stragglers_.observe(static_cast<int>(r), busy->last_step, busy->busy_ms[r], seen_s)) {
       if (change.warning) {
         spdlog::warn("{}", change.message);
       } else {

@@ -15,7 +15,7 @@ to core 1 for a stretch of the run makes rank 1 share its core:
 The machine may be shared, and a rank sharing its core with a compiler is a straggler too: any
 other entry (another rank, another time, in the idle run) fails the test unless other processes used
 at least EXPLAINED of that rank's core while it lasted (a sampler reads /proc every 0.1 s), or the
-rank itself needed SLOWER_ITSELF times the other rank's user CPU per step for the same work (its core
+rank's training thread needed SLOWER_ITSELF times the other's CPU per step for the same work (its core
 ran slower: on a shared VM the host can do that with no process here to show for it), and then it is
 printed as a note. Exits 77 (skipped), saying why, where the affinity cannot be set or cores 0
 and 1 are not both usable, and where a check of the contended rank fails while other processes used
@@ -45,7 +45,12 @@ class Skip(Exception):
 
 
 class Failed(Exception):
-    pass
+    """A check failed. `rank` and `steps`, where given: a core that ran slower over those steps of rank 0
+    (other processes or the host on rank `rank`'s core) would explain the failure."""
+
+    def __init__(self, message, rank=None, steps=None):
+        super().__init__(message)
+        self.rank, self.steps = rank, steps
 
 
 def check_affinity():
@@ -138,23 +143,27 @@ def core_busy_s():
 
 
 def process_cpu_s(pid):
-    """A process's (user + system, user) CPU seconds so far, or None once it is gone."""
+    """A process's CPU seconds so far (user + system, all its threads), and its main thread's (the
+    training thread: nanoseconds on a CPU, /proc/PID/task/PID/schedstat), or None once it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
+            training_ns = int(f.read().split()[0])
     except (FileNotFoundError, ProcessLookupError):
         return None
     tick = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / tick, int(fields[11]) / tick
+    return (int(fields[11]) + int(fields[12])) / tick, training_ns / 1e9
 
 
 class Sampler:
-    """Every 0.1 s while a job runs: the time, rank 0's last step, the busy time of cores 0 and 1, and
-    the CPU time of the ranks (rank R on core R) and of the busy loop (core 1). What else ran on a
-    rank's core while it was reported explains the report."""
+    """Every 0.1 s while a job runs: the time, rank 0's last step, the busy time of cores 0 and 1, the
+    CPU time of the ranks (rank R on core R) and of the busy loop (core 1), and that of each rank's
+    training thread. What else ran on a rank's core while it was reported explains the report, and so
+    does a training thread that needed more CPU than the other for the same work."""
 
     def __init__(self):
-        self.samples, self.pids, self.cpu, self.user, self.next = [], {}, {}, {}, 0.0
+        self.samples, self.pids, self.cpu, self.training, self.next = [], {}, {}, {}, 0.0
 
     def take(self, job):
         now = time.monotonic()
@@ -168,13 +177,14 @@ class Sampler:
         for who, pid in pids.items():
             used = process_cpu_s(pid) if pid else None
             if used is not None:
-                self.cpu[who], self.user[who] = used
-        self.samples.append((now, job.step(), core_busy_s(), dict(self.cpu), dict(self.user)))
+                self.cpu[who], self.training[who] = used
+        self.samples.append((now, job.step(), core_busy_s(), dict(self.cpu), dict(self.training)))
 
-    def user_ms_per_step(self, rank, first_step, last_step):
-        """Rank `rank`'s user CPU milliseconds per step while rank 0 went from `first_step` to
-        `last_step`: the same work on every rank, so a rank whose core runs slower needs more of
-        it (its waits block in the kernel and count none); None where too few samples fall there."""
+    def training_ms_per_step(self, rank, first_step, last_step):
+        """Rank `rank`'s training thread's CPU milliseconds per step while rank 0 went from
+        `first_step` to `last_step`: the same work on every rank, so a rank whose core runs slower
+        needs more of it (its waits block and count none; the communication threads, whose CPU time
+        depends on which rank is ahead, are left out); None where too few samples fall there."""
         span = [x for x in self.samples if first_step <= x[1] <= last_step and rank in x[4]]
         if len(span) < 2 or span[-1][1] == span[0][1]:
             return None
@@ -309,16 +319,18 @@ class Busy:
 BUSY_SHARE = 0.25  # of a core: others used more while a case ran, and the machine was not idle
 EXPLAINED = 0.1    # of a rank's core: others used more while it was reported, and that made it slow (this
                    # script and xlaunch use a few percent)
-SLOWER_ITSELF = 1.25  # the reported rank's user CPU per step over the other's: its core ran the same work
-                      # this much slower, which no process here shows (on a VM: another guest on the
-                      # core's sibling thread, or the host's clock), and the rank was slow indeed
+SLOWER_ITSELF = 1.25  # the reported rank's training thread's CPU per step over the other's: its core ran the
+                      # same work this much slower, which no process here shows (on a VM: another guest
+                      # on the core's sibling thread, or the host's clock), and the rank was slow indeed
 
 
 def judge(job, busy, check, extra):
     """Runs `check`, then `extra` (entries that should not be there). An entry is explained, and
-    noted, when other processes used EXPLAINED of the rank's core over its window and episode: a
-    compiler sharing a rank's core makes a real straggler. A failed check, or an unexplained entry,
-    on a machine that others kept busy is a skip, with the reason."""
+    noted, when other processes used EXPLAINED of the rank's core over its window and episode (a
+    compiler sharing a rank's core makes a real straggler), or when its training thread needed
+    SLOWER_ITSELF times the other's CPU per step from its first step to its warning (the steps it was
+    judged slow on). A failed check, or an unexplained entry, on a machine that others kept busy is a
+    skip, with the reason."""
     share, wall = busy.others_share()
     where = f"other processes used {share:.0%} of a core over the {wall:.0f} s run"
     try:
@@ -327,19 +339,30 @@ def judge(job, busy, check, extra):
     except Failed as e:
         if share > BUSY_SHARE:
             raise Skip(f"{where}, so the check says nothing about the detector: {e}")
+        if e.rank is not None:
+            others = job.sampler.others_on_core(e.rank, *e.steps)
+            mine = job.sampler.training_ms_per_step(e.rank, *e.steps)
+            theirs = job.sampler.training_ms_per_step(1 - e.rank, *e.steps)
+            if others > EXPLAINED or (mine and theirs and mine >= SLOWER_ITSELF * theirs):
+                cpu = (f", its training thread needed {mine:.1f} ms of CPU per step, the other's {theirs:.1f}"
+                       if mine and theirs else "")
+                raise Skip(f"{e}: other processes used {others:.0%} of core {e.rank} at steps {e.steps[0]}-{e.steps[1]}"
+                           f"{cpu}, so the check says nothing about the detector")
         raise
     last = job.sampler.samples[-1][1] if job.sampler.samples else 0
     for entry in unexpected:
         span = (entry["first_step"], entry.get("recovered_step", last))
         others = job.sampler.others_on_core(entry["rank"], span[0] - WINDOW, span[1])
-        mine = job.sampler.user_ms_per_step(entry["rank"], *span)
-        theirs = job.sampler.user_ms_per_step(1 - entry["rank"], *span)
+        slow = (entry["first_step"], entry["warned_step"])
+        mine = job.sampler.training_ms_per_step(entry["rank"], *slow)
+        theirs = job.sampler.training_ms_per_step(1 - entry["rank"], *slow)
         if others <= EXPLAINED and mine and theirs and mine >= SLOWER_ITSELF * theirs:
-            print(f"note: {entry}: rank {entry['rank']} needed {mine:.1f} ms of CPU per step against the other "
-                  f"rank's {theirs:.1f} for the same work: its core ran slower, with no other process on it")
+            print(f"note: {entry}: rank {entry['rank']}'s training thread needed {mine:.1f} ms of CPU per step against "
+                  f"the other rank's {theirs:.1f} for the same work: its core ran slower, with no other process on it")
             continue
         if others <= EXPLAINED:
-            cpu = (f"it needed {mine:.1f} ms of CPU per step, the other rank {theirs:.1f}" if mine and theirs
+            cpu = (f"its training thread needed {mine:.1f} ms of CPU per step, the other rank's {theirs:.1f}"
+                   if mine and theirs
                    else "its CPU per step was not sampled")
             failure = (f"{entry}: other processes used only {others:.0%} of core {entry['rank']} meanwhile, and {cpu} "
                        f"({where})")
@@ -361,14 +384,18 @@ def check_episode(job, rank, start, end):
     and one line for each."""
     stragglers = job.stragglers()
     mine = [s for s in stragglers if contended(s, rank, start)]
+    other = 1 - rank
     if len(mine) != 1:
         raise Failed(f"expected one entry for rank {rank} warned within {MAX_LATENCY} steps of step "
-                     f"{start} (contention at steps {start}-{end}): {stragglers}")
+                     f"{start} (contention at steps {start}-{end}): {stragglers}", other, (start, start + MAX_LATENCY))
     entry = mine[0]
     if not start - WINDOW <= entry["first_step"] <= entry["warned_step"]:
         raise Failed(f"rank {rank} slow since step {entry['first_step']}, contention from {start}")
-    if not end < entry.get("recovered_step", 0) <= end + MAX_LATENCY:
-        raise Failed(f"rank {rank} recovered at {entry.get('recovered_step')}, contention until {end}")
+    recovered = entry.get("recovered_step", 0)
+    if not end < recovered <= end + MAX_LATENCY:
+        raise Failed(f"rank {rank} recovered at {recovered or 'no step'}, contention until {end}",
+                     *((other, (recovered - WINDOW, recovered)) if recovered and recovered <= end
+                       else (rank, (end, end + MAX_LATENCY))))
     output = job.output()
     for line in (f"rank {rank} is a straggler: ", f"than the other ranks since step {entry['first_step']} (",
                  f"rank {rank} recovered at step {entry['recovered_step']}: "):

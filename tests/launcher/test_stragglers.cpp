@@ -20,13 +20,17 @@ struct Seen {
   StragglerDetector::Change change;
 };
 
-// Feeds one step of every rank's busy time, rank 0 first, and keeps what changed.
+// Feeds one step of every rank's busy time, rank 0 first, and keeps what changed. Step s is read at
+// s * step_s seconds: by default 0.1 s, so that the window, not kMinSlowS, is what takes time.
 struct Series {
+  double step_s = 0.1;
   StragglerDetector detector;
   std::vector<Seen> seen;
   void step(long s, const std::vector<double>& busy) {
     for (int r = 0; r < static_cast<int>(busy.size()); ++r) {
-      for (auto& change : detector.observe(r, s, busy[static_cast<size_t>(r)])) seen.push_back({s, change});
+      for (auto& change : detector.observe(r, s, busy[static_cast<size_t>(r)], static_cast<double>(s) * step_s)) {
+        seen.push_back({s, change});
+      }
     }
   }
   // The step of the first warning (or recovery) for `rank` at or after `from`.
@@ -96,6 +100,35 @@ TEST_CASE("launcher/stragglers: a rank judged on its window median: one warning,
   CHECK(json[1]["warned_step"] == 141);
   CHECK(json[1]["slower_by"].get<double>() == Approx(0.6));
   CHECK_FALSE(json[1].contains("recovered_step"));  // still behind
+}
+
+TEST_CASE("launcher/stragglers: short steps: a slowdown is reported once it has lasted kMinSlowS, a shorter one never",
+          "[stragglers]") {
+  Series d;
+  d.step_s = 1.0 / 64;  // 15.6 ms steps (exact in binary): kMinSlowS is 64 steps
+  const auto step = [&](long s, double slow_ms) { d.step(s, {10.0, slow_ms}); };
+  for (long s = 1; s <= 100; ++s) step(s, 10.0);
+  // 40 slow steps (0.62 s): the window median is slow from step 117 to 155, 0.86 s after the onset.
+  for (long s = 101; s <= 140; ++s) step(s, 15.0);
+  for (long s = 141; s <= 300; ++s) step(s, 10.0);
+  CHECK(d.seen.empty());
+  CHECK(d.detector.empty());  // recovered before it was reported: no entry either
+  for (long s = 301; s <= 364; ++s) step(s, 15.0);
+  CHECK(d.seen.empty());  // tipped at 317, slow for 63/64 s at 364
+  step(365, 15.0);
+  REQUIRE(d.seen.size() == 1);
+  CHECK(d.seen[0].change.message == "rank 1 is a straggler: 50% slower than the other ranks since step 301 (median "
+                                    "busy time 15.0 ms per step over its last 32 steps, theirs 10.0 ms)");
+  for (long s = 366; s <= 400; ++s) step(s, 15.0);
+  for (long s = 401; s <= 424; ++s) step(s, 10.0);
+  REQUIRE(d.seen.size() == 2);
+  CHECK(d.seen[1].step == 424);  // recovery as with long steps: 24 fast of 32
+  const nlohmann::json json = d.detector.to_json();
+  REQUIRE(json.size() == 1);
+  CHECK(json[0]["first_step"] == 301);
+  CHECK(json[0]["warned_step"] == 365);
+  CHECK(json[0]["recovered_step"] == 424);
+  CHECK(json[0]["slower_by"].get<double>() == Approx(0.5));  // judged from the tip at 317 on
 }
 
 TEST_CASE("launcher/stragglers: with two ranks each is judged against the other", "[stragglers]") {
@@ -182,26 +215,26 @@ TEST_CASE("launcher/stragglers: noise alone, spikes and a short stall are never 
 TEST_CASE("launcher/stragglers: judged only once every rank has a full window", "[stragglers]") {
   StragglerDetector d;
   // Rank 1 reports steps 1-40 before the others report any: nothing can be judged.
-  for (long s = 1; s <= 40; ++s) CHECK(d.observe(1, s, 50.0).empty());
+  for (long s = 1; s <= 40; ++s) CHECK(d.observe(1, s, 50.0, 0.1 * s).empty());
   // The others report only step 40 (their earlier beats were coalesced): one sample each, no judgment.
-  CHECK(d.observe(0, 40, 10.0).empty());
-  CHECK(d.observe(2, 40, 10.0).empty());
+  CHECK(d.observe(0, 40, 10.0, 4.0).empty());
+  CHECK(d.observe(2, 40, 10.0, 4.0).empty());
   for (long s = 41; s <= 70; ++s) {
-    for (int r = 0; r < 3; ++r) CHECK(d.observe(r, s, r == 1 ? 50.0 : 10.0).empty());
+    for (int r = 0; r < 3; ++r) CHECK(d.observe(r, s, r == 1 ? 50.0 : 10.0, 0.1 * s).empty());
   }
   CHECK(d.empty());
-  CHECK(d.observe(0, 71, 10.0).empty());
-  CHECK(d.observe(1, 71, 50.0).empty());
-  CHECK(d.observe(2, 71, 10.0).size() == 1);  // 32 samples each: judged
+  CHECK(d.observe(0, 71, 10.0, 7.1).empty());
+  CHECK(d.observe(1, 71, 50.0, 7.1).empty());
+  CHECK(d.observe(2, 71, 10.0, 7.1).size() == 1);  // 32 samples each: judged
   // A restarted gang starts its windows again.
   d.new_attempt();
   for (long s = 1; s <= 31; ++s) {
-    for (int r = 0; r < 3; ++r) CHECK(d.observe(r, s, r == 2 ? 50.0 : 10.0).empty());
+    for (int r = 0; r < 3; ++r) CHECK(d.observe(r, s, r == 2 ? 50.0 : 10.0, 0.1 * s).empty());
   }
   // Sub-millisecond differences are noise however large the ratio.
   StragglerDetector tiny;
   for (long s = 1; s <= 80; ++s) {
-    for (int r = 0; r < 3; ++r) tiny.observe(r, s, r == 0 ? 0.9 : 0.1);
+    for (int r = 0; r < 3; ++r) tiny.observe(r, s, r == 0 ? 0.9 : 0.1, 0.1 * s);
   }
   CHECK(tiny.empty());
 }
