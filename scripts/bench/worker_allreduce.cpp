@@ -14,12 +14,14 @@
 #include <string>
 #include <vector>
 
+#include <cblas.h>
 #include <gloo/rendezvous/file_store.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/job_spec.hpp"
 #include "worker/cpu/cpu_backend.hpp"
+#include "worker/cpu/openblas_core.hpp"
 #include "worker/comm/gloo_communicator.hpp"
 #include "worker/model/gpt.hpp"
 
@@ -117,6 +119,11 @@ void run_rank(int rank, const std::string& store, const std::vector<Size>& sizes
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The kernels xtrain-worker runs with (worker/cpu/openblas_core.hpp): on a CPU that OpenBLAS does
+  // not know, its fallback kernels would make "compute" 2-3x what a rank spends.
+  const std::string openblas_choice = choose_openblas_core(argv);
+  std::printf("# OpenBLAS kernels: %s\n", openblas_choice.empty() ? openblas_get_corename() : openblas_choice.c_str());
+  std::fflush(stdout);  // before the ranks fork, or they print it again
   const int steps = argc > 1 ? std::atoi(argv[1]) : 10;
   const std::vector<Size> sizes = {
       {"4L 128C T64 (demo)", 4, 4, 128, 64, 16},
