@@ -23,6 +23,7 @@
 #include "worker/train/adamw.hpp"
 #include "worker/data/batch_sampler.hpp"
 #include "worker/cpu/cpu_backend.hpp"
+#include "worker/cpu/openblas_core.hpp"
 #include "worker/model/gpt.hpp"
 #include "worker/train/lr_schedule.hpp"
 #include "worker/math/bf16.hpp"
@@ -180,6 +181,10 @@ Drift drift(const Run& r, const Run& ref, const std::vector<float>& init) {
 }  // namespace
 
 int main(int argc, char** argv) try {
+  // The kernels xtrain-worker runs with (worker/cpu/openblas_core.hpp), not OpenBLAS's fallback.
+  if (const std::string line = xtrain::choose_openblas_core(argv); !line.empty()) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
   const Options o = parse(argc, argv);
   DataSpec spec;
   spec.train = o.data;

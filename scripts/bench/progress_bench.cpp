@@ -19,6 +19,7 @@
 
 #include "scripts/bench/bench_options.hpp"
 #include "worker/cpu/cpu_backend.hpp"
+#include "worker/cpu/openblas_core.hpp"
 #include "worker/model/gpt.hpp"
 #include "worker/train/heartbeat.hpp"
 
@@ -43,6 +44,10 @@ double ns_per_call(long calls, Clock::duration d) {
 }  // namespace
 
 int main(int argc, char** argv) try {
+  // The kernels xtrain-worker runs with (worker/cpu/openblas_core.hpp), not OpenBLAS's fallback.
+  if (const std::string line = xtrain::choose_openblas_core(argv); !line.empty()) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
   using namespace xtrain;
   Options o;
   bench::parse_bench_flags("xtrain-bench-progress", argc, argv, o, [&](int& i) {
