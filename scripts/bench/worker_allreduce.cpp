@@ -120,7 +120,7 @@ void run_rank(int rank, const std::string& store, const std::vector<Size>& sizes
 
 int main(int argc, char** argv) {
   // The kernels xtrain-worker runs with (worker/cpu/openblas_core.hpp): on a CPU that OpenBLAS does
-  // not know, its fallback kernels would make "compute" 2-3x what a rank spends.
+  // not know, its fallback kernels would make "compute" 3-4x what a rank spends.
   const std::string openblas_choice = choose_openblas_core(argv);
   std::printf("# OpenBLAS kernels: %s\n", openblas_choice.empty() ? openblas_get_corename() : openblas_choice.c_str());
   std::fflush(stdout);  // before the ranks fork, or they print it again

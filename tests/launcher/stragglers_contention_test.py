@@ -324,13 +324,32 @@ SLOWER_ITSELF = 1.25  # the reported rank's training thread's CPU per step over 
                       # on the core's sibling thread, or the host's clock), and the rank was slow indeed
 
 
+def slowed_core(job, rank, others_steps, cpu_steps):
+    """Whether rank `rank`'s core ran slower than the other's: other processes used EXPLAINED of it
+    over `others_steps` (of rank 0), or its training thread needed SLOWER_ITSELF times the other's CPU
+    per step over `cpu_steps`. Returns (why, or None when neither; what was measured)."""
+    others = job.sampler.others_on_core(rank, *others_steps)
+    mine = job.sampler.training_ms_per_step(rank, *cpu_steps)
+    theirs = job.sampler.training_ms_per_step(1 - rank, *cpu_steps)
+    on_core = f"other processes used {others:.0%} of core {rank} meanwhile"
+    if not (mine and theirs):
+        return (on_core if others > EXPLAINED else None), f"{on_core}, and its CPU per step was not sampled"
+    cpu = f"training thread needed {mine:.1f} ms of CPU per step, the other rank's {theirs:.1f}"
+    measured = f"{on_core}, and its {cpu}"
+    if others > EXPLAINED:
+        return on_core, measured
+    if mine >= SLOWER_ITSELF * theirs:
+        return f"rank {rank}'s {cpu} for the same work: its core ran slower, with no other process on it", measured
+    return None, measured
+
+
 def judge(job, busy, check, extra):
     """Runs `check`, then `extra` (entries that should not be there). An entry is explained, and
     noted, when other processes used EXPLAINED of the rank's core over its window and episode (a
     compiler sharing a rank's core makes a real straggler), or when its training thread needed
     SLOWER_ITSELF times the other's CPU per step from its first step to its warning (the steps it was
-    judged slow on). A failed check, or an unexplained entry, on a machine that others kept busy is a
-    skip, with the reason."""
+    judged slow on). A failed check that such a slower core explains, and a failed check or an
+    unexplained entry on a machine that others kept busy, is a skip, with the reason."""
     share, wall = busy.others_share()
     where = f"other processes used {share:.0%} of a core over the {wall:.0f} s run"
     try:
@@ -339,39 +358,23 @@ def judge(job, busy, check, extra):
     except Failed as e:
         if share > BUSY_SHARE:
             raise Skip(f"{where}, so the check says nothing about the detector: {e}")
-        if e.rank is not None:
-            others = job.sampler.others_on_core(e.rank, *e.steps)
-            mine = job.sampler.training_ms_per_step(e.rank, *e.steps)
-            theirs = job.sampler.training_ms_per_step(1 - e.rank, *e.steps)
-            if others > EXPLAINED or (mine and theirs and mine >= SLOWER_ITSELF * theirs):
-                cpu = (f", its training thread needed {mine:.1f} ms of CPU per step, the other's {theirs:.1f}"
-                       if mine and theirs else "")
-                raise Skip(f"{e}: other processes used {others:.0%} of core {e.rank} at steps {e.steps[0]}-{e.steps[1]}"
-                           f"{cpu}, so the check says nothing about the detector")
+        why = slowed_core(job, e.rank, e.steps, e.steps)[0] if e.rank is not None else None
+        if why:
+            raise Skip(f"{e}: at steps {e.steps[0]}-{e.steps[1]} {why}, so the check says nothing about the detector")
         raise
     last = job.sampler.samples[-1][1] if job.sampler.samples else 0
     for entry in unexpected:
-        span = (entry["first_step"], entry.get("recovered_step", last))
-        others = job.sampler.others_on_core(entry["rank"], span[0] - WINDOW, span[1])
-        slow = (entry["first_step"], entry["warned_step"])
-        mine = job.sampler.training_ms_per_step(entry["rank"], *slow)
-        theirs = job.sampler.training_ms_per_step(1 - entry["rank"], *slow)
-        if others <= EXPLAINED and mine and theirs and mine >= SLOWER_ITSELF * theirs:
-            print(f"note: {entry}: rank {entry['rank']}'s training thread needed {mine:.1f} ms of CPU per step against "
-                  f"the other rank's {theirs:.1f} for the same work: its core ran slower, with no other process on it")
+        episode = (entry["first_step"] - WINDOW, entry.get("recovered_step", last))
+        why, measured = slowed_core(job, entry["rank"], episode, (entry["first_step"], entry["warned_step"]))
+        if why:
+            print(f"note: {entry}: {why}")
             continue
-        if others <= EXPLAINED:
-            cpu = (f"its training thread needed {mine:.1f} ms of CPU per step, the other rank's {theirs:.1f}"
-                   if mine and theirs
-                   else "its CPU per step was not sampled")
-            failure = (f"{entry}: other processes used only {others:.0%} of core {entry['rank']} meanwhile, and {cpu} "
-                       f"({where})")
-            # The sampler sees a rank's core only every 0.1 s, and not at all in a run's last steps:
-            # on a machine that others kept busy an unexplained entry is not the detector's fault.
-            if share > BUSY_SHARE:
-                raise Skip(f"{where}, so an unexpected entry says nothing about the detector: {failure}")
-            raise Failed(failure)
-        print(f"note: {entry}: other processes used {others:.0%} of core {entry['rank']} meanwhile")
+        failure = f"{entry}: {measured} ({where})"
+        # The sampler sees a rank's core only every 0.1 s, and not at all in a run's last steps:
+        # on a machine that others kept busy an unexplained entry is not the detector's fault.
+        if share > BUSY_SHARE:
+            raise Skip(f"{where}, so an unexpected entry says nothing about the detector: {failure}")
+        raise Failed(failure)
     return result
 
 
