@@ -1,5 +1,6 @@
 #include "worker/comm/gloo_communicator.hpp"
 
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
@@ -33,6 +34,17 @@ std::string gloo_message(const char* what) {
   return s;
 }
 
+// Leaves a handler someone installed on purpose alone.
+void ignore_sigpipe() {
+  struct sigaction current = {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    struct sigaction ignore = {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    ::sigaction(SIGPIPE, &ignore, nullptr);
+  }
+}
+
 std::string seconds(std::chrono::milliseconds ms) {
   std::ostringstream out;
   out.precision(1);
@@ -45,6 +57,7 @@ std::string seconds(std::chrono::milliseconds ms) {
 GlooCommunicator::GlooCommunicator(int rank, int world_size, gloo::rendezvous::Store& store,
                                    const GlooOptions& options)
     : rank_(rank), world_size_(world_size), op_timeout_(options.op_timeout) {
+  ignore_sigpipe();
   const auto started = std::chrono::steady_clock::now();
   try {
     gloo::transport::tcp::attr attr;

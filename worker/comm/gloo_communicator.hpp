@@ -48,6 +48,11 @@ class GlooCommunicator final : public Communicator {
  public:
   // Connects the full mesh through `store` (needed only during construction, wrapped in a
   // PrefixStore of options.prefix); throws CommunicatorError when a peer does not arrive in time.
+  // Makes the process ignore SIGPIPE (when nothing else handles it): Gloo sends with writev,
+  // which cannot ask for MSG_NOSIGNAL, so a write to a peer that has just died would kill this
+  // rank by SIGPIPE, a failure of its own to the launcher, instead of failing the collective
+  // with EPIPE, the echo of the peer's (peer_lost). Python, and so PyTorch, ignores it for the
+  // same reason from startup.
   GlooCommunicator(int rank, int world_size, gloo::rendezvous::Store& store, const GlooOptions& options);
   ~GlooCommunicator() override;
   GlooCommunicator(const GlooCommunicator&) = delete;
