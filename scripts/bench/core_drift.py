@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """How far apart two cores of this machine run the same work, with nothing of xtrain's running.
 
 One process pinned to each of two cores repeats the same small matrix product (single-threaded,

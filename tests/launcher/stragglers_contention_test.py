@@ -217,13 +217,18 @@ class Job:
             with open(pin, "w") as f:
                 f.write(f'#!/bin/sh\nexec taskset -c "$RANK" {worker} "$@"\n')
             os.chmod(pin, 0o755)
+        # 64 sequences a step make a step about 16 ms of compute, several of the kernel's time slices:
+        # the busy loop then slows every step alike (1.9x, measured). With 16 (4 ms, about one slice)
+        # it took the core in whole slices, each step doubled or untouched, and for stretches of 50-100
+        # steps fewer than half were doubled: 1.2-1.3x on average there, under the detector's 1.4x by
+        # mean as by median, and the warning came late (docs/PERF.md, "A busy loop on a rank's core").
         spec = {
             "name": name, "device": "cpu", "backend": "gloo", "nproc_per_node": 2 // nnodes,
             "worker": {"command": [pin]},
             "launcher": {"tee": "none", "term_timeout_s": 3},
             "model": {"n_layer": 2, "n_head": 2, "n_embd": 64, "seq_len": 64, "vocab_size": 256},
             "data": {"train": data},
-            "train": {"steps": steps, "batch_size": 16, "micro_batch_size": 8, "warmup_steps": 0, "log_every": 100},
+            "train": {"steps": steps, "batch_size": 64, "micro_batch_size": 32, "warmup_steps": 0, "log_every": 100},
             "checkpoint": {"every": 0, "keep": 1},
         }
         if nnodes > 1:
