@@ -34,7 +34,7 @@ std::string gloo_message(const char* what) {
   return s;
 }
 
-// Leaves a handler someone installed on purpose alone.
+// SIGPIPE ignored, for the reason the constructor's comment gives; a handler installed on purpose stays.
 void ignore_sigpipe() {
   struct sigaction current = {};
   if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
