@@ -10,8 +10,6 @@ to core 1 for a stretch of the run makes rank 1 share its core:
   two_nodes   the same with two xlaunch on loopback, one rank each: node 0 judges every rank of the
               job and reports rank 1, which runs on node 1; node 1 reports none
 
-  stragglers_contention_test.py XLAUNCH XTRAIN_WORKER [CASES...] [--runs N] [--keep DIR]
-
 The machine may be shared, and a rank sharing its core with a compiler is a straggler too: any
 other entry (another rank, another time, in the idle run) fails the test unless other processes used
 at least EXPLAINED of that rank's core while it lasted (a sampler reads /proc every 0.1 s), or the
@@ -23,6 +21,7 @@ more than BUSY_SHARE of a core over the run (it then says nothing about the dete
 repeats the contention case and prints each run's warning and recovery steps relative to the busy
 loop's start and end.
 """
+import argparse
 import ctypes
 import json
 import os
@@ -487,21 +486,20 @@ CASES = {"contention": case_contention, "idle": case_idle, "two_nodes": case_two
 
 
 def main(argv):
-    args = list(argv)
-    runs, keep = 1, None
-    if "--runs" in args:
-        i = args.index("--runs")
-        runs = int(args[i + 1])
-        del args[i:i + 2]
-    if "--keep" in args:
-        i = args.index("--keep")
-        keep = args[i + 1]
-        del args[i:i + 2]
-    if len(args) < 2:
-        print(__doc__, file=sys.stderr)
-        return 2
-    xlaunch, worker = os.path.realpath(args[0]), os.path.realpath(args[1])
-    cases = args[2:] or list(CASES)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("xlaunch")
+    parser.add_argument("xtrain_worker")
+    parser.add_argument("cases", nargs="*", default=[], metavar="CASE", help=f"of {', '.join(CASES)} (default: all)")
+    parser.add_argument("--runs", type=int, default=1, help="runs of the contention case")
+    parser.add_argument("--keep", metavar="DIR", help="run the jobs in DIR (created) and leave it")
+    args = parser.parse_args(argv)
+    for name in args.cases:
+        if name not in CASES:
+            parser.error(f"unknown case {name!r}: expected one of {', '.join(CASES)}")
+    xlaunch, worker = os.path.realpath(args.xlaunch), os.path.realpath(args.xtrain_worker)
+    cases, runs, keep = args.cases or list(CASES), args.runs, args.keep
+    if keep:
+        os.makedirs(keep, exist_ok=True)
     tmp = keep or tempfile.mkdtemp(prefix="stragglers-")
     try:
         check_affinity()
