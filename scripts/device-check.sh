@@ -20,12 +20,17 @@
 # XTRAIN_GPT2_VOCAB, or scripts/fetch-gpt2-reference.sh's cache.
 # Options: --sanitize   compute-sanitizer gets the benchmark's time (and the [gpu][train] cases
 #                       too) instead of its slice at the end; no benchmark.
+#          --only STEPS runs only these steps (comma-separated: tests, export, tokenizer, bench,
+#                       sanitizer, scaling); the others say "not run: not asked for". For a short
+#                       second look after a fix, e.g. --only tests,sanitizer with a small budget.
+#          --cases SPEC test_cuda runs the cases of this Catch2 test spec (e.g. "[gpu][attention]")
+#                       instead of every case, and compute-sanitizer goes over the same cases.
 # Environment: XTRAIN_CHECK_BUDGET_S (default 450) bounds the whole run: every step has a timeout
 # cut to what is left of it. XTRAIN_PYTHON: the python3 with PyTorch (default python3).
 # XTRAIN_BENCH_ARGS: more arguments for gpu_bench.py, after the defaults "--shapes
 # gpt2,gpt2-b64,mid,demo --precisions bf16" (e.g. "--precisions bf16,tf32").
 # Exit: 0 everything ran and passed; 1 a test, a check or the benchmark failed, or no programs;
-# 3 no GPU (only what needs none ran: the tests that need none, the two comparisons).
+# 2 a bad option (nothing ran); 3 no GPU (only what needs none ran: the tests that need none, the two comparisons).
 # A check whose library or input is missing (transformers, tiktoken, the vocabulary,
 # compute-sanitizer, or gVisor under it all) is "not run" with the reason, not a failure.
 #
@@ -43,6 +48,32 @@
 #   gpu_scaling.py (2 GPUs or more)                  what is left less 20 s, if >= 90 s
 #   logs.tar.gz                                      the last 20 s
 set -uo pipefail
+steps=tests,export,tokenizer,bench,sanitizer,scaling
+sanitize=0
+only=""
+cases=""
+usage() {
+  echo "device-check.sh: $1 (usage: device-check.sh [--sanitize] [--only STEP,...] [--cases SPEC]; steps: $steps)" >&2
+  exit 2
+}
+while (( $# > 0 )); do
+  case "$1" in
+    --sanitize) sanitize=1 ;;
+    --only | --cases)
+      [[ $# -gt 1 && -n "$2" ]] || usage "$1 needs a value"
+      if [[ "$1" == --only ]]; then only=$2; else cases=$2; fi
+      shift ;;
+    *) usage "unknown option '$1'" ;;
+  esac
+  shift
+done
+IFS=, read -ra asked <<<"$only"
+for step in "${asked[@]}"; do
+  [[ ",$steps," == *",$step,"* ]] || usage "--only: unknown step '$step'"
+done
+# wanted STEP: was STEP asked for (every step is, without --only)?
+wanted() { [[ -z "$only" || ",$only," == *",$1,"* ]]; }
+not_asked="not run: not asked for (--only $only)"
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
 out=${OUT:-$root/device-out}
@@ -50,8 +81,6 @@ mkdir -p "$out"
 logs=$(mktemp -d /tmp/xtrain-check-logs.XXXXXX)
 budget=${XTRAIN_CHECK_BUDGET_S:-450}
 python=${XTRAIN_PYTHON:-python3}
-sanitize=0
-[[ "${1:-}" == "--sanitize" ]] && sanitize=1
 export PYTHONUNBUFFERED=1
 summary="$out/summary.md"
 : >"$summary"
@@ -207,11 +236,13 @@ test_binary() {
 say ""
 say "## Tests"
 export XTRAIN_BIN_DIR="$bin"
-if [[ -n "$bin" ]]; then
+if ! wanted tests; then
+  say "$not_asked"
+elif [[ -n "$bin" ]]; then
   if (( gpus == 0 )); then
-    test_binary test_cuda "$(limit 180 20)" "~[gpu]~[.]"  # [.]: halves of other cases
+    test_binary test_cuda "$(limit 180 20)" "~[gpu]~[.]"  # [.]: halves of other cases; --cases names [gpu] ones
   else
-    test_binary test_cuda "$(limit 150 300)"
+    test_binary test_cuda "$(limit 150 300)" ${cases:+"$cases"}
     test_binary test_launcher_integration "$(limit 45 300)" "[gpu]~[.]"
   fi
 else
@@ -251,7 +282,9 @@ say "## Hugging Face export, loaded by transformers, against our logits"
 device=cuda
 (( gpus == 0 )) && device=cpu
 why=$(missing xlaunch xtrain-worker xtrain-check-logits)
-if [[ -n "$why" ]]; then
+if ! wanted export; then
+  say "$not_asked"
+elif [[ -n "$why" ]]; then
   say "not run: $why"
 else
   py_check hf_export "$(limit 60 240)" scripts/check/hf_export_check.py --bin "$bin" --device "$device" \
@@ -261,7 +294,9 @@ fi
 say ""
 say "## Tokenizer against tiktoken's gpt2"
 why=$(missing xtrain-data)
-if [[ -n "$why" ]]; then
+if ! wanted tokenizer; then
+  say "$not_asked"
+elif [[ -n "$why" ]]; then
   say "not run: $why"
 elif [[ -z "$vocab" ]]; then
   say "not run: no GPT-2 vocabulary (the bundle's gpt2/, XTRAIN_GPT2_VOCAB, or scripts/fetch-gpt2-reference.sh's cache)"
@@ -289,6 +324,7 @@ sanitize() {
   fi
 }
 kernel_cases=("[gpu][attention]" "[gpu][ops]" "[gpu][bf16]")
+[[ -n "$cases" ]] && kernel_cases=("$cases")
 
 if (( gpus == 0 )); then
   say ""
@@ -302,7 +338,14 @@ if (( gpus == 0 )); then
 fi
 
 if [[ $sanitize -eq 1 ]]; then
-  sanitize $(( $(left) - 20 )) "${kernel_cases[@]}" "[gpu][train]"
+  if wanted sanitizer; then
+    [[ -z "$cases" ]] && kernel_cases+=("[gpu][train]")
+    sanitize $(( $(left) - 20 )) "${kernel_cases[@]}"
+  else
+    say ""
+    say "## compute-sanitizer"
+    say "$not_asked"
+  fi
   say ""
   say "## Benchmark"
   say "not run: --sanitize gives its time to compute-sanitizer"
@@ -311,10 +354,14 @@ fi
 
 say ""
 say "## Benchmark (one GPU, against PyTorch)"
-bench_deadline=$(( $(left) - 100 ))
+sanitizer_reserve=100
+wanted sanitizer || sanitizer_reserve=20
+bench_deadline=$(( $(left) - sanitizer_reserve ))
 impls=xtrain,eager,compile
 [[ -z "$bin" ]] && impls=eager,compile
-if (( bench_deadline > 20 )); then
+if ! wanted bench; then
+  say "$not_asked"
+elif (( bench_deadline > 20 )); then
   # gpu_bench.py kills its runs at the deadline itself; timeout is the backstop.
   # shellcheck disable=SC2086  # XTRAIN_BENCH_ARGS: words
   bounded $(( bench_deadline + 10 )) "$python" scripts/bench/gpu_bench.py --bin "$bin" --out "$out" \
@@ -329,7 +376,11 @@ else
   say "not run: $(left) s left"
 fi
 
-if (( $(left) >= 50 )); then
+if ! wanted sanitizer; then
+  say ""
+  say "## compute-sanitizer"
+  say "$not_asked"
+elif (( $(left) >= 50 )); then
   sanitize $(( $(left) - 20 )) "${kernel_cases[@]}"
 else
   say ""
@@ -339,7 +390,9 @@ fi
 
 say ""
 say "## Scaling"
-if (( gpus < 2 )); then
+if ! wanted scaling; then
+  say "$not_asked"
+elif (( gpus < 2 )); then
   say "not run: $gpus GPU (the scaling table needs 2 or more; one GPU's rate is the benchmark's)"
 elif [[ -z "$bin" ]]; then
   say "not run: no programs"

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """scripts/device-check.sh without a GPU: what it says and returns with no GPU (the steps that need
 one, or a library this machine lacks, say why they did not run), that a hanging step is killed
-within the budget and the others still run, and that the benchmark's table and compute-sanitizer's
-verdicts reach summary.md.
+within the budget and the others still run, that the benchmark's table and compute-sanitizer's
+verdicts reach summary.md, that --only and --cases run what they name and nothing else, and that a
+bad option runs nothing.
 
 The GPU is played by a stand-in nvidia-smi first on PATH, the programs by stand-ins in a bin/
 given as XTRAIN_CHECK_BIN_DIR: Catch2-like test binaries that record their arguments and pass or
@@ -33,10 +34,11 @@ NVIDIA_SMI = {
     "none": "#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver'\nexit 9\n",
 }
 
-# A test binary: records its arguments; STUB_TESTS=pass prints Catch2's summary, hang sleeps (in a
+# A test binary: records its arguments (a listing's spec apart); STUB_TESTS=pass prints Catch2's summary, hang sleeps (in a
 # child, whose pid it records, so that the test sees the whole group killed).
 TEST_BINARY = r'''#!/bin/sh
 if [ "$1" = --list-test-names-only ]; then
+  echo "$2" >> "$STUB_LOG.lists"
   echo "a kernel case"
   exit 0
 fi
@@ -60,7 +62,7 @@ def read(path):
 
 
 class DeviceCheck(unittest.TestCase):
-    def check(self, gpu, tests, budget, bench_args="", programs=()):
+    def check(self, gpu, tests, budget, bench_args="", programs=(), args=()):
         d = tempfile.mkdtemp(prefix="device-check-test-")
         self.addCleanup(subprocess.run, ["rm", "-rf", d])
         fake_path, bindir, out = os.path.join(d, "path"), os.path.join(d, "bin"), os.path.join(d, "out")
@@ -79,12 +81,12 @@ class DeviceCheck(unittest.TestCase):
             if os.path.exists(os.path.join(bindir, name)):
                 os.remove(os.path.join(bindir, name))
             os.symlink(os.path.join(BIN, name), os.path.join(bindir, name))
-        log = os.path.join(d, "calls.log")
+        log = self.stub_log = os.path.join(d, "calls.log")
         env = dict(os.environ, PATH=fake_path + ":" + os.environ["PATH"], OUT=out, XTRAIN_CHECK_BIN_DIR=bindir,
                    XTRAIN_CHECK_BUDGET_S=str(budget), XTRAIN_PYTHON=sys.executable, XTRAIN_BENCH_ARGS=bench_args,
                    STUB_TESTS=tests, STUB_LOG=log, FAKE_GRAPH="accept", FAKE_LOG=os.path.join(d, "bench.log"))
         t0 = time.monotonic()
-        p = subprocess.run(["bash", SCRIPT], capture_output=True, text=True, env=env, timeout=budget + 60)
+        p = subprocess.run(["bash", SCRIPT, *args], capture_output=True, text=True, env=env, timeout=budget + 60)
         elapsed = time.monotonic() - t0
         summary = read(os.path.join(out, "summary.md"))
         calls = read(log).splitlines() if os.path.exists(log) else []
@@ -149,6 +151,29 @@ class DeviceCheck(unittest.TestCase):
         self.assertTrue(all(re.search(r"\| ours \(flash\) \| 4\.00 \|", row) for row in rows), rows)
         self.assertIn("peaks measured here (TFLOP/s): not measured", summary)  # no CUDA in this PyTorch
         self.assertIn("slowest cases:\n0.012 s: a case", summary)
+
+    def test_only_and_cases_run_the_steps_and_cases_asked_for(self):
+        p, summary, calls, _, _ = self.check("gpu", "pass", 200, args=(
+            "--only", "tests,sanitizer", "--cases", "[gpu][attention]"))
+        self.assertEqual(p.returncode, 0, summary)
+        self.assertEqual(calls, ["test_cuda [gpu][attention] -w NoTests --durations yes",
+                                 "test_launcher_integration [gpu]~[.] -w NoTests --durations yes",
+                                 "test_cuda a kernel case", "test_cuda a kernel case"])  # memcheck, racecheck
+        for step in ("Hugging Face export", "Tokenizer", "Benchmark", "Scaling"):
+            self.assertRegex(summary, rf"## {step}.*\nnot run: not asked for \(--only tests,sanitizer\)\n")
+        self.assertIn("memcheck: 1 clean, 0 with errors, 0 failed, 0 timed out, 0 not reached of 1 cases", summary)
+        self.assertEqual(set(read(self.stub_log + ".lists").splitlines()), {"[gpu][attention]"})  # the sanitizer's cases
+
+    def test_a_bad_option_runs_nothing_and_exits_2(self):
+        for args, error in ((["--only", "tests,bench,speed"], "--only: unknown step 'speed'"),
+                            (["--cases"], "--cases needs a value"), (["--fast"], "unknown option '--fast'")):
+            out = tempfile.mkdtemp(prefix="device-check-test-")
+            self.addCleanup(subprocess.run, ["rm", "-rf", out])
+            p = subprocess.run(["bash", SCRIPT, *args], capture_output=True, text=True, timeout=30,
+                               env=dict(os.environ, OUT=out))
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(error, p.stderr)
+            self.assertEqual(os.listdir(out), [])
 
 
 if __name__ == "__main__":
