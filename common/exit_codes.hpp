@@ -8,7 +8,7 @@ namespace xtrain::exit_code {
 inline constexpr int kSuccess = 0;
 inline constexpr int kInvalidSpec = 2;        // bad command line or job spec: nothing started
 inline constexpr int kTimeout = 124;          // job wall-clock limit passed, or a rank stopped heartbeating
-inline constexpr int kLaunchFailure = 125;    // run dir not writable, spawn or rendezvous failure
+inline constexpr int kLaunchFailure = 125;    // run dir failed as it was made, or held; spawn or rendezvous failure
 inline constexpr int kNotExecutable = 126;    // worker command exists but cannot be executed
 inline constexpr int kNotFound = 127;         // worker command not found
 inline constexpr int kSignalBase = 128;       // 128+N: killed (or xlaunch stopped) by signal N

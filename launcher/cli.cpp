@@ -453,7 +453,8 @@ torchrun's flags (either spelling, --flag value or --flag=value; README: "Coming
   --nnodes N  --node-rank R  --rdzv-endpoint HOST[:PORT]  --rdzv-backend c10d|static  --rdzv-id ID
   --rdzv-conf join_timeout=S  --standalone  --master-addr HOST  --master-port PORT  --max-restarts N
   --redirects/-r V  --tee/-t V  --log-dir DIR  --no-python  -m/--module  --run-path
-  --monitor-interval S, --start-method M, --role R (accepted, ignored with a note)
+  --role R (every rank's ROLE_NAME)
+  --monitor-interval S, --start-method M (accepted, ignored with a note)
   .py programs and -m run with $PYTHON_EXEC, else python3 from PATH.
 
 exit codes: 0 every rank exited 0; 2 bad command line or spec; 124 timeout or lost heartbeat;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real SLURM on this machine: munged, slurmctld and slurmd with a one-node configuration, all in
 # a temporary directory on their own ports, then:
-#   1. `sbatch --wait` of scripts/slurm/xtrain.sbatch: exit code 0, the ranks' logs, summary.json
+#   1. `sbatch --wait` of scripts/slurm/xtrain.sbatch, with no XLAUNCH: exit code 0, the ranks' logs,
+#      summary.json
 #   2. a job whose ranks sleep, `scancel`ed while running: summary.json says stopped by SIGTERM
 #      (xlaunch exit 143), and none of its processes survives
 #   scripts/slurm/ci-test.sh XLAUNCH TEST_WORKER
@@ -93,9 +94,11 @@ cat >job.json <<EOF
  "worker": {"command": ["$test_worker", "--pid-dir", "$tmp/work/pids", "--print-env", "--print", "trained", "--sleep", "0.5"]}}
 EOF
 mkdir -p pids
-# 1. A job that succeeds.
+# 1. A job that succeeds, submitted as the README says (no XLAUNCH: the submit directory's build/bin/xlaunch).
+mkdir -p build/bin
+ln -s "$xlaunch" build/bin/xlaunch
 status=0
-XLAUNCH=$xlaunch RUN_DIR="$tmp/work/runs/ok" sbatch --wait --nodes=1 -o "$tmp/work/ok-%j.out" \
+RUN_DIR="$tmp/work/runs/ok" sbatch --wait --nodes=1 -o "$tmp/work/ok-%j.out" \
   "$here/xtrain.sbatch" job.json >sbatch.out 2>&1 || status=$?
 [[ $status == 0 ]] || fail "sbatch --wait exited $status: $(cat sbatch.out ok-*.out 2>/dev/null)"
 summary=runs/ok/node-0/summary.json
