@@ -30,7 +30,8 @@
 # XTRAIN_BENCH_ARGS: more arguments for gpu_bench.py, after the defaults "--shapes
 # gpt2,gpt2-b64,mid,demo --precisions bf16" (e.g. "--precisions bf16,tf32").
 # Exit: 0 everything ran and passed; 1 a test, a check or the benchmark failed, or no programs;
-# 2 a bad option (nothing ran); 3 no GPU (only what needs none ran: the tests that need none, the two comparisons).
+# 2 a bad option (nothing ran); 3 no GPU (only what needs none ran: the tests that need none, the
+# two comparisons).
 # A check whose library or input is missing (transformers, tiktoken, the vocabulary,
 # compute-sanitizer, or gVisor under it all) is "not run" with the reason, not a failure.
 #
