@@ -306,13 +306,20 @@ else
     --json "$out/tokenizer.json"
 fi
 
-# sanitize LIMIT SPEC...: compute-sanitizer over the test_cuda cases SPEC lists, into the summary.
+# sanitize LIMIT SPEC...: compute-sanitizer over the test_cuda cases SPEC lists, into the summary
+# (if asked for; LIMIT 0: not run, for want of time).
 sanitize() {
   local lim=$1 rc
   shift
   say ""
   say "## compute-sanitizer"
-  if [[ -z "$bin" ]]; then
+  if ! wanted sanitizer; then
+    say "$not_asked"
+    return
+  elif (( lim == 0 )); then
+    say "not run: $(left) s left (--sanitize runs it instead of the benchmark)"
+    return
+  elif [[ -z "$bin" ]]; then
     say "not run: no programs"
     return
   fi
@@ -339,14 +346,8 @@ if (( gpus == 0 )); then
 fi
 
 if [[ $sanitize -eq 1 ]]; then
-  if wanted sanitizer; then
-    [[ -z "$cases" ]] && kernel_cases+=("[gpu][train]")
-    sanitize $(( $(left) - 20 )) "${kernel_cases[@]}"
-  else
-    say ""
-    say "## compute-sanitizer"
-    say "$not_asked"
-  fi
+  [[ -z "$cases" ]] && kernel_cases+=("[gpu][train]")
+  sanitize $(( $(left) - 20 )) "${kernel_cases[@]}"
   say ""
   say "## Benchmark"
   say "not run: --sanitize gives its time to compute-sanitizer"
@@ -377,17 +378,8 @@ else
   say "not run: $(left) s left"
 fi
 
-if ! wanted sanitizer; then
-  say ""
-  say "## compute-sanitizer"
-  say "$not_asked"
-elif (( $(left) >= 50 )); then
-  sanitize $(( $(left) - 20 )) "${kernel_cases[@]}"
-else
-  say ""
-  say "## compute-sanitizer"
-  say "not run: $(left) s left (--sanitize runs it instead of the benchmark)"
-fi
+# At least 30 s, or none.
+sanitize $(( $(left) >= 50 ? $(left) - 20 : 0 )) "${kernel_cases[@]}"
 
 say ""
 say "## Scaling"
