@@ -18,10 +18,10 @@
 
 #include "common/exit_codes.hpp"
 #include "common/number_format.hpp"
-#include "launcher/launch_error.hpp"
-#include "launcher/live_status.hpp"
-#include "launcher/log_stream.hpp"
-#include "launcher/run_dir.hpp"
+#include "launcher/process/live_status.hpp"
+#include "launcher/process/log_stream.hpp"
+#include "launcher/run/launch_error.hpp"
+#include "launcher/run/run_dir.hpp"
 
 namespace xtrain::launcher {
 namespace {

@@ -1,7 +1,7 @@
 // The subcommands that look at a run directory: status, logs, stop.
 #pragma once
 
-#include "launcher/cli.hpp"
+#include "launcher/cli/cli.hpp"
 
 namespace xtrain::launcher {
 

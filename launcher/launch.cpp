@@ -14,11 +14,11 @@
 
 #include "common/checkpoint_dirs.hpp"
 #include "common/exit_codes.hpp"
-#include "launcher/console.hpp"
-#include "launcher/guard.hpp"
-#include "launcher/plan.hpp"
-#include "launcher/run_dir.hpp"
-#include "launcher/supervisor.hpp"
+#include "launcher/agent/supervisor.hpp"
+#include "launcher/plan/plan.hpp"
+#include "launcher/process/console.hpp"
+#include "launcher/process/guard.hpp"
+#include "launcher/run/run_dir.hpp"
 
 namespace xtrain::launcher {
 namespace {

@@ -1,7 +1,7 @@
 // `xlaunch [OPTIONS] JOB.json`: plan -> run dir -> (detach) -> guard -> console -> supervisor.
 #pragma once
 
-#include "launcher/cli.hpp"
+#include "launcher/cli/cli.hpp"
 
 namespace xtrain::launcher {
 

@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/exit_codes.hpp"
-#include "launcher/run_dir.hpp"
-#include "launcher/run_reader.hpp"
+#include "launcher/report/run_reader.hpp"
+#include "launcher/run/run_dir.hpp"
 
 namespace xtrain::launcher {
 namespace {

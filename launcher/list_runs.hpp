@@ -1,7 +1,7 @@
 // `xlaunch ls [DIR] [--json]`: the runs under DIR (default runs/), one line each, oldest first.
 #pragma once
 
-#include "launcher/cli.hpp"
+#include "launcher/cli/cli.hpp"
 
 namespace xtrain::launcher {
 

@@ -4,14 +4,14 @@
 
 #include "common/exit_codes.hpp"
 #include "common/job_spec.hpp"
-#include "launcher/cli.hpp"
-#include "launcher/host.hpp"
-#include "launcher/html_report.hpp"
+#include "launcher/agent/supervisor.hpp"
+#include "launcher/cli/cli.hpp"
+#include "launcher/cli/host.hpp"
 #include "launcher/inspect.hpp"
 #include "launcher/launch.hpp"
-#include "launcher/launch_error.hpp"
 #include "launcher/list_runs.hpp"
-#include "launcher/supervisor.hpp"
+#include "launcher/report/html_report.hpp"
+#include "launcher/run/launch_error.hpp"
 
 namespace {
 

@@ -3,7 +3,7 @@
 
 One process pinned to each of two cores repeats the same small matrix product (single-threaded,
 a few milliseconds each) for a while; each sample is the time of one product. Over a window of
-32 samples per core, as the straggler detector judges a rank (launcher/stragglers.hpp), it prints
+32 samples per core, as the straggler detector judges a rank (launcher/agent/stragglers.hpp), it prints
 how often and for how long one core's window median was at least 1.3, 1.4 and 1.5 times the
 other's. On bare metal both cores run alike; on a virtual machine the host can slow one of them
 with nothing in the guest to show for it.

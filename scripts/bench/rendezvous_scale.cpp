@@ -1,5 +1,5 @@
 // Rendezvous at scale, simulated: many nodes meet at node 0's store on loopback through xlaunch's
-// own code (launcher/rendezvous.hpp's NodeLink: its store, lease, watcher and end exchange), one
+// own code (launcher/rendezvous/rendezvous.hpp's NodeLink: its store, lease, watcher and end exchange), one
 // attempt, then leave. scripts/bench/rendezvous_scale.py drives it and prints the table.
 //
 //   xtrain-bench-rdzv node0 --nodes N --port P [--ranks-per-node R] [--backend nccl|gloo]
@@ -33,7 +33,7 @@
 
 #include "common/log.hpp"
 #include "common/open_files.hpp"
-#include "launcher/rendezvous.hpp"
+#include "launcher/rendezvous/rendezvous.hpp"
 
 using namespace xtrain;
 using namespace xtrain::launcher;

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Rendezvous at scale, simulated: N nodes meet at node 0's store on loopback, run one attempt's
 rendezvous and end-of-attempt exchange, and leave. xtrain's side is xlaunch's own code
-(launcher/rendezvous.hpp through xtrain-bench-rdzv, scripts/bench/rendezvous_scale.cpp); next to
+(launcher/rendezvous/rendezvous.hpp through xtrain-bench-rdzv, scripts/bench/rendezvous_scale.cpp); next to
 it, in the same run, PyTorch's TCPStore (Debian's torch 1.13) carrying the same requests.
 
 Per N, both sides run the same script of steps, paced the same way by this driver:

@@ -24,9 +24,9 @@ manifests = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```",
 kinds = sorted(m["kind"] for m in manifests)
 assert kinds == ["JobSet", "PyTorchJob", "TrainJob"], kinds
 
-# What xlaunch reads: torchrun's PET_<FLAG> for the flags in launcher/cli.cpp's kTorchrunFlags, and
+# What xlaunch reads: torchrun's PET_<FLAG> for the flags in launcher/cli/cli.cpp's kTorchrunFlags, and
 # the variables the launcher's and common sources name as string literals.
-cli = (root / "launcher/cli.cpp").read_text()
+cli = (root / "launcher/cli/cli.cpp").read_text()
 torchrun_flags = set(re.findall(r'"(--[a-z-]+)"', re.search(r"kTorchrunFlags = \{(.*?)\};", cli, re.S).group(1)))
 sources = "".join(p.read_text() for d in ("launcher", "common") for p in (root / d).rglob("*.[ch]pp"))
 

@@ -36,7 +36,7 @@ import time
 SKIP = 77
 PR_SET_PDEATHSIG = 1
 MAX_LATENCY = 100  # steps from the busy loop's start to the warning, and from its end to the recovery
-WINDOW = 32        # launcher/stragglers.hpp kWindow: how far before the start the onset may be dated
+WINDOW = 32        # launcher/agent/stragglers.hpp kWindow: how far before the start the onset may be dated
 
 
 class Skip(Exception):

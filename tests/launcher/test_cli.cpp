@@ -1,7 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "common/job_spec.hpp"
-#include "launcher/cli.hpp"
+#include "launcher/cli/cli.hpp"
 
 #include <nlohmann/json.hpp>
 

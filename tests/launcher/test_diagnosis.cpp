@@ -8,8 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "launcher/hang_report.hpp"
-#include "launcher/proc_info.hpp"
+#include "launcher/agent/hang_report.hpp"
+#include "launcher/process/proc_info.hpp"
 
 using namespace xtrain;
 using namespace xtrain::launcher;

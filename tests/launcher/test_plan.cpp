@@ -9,10 +9,11 @@
 #include "common/exit_codes.hpp"
 #include "common/job_spec.hpp"
 #include "common/slurm.hpp"
-#include "launcher/attempt.hpp"
-#include "launcher/host.hpp"
-#include "launcher/launch_error.hpp"
-#include "launcher/plan.hpp"
+#include "launcher/cli/host.hpp"
+#include "launcher/plan/nccl.hpp"
+#include "launcher/plan/plan.hpp"
+#include "launcher/rendezvous/attempt.hpp"
+#include "launcher/run/launch_error.hpp"
 
 using namespace xtrain;
 using namespace xtrain::launcher;

@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "harness.hpp"
-#include "launcher/html_report.hpp"
-#include "launcher/run_reader.hpp"
-#include "launcher/svg_chart.hpp"
+#include "launcher/report/html_report.hpp"
+#include "launcher/report/run_reader.hpp"
+#include "launcher/report/svg_chart.hpp"
 
 using namespace xtrain::launcher;
 using Catch::Matchers::Contains;

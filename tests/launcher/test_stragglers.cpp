@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "launcher/stragglers.hpp"
+#include "launcher/agent/stragglers.hpp"
 
 using namespace xtrain::launcher;
 

@@ -8,13 +8,13 @@
 
 #include <sys/stat.h>
 
-#include "harness.hpp"
 #include "common/exit_codes.hpp"
 #include "common/job_spec.hpp"
-#include "launcher/host.hpp"
-#include "launcher/launch_error.hpp"
-#include "launcher/plan.hpp"
-#include "launcher/torchrun.hpp"
+#include "harness.hpp"
+#include "launcher/cli/host.hpp"
+#include "launcher/cli/torchrun.hpp"
+#include "launcher/plan/plan.hpp"
+#include "launcher/run/launch_error.hpp"
 
 using namespace xtrain;
 using namespace xtrain::launcher;

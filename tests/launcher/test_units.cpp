@@ -7,10 +7,10 @@
 #include <sys/wait.h>
 
 #include "common/exit_codes.hpp"
-#include "launcher/heartbeat.hpp"
-#include "launcher/log_stream.hpp"
-#include "launcher/rank_process.hpp"
-#include "launcher/report.hpp"
+#include "launcher/process/heartbeat.hpp"
+#include "launcher/process/log_stream.hpp"
+#include "launcher/process/rank_process.hpp"
+#include "launcher/run/outcome.hpp"
 
 using namespace xtrain;
 using namespace xtrain::launcher;

@@ -1,4 +1,4 @@
-// The rendezvous round (launcher/rendezvous.hpp) in one process, nodes as threads on 127.0.0.1:
+// The rendezvous round (launcher/rendezvous/rendezvous.hpp) in one process, nodes as threads on 127.0.0.1:
 // placement, a shared run id, a node that never arrives, and the stop protocol's one winner.
 #include <catch2/catch.hpp>
 
@@ -13,8 +13,8 @@
 
 #include "common/exit_codes.hpp"
 #include "common/store/kv_client.hpp"
-#include "launcher/launch_error.hpp"
-#include "launcher/rendezvous.hpp"
+#include "launcher/rendezvous/rendezvous.hpp"
+#include "launcher/run/launch_error.hpp"
 
 using namespace xtrain;
 using namespace xtrain::launcher;
