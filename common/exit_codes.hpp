@@ -1,4 +1,4 @@
-// Exit codes of xlaunch (the contract's table) and the mapping from a rank's wait status.
+// Exit codes of xlaunch (the contract's table), the mapping from a rank's wait status, and the names of signals.
 #pragma once
 
 #include <string>
@@ -21,7 +21,9 @@ inline constexpr int kBadInput = kInvalidSpec;
 // A process's outcome as a shell reports it: its exit status, or 128+N for death by signal N.
 inline int from_outcome(int exit_status, int signal) { return signal > 0 ? kSignalBase + signal : exit_status; }
 
-// The `status` word that summary.json and state.json use for each code.
-std::string describe(int code);
+// "SIGTERM" for 15 ("signal 99" for a number without a name), as the logs name signals.
+std::string signal_name(int sig);
+// "killed by signal 15 (SIGTERM)" ("killed by signal 99" without a name).
+std::string killed_by(int sig);
 
 }  // namespace xtrain::exit_code

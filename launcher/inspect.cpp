@@ -244,8 +244,7 @@ int stop_run(const CliOptions& options) {
   }
   const pid_t pid = run.value("supervisor_pid", 0);
   if (pid <= 0 || ::kill(pid, SIGTERM) != 0) {
-    throw LaunchError(exit_code::kLaunchFailure,
-                      fmt::format("cannot signal the supervisor (pid {}): {}", pid, std::strerror(errno)));
+    launch_failure(fmt::format("cannot signal the supervisor (pid {}): {}", pid, std::strerror(errno)));
   }
   std::cout << "xlaunch: sent SIGTERM to the supervisor (pid " << pid << "); waiting for it to stop the ranks"
             << std::endl;

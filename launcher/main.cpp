@@ -1,5 +1,4 @@
 // xlaunch: parse the command line, run the command, map every error to the contract's exit code.
-#include <cstring>
 #include <iostream>
 
 #include "common/exit_codes.hpp"
@@ -58,7 +57,7 @@ int main(int argc, char** argv) {
   xtrain::launcher::block_handled_signals(true);
   const int code = run_command(argc, argv);
   if (const auto sig = xtrain::launcher::take_pending_stop_signal()) {
-    std::cerr << "xlaunch: received SIG" << sigabbrev_np(*sig) << " before any rank started; exit " << 128 + *sig
+    std::cerr << "xlaunch: received " << xtrain::exit_code::signal_name(*sig) << " before any rank started; exit " << 128 + *sig
               << "\n";
     return 128 + *sig;
   }

@@ -35,7 +35,7 @@ constexpr milliseconds kIoTimeout{std::chrono::seconds(10)};
 constexpr milliseconds kForever{std::chrono::hours(24)};
 
 [[noreturn]] void rendezvous_failure(const std::string& message) {
-  throw LaunchError(exit_code::kLaunchFailure, "rendezvous: " + message);
+  launch_failure("rendezvous: " + message);
 }
 
 bool is_literal_address(const std::string& host) {

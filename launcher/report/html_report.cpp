@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -106,11 +105,6 @@ std::string seconds_or(const json& object, const char* key, const char* when_zer
   return object.value(key, 0.0) > 0 ? text_of(object, key) + " s" : when_zero;
 }
 
-std::string signal_text(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  return fmt::format("signal {}{}", sig, abbrev ? fmt::format(" (SIG{})", abbrev) : "");
-}
-
 // The newest of summary.json and state.json (the summary wins once the run is over).
 const json& latest(const RunInfo& run) { return run.summary.is_object() ? run.summary : run.state; }
 
@@ -201,7 +195,7 @@ void spec_summary(std::string& html, const RunInfo& run) {
 
 std::string failure_text(const json& cause) {
   const std::string kind = text_of(cause, "kind");
-  if (cause.value("signal", json()).is_number_integer()) return "killed by " + signal_text(cause.at("signal").get<int>());
+  if (cause.value("signal", json()).is_number_integer()) return exit_code::killed_by(cause.at("signal").get<int>());
   if (cause.value("exit_code", json()).is_number_integer()) return "exited with code " + text_of(cause, "exit_code");
   if (kind == "hung") return "hung (no heartbeat)";
   if (kind == "spawn_failed") return "could not be started";

@@ -1,10 +1,10 @@
 #include "launcher/run/outcome.hpp"
 
-#include <cstring>
 #include <ctime>
 
 #include <fmt/format.h>
 
+#include "common/exit_codes.hpp"
 #include "launcher/run/run_dir.hpp"
 
 namespace xtrain::launcher {
@@ -73,8 +73,7 @@ OutcomeKind outcome_kind(const std::string& name) {
 
 std::string describe(const ExitStatus& exit) {
   if (exit.signal == 0) return "exit code " + std::to_string(exit.exit_code);
-  const char* name = sigabbrev_np(exit.signal);
-  return "killed by signal " + std::to_string(exit.signal) + (name ? std::string(" (SIG") + name + ")" : "");
+  return exit_code::killed_by(exit.signal);
 }
 
 std::string clock_time(WallTime time) { return format_time(time, false, "%H:%M:%S"); }
