@@ -3,7 +3,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/kernels/flash_attention.cuh"
+#include "cuda/kernels/flash_attention_bf16.cuh"
+#include "cuda/kernels/flash_attention_fp32.cuh"
 #include "worker/model/cuda_buffers.hpp"
 
 namespace xtrain::cuda {

@@ -1,4 +1,4 @@
-// Host entry points of the CUDA flash attention (kernels: cuda/kernels/flash_attention.cuh), one
+// Host entry points of the CUDA flash attention (kernels: cuda/kernels/flash_attention*.cuh), one
 // overload per storage type, all on one stream. Layout as Backend::attention_*: qkv (B,T,3C) rows
 // [q | k | v], out and dout (B,T,C), lse and D (B,NH,T) fp32. Compiled apart from the backend
 // (cuda/flash_attention.cu) because its kernels are many template instances.

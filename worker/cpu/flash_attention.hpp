@@ -2,7 +2,7 @@
 // query blocks x key blocks, an online softmax, the blocks above the diagonal skipped, and only
 // the output and one logsumexp per row saved for backward, which recomputes the probabilities.
 // The arithmetic and its bf16 rounding points are defined in worker/math/flash_attention.hpp,
-// shared with the CUDA kernels (cuda/kernels/flash_attention.cuh).
+// shared with the CUDA kernels (cuda/kernels/flash_attention*.cuh).
 //
 // Layout as Backend::attention_*: qkv (B,T,3C) rows [q | k | v], head h at channels
 // [h*hs, (h+1)*hs) of each, out (B,T,C), lse (B,NH,T). Any T >= 1 and any head size.

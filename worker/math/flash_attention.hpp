@@ -1,4 +1,4 @@
-// What the CPU and CUDA flash attentions (worker/cpu/flash_attention.*, cuda/kernels/flash_attention.cuh)
+// What the CPU and CUDA flash attentions (worker/cpu/flash_attention.*, cuda/kernels/flash_attention*.cuh)
 // agree on: the key block of the online softmax and the points where bf16 storage rounds.
 //
 // Causal attention per head, queries i and keys j <= i, x_ij = scale * q_i . k_j, scale =

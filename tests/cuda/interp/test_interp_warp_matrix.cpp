@@ -1,6 +1,6 @@
 // Interpret mode's warp matrix instructions (cuda/interp/warp_matrix.*). What must be right is
 // the contract with our kernels, so the mma operands are built from row-major tiles by plain
-// per-lane loads (the fragment layouts written out, as cuda/kernels/flash_attention.cuh loaded
+// per-lane loads (the fragment layouts written out, as cuda/kernels/flash_attention_bf16.cuh loaded
 // them before it used ldmatrix, and its a_from_accumulators) and, independently, with ldmatrix; D is then read the
 // way the kernels read accumulators and compared at every lane and register with a product in
 // double. ldmatrix itself is checked against the PTX ISA's element mapping with tagged elements.
@@ -64,11 +64,11 @@ void kernel_load_b(const Tile& tile, FragB& b) {  // B(k, n) = tile[k][n]
 }
 
 // How the kernels read an accumulator: register e of a lane holds row g + 8 (e / 2), column
-// 2t + e % 2 (the masks and stores of flash_attention.cuh index it so).
+// 2t + e % 2 (the masks and stores of flash_attention_bf16.cuh index it so).
 int acc_row(int lane, int e) { return lane / 4 + 8 * (e >> 1); }
 int acc_col(int lane, int e) { return 2 * (lane % 4) + (e & 1); }
 
-std::uint32_t pack_bf16(float lo, float hi) {  // flash_attention.cuh's pack_bf16
+std::uint32_t pack_bf16(float lo, float hi) {  // flash_attention_bf16.cuh's pack_bf16
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   std::uint32_t r;
   std::memcpy(&r, &v, sizeof r);
