@@ -71,26 +71,44 @@ __device__ inline void quad_axpy(Slice<HS>& acc, float w, const float* shared_ro
 constexpr int kFp32Rows = kThreads / 4;  // rows per block: one quad each
 constexpr int kFp32Block = 32;           // keys (or queries) per shared tile
 
+// A query-side block (forward, dQ): this quad's query row and its q, and the shared K and V
+// tiles of the key blocks it walks, keys 0 .. last_key (the last its rows see).
+template <int HS>
+struct QueryQuad {
+  float* sK;  // (kFp32Block, HS)
+  float* sV;  // (kFp32Block, HS)
+  HeadRows<float> hd;
+  int row;
+  Slice<HS> qs;
+  int last_key;
+
+  __device__ QueryQuad(unsigned char* smem, const float* qkv, const AttentionShape& s)
+      : sK(reinterpret_cast<float*>(smem)), sV(sK + kFp32Block * HS), hd(qkv, s) {
+    const int q0 = last_tile_first(s, kFp32Rows);
+    row = q0 + threadIdx.x / 4;
+    qs = slice_at<HS>(hd.q + static_cast<size_t>(row) * hd.ld, row < s.T);
+    last_key = min(s.T, q0 + kFp32Rows) - 1;
+  }
+  // Keys c0 .. c0 + kFp32Block - 1 into sK and sV, once every thread is done with the last ones.
+  __device__ void load_keys(int c0) const {
+    __syncthreads();
+    hd.template load<HS, 0, kFp32Block>(sK, 1, c0);
+    hd.template load<HS, 0, kFp32Block>(sV, 2, c0);
+    tiles_arrived();
+  }
+};
+
 template <int HS>
 __global__ void __launch_bounds__(kThreads)
     forward_fp32_kernel(float* __restrict__ out, float* __restrict__ lse, const float* __restrict__ qkv,
                         AttentionShape s, float scale) {
   XTRAIN_DYNAMIC_SHARED(unsigned char, smem);
-  float* sK = reinterpret_cast<float*>(smem);  // (kFp32Block, HS)
-  float* sV = sK + kFp32Block * HS;            // (kFp32Block, HS)
-  const int T = s.T;
-  const HeadRows<float> hd(qkv, s);
-  const int q0 = last_tile_first(s, kFp32Rows);
-  const int row = q0 + threadIdx.x / 4;
-  const Slice<HS> qs = slice_at<HS>(hd.q + static_cast<size_t>(row) * hd.ld, row < T);
+  const QueryQuad<HS> qq(smem, qkv, s);
+  const auto [sK, sV, hd, row, qs, last_key] = qq;
   Slice<HS> acc{};
   float m = -INFINITY, l = 0.0f;
-  const int last_key = min(T, q0 + kFp32Rows) - 1;
   for (int c0 = 0; c0 <= last_key; c0 += kFp32Block) {
-    __syncthreads();
-    hd.template load<HS, 0, kFp32Block>(sK, 1, c0);
-    hd.template load<HS, 0, kFp32Block>(sV, 2, c0);
-    tiles_arrived();
+    qq.load_keys(c0);
     float x[kFp32Block];
     float mx = -INFINITY;  // finite after the block: every row sees key c0
     #pragma unroll
@@ -118,7 +136,7 @@ __global__ void __launch_bounds__(kThreads)
     #pragma unroll
     for (int j = 0; j < kFp32Block; ++j) quad_axpy<HS>(acc, x[j], sV + j * HS);
   }
-  if (row >= T) return;
+  if (row >= s.T) return;
   store_slice<HS>(out + hd.out + static_cast<size_t>(row) * s.C, acc, 1.0f / l);
   if (threadIdx.x % 4 == 0) lse[hd.stat + row] = m + logf(l);
 }
@@ -164,22 +182,14 @@ __global__ void __launch_bounds__(kThreads)
     backward_dq_fp32_kernel(BackwardArgs<float> args) {
   const auto [dqkv, dout, qkv, lse, D, s, scale] = args;
   XTRAIN_DYNAMIC_SHARED(unsigned char, smem);
-  float* sK = reinterpret_cast<float*>(smem);  // (kFp32Block, HS)
-  float* sV = sK + kFp32Block * HS;            // (kFp32Block, HS)
+  const QueryQuad<HS> qq(smem, qkv, s);
+  const auto [sK, sV, hd, row, qs, last_key] = qq;
   const int T = s.T;
-  const HeadRows<float> hd(qkv, s);
-  const int q0 = last_tile_first(s, kFp32Rows);
-  const int row = q0 + threadIdx.x / 4;
-  const Slice<HS> qs = slice_at<HS>(hd.q + static_cast<size_t>(row) * hd.ld, row < T);
   const Slice<HS> dos = slice_at<HS>(dout + hd.out + static_cast<size_t>(row) * s.C, row < T);
   const float row_lse = row < T ? lse[hd.stat + row] : 0.0f, row_D = row < T ? D[hd.stat + row] : 0.0f;
   Slice<HS> dq{};
-  const int last_key = min(T, q0 + kFp32Rows) - 1;
   for (int c0 = 0; c0 <= last_key; c0 += kFp32Block) {
-    __syncthreads();
-    hd.template load<HS, 0, kFp32Block>(sK, 1, c0);
-    hd.template load<HS, 0, kFp32Block>(sV, 2, c0);
-    tiles_arrived();
+    qq.load_keys(c0);
     #pragma unroll
     for (int j = 0; j < kFp32Block; ++j) {
       const float x = quad_dot<HS>(qs, sK + j * HS), dp = quad_dot<HS>(dos, sV + j * HS);
