@@ -1,5 +1,5 @@
 // The warp shuffles and votes of device_builtins.hpp, computed once every lane of the mask is
-// there (executor.cpp calls them). Sources per the CUDA Programming Guide, "Warp Shuffle
+// there (block_run.cpp calls them). Sources per the CUDA Programming Guide, "Warp Shuffle
 // Functions" and "Warp Vote Functions".
 #include <cstring>
 #include <string>
