@@ -1,5 +1,6 @@
-// safetensors, checkpoints and resume: round trips, Hugging Face names and layouts, keep,
-// interrupted writers, and a one-line error for every kind of damaged or mismatched checkpoint.
+// Checkpoints and resume: round trips, Hugging Face names and layouts, keep, interrupted writers,
+// and a one-line error for every kind of damaged or mismatched checkpoint (the safetensors format
+// itself: tests/worker/formats/test_safetensors.cpp).
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -62,13 +63,6 @@ struct Model {
   }
 };
 
-// A safetensors file written by hand: header text as given, then `data_bytes` zero bytes.
-void write_raw_safetensors(const std::string& path, const std::string& header, size_t data_bytes) {
-  std::string bytes(8, '\0');
-  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(header.size() >> (8 * i));
-  write_bytes(path, bytes + header + std::string(data_bytes, '\0'));
-}
-
 void truncate_file(const std::string& path, std::uintmax_t drop) { fs::resize_file(path, fs::file_size(path) - drop); }
 
 std::set<std::string> names_in(const std::string& dir) {
@@ -78,108 +72,6 @@ std::set<std::string> names_in(const std::string& dir) {
 }
 
 }  // namespace
-
-TEST_CASE("safetensors round-trips tensors and metadata in the documented layout", "[safetensors]") {
-  ScratchDir dir;
-  const std::vector<float> a = random_floats(6, 4), b = random_floats(5, 5), c = {42.0f};
-  write_safetensors(dir / "t.safetensors", {{"a", {2, 3}, a.data()}, {"b.weight", {5}, b.data()}, {"c", {}, c.data()}},
-                    {{"format", "pt"}, {"note", "hello"}});
-
-  const std::string bytes = read_bytes(dir / "t.safetensors");
-  std::uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
-  CHECK((8 + n) % 8 == 0);
-  CHECK(bytes.size() == 8 + n + 4 * (6 + 5 + 1));
-  const auto header = nlohmann::json::parse(bytes.substr(8, n));  // trailing spaces are JSON whitespace
-  CHECK(header["a"]["dtype"] == "F32");
-  CHECK(header["a"]["shape"] == nlohmann::json({2, 3}));
-  CHECK(header["a"]["data_offsets"] == nlohmann::json({0, 24}));
-  CHECK(header["b.weight"]["data_offsets"] == nlohmann::json({24, 44}));
-  CHECK(header["__metadata__"]["note"] == "hello");
-  CHECK(std::memcmp(bytes.data() + 8 + n, a.data(), 24) == 0);
-
-  SafetensorsFile file(dir / "t.safetensors");
-  CHECK(file.metadata().at("format") == "pt");
-  REQUIRE(file.tensors().size() == 3);
-  CHECK(file.tensors()[1].name == "b.weight");
-  file.load();
-  std::vector<float> a2(6), b2(5), c2(1);
-  file.copy("a", {2, 3}, a2.data());
-  file.copy("b.weight", {5}, b2.data());
-  file.copy("c", {}, c2.data());
-  CHECK(a2 == a);
-  CHECK(b2 == b);
-  CHECK(c2 == c);
-}
-
-TEST_CASE("the safetensors reader rejects damaged files, naming the file and the tensor", "[safetensors][errors]") {
-  ScratchDir dir;
-  const std::string path = dir / "bad.safetensors";
-  auto open = [&] { SafetensorsFile f(path); };
-
-  SECTION("header length past the end") {
-    write_bytes(path, std::string("\xff\x00\x00\x00\x00\x00\x00\x00{}", 10));
-    CHECK(error_message<FileError>(open) ==
-          path + ": safetensors header length 255 runs past the end of the file (10 bytes)");
-  }
-  SECTION("shorter than the length field") {
-    write_bytes(path, "abc");
-    CHECK(error_message<FileError>(open) == path + ": truncated: 3 bytes, not a safetensors file");
-  }
-  SECTION("header not JSON") {
-    write_raw_safetensors(path, "{\"a\": [", 0);
-    CHECK(error_message<FileError>(open) == path + ": safetensors header is not a JSON object");
-  }
-  SECTION("a dtype safetensors does not have") {
-    write_raw_safetensors(path, R"({"w": {"dtype": "F12", "shape": [2], "data_offsets": [0, 4]}})", 4);
-    CHECK(error_message<FileError>(open) == path + ": tensor w: dtype \"F12\" is not a safetensors dtype");
-  }
-  SECTION("an integer tensor where floats are needed") {
-    write_raw_safetensors(path, R"({"w": {"dtype": "I64", "shape": [2], "data_offsets": [0, 16]}})", 16);
-    SafetensorsFile f(path);  // a file may hold integer buffers; reading one as floats is the error
-    CHECK(error_message<FileError>([&] { f.get("w", {2}); }) == path + ": tensor w has dtype I64, expected F32, F16 or BF16");
-  }
-  SECTION("a shape that does not match the byte count") {
-    write_raw_safetensors(path, R"({"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 20]}})", 20);
-    CHECK(error_message<FileError>(open) ==
-          path + ": tensor w: shape [2, 3] needs 24 bytes but data_offsets [0,20] hold 20");
-  }
-  SECTION("a gap between tensors") {
-    write_raw_safetensors(path,
-                          R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
-                          R"( "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})",
-                          12);
-    CHECK(error_message<FileError>(open) ==
-          path + ": tensor b: data_offsets begin at 8, expected 4 where tensor a ends; tensors must be contiguous");
-  }
-  SECTION("a file cut short") {
-    write_raw_safetensors(path, R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})", 10);
-    CHECK(error_message<FileError>(open) ==
-          path + ": truncated: tensor a ends at data byte 16 but the file holds 10 bytes of data");
-  }
-  SECTION("bytes after the last tensor") {
-    write_raw_safetensors(path, R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 9);
-    CHECK(error_message<FileError>(open) == path + ": 5 bytes after the last tensor's data");
-  }
-  SECTION("a flipped bit in the data") {
-    const std::vector<float> a = {1, 2, 3, 4};
-    write_safetensors(path, {{"a", {4}, a.data()}}, {});
-    std::string bytes = read_bytes(path);
-    bytes[bytes.size() - 3] ^= 0x10;
-    write_bytes(path, bytes);
-    SafetensorsFile f(path);  // the header is still fine
-    const std::string error = error_message<FileError>([&] { f.load(); });
-    CHECK(error.rfind(path + ": corrupt: the data's digest is ", 0) == 0);
-  }
-  SECTION("a missing tensor or a wrong shape") {
-    const std::vector<float> a = {1, 2, 3, 4};
-    write_safetensors(path, {{"a", {2, 2}, a.data()}}, {});
-    SafetensorsFile f(path);
-    CHECK(error_message<FileError>([&] { f.get("b", {4}); }) == path + ": tensor b is missing");
-    CHECK(error_message<FileError>([&] { f.get("a", {4}); }) ==
-          path + ": tensor a has shape [2, 2] but the model needs [4]");
-  }
-}
 
 TEST_CASE("a checkpoint round-trips parameters, moments and state bit for bit", "[checkpoint]") {
   ScratchDir run;
