@@ -1,16 +1,16 @@
 #include "launcher/plan/nccl.hpp"
 
+#include "launcher/run/launch_error.hpp"
+
+#ifdef XTRAIN_HAVE_NCCL
 #include <cstring>
 #include <optional>
 
 #include <dlfcn.h>
-
-#ifdef XTRAIN_HAVE_NCCL
 #include <nccl.h>
-#endif
 
 #include "common/gpu/nccl_id.hpp"
-#include "launcher/run/launch_error.hpp"
+#endif
 
 namespace xtrain::launcher {
 
