@@ -5,8 +5,10 @@
 //
 // Two paths, chosen per call:
 // - the row path, when C is a multiple of a 16-byte pack (8 bf16, 4 floats), every pointer is
-//   16-byte aligned and C <= kRowMaxFloatsPerLane * 32: lane l holds packs l, l+32, ... of its row
-//   in registers (RowSlots), so each tensor is read once, by 16-byte loads, and written once:
+//   16-byte aligned and the row fits a warp's registers (C <= 2048 forward; backward, which holds
+//   two rows and two sums per lane, C <= 1792 in bf16 and 1536 in fp32, the widest that compile
+//   without spilling): lane l holds packs l, l+32, ... of its row in registers (RowSlots), so each
+//   tensor is read once, by 16-byte loads, and written once:
 //     forward:  residual = a + b (rounded as stored), then the layernorm of the stored residual;
 //     backward: dinp += d/dinp and the block's share of the weight and bias gradients, summed
 //               over its rows in registers, then over its warps in warp order (shared memory),
@@ -106,7 +108,15 @@ struct LayerNormParamGradValues {
 // ---- the row path ----------------------------------------------------------------------------
 
 // A warp's row in registers: lane l's slot k is pack l + 32 k (kPer elements), if the row has it.
-constexpr int kRowMaxFloatsPerLane = 64;  // C <= 2048 in the row path
+// The widest rows each kernel takes, in floats per lane: the forward holds one row (C <= 2048);
+// the backward holds dout's and inp's rows and the weight and bias gradients' sums, and above 56
+// (bf16) or 48 (fp32) it spills to local memory (ptxas, sm_80 and sm_90), so wider rows take the
+// element path.
+constexpr int kRowForwardMaxFloatsPerLane = 64;
+constexpr int kRowBackwardMaxFloatsPerLane = 56;
+// At most 24 floats per lane (C <= 768), the backward fits 128 registers, so two 8-warp blocks
+// share an SM: 16 warps of loads in flight instead of 8, and the 256 groups one wave on 132 SMs.
+constexpr int kRowBackwardTwoBlocksFloatsPerLane = 24;
 
 template <class T, int kSlots>
 struct RowSlots {
@@ -174,13 +184,16 @@ __global__ void row_layernorm_forward_kernel(T* residual, T* __restrict__ out, f
 
 // dinp += d/dinp for the rows of group blockIdx.x, and the group's sums of the weight and bias
 // gradients: partials (groups, 2, C), the layout column_finish_kernel<2> adds up. Warp w takes the
-// group's rows w, w + 8, ... in order; its lanes keep their columns' sums in registers. Dynamic
-// shared memory: 2 C floats.
+// group's rows w, w + 8, ... in order; its lanes keep their columns' sums in registers. The weight
+// is read again for each row (from L1: every warp reads the same C values) rather than held, which
+// keeps C = 768 in bf16 under 128 registers. Dynamic shared memory: 2 C floats.
 template <class T, int kSlots>
-__global__ void row_layernorm_backward_kernel(T* __restrict__ dinp, float* __restrict__ partials,
-                                              const T* __restrict__ dout, const T* __restrict__ inp,
-                                              const T* __restrict__ weight, const float* __restrict__ mean,
-                                              const float* __restrict__ rstd, int N, int C, int rows_per_group) {
+__global__ void __launch_bounds__(kLayerNormRowsPerBlock * kWarp,
+                                  kSlots * Pack<T>::kCount <= kRowBackwardTwoBlocksFloatsPerLane ? 2 : 1)
+    row_layernorm_backward_kernel(T* __restrict__ dinp, float* __restrict__ partials, const T* __restrict__ dout,
+                                  const T* __restrict__ inp, const T* __restrict__ weight,
+                                  const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C,
+                                  int rows_per_group) {
   XTRAIN_DYNAMIC_SHARED(unsigned char, smem);
   float* block_sums = reinterpret_cast<float*>(smem);  // (2, C): dweight, dbias
   using Row = RowSlots<T, kSlots>;
@@ -189,11 +202,7 @@ __global__ void row_layernorm_backward_kernel(T* __restrict__ dinp, float* __res
   const int packs = C / kPer;
   const int begin = blockIdx.x * rows_per_group;
   const int end = min(N, begin + rows_per_group);
-  Row w{}, dw{}, db{};
-#pragma unroll
-  for (int k = 0; k < kSlots; ++k) {
-    if (Row::has(k, lane, packs)) load_pack(weight + Row::offset(k, lane), w.v[k]);
-  }
+  Row dw{}, db{};
   for (int row = begin + warp; row < end; row += kLayerNormRowsPerBlock) {
     const size_t base = static_cast<size_t>(row) * C;
     const math::RowStats s{mean[row], rstd[row]};
@@ -204,9 +213,11 @@ __global__ void row_layernorm_backward_kernel(T* __restrict__ dinp, float* __res
       if (!Row::has(k, lane, packs)) continue;
       load_pack(dout + base + Row::offset(k, lane), d.v[k]);
       load_pack(inp + base + Row::offset(k, lane), x.v[k]);
+      float w[kPer];
+      load_pack(weight + Row::offset(k, lane), w);
 #pragma unroll
       for (int j = 0; j < kPer; ++j) {
-        const float g = d.v[k][j] * w.v[k][j];
+        const float g = d.v[k][j] * w[j];
         sg += g;
         sgn += g * (x.v[k][j] - s.mean) * s.rstd;
       }
@@ -216,11 +227,12 @@ __global__ void row_layernorm_backward_kernel(T* __restrict__ dinp, float* __res
     for (int k = 0; k < kSlots; ++k) {
       if (!Row::has(k, lane, packs)) continue;
       T* di = dinp + base + Row::offset(k, lane);
-      float acc[kPer];
+      float acc[kPer], w[kPer];
       load_pack(di, acc);
+      load_pack(weight + Row::offset(k, lane), w);
 #pragma unroll
       for (int j = 0; j < kPer; ++j) {
-        acc[j] += math::layernorm_dinp(d.v[k][j], x.v[k][j], w.v[k][j], s, r);
+        acc[j] += math::layernorm_dinp(d.v[k][j], x.v[k][j], w[j], s, r);
         dw.v[k][j] += d.v[k][j] * ((x.v[k][j] - s.mean) * s.rstd);
         db.v[k][j] += d.v[k][j];
       }
@@ -248,11 +260,12 @@ __global__ void row_layernorm_backward_kernel(T* __restrict__ dinp, float* __res
 }
 
 // Calls launch(std::integral_constant<int, kSlots>{}) with the fewest slots (of a few sizes, so
-// that few variants compile) that hold a row of C elements, if the row path takes C and `pointers`.
-template <class T, class Launch>
+// that few variants compile) that hold a row of C elements, if the row path takes C (at most
+// kMaxFloatsPerLane per lane) and `pointers`.
+template <class T, int kMaxFloatsPerLane, class Launch>
 bool with_row_slots(int C, std::initializer_list<const void*> pointers, Launch&& launch) {
   constexpr int kPer = Pack<T>::kCount;
-  constexpr int kMaxSlots = kRowMaxFloatsPerLane / kPer;
+  constexpr int kMaxSlots = kMaxFloatsPerLane / kPer;
   if (C % kPer != 0 || C > kMaxSlots * kPer * kWarp) return false;
   for (const void* p : pointers) {
     if (!aligned16(p)) return false;
@@ -269,8 +282,8 @@ bool with_row_slots(int C, std::initializer_list<const void*> pointers, Launch&&
   };
   using std::integral_constant;
   return fits(integral_constant<int, 1>{}) || fits(integral_constant<int, 2>{}) || fits(integral_constant<int, 3>{}) ||
-         fits(integral_constant<int, 4>{}) || fits(integral_constant<int, 6>{}) || fits(integral_constant<int, 8>{}) ||
-         fits(integral_constant<int, 12>{}) || fits(integral_constant<int, 16>{});
+         fits(integral_constant<int, 4>{}) || fits(integral_constant<int, 6>{}) || fits(integral_constant<int, 7>{}) ||
+         fits(integral_constant<int, 8>{}) || fits(integral_constant<int, 12>{}) || fits(integral_constant<int, 16>{});
 }
 
 // ---- launchers ----------------------------------------------------------------------------------
@@ -282,8 +295,9 @@ void residual_layernorm_forward(cudaStream_t stream, T* residual, T* out, float*
   if (N <= 0) return;
   const unsigned blocks = blocks_for(N, kLayerNormRowsPerBlock);
   constexpr unsigned kThreads = kLayerNormRowsPerBlock * kWarp;
-  const bool fused = with_row_slots<T>(C, {residual == nullptr ? a : residual, out, a, b == nullptr ? a : b, weight, bias},
-                                       [&](auto slots) {
+  const std::initializer_list<const void*> pointers = {residual == nullptr ? a : residual, out, a,
+                                                       b == nullptr ? a : b, weight, bias};
+  const bool fused = with_row_slots<T, kRowForwardMaxFloatsPerLane>(C, pointers, [&](auto slots) {
     launch_kernel(row_layernorm_forward_kernel<T, decltype(slots)::value>, blocks, kThreads, 0, stream, residual, out,
                   mean, rstd, a, b, weight, bias, N, C);
   });
@@ -311,7 +325,7 @@ void layernorm_backward(cudaStream_t stream, T* dinp, float* dweight, float* dbi
   if (N <= 0) return;
   const int groups = column_groups(N);
   const int rows_per_group = (N + groups - 1) / groups;
-  const bool one_pass = with_row_slots<T>(C, {dinp, dout, inp, weight}, [&](auto slots) {
+  const bool one_pass = with_row_slots<T, kRowBackwardMaxFloatsPerLane>(C, {dinp, dout, inp, weight}, [&](auto slots) {
     launch_kernel(row_layernorm_backward_kernel<T, decltype(slots)::value>, groups, kLayerNormRowsPerBlock * kWarp,
                   2 * C * sizeof(float), stream, dinp, scratch, dout, inp, weight, mean, rstd, N, C, rows_per_group);
   });

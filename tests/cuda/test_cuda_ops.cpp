@@ -123,8 +123,9 @@ TEST_CASE_METHOD(OpsTest, "cuda embedding forward and backward match the CPU, fr
 }
 
 // The shapes take both of cuda/kernels/layernorm.cuh's paths: the row path (C a multiple of 16
-// bytes, aligned: fp32 at C 100, both at C 768) and the element path (bf16 at C 100, every pointer
-// off by one element, and C 2304, wider than the row path holds).
+// bytes, aligned: fp32 at C 100, both at C 768; at C 1600 the forward in both and the backward in
+// bf16, its widest row) and the element path (bf16 at C 100, every pointer off by one element;
+// fp32's backward at C 1600, wider than its registers hold; C 2304, wider than the row path holds).
 TEST_CASE_METHOD(OpsTest, "cuda layernorm forward, fused residual add and backward match the CPU, aligned or not",
                  "[gpu][ops][bf16]") {
   INFO("seed " << seed);
@@ -132,7 +133,8 @@ TEST_CASE_METHOD(OpsTest, "cuda layernorm forward, fused residual add and backwa
     CpuBackend cpu = reference(p);
     auto gpu = cuda::make_backend(0, p.precision);
     struct Shape { int N, C; size_t offset; };
-    for (const Shape s : {Shape{333, 100, 0}, Shape{2048, 768, 0}, Shape{67, 768, 1}, Shape{40, 2304, 0}}) {
+    for (const Shape s : {Shape{333, 100, 0}, Shape{2048, 768, 0}, Shape{67, 768, 1}, Shape{24, 1600, 0},
+                             Shape{40, 2304, 0}}) {
       INFO(p.name << ": N " << s.N << " C " << s.C << " offset " << s.offset);
       const size_t nc = static_cast<size_t>(s.N) * s.C, o = s.offset;
       auto inp = rnd.normal(nc + o, 2.0f);
