@@ -204,8 +204,18 @@ void launch(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shared_byt
                                               "): the device allows 1024 threads per block");
     return;
   }
+  const auto allowed = r.max_dynamic_shared.find(kernel);
+  auto [found, unlooked] = r.kernel_resources.try_emplace(kernel);
+  if (unlooked) found->second = find_gpu_kernel_resources_at(kernel, kEmulatedSm);
+  if (found->second != nullptr) {
+    const size_t allowed_bytes = allowed == r.max_dynamic_shared.end() ? 0 : static_cast<size_t>(allowed->second);
+    if (auto refusal = gpu_launch_refusal(*found->second, static_cast<unsigned>(threads), dynamic_shared_bytes,
+                                          allowed_bytes)) {
+      refuse(refusal->error, name + ": " + refusal->why);
+      return;
+    }
+  }
   if (dynamic_shared_bytes > kStaticSharedLimit) {
-    const auto allowed = r.max_dynamic_shared.find(kernel);
     if (allowed == r.max_dynamic_shared.end() || static_cast<size_t>(allowed->second) < dynamic_shared_bytes) {
       refuse(cudaErrorInvalidValue, name + ": " + std::to_string(dynamic_shared_bytes) +
                                         " bytes of dynamic shared memory need cudaFuncSetAttribute("
@@ -275,8 +285,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   p->maxThreadsDim[2] = 64;
   p->maxGridSize[0] = 0x7FFFFFFF;
   p->maxGridSize[1] = p->maxGridSize[2] = 65535;
-  p->major = 9;
-  p->minor = 0;
+  p->major = xtrain::interp::kEmulatedSm / 10;
+  p->minor = xtrain::interp::kEmulatedSm % 10;
   p->multiProcessorCount = 132;
   return cudaSuccess;
 }

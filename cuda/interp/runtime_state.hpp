@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda/interp/host_waits.hpp"
+#include "cuda/interp/kernel_resources.hpp"
 
 struct WorkItem {
   std::string what;
@@ -50,6 +51,7 @@ struct Runtime {
   CUstream_st legacy;
   std::map<const void*, int> max_dynamic_shared;
   std::map<const void*, std::string> kernel_names;  // demangled once per kernel, not per launch
+  std::map<const void*, const KernelResources*> kernel_resources;  // looked up once; nullptr: not in the table
   int schedules = 3;
   HostWaits waits;                          // host_waits.hpp
   bool hold_events = false;                 // host_waits.hpp's hold_event_completion
