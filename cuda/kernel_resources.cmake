@@ -1,5 +1,5 @@
 # Writes what ptxas makes of every kernel of the GPU build: registers, static shared memory,
-# stack frame and spills, and the launch bounds the PTX declares, for each architecture built.
+# stack frame and spills, and the threads its launch bounds allow, for each architecture built.
 # Run by the build (cuda/CMakeLists.txt) on the PTX that nvcc makes of cuda/*.cu with the plugin's
 # own flags, one folder per architecture:
 #   cmake -DPTXAS=ptxas -DARCHS="80|90" -DPTX_80="a.ptx|b.ptx" -DPTX_90="..." -DOUT=file.cpp -P this
@@ -15,9 +15,9 @@ set(count 0)
 foreach(arch ${archs})
   string(REPLACE "|" ";" ptx_files "${PTX_${arch}}")
   foreach(ptx ${ptx_files})
-    # The PTX's entries and their performance-tuning directives (PTX ISA, "Performance-Tuning
-    # Directives"): .maxntid and .minnctapersm follow the .entry they belong to.
-    file(STRINGS "${ptx}" lines REGEX "\\.entry[ \t]|^[ \t]*\\.maxntid[ \t]|^[ \t]*\\.minnctapersm[ \t]")
+    # The PTX's entries and their launch bounds' threads (PTX ISA, "Performance-Tuning
+    # Directives"): a .maxntid follows the .entry it belongs to.
+    file(STRINGS "${ptx}" lines REGEX "\\.entry[ \t]|^[ \t]*\\.maxntid[ \t]")
     set(entries "")
     set(entry "")
     foreach(line ${lines})
@@ -25,7 +25,6 @@ foreach(arch ${archs})
         set(entry "${CMAKE_MATCH_1}")
         list(APPEND entries "${entry}")
         set(max_threads_${entry} 0)
-        set(min_blocks_${entry} 0)
       elseif(line MATCHES "\\.maxntid[ \t]+([0-9]+)(,[ \t]*([0-9]+))?(,[ \t]*([0-9]+))?")
         set(product ${CMAKE_MATCH_1})
         foreach(extent "${CMAKE_MATCH_3}" "${CMAKE_MATCH_5}")
@@ -34,8 +33,6 @@ foreach(arch ${archs})
           endif()
         endforeach()
         set(max_threads_${entry} ${product})
-      elseif(line MATCHES "\\.minnctapersm[ \t]+([0-9]+)")
-        set(min_blocks_${entry} ${CMAKE_MATCH_1})
       endif()
     endforeach()
 
@@ -72,7 +69,7 @@ foreach(arch ${archs})
           set(smem ${CMAKE_MATCH_1})
         endif()
         string(APPEND rows "      {\"${entry}\", ${arch}, ${registers}, ${smem}, ${stack}, ${spill_stores}, "
-                           "${spill_loads}, ${max_threads_${entry}}, ${min_blocks_${entry}}},\n")
+                           "${spill_loads}, ${max_threads_${entry}}},\n")
         math(EXPR count "${count} + 1")
         set(entry "")  # one row an entry
       endif()
@@ -92,7 +89,7 @@ namespace xtrain::interp {
 
 const std::vector<KernelResources>& gpu_kernel_resources() {
   // name, sm, registers, static shared bytes, stack frame bytes, spill stores, spill loads,
-  // launch bounds' threads (0: none), their minimum blocks per SM (0: none)
+  // launch bounds' threads (0: none)
   static const std::vector<KernelResources> table{
 ${rows}  };
   return table;

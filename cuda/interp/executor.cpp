@@ -28,24 +28,31 @@ const char* schedule_name(Schedule s) {
   return "?";
 }
 
-std::string kernel_name(const void* address) {
+const char* kernel_symbol(const void* address) {
   Dl_info info{};
-  if (dladdr(address, &info) != 0 && info.dli_sname != nullptr && info.dli_saddr == address) {
-    int status = 0;
-    std::unique_ptr<char, void (*)(void*)> text(abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status), std::free);
-    std::string name = status == 0 ? text.get() : info.dli_sname;
-    // "void ns::k<T>(T*, int)" -> "ns::k<T>": the parameters say nothing the template does not.
-    if (name.rfind("void ", 0) == 0) name.erase(0, 5);
-    int depth = 0;
-    for (size_t i = name.size(); i-- > 0;) {
-      if (name[i] == ')') ++depth;
-      if (name[i] == '(' && --depth == 0) {
-        name.erase(i);
-        break;
-      }
+  if (dladdr(address, &info) != 0 && info.dli_sname != nullptr && info.dli_saddr == address) return info.dli_sname;
+  return nullptr;
+}
+
+std::string readable_kernel_name(const char* symbol) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> text(abi::__cxa_demangle(symbol, nullptr, nullptr, &status), std::free);
+  std::string name = status == 0 ? text.get() : symbol;
+  // "void ns::k<T>(T*, int)" -> "ns::k<T>": the parameters say nothing the template does not.
+  if (name.rfind("void ", 0) == 0) name.erase(0, 5);
+  int depth = 0;
+  for (size_t i = name.size(); i-- > 0;) {
+    if (name[i] == ')') ++depth;
+    if (name[i] == '(' && --depth == 0) {
+      name.erase(i);
+      break;
     }
-    return name;
   }
+  return name;
+}
+
+std::string kernel_name(const void* address) {
+  if (const char* symbol = kernel_symbol(address)) return readable_kernel_name(symbol);
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "kernel at %p", address);
   return buffer;

@@ -47,8 +47,11 @@ struct LaunchConfig {
 enum class Schedule { in_order, reversed, random };
 const char* schedule_name(Schedule s);
 
-// The kernel's name from its address ("xtrain::cuda::map_kernel<float, 1, ...>"), or its address.
+// The kernel's name from its address ("xtrain::cuda::map_kernel<float, 1, ...>"), or its address;
+// from its (mangled) symbol, which the dynamic symbol table gives (nullptr if it has none).
 std::string kernel_name(const void* address);
+const char* kernel_symbol(const void* address);
+std::string readable_kernel_name(const char* symbol);
 
 class WriteJournal;
 // Runs every block; throws KernelFault (kernel_fault.hpp) at the first fault, leaving the blocks

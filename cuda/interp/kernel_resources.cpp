@@ -1,7 +1,6 @@
 #include "cuda/interp/kernel_resources.hpp"
 
-#include <dlfcn.h>
-
+#include "cuda/interp/executor.hpp"
 #include "cuda/interp/shared_memory.hpp"
 
 namespace xtrain::interp {
@@ -20,9 +19,8 @@ const KernelResources* find_gpu_kernel_resources(std::string_view name, int sm) 
 }
 
 const KernelResources* find_gpu_kernel_resources_at(const void* kernel, int sm) {
-  Dl_info info{};
-  if (dladdr(kernel, &info) == 0 || info.dli_sname == nullptr || info.dli_saddr != kernel) return nullptr;
-  return find_gpu_kernel_resources(info.dli_sname, sm);
+  const char* symbol = kernel_symbol(kernel);
+  return symbol == nullptr ? nullptr : find_gpu_kernel_resources(symbol, sm);
 }
 
 std::optional<LaunchRefusal> gpu_launch_refusal(const KernelResources& k, unsigned threads_per_block,

@@ -30,7 +30,6 @@ struct KernelResources {
   int spill_store_bytes;
   int spill_load_bytes;
   int max_threads;  // __launch_bounds__'s threads per block (.maxntid); 0: no bound
-  int min_blocks;   // its minimum blocks per SM (.minnctapersm); 0: none asked
 };
 
 // Every kernel of the GPU build, for every architecture it was built for (generated).

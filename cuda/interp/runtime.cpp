@@ -192,9 +192,9 @@ void launch(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shared_byt
             std::shared_ptr<const KernelBody> body) {
   Runtime& r = rt();
   std::lock_guard lock(r.mutex);
-  auto [named, unnamed] = r.kernel_names.try_emplace(kernel);
-  if (unnamed) named->second = kernel_name(kernel);
-  const std::string& name = named->second;
+  auto [known, first_launch] = r.kernels.try_emplace(kernel);
+  if (first_launch) known->second = {kernel_name(kernel), find_gpu_kernel_resources_at(kernel, kEmulatedSm)};
+  const std::string& name = known->second.name;
   const unsigned long long threads = 1ull * block.x * block.y * block.z;
   if (threads == 0 || threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64 || grid.x == 0 ||
       grid.y == 0 || grid.z == 0 || grid.x > 0x7FFFFFFFu || grid.y > 65535 || grid.z > 65535) {
@@ -205,12 +205,9 @@ void launch(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shared_byt
     return;
   }
   const auto allowed = r.max_dynamic_shared.find(kernel);
-  auto [found, unlooked] = r.kernel_resources.try_emplace(kernel);
-  if (unlooked) found->second = find_gpu_kernel_resources_at(kernel, kEmulatedSm);
-  if (found->second != nullptr) {
+  if (const KernelResources* gpu = known->second.gpu) {
     const size_t allowed_bytes = allowed == r.max_dynamic_shared.end() ? 0 : static_cast<size_t>(allowed->second);
-    if (auto refusal = gpu_launch_refusal(*found->second, static_cast<unsigned>(threads), dynamic_shared_bytes,
-                                          allowed_bytes)) {
+    if (auto refusal = gpu_launch_refusal(*gpu, static_cast<unsigned>(threads), dynamic_shared_bytes, allowed_bytes)) {
       refuse(refusal->error, name + ": " + refusal->why);
       return;
     }

@@ -50,8 +50,11 @@ struct Runtime {
   std::vector<CUstream_st*> streams;  // live, for the capture rules
   CUstream_st legacy;
   std::map<const void*, int> max_dynamic_shared;
-  std::map<const void*, std::string> kernel_names;  // demangled once per kernel, not per launch
-  std::map<const void*, const KernelResources*> kernel_resources;  // looked up once; nullptr: not in the table
+  struct LaunchedKernel {
+    std::string name;                       // demangled
+    const KernelResources* gpu = nullptr;   // its GPU build's resources; nullptr: not in the table
+  };
+  std::map<const void*, LaunchedKernel> kernels;  // looked up once per kernel, not per launch
   int schedules = 3;
   HostWaits waits;                          // host_waits.hpp
   bool hold_events = false;                 // host_waits.hpp's hold_event_completion

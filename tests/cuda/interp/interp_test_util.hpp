@@ -1,6 +1,7 @@
 // Interpret-mode library tests: device buffers through the runtime's cudaMalloc (whatever runtime
 // the test links: in interpret mode device memory is host memory, so the test reads and writes it
-// directly), and the alignment rule the backend's plans use.
+// directly), the alignment rule the backend's plans use, and a launch's fault as text (only in
+// files that are kernel units: xtrain_interp_kernel_units).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -8,6 +9,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
+#include <string>
+
+#include "cuda/kernels/portable.cuh"
 
 namespace xtrain::interp::test {
 
@@ -49,6 +53,22 @@ inline uint32_t batch_alignment(const void* p, int64_t stride_bytes) {
   uint32_t a = 1;
   while ((bits & a) == 0) a <<= 1;
   return a;
+}
+
+// Launches and returns the message the launch check throws ("" when it does not), then resets
+// the device so that the fault's sticky error does not outlive the test.
+template <class... Params, class... Args>
+std::string fault_of(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, Args... args) {
+  std::string message;
+  try {
+    cuda::launch_kernel(kernel, grid, block, shared, nullptr, args...);
+    const cudaError_t synced = cudaDeviceSynchronize();
+    if (synced != cudaSuccess) message = cudaGetErrorString(synced);
+  } catch (const std::runtime_error& e) {
+    message = e.what();
+  }
+  cudaDeviceReset();
+  return message;
 }
 
 }  // namespace xtrain::interp::test

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuda/kernels/portable.cuh"
+#include "tests/cuda/interp/interp_test_util.hpp"
 
 // A named namespace: a fault names its kernel through the dynamic symbol table, which has no
 // functions of internal linkage.
@@ -18,21 +19,7 @@ namespace xtrain::interp_test {
 using Catch::Matchers::Contains;
 using xtrain::cuda::launch_kernel;
 
-// Launches and returns the message the launch check throws ("" when it does not), then resets
-// the device so that the fault's sticky error does not outlive the test.
-template <class... Params, class... Args>
-std::string fault_of(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, Args... args) {
-  std::string message;
-  try {
-    launch_kernel(kernel, grid, block, shared, nullptr, args...);
-    const cudaError_t synced = cudaDeviceSynchronize();
-    if (synced != cudaSuccess) message = cudaGetErrorString(synced);
-  } catch (const std::runtime_error& e) {
-    message = e.what();
-  }
-  cudaDeviceReset();
-  return message;
-}
+using xtrain::interp::test::fault_of;
 
 template <class T>
 T* device_zeros(size_t n) {

@@ -6,13 +6,12 @@
 #include <dlfcn.h>
 
 #include <catch2/catch.hpp>
-#include <cxxabi.h>
 #include <map>
-#include <memory>
 #include <string>
 
+#include "cuda/interp/executor.hpp"
 #include "cuda/interp/kernel_resources.hpp"
-#include "cuda/kernels/portable.cuh"
+#include "tests/cuda/interp/interp_test_util.hpp"
 
 namespace xtrain::interp {
 namespace {
@@ -20,7 +19,7 @@ namespace {
 using Catch::Matchers::Contains;
 
 KernelResources kernel(int registers, int max_threads, int static_shared = 0) {
-  return KernelResources{"made_up", 90, registers, static_shared, 0, 0, 0, max_threads, 0};
+  return KernelResources{"made_up", 90, registers, static_shared, 0, 0, 0, max_threads};
 }
 
 std::string refusal(const KernelResources& k, unsigned threads, size_t dynamic = 0, size_t allowed = 0) {
@@ -60,12 +59,6 @@ TEST_CASE("interpret mode's launch rule: launch bounds, registers per block, sha
 
 #ifdef XTRAIN_HAVE_KERNEL_TABLE
 
-std::string demangled(const char* name) {
-  int status = 0;
-  std::unique_ptr<char, void (*)(void*)> text(abi::__cxa_demangle(name, nullptr, nullptr, &status), std::free);
-  return status == 0 ? text.get() : name;
-}
-
 TEST_CASE("every kernel of the GPU build runs without local memory on every architecture built",
           "[interp][resources]") {
   // Local memory is a spill (or an array the registers cannot hold): L1 traffic, often L2 and
@@ -74,7 +67,7 @@ TEST_CASE("every kernel of the GPU build runs without local memory on every arch
   for (const KernelResources& k : gpu_kernel_resources()) {
     if (std::string(k.name).rfind("_ZN6xtrain", 0) != 0) continue;
     ++ours[k.sm];
-    INFO(demangled(k.name) << " on sm_" << k.sm << ": " << k.registers << " registers");
+    INFO(readable_kernel_name(k.name) << " on sm_" << k.sm << ": " << k.registers << " registers");
     CHECK(k.stack_frame_bytes == 0);
     CHECK(k.spill_store_bytes == 0);
     CHECK(k.spill_load_bytes == 0);
@@ -97,17 +90,6 @@ Kernel* exported(const char* name) {
   return reinterpret_cast<Kernel*>(symbol);
 }
 
-template <class... Params, class... Args>
-std::string launch_error(void (*k)(Params...), unsigned threads, Args... args) {
-  std::string message;
-  try {
-    cuda::launch_kernel(k, 1, threads, 0, nullptr, args...);
-  } catch (const std::runtime_error& e) {
-    message = e.what();  // the launch check read (and so cleared) the refusal's error
-  }
-  return message;
-}
-
 TEST_CASE("interpret mode refuses a backend kernel's launch that its registers or launch bounds forbid on a GPU",
           "[interp][resources]") {
   // sum_squares_final_kernel: __launch_bounds__(256).
@@ -116,7 +98,8 @@ TEST_CASE("interpret mode refuses a backend kernel's launch that its registers o
   const KernelResources* sum_k = find_gpu_kernel_resources_at(reinterpret_cast<const void*>(sum), kEmulatedSm);
   REQUIRE(sum_k != nullptr);
   CHECK(sum_k->max_threads == 256);
-  const std::string over_bounds = launch_error(sum, 512, static_cast<double*>(nullptr), static_cast<const double*>(nullptr));
+  const std::string over_bounds =
+      test::fault_of(sum, 1, 512, 0, static_cast<double*>(nullptr), static_cast<const double*>(nullptr));
   CHECK_THAT(over_bounds, Contains("xtrain::cuda::sum_squares_final_kernel"));
   CHECK_THAT(over_bounds, Contains("512 threads per block, over its __launch_bounds__ of 256 on sm_90"));
 
@@ -131,7 +114,8 @@ TEST_CASE("interpret mode refuses a backend kernel's launch that its registers o
   REQUIRE(ln_k->registers > 64);
   float* none = nullptr;
   const float* none_in = nullptr;
-  const std::string over_registers = launch_error(ln, 1024, none, none, none, none, none_in, none_in, none_in, none_in, 0, 0);
+  const std::string over_registers =
+      test::fault_of(ln, 1, 1024, 0, none, none, none, none, none_in, none_in, none_in, none_in, 0, 0);
   CHECK_THAT(over_registers, Contains("cudaErrorLaunchOutOfResources"));
   CHECK_THAT(over_registers, Contains("1024 threads per block at " + std::to_string(ln_k->registers) + " registers each on sm_90"));
 }
