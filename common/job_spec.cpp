@@ -109,6 +109,12 @@ class Reader {
     }
     out = s;
   }
+  void boolean(const char* key, bool& out) {
+    const json* v = take(key);
+    if (!v) return;
+    if (!v->is_boolean()) throw SpecError(field(key), "expected true or false, got " + show(*v));
+    out = v->get<bool>();
+  }
   void count_or_auto(const char* key, std::optional<int>& out) {
     const json* v = take(key);
     if (!v) return;
@@ -213,6 +219,7 @@ class Writer {
   void string(const char* key, const std::string& v, std::initializer_list<const char*> = {}) {
     if (!v.empty()) out_[key] = v;
   }
+  void boolean(const char* key, const bool& v) { out_[key] = v; }
   void count_or_auto(const char* key, const std::optional<int>& v) {
     out_[key] = v ? json(*v) : json("auto");
   }
@@ -287,6 +294,7 @@ template <class V> void describe(V& v, TrainSpec& s) {
   v.string("precision", s.precision, {"auto", "bf16", "tf32", "fp32"});
   v.replaced("matmul_precision", "precision", "\"auto\" (bf16 on CUDA, fp32 on CPU), \"bf16\", \"tf32\" or \"fp32\"");
   v.string("cuda_graph", s.cuda_graph, {"auto", "on", "off"});
+  v.boolean("deterministic", s.deterministic);
 }
 template <class V> void describe(V& v, SampleSpec& s) {
   v.integer("tokens", s.tokens, 0, 1 << 20);

@@ -88,6 +88,7 @@ struct TrainSpec {
   int log_every = 1;
   std::string precision = "auto";   // auto (bf16 on CUDA, fp32 on CPU) | bf16 | tf32 | fp32
   std::string cuda_graph = "auto";  // auto | on | off: replay recorded layers (worker/model/cuda_graphs.hpp)
+  bool deterministic = true;        // false: the bf16 CUDA attention backward sums dQ by atomics (faster)
 };
 
 struct SampleSpec {

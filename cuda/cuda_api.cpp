@@ -74,9 +74,9 @@ std::string describe_device(int device) { return device_info(device).describe(de
 
 std::string versions() { return driver_and_runtime(); }
 
-std::unique_ptr<Backend> make_backend(int device, Precision precision) {
+std::unique_ptr<Backend> make_backend(int device, Precision precision, bool deterministic) {
   require_visible(device);
-  return std::make_unique<CudaBackend>(device, precision);
+  return std::make_unique<CudaBackend>(device, precision, deterministic);
 }
 
 }  // namespace xtrain::cuda

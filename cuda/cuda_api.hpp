@@ -38,8 +38,9 @@ std::string versions();
 // The backend on GPU `device` (a worker uses its LOCAL_RANK) in `precision`: bf16 (mixed
 // precision, the default for training; compute capability 8.0 or newer, which the worker checks
 // first: worker/device/device_choice.hpp), tf32 (TF32 tensor cores for fp32 products) or fp32 (strict).
+// deterministic: train.deterministic (CudaBackend's constructor says what false changes).
 // Throws std::invalid_argument when `device` is not visible.
-std::unique_ptr<Backend> make_backend(int device, Precision precision);
+std::unique_ptr<Backend> make_backend(int device, Precision precision, bool deterministic = true);
 
 // The NCCL communicator of this rank, on `backend`'s device and ordered after its stream.
 // Throws std::invalid_argument before any NCCL call when XTRAIN_NCCL_ID is missing (world > 1)

@@ -70,9 +70,10 @@ void* ScratchBuffer::reserve(size_t bytes) {
 
 // ---- memory -------------------------------------------------------------------------------------
 
-CudaBackend::CudaBackend(int device, Precision precision)
+CudaBackend::CudaBackend(int device, Precision precision, bool deterministic)
     : device_(device),
       precision_(precision),
+      atomic_dq_(!deterministic && precision == Precision::bf16),
       stream_(select_device_and_create_stream(device)),
       gemm_(stream_, precision == Precision::tf32),
       scratch_(stream_),
@@ -427,8 +428,9 @@ void CudaBackend::matmul_gelu_backward(ActPtr dinp, float* dweight, float* dbias
 }
 
 // Flash attention (cuda/flash_attention.hpp) in the activations' storage type: fp32 kernels for
-// fp32 and tf32, tensor-core kernels for bf16; lse saved per row, D = dO . O as scratch. The shape
-// check runs when GPT sizes its buffers, before any step.
+// fp32 and tf32, tensor-core kernels for bf16; lse saved per row, D = dO . O as scratch (and the
+// fp32 dQ sum when it is summed by atomics). The shape check runs when GPT sizes its buffers,
+// before any step.
 size_t CudaBackend::attention_saved_floats(int B, int T, int C, int NH) const {
   check_flash_attention_shape({B, T, C, NH});
   return flash_attention_saved_floats({B, T, C, NH});
@@ -436,7 +438,7 @@ size_t CudaBackend::attention_saved_floats(int B, int T, int C, int NH) const {
 
 size_t CudaBackend::attention_scratch_floats(int B, int T, int C, int NH) const {
   check_flash_attention_shape({B, T, C, NH});
-  return flash_attention_scratch_floats({B, T, C, NH});
+  return flash_attention_scratch_floats({B, T, C, NH}, atomic_dq_);
 }
 
 void CudaBackend::attention_forward(ActPtr out, float* saved, ConstActPtr qkv, float* /*scratch*/, int B, int T,
@@ -449,11 +451,13 @@ void CudaBackend::attention_forward(ActPtr out, float* saved, ConstActPtr qkv, f
 
 void CudaBackend::attention_backward(ActPtr dqkv, ConstActPtr dout, ConstActPtr qkv, ConstActPtr out,
                                      const float* saved, float* scratch, int B, int T, int C, int NH) {
-  with_storage(act_dtype(), [&](auto type) {
-    using S = decltype(type);
-    flash_attention_backward(stream_, dqkv.as<S>(), dout.as<S>(), qkv.as<S>(), out.as<S>(), saved, scratch,
-                             {B, T, C, NH});
-  });
+  if (act_dtype() == DType::bf16) {
+    flash_attention_backward(stream_, dqkv.as<__nv_bfloat16>(), dout.as<__nv_bfloat16>(), qkv.as<__nv_bfloat16>(),
+                             out.as<__nv_bfloat16>(), saved, scratch, {B, T, C, NH}, atomic_dq_);
+  } else {
+    flash_attention_backward(stream_, dqkv.as<float>(), dout.as<float>(), qkv.as<float>(), out.as<float>(), saved,
+                             scratch, {B, T, C, NH});
+  }
 }
 
 void CudaBackend::gelu_forward(ActPtr out, ConstActPtr inp, size_t n) {

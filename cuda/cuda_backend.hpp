@@ -72,7 +72,9 @@ class CudaBackend final : public Backend {
  public:
   // Selects `device` for the calling thread and creates the stream, cuBLASLt handle and the
   // fixed buffers. tf32 selects TF32 tensor cores for every product, fp32 strict fp32.
-  CudaBackend(int device, Precision precision);
+  // deterministic false (train.deterministic) lets the bf16 attention backward sum dQ by atomics
+  // (cuda/flash_attention.hpp): faster, and dQ no longer the same bits on every call.
+  CudaBackend(int device, Precision precision, bool deterministic);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -179,6 +181,7 @@ class CudaBackend final : public Backend {
 
   int device_;
   Precision precision_;
+  bool atomic_dq_;  // the bf16 attention backward sums dQ by atomics (not deterministic)
   cudaStream_t stream_ = nullptr;
   GemmEngine gemm_;
   ScratchBuffer scratch_;

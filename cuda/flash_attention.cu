@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "cuda/kernels/flash_attention_bf16.cuh"
 #include "cuda/kernels/flash_attention_fp32.cuh"
@@ -28,7 +29,7 @@ void run_forward(cudaStream_t stream, S* out, float* lse, const S* qkv, const At
 
 template <class S>
 void run_backward(cudaStream_t stream, S* dqkv, const S* dout, const S* qkv, const S* out, const float* lse,
-                  float* scratch, const AttentionShape& s) {
+                  float* scratch, const AttentionShape& s, bool atomic_dq) {
   check_flash_attention_shape(s);
   for (const auto& [p, what] : {std::pair<const void*, const char*>{dqkv, "dqkv"}, {dout, "dout"}, {qkv, "qkv"}}) {
     check_aligned(p, what);
@@ -36,8 +37,15 @@ void run_backward(cudaStream_t stream, S* dqkv, const S* dout, const S* qkv, con
   const size_t rows = static_cast<size_t>(s.B) * s.NH * s.T;
   launch_kernel(flash::backward_dot_kernel<S>, blocks_for(rows, flash::kWarps), flash::kThreads, 0, stream, scratch, dout, out, s);
   const float scale = flash::softmax_scale(s);
-  flash::with_head_size(
-      s, [&](auto hs) { flash::backward<decltype(hs)::value>(stream, dqkv, dout, qkv, lse, scratch, s, scale); });
+  flash::with_head_size(s, [&](auto hs) {
+    if constexpr (std::is_same_v<S, float>) {
+      flash::backward<decltype(hs)::value>(stream, dqkv, dout, qkv, lse, scratch, s, scale);
+    } else {
+      float* const dq_sum = atomic_dq ? scratch + cuda_buffers::attention_dq_sum_offset(s.B, s.T, s.NH) : nullptr;
+      if (dq_sum != nullptr) check_aligned(dq_sum, "scratch");
+      flash::backward<decltype(hs)::value>(stream, dqkv, dout, qkv, lse, scratch, dq_sum, s, scale);
+    }
+  });
 }
 
 }  // namespace
@@ -58,8 +66,8 @@ void check_flash_attention_shape(const AttentionShape& s) {
 size_t flash_attention_saved_floats(const AttentionShape& s) {
   return cuda_buffers::attention_row_floats(s.B, s.T, s.NH);
 }
-size_t flash_attention_scratch_floats(const AttentionShape& s) {
-  return cuda_buffers::attention_row_floats(s.B, s.T, s.NH);
+size_t flash_attention_scratch_floats(const AttentionShape& s, bool atomic_dq) {
+  return cuda_buffers::attention_scratch_floats(s.B, s.T, s.C, s.NH, atomic_dq);
 }
 
 void flash_attention_forward(cudaStream_t stream, float* out, float* lse, const float* qkv, const AttentionShape& s) {
@@ -72,12 +80,12 @@ void flash_attention_forward(cudaStream_t stream, __nv_bfloat16* out, float* lse
 
 void flash_attention_backward(cudaStream_t stream, float* dqkv, const float* dout, const float* qkv,
                               const float* out, const float* lse, float* scratch, const AttentionShape& s) {
-  run_backward(stream, dqkv, dout, qkv, out, lse, scratch, s);
+  run_backward(stream, dqkv, dout, qkv, out, lse, scratch, s, false);
 }
 void flash_attention_backward(cudaStream_t stream, __nv_bfloat16* dqkv, const __nv_bfloat16* dout,
                               const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse, float* scratch,
-                              const AttentionShape& s) {
-  run_backward(stream, dqkv, dout, qkv, out, lse, scratch, s);
+                              const AttentionShape& s, bool atomic_dq) {
+  run_backward(stream, dqkv, dout, qkv, out, lse, scratch, s, atomic_dq);
 }
 
 }  // namespace xtrain::cuda

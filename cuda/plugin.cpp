@@ -20,9 +20,9 @@ class Plugin final : public CudaPlugin {
   CudaDeviceInfo device_info(int device) const override { return cuda::device_info(device); }
   std::string versions() const override { return cuda::versions(); }
 
-  std::unique_ptr<Backend> make_backend(int device, const std::string& precision) const override {
+  std::unique_ptr<Backend> make_backend(int device, const std::string& precision, bool deterministic) const override {
     for (const Precision p : {Precision::bf16, Precision::tf32, Precision::fp32}) {
-      if (precision == precision_name(p)) return cuda::make_backend(device, p);
+      if (precision == precision_name(p)) return cuda::make_backend(device, p, deterministic);
     }
     throw std::invalid_argument("train.precision: the CUDA backend computes in \"bf16\", \"tf32\" or \"fp32\", not \"" +
                                 precision + "\"");

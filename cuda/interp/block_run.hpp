@@ -111,6 +111,10 @@ class BlockRun {
   SharedArena& arena() { return arena_; }
   const uint32_t* warp_syncs() const { return warp_syncs_.data(); }
 
+  // An atomic float add in device memory, for the journal (shared memory is the block's own).
+  void note_float_add(const float* p, float before, float v) {
+    if (journal_ != nullptr && in_device_space(p)) journal_->float_add(p, before, v);
+  }
   // Stops the running thread at a fault: the block is aborted once it is back in the scheduler.
   [[noreturn]] void abandon(ThreadRecord& t, int code, const std::string& what);
   void async_copy(ThreadRecord& t, void* dst, const void* src, int src_bytes);

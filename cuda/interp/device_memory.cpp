@@ -3,6 +3,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -142,8 +144,16 @@ std::unordered_map<uintptr_t, std::vector<unsigned char>> WriteJournal::current(
   return now;
 }
 
-void WriteJournal::restore() const {
+void WriteJournal::float_add(const float* p, float before, float v) {
+  auto [it, fresh] = adds_.try_emplace(reinterpret_cast<uintptr_t>(p));
+  if (fresh) it->second.magnitude = std::fabs(static_cast<double>(before));
+  ++it->second.count;
+  it->second.magnitude += std::fabs(static_cast<double>(v));
+}
+
+void WriteJournal::restore() {
   for (const auto& [page, old] : before_) std::memcpy(reinterpret_cast<void*>(page), old.data(), kPage);
+  adds_.clear();
 }
 
 std::string WriteJournal::first_difference(
@@ -159,7 +169,22 @@ std::string WriteJournal::first_difference(
       if (now[i] == (*want)[i]) continue;
       uintptr_t lo = 0, hi = 0;
       if (!device_allocation_of(now + i, lo, hi)) return "a byte outside every live allocation";
-      return "byte " + std::to_string(page + i - lo) + " of an allocation of " + std::to_string(hi - lo) + " bytes";
+      std::string where = "byte " + std::to_string(page + i - lo) + " of an allocation of " + std::to_string(hi - lo) + " bytes";
+      const size_t word = i / sizeof(float) * sizeof(float);
+      const auto added = adds_.find(page + word);
+      if (added == adds_.end()) return where;
+      float a = 0, b = 0;
+      std::memcpy(&a, now + word, sizeof a);
+      std::memcpy(&b, want->data() + word, sizeof b);
+      const double bound = 2.0 * (added->second.count + 1) * 0x1p-24 * added->second.magnitude;
+      const double apart = std::fabs(static_cast<double>(a) - static_cast<double>(b));
+      if (!(apart <= bound)) {
+        char text[200];
+        std::snprintf(text, sizeof text, " (a float %u atomic adds wrote: %.9g against %.9g, more apart than their order can make, %.3g)",
+                      added->second.count, static_cast<double>(a), static_cast<double>(b), bound);
+        return where + text;
+      }
+      i = word + sizeof(float) - 1;  // the rest of this float is within its bound
     }
   }
   return {};

@@ -44,21 +44,38 @@ constexpr size_t kDeviceMemoryBytes = 143771ull << 20;
 
 // The device pages a kernel writes, with their contents from before it, so that the launch can
 // be undone and run again under another schedule, and the runs' results compared.
+//
+// Results must be bitwise equal, except floats that atomic adds wrote: fp32 addition is not
+// associative, and atomics land in no fixed order on a GPU either (a non-deterministic dQ sums
+// this way). Such a word may differ by at most what reordering its sum can make: with n adds,
+// the value it started from and the added values of total magnitude M (the start counted in), any
+// two orders agree within 2 (n + 1) 2^-24 M (the standard bound on a recursive sum, twice). A race
+// that loses or repeats an add, or a plain store racing with the adds, breaks that bound unless it
+// moves the word by less than its rounding.
 class WriteJournal {
  public:
   static constexpr size_t kPage = 4096;
   // Before a write to [p, p + bytes): keep the pages' current contents unless kept already.
   void before_write(const void* p, size_t bytes);
+  // After an atomic add of v to the float at p, which held `before`, in this run.
+  void float_add(const float* p, float before, float v);
   // The pages written so far with their contents now.
   std::unordered_map<uintptr_t, std::vector<unsigned char>> current() const;
-  // Puts every kept page back as it was before the first run.
-  void restore() const;
+  // Puts every kept page back as it was before the first run, for the next run (whose float adds
+  // are recorded afresh).
+  void restore();
   // The first difference between the pages' contents now and `expected` (pages missing from it
-  // are compared with their contents before the first run); empty when there is none.
+  // are compared with their contents before the first run) beyond the float adds' bound; empty
+  // when there is none.
   std::string first_difference(const std::unordered_map<uintptr_t, std::vector<unsigned char>>& expected) const;
 
  private:
+  struct FloatAdds {
+    unsigned count = 0;
+    double magnitude = 0;  // |the value before the first add| + the sum of |v|
+  };
   std::unordered_map<uintptr_t, std::vector<unsigned char>> before_;
+  std::unordered_map<uintptr_t, FloatAdds> adds_;  // by the float's address, this run's
 };
 
 }  // namespace xtrain::interp

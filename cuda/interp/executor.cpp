@@ -142,6 +142,11 @@ void check_atomic_access(const void* p, size_t bytes) {
   in.block().check_access(in.thread(), p, bytes, true, true);
 }
 
+void note_float_atomic_add(const float* p, float before, float v) {
+  InExecutor in;
+  in.block().note_float_add(p, before, v);
+}
+
 void sync_threads() {
   InExecutor in;
   in.block().wait(in.thread(), ThreadState::at_barrier, "__syncthreads", nullptr, 0);

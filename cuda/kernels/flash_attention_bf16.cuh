@@ -17,7 +17,8 @@
 //   forward: 128 queries per block with 8 warps at head sizes 64 and 128, else 64 with 4 (Q
 //            fragments in registers), 64-key blocks (K, V streamed)
 //   dK, dV:  128 keys per block with 8 warps at head sizes 64 and 128, else 64 with 4 (K, V
-//            resident), 32-query blocks (Q, dO, lse, D streamed)
+//            resident), 32-query blocks (Q, dO, lse, D streamed); train.deterministic false:
+//            also dQ's part from these keys, added into an fp32 sum by atomics (no dQ kernel)
 //   dQ:      128 queries per block with 8 warps at head sizes 64 and 128, else 64 with 4 (Q, dO
 //            resident), 32-key blocks (K, V streamed)
 #pragma once
@@ -57,6 +58,15 @@ __device__ inline FragA load_a(const bf16* tile, int stride, int row0, int col0)
   const int lane = threadIdx.x % kWarp, m = lane / 8;
   FragA f;
   ldmatrix_x4(f.x, tile + (row0 + lane % 8 + 8 * (m & 1)) * stride + col0 + 8 * (m >> 1));
+  return f;
+}
+// A = the transpose of tile[col0 .. col0+15][row0 .. row0+15] (a tile stored k-major: ds^T as
+// the dK/dV kernel holds it, read as ds), by .trans: A's block (rows 8(m & 1), cols 8(m >> 1)) is
+// the transpose of the stored block (rows 8(m >> 1), cols 8(m & 1)).
+__device__ inline FragA load_a_transposed(const bf16* tile, int stride, int row0, int col0) {
+  const int lane = threadIdx.x % kWarp, m = lane / 8;
+  FragA f;
+  ldmatrix_x4_trans(f.x, tile + (col0 + lane % 8 + 8 * (m >> 1)) * stride + row0 + 8 * (m & 1));
   return f;
 }
 // b[i](k, n) = tile[n0 + 8i + n][k0 + k], i = 0, 1: two adjacent 8-column B tiles of a product with
@@ -240,13 +250,50 @@ constexpr int kBackwardBlock = 32;
 // (dQ at head size 32: 113 instead of 96, five blocks per SM down to four).
 constexpr int backward_bf16_min_blocks(int hs, int warps) { return warps == 8 && hs == 64 ? 2 : 0; }
 
+// The dK/dV kernel's part of dQ for one 32-query block (train.deterministic false): ds, stored
+// in shared memory as ds^T (keys x queries, bf16, the same rounding as the dQ kernel's), times
+// the block's K tile, for the keys the block's queries see (`keys`, a multiple of 16), added by
+// atomics (atomic_add_pair: two columns each) into the head's rows of the fp32 sum, unscaled
+// (dq_head: its first row of the (B,T,C) sum; C, T the shape's). The 32 x HS part is cut into
+// 16 x 16 pieces: warp w takes rows 16 (w % 2) and columns 16 j for j = w / 2, w / 2 + WARPS / 2,
+// ... Each piece sums its keys in a fixed order; the pieces of different key tiles meet in the
+// sum in whatever order the atomics land, which is what makes dQ vary in its last bits.
+template <int HS, int WARPS, int QUERIES>
+__device__ inline void add_dq_part(float* dq_head, const bf16* s_ds, const bf16* s_k, int C, int T, int q0, int keys) {
+  constexpr int SQ = QUERIES + 8, SP = kPaddedRow<HS>;
+  static_assert(QUERIES == 32, "two 16-row pieces: warps pair up on them");
+  const int warp = threadIdx.x / kWarp, g = threadIdx.x % kWarp / 4, t = threadIdx.x % 4;
+  const int rows = 16 * (warp % 2);
+  #pragma unroll 1
+  for (int j = warp / 2; j < HS / 16; j += WARPS / 2) {
+    float part[2][4] = {};
+    for (int kk = 0; kk < keys / 16; ++kk) {
+      const FragA a = load_a_transposed(s_ds, SQ, rows, 16 * kk);
+      FragB b[2];
+      load_b(b, s_k, SP, 16 * kk, 16 * j);
+      mma_bf16(part[0], a, b[0]);
+      mma_bf16(part[1], a, b[1]);
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int query = q0 + rows + g + 8 * r;
+      if (query >= T) continue;
+      float* row = dq_head + static_cast<size_t>(query) * C + 16 * j + 2 * t;
+      #pragma unroll
+      for (int i = 0; i < 2; ++i) atomic_add_pair(row + 8 * i, part[i][2 * r], part[i][2 * r + 1]);
+    }
+  }
+}
+
 // dK and dV of 16 * WARPS keys (16 per warp): S^T = K Q^T and dP^T = V dO^T per 32-query block,
 // then dV += [bf16]p^T dO and dK += [bf16]ds^T Q. A warp whose keys no query of the block sees
 // (the first blocks of a 128-key tile) skips the block's products: they would add exact zeros.
-// Launch bounds: backward_bf16_min_blocks.
-template <int HS, int WARPS>
+// ADD_DQ (train.deterministic false): also dQ's part from these keys (add_dq_part), so the
+// backward needs no dQ kernel: 5 tile products instead of 7. Launch bounds:
+// backward_bf16_min_blocks.
+template <int HS, int WARPS, bool ADD_DQ>
 __global__ void __launch_bounds__(WARPS * kWarp, backward_bf16_min_blocks(HS, WARPS))
-    backward_dkdv_bf16_kernel(BackwardArgs<bf16> args) {
+    backward_dkdv_bf16_kernel(BackwardArgs<bf16> args, float* __restrict__ dq_sum) {
   const auto [dqkv, dout, qkv, lse, D, s, scale] = args;
   constexpr int kKeys = 16 * WARPS, kQueries = kBackwardBlock, SP = kPaddedRow<HS>, kT = WARPS * kWarp;
   static_assert(kQueries % 16 == 0, "queries in 16-column steps");
@@ -261,6 +308,7 @@ __global__ void __launch_bounds__(WARPS * kWarp, backward_bf16_min_blocks(HS, WA
   bf16* const sdO = sQ + kQueries * SP;                    // (2, kQueries, SP) at a stride of kBuffer
   float* const sLse = reinterpret_cast<float*>(sQ + 2 * kBuffer);  // (2, kQueries) at a stride of kStats
   float* const sD = sLse + kQueries;                                // (2, kQueries) at a stride of kStats
+  bf16* const sdS = reinterpret_cast<bf16*>(sLse + 2 * kStats);  // ADD_DQ: (kKeys, kQueries + 8), ds^T
   const int T = s.T;
   const HeadRows<bf16> hd(qkv, s);
   const int c0 = first_tile_first(s, kKeys);
@@ -276,7 +324,7 @@ __global__ void __launch_bounds__(WARPS * kWarp, backward_bf16_min_blocks(HS, WA
   float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
   for (int q0 = c0, buf = 0; q0 < T; q0 += kQueries, buf ^= 1) {  // queries before c0 see none of these keys
     cp_async_wait<0>();  // this thread's part of block q0
-    __syncthreads();     // everyone's; and everyone is done with the other buffer
+    __syncthreads();     // everyone's; and everyone is done with the other buffer (and with sdS)
     const int next = buf ^ 1;
     if (q0 + kQueries < T) {
       hd.template load<HS, 8, kQueries, kT>(sQ + next * kBuffer, 0, q0 + kQueries);
@@ -286,25 +334,45 @@ __global__ void __launch_bounds__(WARPS * kWarp, backward_bf16_min_blocks(HS, WA
     if (q0 + kQueries < T) {
       hd.template load_query_stats<kT>(sLse + next * kStats, sD + next * kStats, lse, D, q0 + kQueries, kQueries);
     }
-    if (q0 + kQueries <= c0 + 16 * warp) continue;  // the block's last query precedes this warp's first key
-    const bf16* const q_tile = sQ + buf * kBuffer;
-    const bf16* const do_tile = sdO + buf * kBuffer;
-    const float* const q_lse = sLse + buf * kStats;
-    const float* const q_D = sD + buf * kStats;
-    float st[kQueries / 8][4] = {}, dpt[kQueries / 8][4] = {};  // S^T and dP^T, then p^T and ds^T
-    products_with_transposed<HS, kQueries>(st, dpt, sK, q_tile, sV, do_tile);
-    #pragma unroll
-    for (int j = 0; j < kQueries / 8; ++j) {
+    // Whether the block's last query follows this warp's first key. A warp that sees none skips
+    // the products; with dQ's part it still meets the block at the barrier below.
+    const bool sees = q0 + kQueries > c0 + 16 * warp;
+    if (!ADD_DQ && !sees) continue;
+    if (sees) {
+      const bf16* const q_tile = sQ + buf * kBuffer;
+      const bf16* const do_tile = sdO + buf * kBuffer;
+      const float* const q_lse = sLse + buf * kStats;
+      const float* const q_D = sD + buf * kStats;
+      float st[kQueries / 8][4] = {}, dpt[kQueries / 8][4] = {};  // S^T and dP^T, then p^T and ds^T
+      products_with_transposed<HS, kQueries>(st, dpt, sK, q_tile, sV, do_tile);
       #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = 8 * j + 2 * t + (e & 1), key = key0 + 8 * (e >> 1), query = q0 + col;
-        const float p = key <= query && query < T ? expf(st[j][e] * scale - q_lse[col]) : 0.0f;
-        st[j][e] = p;
-        dpt[j][e] = p * (dpt[j][e] - q_D[col]);
+      for (int j = 0; j < kQueries / 8; ++j) {
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = 8 * j + 2 * t + (e & 1), key = key0 + 8 * (e >> 1), query = q0 + col;
+          const float p = key <= query && query < T ? expf(st[j][e] * scale - q_lse[col]) : 0.0f;
+          st[j][e] = p;
+          dpt[j][e] = p * (dpt[j][e] - q_D[col]);
+        }
+      }
+      accumulate_times_tile<HS, kQueries>(dv, st, do_tile);
+      accumulate_times_tile<HS, kQueries>(dk, dpt, q_tile);
+      if constexpr (ADD_DQ) {
+        #pragma unroll
+        for (int j = 0; j < kQueries / 8; ++j) {
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            *reinterpret_cast<uint32_t*>(sdS + (16 * warp + g + 8 * r) * (kQueries + 8) + 8 * j + 2 * t) =
+                pack_bf16(dpt[j][2 * r], dpt[j][2 * r + 1]);
+          }
+        }
       }
     }
-    accumulate_times_tile<HS, kQueries>(dv, st, do_tile);
-    accumulate_times_tile<HS, kQueries>(dk, dpt, q_tile);
+    if constexpr (ADD_DQ) {
+      __syncthreads();  // every warp's ds^T rows
+      // The warps whose keys the block's queries see: q0 - c0 is a multiple of kQueries.
+      add_dq_part<HS, WARPS, kQueries>(dq_sum + hd.out, sdS, sK, s.C, T, q0, min(kKeys, q0 + kQueries - c0));
+    }
   }
   #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -393,6 +461,20 @@ __global__ void __launch_bounds__(WARPS * kWarp, backward_bf16_min_blocks(HS, WA
   }
 }
 
+// dq (the q part of dqkv, bf16) = [bf16] scale dq_sum, 8 columns a thread by 16-byte accesses
+// (C is a multiple of 8: every head size is).
+__global__ void __launch_bounds__(256)
+    dq_from_sum_kernel(bf16* __restrict__ dqkv, const float* __restrict__ dq_sum, size_t rows, int C, float scale) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x, per_row = C / 8;
+  if (i >= rows * per_row) return;
+  const size_t row = i / per_row, col = i % per_row * 8;
+  float x[8];
+  load_floats(dq_sum + row * C + col, x);
+  #pragma unroll
+  for (int j = 0; j < 8; ++j) x[j] *= scale;
+  store_pack(dqkv + row * 3 * C + col, x);
+}
+
 // ---- launchers --------------------------------------------------------------------------------
 
 template <int HS>
@@ -400,11 +482,13 @@ constexpr size_t kBf16Row = static_cast<size_t>(kPaddedRow<HS>) * sizeof(bf16);
 
 // Dynamic shared memory of a bf16 backward kernel: `resident` rows of two tiles (K and V, or Q
 // and dO), two buffers of two streamed kBackwardBlock-row tiles, and for dK/dV two buffers of the
-// streamed queries' lse and D.
+// streamed queries' lse and D, and with dQ's part the block's ds^T (resident x kBackwardBlock,
+// rows padded by 8).
 template <int HS>
-constexpr size_t backward_bf16_smem(int resident, bool query_stats) {
+constexpr size_t backward_bf16_smem(int resident, bool query_stats, bool ds = false) {
   return (2 * static_cast<size_t>(resident) + 4 * kBackwardBlock) * kBf16Row<HS> +
-         (query_stats ? 4 * kBackwardBlock * sizeof(float) : 0);
+         (query_stats ? 4 * kBackwardBlock * sizeof(float) : 0) +
+         (ds ? static_cast<size_t>(resident) * (kBackwardBlock + 8) * sizeof(bf16) : 0);
 }
 
 template <int HS>
@@ -414,15 +498,26 @@ void forward(cudaStream_t stream, bf16* out, float* lse, const bf16* qkv, const 
   launch(forward_bf16_kernel<HS, kWarpsHere>, tiles(s, 16 * kWarpsHere), kWarpsHere * kWarp,
          4 * math::kFlashKeyBlock * kBf16Row<HS>, stream, out, lse, qkv, s, scale);
 }
+// dq_sum null: the deterministic backward (dK/dV kernel, dQ kernel: 7 tile products). Otherwise
+// (B,T,C) floats of scratch, 16-byte aligned: the dK/dV kernel adds dQ's parts there by atomics
+// (5 products), and a pass rounds the sum into dqkv.
 template <int HS>
 void backward(cudaStream_t stream, bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* D,
-              const AttentionShape& s, float scale) {
+              float* dq_sum, const AttentionShape& s, float scale) {
   const BackwardArgs<bf16> args{dqkv, dout, qkv, lse, D, s, scale};
   constexpr int kWarpsHere = bf16_warps(HS), kRows = 16 * kWarpsHere;
-  launch(backward_dkdv_bf16_kernel<HS, kWarpsHere>, tiles(s, kRows), kWarpsHere * kWarp,
-         backward_bf16_smem<HS>(kRows, true), stream, args);
-  launch(backward_dq_bf16_kernel<HS, kWarpsHere>, tiles(s, kRows), kWarpsHere * kWarp,
-         backward_bf16_smem<HS>(kRows, false), stream, args);
+  if (dq_sum == nullptr) {
+    launch(backward_dkdv_bf16_kernel<HS, kWarpsHere, false>, tiles(s, kRows), kWarpsHere * kWarp,
+           backward_bf16_smem<HS>(kRows, true), stream, args, dq_sum);
+    launch(backward_dq_bf16_kernel<HS, kWarpsHere>, tiles(s, kRows), kWarpsHere * kWarp,
+           backward_bf16_smem<HS>(kRows, false), stream, args);
+    return;
+  }
+  const size_t rows = static_cast<size_t>(s.B) * s.T;
+  XTRAIN_CUDA_CHECK(cudaMemsetAsync(dq_sum, 0, rows * s.C * sizeof(float), stream));
+  launch(backward_dkdv_bf16_kernel<HS, kWarpsHere, true>, tiles(s, kRows), kWarpsHere * kWarp,
+         backward_bf16_smem<HS>(kRows, true, true), stream, args, dq_sum);
+  launch_kernel(dq_from_sum_kernel, blocks_for(rows * (s.C / 8), 256), 256, 0, stream, dqkv, dq_sum, rows, s.C, scale);
 }
 
 }  // namespace xtrain::cuda::flash

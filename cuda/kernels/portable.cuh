@@ -11,6 +11,8 @@
 //   ldmatrix_x4(r, row) / ldmatrix_x4_trans(r, row)                ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16
 //   cp_async_16(dst, src, src_bytes)                               cp.async.cg.shared.global [dst], [src], 16, src_bytes
 //   cp_async_commit() / cp_async_wait<N>()                         cp.async.commit_group / cp.async.wait_group N
+//   atomic_add_pair(p, a, b)                                       sm_90: one float2 atomicAdd (red.v2.f32);
+//                                                                  before, and in interpret mode: two atomicAdds
 #pragma once
 
 #include <cuda_runtime.h>
@@ -111,6 +113,17 @@ __device__ inline void cp_async_wait() {
   ::xtrain::interp::async_wait(N);
 #else
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// p[0] += a and p[1] += b, each atomically (p 8-byte aligned). On sm_90 one vector atomic, half
+// the atomic operations through L2; the same two fp32 adds either way, each landing whole.
+__device__ inline void atomic_add_pair(float* p, float a, float b) {
+#if !defined(XTRAIN_CUDA_INTERPRET) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(p), make_float2(a, b));
+#else
+  atomicAdd(p, a);
+  atomicAdd(p + 1, b);
 #endif
 }
 

@@ -181,7 +181,7 @@ void plan_rank_memory(Plan& plan, Precision precision) {
   const int B = plan.spec.train.micro_batch_size;
   const int world = plan.ranks.empty() ? 1 : plan.ranks.front().world_size;
   plan.memory = plan_memory(plan.spec.model, B, world,
-                            plan.device == "cuda" ? cuda_backend_memory(dims, B, precision)
+                            plan.device == "cuda" ? cuda_backend_memory(dims, B, precision, plan.spec.train.deterministic)
                                                   : cpu_backend_memory(dims, B, precision));
 }
 

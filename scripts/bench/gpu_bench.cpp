@@ -13,12 +13,14 @@
 // With --cuda-graph on, each layer's forward and backward is recorded once as a CUDA graph and
 // replayed (GPT::set_replay, as train.cuda_graph "on" does in the worker); the JSON line says
 // which ("cuda_graph": "on" or "off"), so the same shape timed both ways shows what replay gains
-// (at least two warm-up steps then: one eager, one recording).
+// (at least two warm-up steps then: one eager, one recording). --deterministic off is
+// train.deterministic false (the bf16 attention backward sums dQ by atomics): the same shape timed
+// both ways is what determinism costs.
 // memory_mib (what the device lost to the run, cudaMemGetInfo) sits next to memory_plan_mib
 // (worker/model/memory_plan.hpp's count for this rank), so a GPU run checks the plan too.
 // Usage: xtrain-bench-gpu [--layers N] [--heads N] [--embd N] [--seq N] [--vocab N] [--batch N]
 //                         [--steps N] [--warmup N] [--precision bf16|tf32|fp32] [--cuda-graph on|off]
-//                         [--out FILE]
+//                         [--deterministic on|off] [--out FILE]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -54,6 +56,7 @@ struct Options : bench::BenchShape {
   Options() : BenchShape{12, 12, 768, 1024, 50257, 8, 10, 3} {}
   std::string precision = "tf32";
   std::string cuda_graph = "off";
+  std::string deterministic = "on";  // train.deterministic: "off" sums the bf16 attention's dQ by atomics
   std::string out;
 };
 
@@ -68,18 +71,26 @@ Options parse(int argc, char** argv) {
       o.cuda_graph = argv[++i];
       return true;
     }
+    if (std::strcmp(argv[i], "--deterministic") == 0 && i + 1 < argc) {
+      o.deterministic = argv[++i];
+      return true;
+    }
     if (std::strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
       o.out = argv[++i];
       return true;
     }
     return false;
-  }, "[--precision bf16|tf32|fp32 (tf32)] [--cuda-graph on|off (off)] [--out FILE]");
+  }, "[--precision bf16|tf32|fp32 (tf32)] [--cuda-graph on|off (off)] [--deterministic on|off (on)] [--out FILE]");
   if (o.precision != "bf16" && o.precision != "tf32" && o.precision != "fp32") {
     std::fprintf(stderr, "xtrain-bench-gpu: --precision must be bf16, tf32 or fp32\n");
     std::exit(2);
   }
   if (o.cuda_graph != "on" && o.cuda_graph != "off") {
     std::fprintf(stderr, "xtrain-bench-gpu: --cuda-graph must be on or off\n");
+    std::exit(2);
+  }
+  if (o.deterministic != "on" && o.deterministic != "off") {
+    std::fprintf(stderr, "xtrain-bench-gpu: --deterministic must be on or off\n");
     std::exit(2);
   }
   // With graphs the first run of each layer is eager and the second records: neither is timed.
@@ -130,7 +141,7 @@ int main(int argc, char** argv) {
     const size_t bytes_before = device_bytes_in_use();  // the context only
     TrainSpec train;
     train.precision = o.precision;
-    auto backend = cuda::make_backend(device, resolve_precision(train, "cuda"));
+    auto backend = cuda::make_backend(device, resolve_precision(train, "cuda"), o.deterministic == "on");
     std::unique_ptr<Communicator> comm;
     if (world > 1) {
       comm = cuda::make_nccl_communicator(env, *backend, 120.0);
@@ -193,6 +204,7 @@ int main(int argc, char** argv) {
     nlohmann::json r = {{"impl", "xtrain"},
                         {"precision", o.precision},
                         {"cuda_graph", o.cuda_graph},
+                        {"deterministic", o.deterministic},
                         {"gpu", cuda::describe_device(device)},
                         {"world", world},
                         {"layers", o.layers},

@@ -3,7 +3,8 @@
 
 For each shape and precision (bf16, tf32): tokens/s, ms/step (median of timed steps after
 warm-up), peak device memory and MFU, for xtrain-worker's step (xtrain-bench-gpu: the worker's
-exact per-step work, with its CUDA graph on and off where the binary has --cuda-graph) and for
+exact per-step work, with its CUDA graph on and off where the binary has --cuda-graph, and at the
+target shape with dQ summed by atomics, train.deterministic false, where it has --deterministic) and for
 our PyTorch reference model (tests/worker/torch_reference.py: same architecture, AdamW groups
 and clipping) in eager mode and under torch.compile.
 
@@ -306,17 +307,19 @@ def run_json(cmd, timeout, env=None):
     return None, f"exit {p.returncode}: " + " | ".join(tail), err
 
 
-def xtrain_command(bin_dir, s, prec, graph, steps, warmup):
+def xtrain_command(bin_dir, s, prec, graph, steps, warmup, atomic_dq=False):
     cmd = [os.path.join(bin_dir, "xtrain-bench-gpu"), "--steps", str(steps), "--warmup", str(warmup)]
     for k in ("layers", "heads", "embd", "seq", "vocab", "batch"):
         cmd += ["--" + k, str(s[k])]
     cmd += ["--precision", prec]
     if graph is not None:
         cmd += ["--cuda-graph", graph]
+    if atomic_dq:
+        cmd += ["--deterministic", "off"]
     return cmd
 
 
-def plan_memory_mib(bin_dir, s, prec, work):
+def plan_memory_mib(bin_dir, s, prec, work, atomic_dq=False):
     """What xlaunch --dry-run predicts one rank holds at this shape (MiB), or None where this
     xlaunch prints no memory plan. A second or less: no GPU work."""
     xlaunch = os.path.join(bin_dir or "", "xlaunch")
@@ -330,6 +333,8 @@ def plan_memory_mib(bin_dir, s, prec, work):
                       "vocab_size": s["vocab"]},
             "data": {"train": data}, "train": {"micro_batch_size": s["batch"], "batch_size": s["batch"],
                                               "precision": prec}}
+    if atomic_dq:
+        spec["train"]["deterministic"] = False
     path = os.path.join(work, "plan-job.json")
     with open(path, "w") as f:
         json.dump(spec, f)
@@ -343,17 +348,22 @@ def plan_memory_mib(bin_dir, s, prec, work):
 # ---------------------------------------------------------------------------------------------
 # The plan of runs, in order of value.
 
-def plan_runs(shapes, impls, precisions, graph_modes):
-    """Every (shape, impl, precision, graph) to measure, most valuable first: the issue's target
-    (GPT-2, first precision: ours, eager, torch.compile), then ours and eager at the other shapes and
-    precisions, then torch.compile's other rows (a minute each). graph_modes: xtrain's --cuda-graph
-    values ([None] where the binary has no such flag)."""
+def plan_runs(shapes, impls, precisions, graph_modes, atomic_dq=False):
+    """Every (shape, impl, precision, graph, atomic_dq) to measure, most valuable first: the
+    issue's target (GPT-2, first precision: ours, eager, torch.compile, ours with dQ summed by
+    atomics when bf16 and atomic_dq, ours without its graph), then ours and eager at the other
+    shapes and precisions, then torch.compile's other rows (a minute each). graph_modes: xtrain's
+    --cuda-graph values ([None] where the binary has no such flag); atomic_dq: the binary has
+    --deterministic (the atomic row shows what determinism costs; other shapes skip it)."""
     runs = []
     for name in shapes:
         for prec in precisions:
             for impl in impls:
                 for graph in (graph_modes if impl == "xtrain" else [None]):
-                    runs.append({"shape": name, "impl": impl, "precision": prec, "graph": graph})
+                    runs.append({"shape": name, "impl": impl, "precision": prec, "graph": graph, "atomic_dq": False})
+    if atomic_dq and "xtrain" in impls and precisions[0] == "bf16":
+        runs.append({"shape": shapes[0], "impl": "xtrain", "precision": "bf16", "graph": graph_modes[0],
+                     "atomic_dq": True})
 
     def value(r):
         p = precisions.index(r["precision"])
@@ -361,7 +371,8 @@ def plan_runs(shapes, impls, precisions, graph_modes):
         impl = IMPL_ORDER.index(r["impl"])
         graph_off = r["graph"] == "off"
         if r["shape"] == shapes[0] and p == 0:
-            return (0, graph_off, impl)  # the target: ours with its graph, eager, compile, ours without
+            # the target: ours with its graph, eager, compile, ours with atomic dQ, ours without graph
+            return (0, 2 * graph_off + r["atomic_dq"], impl)
         if r["impl"] == "compile":
             return (2, p, shape)
         return (1, p, shape, impl, graph_off)
@@ -370,10 +381,10 @@ def plan_runs(shapes, impls, precisions, graph_modes):
 
 
 def row_order(shapes, precisions):
-    """Table order: by shape, precision, then ours (graph on, off), eager, compile."""
+    """Table order: by shape, precision, then ours (graph on, dQ by atomics, graph off), eager, compile."""
     def key(r):
         return (shapes.index(r["shape"]), precisions.index(r["precision"]), IMPL_ORDER.index(r["impl"]),
-                r.get("graph") == "off")
+                r.get("graph") == "off", r.get("atomic_dq", False))
     return key
 
 
@@ -436,7 +447,7 @@ def measure(a, r, s, left):
     """One run of row r (shape s) within `left` seconds: (its JSON or None, error, stderr)."""
     impl = r["impl"]
     if impl == "xtrain":
-        cmd = xtrain_command(a.bin or "", s, r["precision"], r["graph"], a.steps, a.warmup)
+        cmd = xtrain_command(a.bin or "", s, r["precision"], r["graph"], a.steps, a.warmup, r["atomic_dq"])
         env = xtrain_env()
     else:
         cfg = {"shape": s, "mode": impl, "precision": r["precision"], "steps": a.steps, "warmup": a.warmup,
@@ -481,7 +492,8 @@ def bench(a):
 
     settings = SETTINGS.format(mode=a.compile_mode)
     card = {"gpu": "unknown", "torch": "unknown", "peaks_tflops": {}, "peaks_error": ""}
-    runs = plan_runs(shapes, impls, precisions, graph_modes)
+    atomic_dq = "xtrain" in impls and binary_has_flag(binary, "--deterministic")
+    runs = plan_runs(shapes, impls, precisions, graph_modes, atomic_dq)
     results = []
 
     def header():
@@ -519,7 +531,7 @@ def bench(a):
                         continue
                     r["graph"] = None
                 r["graph_note"] = r["graph"] or graph_note
-                r["attention"] = "ours (flash)"
+                r["attention"] = "ours (flash), dQ by atomics" if run["atomic_dq"] else "ours (flash)"
             left = a.deadline_s - (time.monotonic() - start)
             need = NEED_S[run["impl"]]
             if left < need:
@@ -540,9 +552,9 @@ def bench(a):
                     if run["impl"] == "xtrain":
                         if got.get("cuda_graph") is not None:
                             r["graph_note"] = graph_text(got["cuda_graph"])
-                        key = (run["shape"], run["precision"])
+                        key = (run["shape"], run["precision"], run["atomic_dq"])
                         if key not in plans:
-                            plans[key] = plan_memory_mib(a.bin, s, run["precision"], work)
+                            plans[key] = plan_memory_mib(a.bin, s, run["precision"], work, run["atomic_dq"])
                         r["plan_mib"] = plans[key]
                     else:
                         r["attention"] = f"SDPA {got['sdpa']}" if got.get("sdpa_probe_ms") else got.get("sdpa")

@@ -35,6 +35,7 @@ TEST_CASE("an empty spec gets every default", "[spec]") {
   CHECK(s.model.vocab_size == 256);
   CHECK(s.checkpoint.resume == "auto");
   CHECK(s.worker.command.empty());
+  CHECK(s.train.deterministic);
 }
 
 TEST_CASE("values are read into the typed struct", "[spec]") {
@@ -42,7 +43,7 @@ TEST_CASE("values are read into the typed struct", "[spec]") {
     "name": "x", "nproc_per_node": 4, "device": "cpu",
     "worker": {"command": ["/bin/echo", "hi"], "env": {"A": "1", "B": 2, "C": true}},
     "launcher": {"term_timeout_s": 2.5, "max_restarts": 3, "tee": "rank0"},
-    "model": {"n_layer": 2, "init_seed": 7}, "train": {"lr": 0.001, "steps": 5}
+    "model": {"n_layer": 2, "init_seed": 7}, "train": {"lr": 0.001, "steps": 5, "deterministic": false}
   })"));
   CHECK(s.run_dir == "runs/x");
   CHECK(s.nproc_per_node == 4);
@@ -54,6 +55,7 @@ TEST_CASE("values are read into the typed struct", "[spec]") {
   CHECK(s.model.n_layer == 2);
   CHECK(s.model.init_seed == 7);
   CHECK(s.train.lr == 0.001);
+  CHECK_FALSE(s.train.deterministic);
 }
 
 TEST_CASE("errors name the field by JSON path and say what was expected", "[spec]") {
@@ -73,6 +75,10 @@ TEST_CASE("errors name the field by JSON path and say what was expected", "[spec
         "train.steps: expected an integer >= 1, got 2.5");
   CHECK(error_of(json::parse(R"({"launcher": {"max_restarts": -2}})")) ==
         "launcher.max_restarts: expected an integer >= 0 and <= 1000, got -2");
+  CHECK(error_of(json::parse(R"({"train": {"deterministic": "no"}})")) ==
+        R"(train.deterministic: expected true or false, got "no")");
+  CHECK(error_of(json::parse(R"({"train": {"deterministic": 0}})")) ==
+        "train.deterministic: expected true or false, got 0");
   CHECK(error_of(json::parse(R"({"device": "tpu"})")) ==
         R"(device: expected one of "auto", "cuda", "cpu", got "tpu")");
   CHECK(error_of(json::parse(R"({"worker": {"command": []}})")) ==
@@ -151,12 +157,14 @@ TEST_CASE("overrides set fields by dotted path, as JSON or a plain string", "[sp
   apply_override(doc, "worker.env.FOO=bar baz");
   apply_override(doc, "worker.command=[\"/bin/true\"]");
   apply_override(doc, "train.lr=1e-3");
+  apply_override(doc, "train.deterministic=false");
   const JobSpec s = parse_job_spec(doc);
   CHECK(s.launcher.term_timeout_s == 2);
   CHECK_FALSE(s.nproc_per_node.has_value());
   CHECK(s.worker.env.at("FOO") == "bar baz");
   CHECK(s.worker.command == std::vector<std::string>{"/bin/true"});
   CHECK(s.train.lr == 1e-3);
+  CHECK_FALSE(s.train.deterministic);
 
   CHECK_THROWS_WITH(apply_override(doc, "novalue"),
                     R"(--set: expected KEY=VALUE with a dotted KEY, got "novalue")");
@@ -169,11 +177,12 @@ TEST_CASE("overrides set fields by dotted path, as JSON or a plain string", "[sp
 
 TEST_CASE("to_json round-trips every field", "[spec]") {
   JobSpec s = parse_job_spec(json::parse(R"({"nproc_per_node": 3, "worker": {"env": {"A": "b"}},
-                                             "train": {"lr": 0.01}, "checkpoint": {"keep": 5}})"),
+                                             "train": {"lr": 0.01, "deterministic": false}, "checkpoint": {"keep": 5}})"),
                              "rt");
   const json out = to_json(s);
   CHECK(out.at("nproc_per_node") == 3);
   CHECK(out.at("train").at("lr") == 0.01);
+  CHECK(out.at("train").at("deterministic") == false);
   const JobSpec back = parse_job_spec(out, "other");
   CHECK(to_json(back) == out);
   CHECK(back.name == "rt");

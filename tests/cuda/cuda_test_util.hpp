@@ -156,10 +156,12 @@ class DeviceActs {
 struct GpuMode {
   Precision precision;
   const char* name;
+  bool deterministic = true;  // train.deterministic
   bool tf32() const { return precision == Precision::tf32; }
 };
 inline constexpr GpuMode kStrictFp32{Precision::fp32, "strict fp32"};
 inline constexpr GpuMode kTf32{Precision::tf32, "tf32"};
 inline constexpr GpuMode kBf16{Precision::bf16, "bf16"};
+inline constexpr GpuMode kBf16AtomicDq{Precision::bf16, "bf16, dQ summed by atomics", false};
 
 }  // namespace xtrain::test

@@ -1,6 +1,7 @@
 // The CUDA flash attention (cuda/flash_attention.hpp) against the CPU flash attention
 // (worker/cpu/flash_attention.hpp) of the same precision ([gpu]): fp32 storage against the CPU in
-// fp32, bf16 storage against the CPU's bf16 emulation, which rounds at the same points
+// fp32, bf16 storage against the CPU's bf16 emulation, which rounds at the same points (and so
+// does bf16 with dQ summed by atomics, train.deterministic false)
 // (worker/math/flash_attention.hpp). Every head size with a kernel, T = 1, T not a multiple of
 // any block (65, 200, 300), several heads, B > 1, and GPT-2 small's attention.
 //
@@ -24,6 +25,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "cuda/check.hpp"
@@ -88,15 +90,22 @@ class DeviceBuffer {
   size_t n_;
 };
 
+// atomic_dq: bf16's backward with dQ summed by atomics (train.deterministic false).
 template <class S>
 AttentionResult gpu_flash_attention(const std::vector<float>& qkv, const std::vector<float>& dout,
-                                    const AttentionShape& s) {
+                                    const AttentionShape& s, bool atomic_dq = false) {
   XTRAIN_CUDA_CHECK(cudaSetDevice(0));
   DeviceBuffer<S> d_qkv(qkv), d_dout(dout), d_out(dout.size()), d_dqkv(qkv.size());
-  DeviceBuffer<float> d_lse(cuda::flash_attention_saved_floats(s)), d_scratch(cuda::flash_attention_scratch_floats(s));
+  DeviceBuffer<float> d_lse(cuda::flash_attention_saved_floats(s)),
+      d_scratch(cuda::flash_attention_scratch_floats(s, atomic_dq));
   cuda::flash_attention_forward(nullptr, d_out.get(), d_lse.get(), d_qkv.get(), s);
-  cuda::flash_attention_backward(nullptr, d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(),
-                                 d_scratch.get(), s);
+  if constexpr (std::is_same_v<S, float>) {
+    cuda::flash_attention_backward(nullptr, d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(),
+                                   d_scratch.get(), s);
+  } else {
+    cuda::flash_attention_backward(nullptr, d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(),
+                                   d_scratch.get(), s, atomic_dq);
+  }
   XTRAIN_CUDA_CHECK(cudaDeviceSynchronize());
   return {d_out.host(), d_lse.host(), d_dqkv.host()};
 }
@@ -137,20 +146,38 @@ TEST_CASE_METHOD(Seeded, "cuda flash attention in fp32 matches the CPU's", "[gpu
   }
 }
 
-TEST_CASE_METHOD(Seeded, "cuda flash attention in bf16 matches the CPU's bf16 emulation", "[gpu][attention]") {
+// With dQ summed by atomics (train.deterministic false) the tolerances are the same, since dQ's
+// sum over key tiles in another order moves it by fp32 rounding, far below a bf16 ulp, and the
+// rounding points are the same. out, lse, dK and dV come from the same code as the deterministic
+// backward's and must be its bits; dQ must be written everywhere (a missed part leaves NaN or a
+// wrong value, which the CPU comparison catches).
+TEST_CASE_METHOD(Seeded, "cuda flash attention in bf16 matches the CPU's bf16 emulation, dQ summed in order or by atomics",
+                 "[gpu][attention]") {
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
-  Bf16Agreement agreement(kBf16MaxRel);
+  Bf16Agreement ordered_agreement(kBf16MaxRel), atomic_agreement(kBf16MaxRel);
   for (const AttentionShape& s : shapes()) {
     INFO(describe(s));
     const AttentionInputs in = random_inputs(s, rng, true);
     const AttentionResult want = cpu_flash_attention(in.qkv, in.dout, s, true);
-    const AttentionResult got = gpu_flash_attention<__nv_bfloat16>(in.qkv, in.dout, s);
-    CHECK(max_rel_error(got.lse, want.lse) < kFp32Tol);  // fp32, from the same bf16 inputs
-    agreement.compare(got.out, got.dqkv, want.out, want.dqkv, s);
+    const AttentionResult ordered = gpu_flash_attention<__nv_bfloat16>(in.qkv, in.dout, s);
+    const AttentionResult atomic = gpu_flash_attention<__nv_bfloat16>(in.qkv, in.dout, s, true);
+    CHECK(max_rel_error(ordered.lse, want.lse) < kFp32Tol);  // fp32, from the same bf16 inputs
+    ordered_agreement.compare(ordered.out, ordered.dqkv, want.out, want.dqkv, s);
+    {
+      INFO("dQ summed by atomics");
+      atomic_agreement.compare(atomic.out, atomic.dqkv, want.out, want.dqkv, s);
+      CHECK(mismatch_fraction(atomic.out, ordered.out) == 0.0);
+      CHECK(mismatch_fraction(atomic.lse, ordered.lse) == 0.0);
+      for (const int part : {1, 2}) {
+        INFO("gradient of " << "qkv"[part]);
+        CHECK(mismatch_fraction(qkv_part(atomic.dqkv, s, part), qkv_part(ordered.dqkv, s, part)) == 0.0);
+      }
+    }
   }
-  INFO(agreement.summary());
-  CHECK(agreement.mismatch_fraction() <= kBf16MaxMismatch);
+  INFO("in order: " << ordered_agreement.summary() << "; by atomics: " << atomic_agreement.summary());
+  CHECK(ordered_agreement.mismatch_fraction() <= kBf16MaxMismatch);
+  CHECK(atomic_agreement.mismatch_fraction() <= kBf16MaxMismatch);
 }
 
 TEST_CASE_METHOD(Seeded, "cuda flash attention gives the same bits on every call", "[gpu][attention][determinism]") {

@@ -13,6 +13,8 @@
 //                values except where ~1e-7 differences in fp32 sums straddle a bf16 rounding
 //                boundary (a share ~1e-4 of elements, one ulp = 2^-8 each), a perturbation of
 //                ~4e-5 per tensor compounded over ~10 stores per layer (tests/cuda/test_cuda_ops.cpp).
+//                The same with dQ summed by atomics (train.deterministic false): its sums in
+//                another order are such fp32 differences too.
 // Determinism: two runs from the same seed and batches give bitwise the same losses and
 // parameters, in every precision; so do runs whose layers are recorded as CUDA graphs and
 // replayed (GPT::set_replay), against runs that launch every kernel.
@@ -101,11 +103,11 @@ TEST_CASE_METHOD(Seeded, "a cuda training step matches the CPU's: loss, every gr
   INFO("seed " << seed);
   const ModelSpec m = small_model();
   const auto batches = random_batches(rnd, 4, m);
-  for (const GpuMode& p : {kStrictFp32, kTf32, kBf16}) {
+  for (const GpuMode& p : {kStrictFp32, kTf32, kBf16, kBf16AtomicDq}) {
     INFO(p.name);
     const Tolerances tol = tolerances(p);
     CpuBackend cpu(p.precision == Precision::bf16 ? Precision::bf16 : Precision::fp32);
-    auto gpu = cuda::make_backend(0, p.precision);
+    auto gpu = cuda::make_backend(0, p.precision, p.deterministic);
     Replica ref(cpu, m), dut(*gpu, m);
     REQUIRE(dut.download(dut.gpt.params()) == ref.download(ref.gpt.params()));  // same init, host-generated
 
@@ -197,14 +199,14 @@ TEST_CASE_METHOD(Seeded, "the CUDA backend holds what the memory plan counts, an
   const ModelSpec m = small_model();
   const ModelDims d = ModelDims::from(m);
   const Batch b = random_batches(rnd, 1, m).front();
-  for (const GpuMode& p : {kStrictFp32, kBf16}) {
+  for (const GpuMode& p : {kStrictFp32, kBf16, kBf16AtomicDq}) {
     INFO(p.name);
-    cuda::CudaBackend gpu(0, p.precision);
+    cuda::CudaBackend gpu(0, p.precision, p.deterministic);
     Replica r(gpu, m);
     constexpr int kWorld = 1;
     float* scalars = gpu.alloc_floats(2 + kWorld + 2);  // the trainer's step scalars, then the norm's double
 
-    const MemoryPlan plan = plan_memory(m, kBatch, kWorld, cuda_backend_memory(d, kBatch, p.precision));
+    const MemoryPlan plan = plan_memory(m, kBatch, kWorld, cuda_backend_memory(d, kBatch, p.precision, p.deterministic));
     INFO(plan.summary());
     CHECK(plan_memory(m, kBatch, kWorld, backend_memory(gpu, d, kBatch)).backend_bytes == plan.backend_bytes);
     const size_t element_bytes = (plan.floats + plan.ints) * 4 + plan.acts * dtype_bytes(plan.act_dtype);

@@ -200,6 +200,20 @@ class Order(unittest.TestCase):
                                      ("gpt2-b64", "eager", None)])
         self.assertEqual([k[0] for k in keys if k[1] == "compile"], ["gpt2", "gpt2-b64", "mid", "demo"])
 
+    def test_dq_by_atomics_only_at_the_target_after_its_peers(self):
+        runs = gpu_bench.plan_runs(["gpt2", "mid"], ["xtrain", "eager", "compile"], ["bf16", "tf32"], ["on", "off"],
+                                   atomic_dq=True)
+        keys = [(r["shape"], r["impl"], r["precision"], r["graph"], r["atomic_dq"]) for r in runs]
+        self.assertEqual(keys[3:5], [("gpt2", "xtrain", "bf16", "on", True), ("gpt2", "xtrain", "bf16", "off", False)])
+        self.assertEqual([k for k in keys if k[4]], [("gpt2", "xtrain", "bf16", "on", True)])
+        rows = sorted(runs, key=gpu_bench.row_order(["gpt2", "mid"], ["bf16", "tf32"]))
+        self.assertEqual([(r["graph"], r["atomic_dq"]) for r in rows[:3]], [("on", False), ("on", True), ("off", False)])
+        self.assertEqual(gpu_bench.xtrain_command("b", gpu_bench.SHAPES["gpt2"], "bf16", "on", 5, 2, True)[-2:],
+                         ["--deterministic", "off"])
+        # tf32 first: no bf16 target, no atomic row (tf32 has no atomic path)
+        runs = gpu_bench.plan_runs(["gpt2"], ["xtrain"], ["tf32"], ["on", "off"], atomic_dq=True)
+        self.assertFalse(any(r["atomic_dq"] for r in runs))
+
     def test_no_graph_flag_one_xtrain_run_per_row(self):
         runs = gpu_bench.plan_runs(["demo"], ["xtrain", "eager"], ["tf32"], [None])
         self.assertEqual([(r["impl"], r["graph"]) for r in runs], [("xtrain", None), ("eager", None)])

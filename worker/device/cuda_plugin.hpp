@@ -29,7 +29,7 @@ class Backend;
 class Communicator;
 struct WorkerEnv;
 
-inline constexpr std::uint32_t kCudaPluginAbiVersion = 1;
+inline constexpr std::uint32_t kCudaPluginAbiVersion = 2;
 inline constexpr char kCudaPluginEntryPoint[] = "xtrain_cuda_plugin";
 inline constexpr char kCudaPluginFileName[] = "libxtrain-cuda.so";
 
@@ -68,9 +68,10 @@ class CudaPlugin {
   // "driver CUDA 12.8, runtime CUDA 13.0", for the log.
   virtual std::string versions() const = 0;
   // The backend on GPU `device` in `precision`, the resolved value of the spec's train.precision
-  // ("bf16", "tf32" or "fp32", precision_name's words). Throws std::invalid_argument for a device
-  // that is not visible or a precision it does not know.
-  virtual std::unique_ptr<Backend> make_backend(int device, const std::string& precision) const = 0;
+  // ("bf16", "tf32" or "fp32", precision_name's words), with the spec's train.deterministic.
+  // Throws std::invalid_argument for a device that is not visible or a precision it does not know.
+  virtual std::unique_ptr<Backend> make_backend(int device, const std::string& precision,
+                                                bool deterministic) const = 0;
   // The NCCL communicator of this rank on `backend` (made by make_backend). Throws
   // std::invalid_argument for a missing or malformed XTRAIN_NCCL_ID, std::runtime_error when the
   // peers are not all there within init_timeout_s.

@@ -73,19 +73,24 @@ DeviceChoice choose_device(const JobSpec& spec, int local_rank, const DeviceProb
   const CudaDeviceInfo gpu = load.plugin->device_info(choice.gpu);
   require_precision_support(choice.precision, gpu);
   choice.gpu_memory = {"GPU " + std::to_string(choice.gpu) + " (" + gpu.name + ")", gpu.free_bytes, gpu.total_bytes};
+  choice.deterministic = spec.train.deterministic;
   choice.summary = "device " + spec.device + ": " + gpu.describe(choice.gpu) + "; " + load.plugin->versions() +
                    "; " + load.nccl + "; " + precision_name(choice.precision);
+  if (!choice.deterministic && choice.precision == Precision::bf16) {
+    choice.summary += "; train.deterministic false: the attention backward sums dQ by atomics (not bitwise reproducible)";
+  }
   return choice;
 }
 
 void require_memory_fit(const DeviceChoice& device, const JobSpec& spec, int world_size) {
   if (device.cuda == nullptr) return;
-  check_memory_fit(spec.model, spec.train.micro_batch_size, world_size, device.precision, device.gpu_memory);
+  check_memory_fit(spec.model, spec.train.micro_batch_size, world_size, device.precision,
+                   spec.train.deterministic, device.gpu_memory);
 }
 
 std::unique_ptr<Backend> make_backend(const DeviceChoice& device) {
   if (device.cuda == nullptr) return std::make_unique<CpuBackend>(device.precision);
-  return device.cuda->make_backend(device.gpu, precision_name(device.precision));
+  return device.cuda->make_backend(device.gpu, precision_name(device.precision), device.deterministic);
 }
 
 std::unique_ptr<Communicator> make_communicator(const DeviceChoice& device, const JobSpec& spec,

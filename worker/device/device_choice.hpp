@@ -37,6 +37,7 @@ struct DeviceChoice {
   int gpu = -1;                      // on CUDA: LOCAL_RANK (interpret mode: 0, its one device)
   GpuMemory gpu_memory;              // on CUDA: its name and memory, free and in all
   Precision precision = Precision::fp32;  // train.precision resolved for the device
+  bool deterministic = true;              // on CUDA: train.deterministic, for the backend
   std::string summary;               // one log line: the device, and why
   bool interpreted = false;          // interpret mode's plugin: Gloo reduces, no NCCL
   bool degraded = false;             // "auto" on a machine with GPUs it cannot use: log a warning

@@ -72,4 +72,13 @@ constexpr size_t scratch_bytes(int rows, int cols, size_t sort_bytes) {
 // D = dO . O per row as scratch (B,NH,T).
 constexpr size_t attention_row_floats(int B, int T, int NH) { return static_cast<size_t>(B) * NH * T; }
 
+// Where the attention backward's fp32 dQ sum (B,T,C) starts in its scratch when dQ is summed by
+// atomics (train.deterministic false, bf16): after D, rounded up to 16 bytes for its packs.
+constexpr size_t attention_dq_sum_offset(int B, int T, int NH) { return (attention_row_floats(B, T, NH) + 3) / 4 * 4; }
+
+// The attention backward's scratch: D, and with atomic dQ the dQ sum.
+constexpr size_t attention_scratch_floats(int B, int T, int C, int NH, bool atomic_dq) {
+  return atomic_dq ? attention_dq_sum_offset(B, T, NH) + static_cast<size_t>(B) * T * C : attention_row_floats(B, T, NH);
+}
+
 }  // namespace xtrain::cuda_buffers

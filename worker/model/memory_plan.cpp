@@ -74,13 +74,14 @@ ActivationLayout ActivationLayout::of(const ModelDims& d, int B, DType act_dtype
   return a;
 }
 
-BackendMemory cuda_backend_memory(const ModelDims& d, int B, Precision precision) {
+BackendMemory cuda_backend_memory(const ModelDims& d, int B, Precision precision, bool deterministic) {
   BackendMemory m;
   m.device = "cuda";
   m.precision = precision;
   m.act_dtype = precision == Precision::bf16 ? DType::bf16 : DType::f32;
   m.attention_saved_floats = cuda_buffers::attention_row_floats(B, d.T, d.NH);
-  m.attention_scratch_floats = cuda_buffers::attention_row_floats(B, d.T, d.NH);
+  m.attention_scratch_floats =
+      cuda_buffers::attention_scratch_floats(B, d.T, d.C, d.NH, !deterministic && precision == Precision::bf16);
   m.workspace_bytes = cuda_buffers::kGemmWorkspaceBytes;
   const int rows = B * d.T;
   m.scratch_bytes = cuda_buffers::scratch_bytes(rows, 4 * d.C, cuda_buffers::embedding_sort_allowance_bytes(rows)) +
@@ -200,10 +201,12 @@ size_t memory_headroom_bytes(int world_size) {
 }
 
 void check_memory_fit(const ModelSpec& model, int micro_batch, int world_size, Precision precision,
-                      const GpuMemory& gpu) {
+                      bool deterministic, const GpuMemory& gpu) {
   const ModelDims d = ModelDims::from(model);
   const size_t headroom = memory_headroom_bytes(world_size);
-  auto plan_at = [&](int B) { return plan_memory(model, B, world_size, cuda_backend_memory(d, B, precision)); };
+  auto plan_at = [&](int B) {
+    return plan_memory(model, B, world_size, cuda_backend_memory(d, B, precision, deterministic));
+  };
   auto fits = [&](const MemoryPlan& p) { return p.peak_bytes() + headroom <= gpu.free_bytes; };
   const MemoryPlan plan = plan_at(micro_batch);
   if (fits(plan)) return;

@@ -58,8 +58,9 @@ struct BackendMemory {
   size_t scratch_bytes = 0;                       // and its private scratch and reduction partials
 };
 
-// The CUDA backend's figures for micro-batches of B sequences (its own queries return these).
-BackendMemory cuda_backend_memory(const ModelDims& d, int B, Precision precision);
+// The CUDA backend's figures for micro-batches of B sequences (its own queries return these);
+// deterministic is train.deterministic (false in bf16: the attention's fp32 dQ sum, B x T x C).
+BackendMemory cuda_backend_memory(const ModelDims& d, int B, Precision precision, bool deterministic);
 // The CPU backend's, except its attention scratch (per head, O(T x head size)), which only the
 // backend object knows: left unknown (xlaunch's plan for CPU ranks says so).
 BackendMemory cpu_backend_memory(const ModelDims& d, int B, Precision precision);
@@ -124,7 +125,7 @@ struct GpuMemory {
 // `micro_batch` sequences, plus the headroom, exceeds the GPU's free memory: one line with the
 // plan's numbers, the GPU's free and total memory, and the largest micro-batch that would fit.
 void check_memory_fit(const ModelSpec& model, int micro_batch, int world_size, Precision precision,
-                      const GpuMemory& gpu);
+                      bool deterministic, const GpuMemory& gpu);
 
 // "1.53 GiB", "474.8 MiB", "12.0 KiB", "96 B"
 std::string format_bytes(size_t bytes);

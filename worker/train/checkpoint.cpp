@@ -359,7 +359,8 @@ std::optional<ResumeRule> train_key_on_resume(const std::string& key) {
                                                    "eval_multiple_choice_examples",
                                                    "log_every",
                                                    "precision",
-                                                   "cuda_graph"};
+                                                   "cuda_graph",
+                                                   "deterministic"};
   if (kept.count(key)) return ResumeRule::kKept;
   if (may_change.count(key)) return ResumeRule::kMayChange;
   return std::nullopt;

@@ -74,7 +74,7 @@ std::optional<std::string> find_resume_checkpoint(const std::string& run_dir, co
 //   kMayChange  steps (the cosine decay is spread to the new end, so the rate moves at once:
 //               said in one log line with both rates), micro_batch_size, eval_every,
 //               eval_batches, eval_multiple_choice, eval_multiple_choice_examples, log_every,
-//               precision, cuda_graph (no change to the schedule).
+//               precision, cuda_graph, deterministic (no change to the schedule).
 // nullopt for a key it does not know, which is then kept; a test keeps the table complete.
 enum class ResumeRule { kKept, kMayChange };
 std::optional<ResumeRule> train_key_on_resume(const std::string& key);

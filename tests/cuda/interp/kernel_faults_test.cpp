@@ -58,6 +58,22 @@ __global__ void last_block_wins(float* out) {
   if (threadIdx.x == 0) out[0] = static_cast<float>(blockIdx.x);  // order-dependent across blocks
 }
 
+// Block 0 adds 2^24, every other block 1: in order each 1 is lost to rounding (2^24 + 1 is a tie,
+// to even), reversed the ones add up first and survive. Both are fp32 sums of the same adds.
+__global__ void big_then_ones(float* out) {
+  if (threadIdx.x == 0) atomicAdd(out, blockIdx.x == 0 ? 0x1p24f : 1.0f);
+}
+
+// The same with block 0 storing instead of adding: a plain store racing with the adds.
+__global__ void store_among_adds(float* out) {
+  if (threadIdx.x != 0) return;
+  if (blockIdx.x == 0) {
+    out[0] = 1000.0f;
+  } else {
+    atomicAdd(out, 1.0f);
+  }
+}
+
 __global__ void reads_past_the_end(float* out, int n) { out[threadIdx.x] = out[threadIdx.x + n]; }
 
 __global__ void writes_past_a_shared_array(float* out) {
@@ -223,6 +239,22 @@ TEST_CASE("interpret mode reports results that depend on the order of blocks", "
   const std::string m = fault_of(last_block_wins, 8, 32, 0, out);
   CHECK_THAT(m, Contains("last_block_wins"));
   CHECK_THAT(m, Contains("results differ between the in-order schedule and the reversed one"));
+}
+
+TEST_CASE("interpret mode lets atomic float adds differ by their order's rounding, and no more", "[interp][faults]") {
+  float* out = device_floats(1);
+  launch_kernel(big_then_ones, 64, 32, 0, nullptr, out);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  float sum = 0;
+  REQUIRE(cudaMemcpy(&sum, out, sizeof sum, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(sum >= 0x1p24f);
+  CHECK(sum <= 0x1p24f + 64.0f);  // the in-order and reversed sums: 2^24 and 2^24 + 64
+  cudaDeviceReset();
+
+  float* raced = device_floats(1);
+  const std::string m = fault_of(store_among_adds, 64, 32, 0, raced);
+  CHECK_THAT(m, Contains("store_among_adds"));
+  CHECK_THAT(m, Contains("63 atomic adds wrote") && Contains("more apart than their order can make"));
 }
 
 TEST_CASE("interpret mode reports a global read past the end of an allocation", "[interp][faults]") {

@@ -6,8 +6,8 @@
 //   "sm70"             one V100 (no bf16)
 //   "busy"             two A100s of 40 GiB with 6 GiB free (GPT-2 124M at 16 x 1024 tokens does not fit)
 //   anything else      two H200s
-// make_backend throws, naming the GPU and precision it was given. Built without
-// XTRAIN_FAKE_ENTRY_POINT, the library has no entry point at all.
+// make_backend throws, naming the GPU and precision it was given (and train.deterministic when
+// false). Built without XTRAIN_FAKE_ENTRY_POINT, the library has no entry point at all.
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -44,8 +44,9 @@ class FakePlugin final : public CudaPlugin {
     return {"NVIDIA H200", 9, 0, 132, 139 * kGiB, 140 * kGiB};
   }
   std::string versions() const override { return "driver CUDA 12.8, runtime CUDA 13.0"; }
-  std::unique_ptr<Backend> make_backend(int device, const std::string& precision) const override {
-    throw std::runtime_error("fake CUDA plugin: no backend (GPU " + std::to_string(device) + ", " + precision + ")");
+  std::unique_ptr<Backend> make_backend(int device, const std::string& precision, bool deterministic) const override {
+    throw std::runtime_error("fake CUDA plugin: no backend (GPU " + std::to_string(device) + ", " + precision +
+                             (deterministic ? "" : ", not deterministic") + ")");
   }
   std::unique_ptr<Communicator> make_nccl_communicator(const WorkerEnv&, Backend&, double) const override {
     throw std::runtime_error("fake CUDA plugin: no communicator");

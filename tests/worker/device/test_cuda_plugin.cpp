@@ -28,6 +28,7 @@
 using namespace xtrain;
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
+using Catch::Matchers::EndsWith;
 using Catch::Matchers::StartsWith;
 
 namespace {
@@ -129,6 +130,16 @@ TEST_CASE("a GPU: the one of LOCAL_RANK, the spec's precision, one line with the
   CHECK_THROWS_WITH(make_backend(choice), "fake CUDA plugin: no backend (GPU 1, fp32)");
   // "auto" on the same machine is the same GPU.
   CHECK(choose_device(spec_on("auto"), 1, gpu_machine(kFake)).cuda == choice.cuda);
+
+  // train.deterministic false reaches the backend, and in bf16 the line says what it changes.
+  spec.train.deterministic = false;
+  CHECK_THROWS_WITH(make_backend(choose_device(spec, 1, gpu_machine(kFake))),
+                    "fake CUDA plugin: no backend (GPU 1, fp32, not deterministic)");
+  CHECK_THAT(choose_device(spec, 1, gpu_machine(kFake)).summary, !Contains("atomics"));  // fp32 has no such path
+  spec.train.precision = "bf16";
+  CHECK_THAT(choose_device(spec, 1, gpu_machine(kFake)).summary,
+             EndsWith("; bf16; train.deterministic false: the attention backward sums dQ by atomics "
+                      "(not bitwise reproducible)"));
 }
 
 TEST_CASE("more local ranks than GPUs: one error naming LOCAL_RANK, the count and CUDA_VISIBLE_DEVICES", "[plugin]") {

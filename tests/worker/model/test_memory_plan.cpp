@@ -119,13 +119,19 @@ TEST_CASE("the memory plan is what GPT and AdamW allocate for a backend that sto
     CHECK(plan.startup_bytes == (world > 1 ? gpt.layout().total() * sizeof(float) : 0));
   }
   // The same model stored in fp32 needs more: every activation twice the bytes.
-  const MemoryPlan bf16 = plan_memory(m, B, 1, cuda_backend_memory(d, B, Precision::bf16));
-  const MemoryPlan fp32 = plan_memory(m, B, 1, cuda_backend_memory(d, B, Precision::fp32));
+  const MemoryPlan bf16 = plan_memory(m, B, 1, cuda_backend_memory(d, B, Precision::bf16, true));
+  const MemoryPlan fp32 = plan_memory(m, B, 1, cuda_backend_memory(d, B, Precision::fp32, true));
   CHECK(bf16.act_dtype == DType::bf16);
   CHECK(fp32.act_dtype == DType::f32);
   CHECK(fp32.acts + gpt.layout().total() == bf16.acts);  // bf16 adds the weights' copy
   CHECK(fp32.floats == bf16.floats);
   CHECK(bf16.steady_bytes() < fp32.steady_bytes());
+  // train.deterministic false: the bf16 attention backward's fp32 dQ sum (B x T x C floats, after
+  // D rounded up to 4 floats), shared by the layers; fp32 storage keeps its deterministic kernels.
+  const MemoryPlan bf16_atomic = plan_memory(m, B, 1, cuda_backend_memory(d, B, Precision::bf16, false));
+  const size_t rows = static_cast<size_t>(B) * d.NH * d.T;
+  CHECK(bf16_atomic.floats == bf16.floats + (rows + 3) / 4 * 4 - rows + static_cast<size_t>(B) * d.T * d.C);
+  CHECK(plan_memory(m, B, 1, cuda_backend_memory(d, B, Precision::fp32, false)).floats == fp32.floats);
 }
 
 TEST_CASE("GPT-2 124M at T 1024, 16 sequences per GPU, bf16, fits in 40 GiB", "[memory]") {
@@ -133,7 +139,7 @@ TEST_CASE("GPT-2 124M at T 1024, 16 sequences per GPU, bf16, fits in 40 GiB", "[
   const ModelDims d = ModelDims::from(m);
   for (const int world : {1, 8}) {
     INFO("world " << world);
-    const MemoryPlan plan = plan_memory(m, 16, world, cuda_backend_memory(d, 16, Precision::bf16));
+    const MemoryPlan plan = plan_memory(m, 16, world, cuda_backend_memory(d, 16, Precision::bf16, true));
     INFO(plan.summary());
     CHECK(plan.complete);
     CHECK(plan.steady_bytes() == element_bytes(plan));
@@ -145,7 +151,7 @@ TEST_CASE("GPT-2 124M at T 1024, 16 sequences per GPU, bf16, fits in 40 GiB", "[
     CHECK(plan.items.front().bytes == P * 4);
     const size_t BT = 16 * 1024;
     CHECK(plan.acts * 2 > BT * static_cast<size_t>(d.Vp) * 2);
-    CHECK_NOTHROW(check_memory_fit(m, 16, world, Precision::bf16, {"GPU 0 (40 GiB)", 40 * kGiB, 40 * kGiB}));
+    CHECK_NOTHROW(check_memory_fit(m, 16, world, Precision::bf16, true, {"GPU 0 (40 GiB)", 40 * kGiB, 40 * kGiB}));
   }
 }
 
@@ -154,7 +160,7 @@ TEST_CASE("a model that does not fit the GPU is refused with the field, the plan
   const ModelSpec m = gpt2_124m();
   const GpuMemory small_gpu{"GPU 0 (test card)", 6 * kGiB, 8 * kGiB};
   try {
-    check_memory_fit(m, 16, 1, Precision::bf16, small_gpu);
+    check_memory_fit(m, 16, 1, Precision::bf16, true, small_gpu);
     FAIL("no error");
   } catch (const SpecError& e) {
     const std::string what = e.what();
@@ -170,16 +176,16 @@ TEST_CASE("a model that does not fit the GPU is refused with the field, the plan
   const ModelDims d = ModelDims::from(m);
   int largest = 0;
   for (int B = 1; B <= 16; ++B) {
-    const MemoryPlan p = plan_memory(m, B, 1, cuda_backend_memory(d, B, Precision::bf16));
+    const MemoryPlan p = plan_memory(m, B, 1, cuda_backend_memory(d, B, Precision::bf16, true));
     if (p.peak_bytes() + memory_headroom_bytes(1) <= small_gpu.free_bytes) largest = B;
   }
   REQUIRE(largest >= 1);
   REQUIRE(largest < 16);
-  CHECK_NOTHROW(check_memory_fit(m, largest, 1, Precision::bf16, small_gpu));
-  CHECK_THROWS_WITH(check_memory_fit(m, largest + 1, 1, Precision::bf16, small_gpu),
+  CHECK_NOTHROW(check_memory_fit(m, largest, 1, Precision::bf16, true, small_gpu));
+  CHECK_THROWS_WITH(check_memory_fit(m, largest + 1, 1, Precision::bf16, true, small_gpu),
                     Contains("; " + std::to_string(largest) + " sequences would fit"));
   // Nothing fits: the error says what to shrink, and in fp32 that bf16 would help.
-  CHECK_THROWS_WITH(check_memory_fit(m, 1, 1, Precision::fp32, {"GPU 0 (tiny)", kGiB / 2, kGiB}),
+  CHECK_THROWS_WITH(check_memory_fit(m, 1, 1, Precision::fp32, true, {"GPU 0 (tiny)", kGiB / 2, kGiB}),
                     Contains("not even 1 sequence fits") && Contains("train.precision"));
   // Several ranks keep NCCL's buffers free too.
   CHECK(memory_headroom_bytes(8) > memory_headroom_bytes(1));
@@ -187,7 +193,7 @@ TEST_CASE("a model that does not fit the GPU is refused with the field, the plan
 
 TEST_CASE("the plan's summary names every part with its units", "[memory]") {
   const ModelSpec m = gpt2_124m();
-  const MemoryPlan plan = plan_memory(m, 16, 2, cuda_backend_memory(ModelDims::from(m), 16, Precision::bf16));
+  const MemoryPlan plan = plan_memory(m, 16, 2, cuda_backend_memory(ModelDims::from(m), 16, Precision::bf16, true));
   const std::string s = plan.summary();
   for (const char* part : {"memory plan (cuda, bf16 activations): ", "parameters: ", "weights' copy: ", "gradients: ",
                            "AdamW moments: ", "activations: ", "logits: ", "backward scratch: ", "backend buffers: ",
