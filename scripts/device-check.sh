@@ -9,6 +9,7 @@
 # ./device-out):
 #   summary.md       what ran, on what, with what result, and the tables (read this first)
 #   gpu_bench.md/.json, gpu_scaling.md/.json   the benchmark tables
+#   gpu_profile.md   where GPT-2's step goes, per operation (the benchmark's run without a graph)
 #   hf_export.json, tokenizer.json             the two comparisons' numbers
 #   logs.tar.gz      every log: nvidia-smi, libraries, tests, checks, benchmark, sanitizer, scaling
 #
@@ -373,6 +374,10 @@ elif (( bench_deadline > 20 )); then
   (( rc != 0 )) && failed=1
   say "gpu_bench.py: exit $rc$(timed_out "$rc" $(( bench_deadline + 10 )))"
   [[ -f "$out/gpu_bench.md" ]] && cat "$out/gpu_bench.md" >>"$summary"
+  if [[ -f "$out/gpu_profile.md" ]]; then
+    printf '\n' >>"$summary"
+    cat "$out/gpu_profile.md" >>"$summary"
+  fi
   grep -E '^(Traceback|[A-Za-z]*Error)' "$logs/bench.log" | head -5 | tee -a "$summary"
 else
   say "not run: $(left) s left"

@@ -5,10 +5,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,6 +34,9 @@ struct CUstream_st {
 struct CUevent_st {
   CUstream_st* captured_in = nullptr;  // the capturing stream it was last recorded in
   bool held = false;                   // recorded while hold_event_completion was on, not waited for since
+  // When its stream reached it, outside a capture: interpret mode runs work as it is issued, so
+  // at its cudaEventRecord (what cudaEventElapsedTime reads).
+  std::optional<std::chrono::steady_clock::time_point> reached;
 };
 struct CUgraph_st {
   std::vector<WorkItem> nodes;

@@ -121,6 +121,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   std::lock_guard lock(rt().mutex);
   CUstream_st* s = xtrain::interp::resolve(stream);
   event->captured_in = s->capturing ? s : nullptr;
+  if (event->captured_in == nullptr) event->reached = std::chrono::steady_clock::now();
   if (rt().hold_events && !event->held && event->captured_in == nullptr) {
     event->held = true;
     rt().held.push_back(event);
@@ -152,6 +153,17 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   std::lock_guard lock(rt().mutex);
   const cudaError_t e = event_state(event, "cudaEventQuery");
   return e == cudaSuccess && event->held ? cudaErrorNotReady : e;
+}
+// Host time between the two records: the CPU's time for the work between them.
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  std::lock_guard lock(rt().mutex);
+  for (cudaEvent_t event : {start, end}) {
+    if (const cudaError_t e = event_state(event, "cudaEventElapsedTime"); e != cudaSuccess) return e;
+    if (!event->reached) return refuse(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime of an event never recorded");
+    if (event->held) return cudaErrorNotReady;
+  }
+  *ms = std::chrono::duration<float, std::milli>(*end->reached - *start->reached).count();
+  return cudaSuccess;
 }
 
 // ---- graphs -------------------------------------------------------------------------------------

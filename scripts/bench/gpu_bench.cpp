@@ -15,12 +15,15 @@
 // which ("cuda_graph": "on" or "off"), so the same shape timed both ways shows what replay gains
 // (at least two warm-up steps then: one eager, one recording). --deterministic off is
 // train.deterministic false (the bf16 attention backward sums dQ by atomics): the same shape timed
-// both ways is what determinism costs.
+// both ways is what determinism costs. --profile FILE: after the timed steps, as many more with
+// CUDA events around every backend call (scripts/bench/op_profile.hpp), and rank 0 writes their
+// per-operation table to FILE (Markdown): which products, attention and memory-bound passes the
+// step's time goes to. The timed steps go through the same wrapper with its clock off.
 // memory_mib (what the device lost to the run, cudaMemGetInfo) sits next to memory_plan_mib
 // (worker/model/memory_plan.hpp's count for this rank), so a GPU run checks the plan too.
 // Usage: xtrain-bench-gpu [--layers N] [--heads N] [--embd N] [--seq N] [--vocab N] [--batch N]
 //                         [--steps N] [--warmup N] [--precision bf16|tf32|fp32] [--cuda-graph on|off]
-//                         [--deterministic on|off] [--out FILE]
+//                         [--deterministic on|off] [--profile FILE] [--out FILE]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -39,6 +42,9 @@
 
 #include "common/worker_env.hpp"
 #include "cuda/cuda_api.hpp"
+#include "cuda/cuda_backend.hpp"
+#include "scripts/bench/cuda_event_clock.hpp"
+#include "worker/formats/file_io.hpp"
 #include "worker/train/adamw.hpp"
 #include "worker/model/backend.hpp"
 #include "worker/comm/communicator.hpp"
@@ -57,6 +63,7 @@ struct Options : bench::BenchShape {
   std::string precision = "tf32";
   std::string cuda_graph = "off";
   std::string deterministic = "on";  // train.deterministic: "off" sums the bf16 attention's dQ by atomics
+  std::string profile;               // the per-operation table's file; empty: no profile
   std::string out;
 };
 
@@ -75,12 +82,17 @@ Options parse(int argc, char** argv) {
       o.deterministic = argv[++i];
       return true;
     }
+    if (std::strcmp(argv[i], "--profile") == 0 && i + 1 < argc) {
+      o.profile = argv[++i];
+      return true;
+    }
     if (std::strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
       o.out = argv[++i];
       return true;
     }
     return false;
-  }, "[--precision bf16|tf32|fp32 (tf32)] [--cuda-graph on|off (off)] [--deterministic on|off (on)] [--out FILE]");
+  }, "[--precision bf16|tf32|fp32 (tf32)] [--cuda-graph on|off (off)] [--deterministic on|off (on)] "
+     "[--profile FILE] [--out FILE]");
   if (o.precision != "bf16" && o.precision != "tf32" && o.precision != "fp32") {
     std::fprintf(stderr, "xtrain-bench-gpu: --precision must be bf16, tf32 or fp32\n");
     std::exit(2);
@@ -91,6 +103,11 @@ Options parse(int argc, char** argv) {
   }
   if (o.deterministic != "on" && o.deterministic != "off") {
     std::fprintf(stderr, "xtrain-bench-gpu: --deterministic must be on or off\n");
+    std::exit(2);
+  }
+  if (!o.profile.empty() && o.cuda_graph == "on") {
+    std::fprintf(stderr, "xtrain-bench-gpu: --profile times each operation, which a replayed CUDA graph does not "
+                         "show; use --cuda-graph off\n");
     std::exit(2);
   }
   // With graphs the first run of each layer is eager and the second records: neither is timed.
@@ -127,6 +144,22 @@ std::vector<double> time_runs(int warmup, int count, const std::function<void()>
   return ms;
 }
 
+// The profile's table under one line saying what it is: the shape, and the profiled steps' wall
+// time against the timed steps' median (events cost the host a little) and the operations' sum
+// (the rest is time the stream waited for the host).
+void write_profile(const Options& o, const bench::OpProfile& profile, double step_ms, double profiled_step_ms) {
+  char head[512];
+  std::snprintf(head, sizeof head,
+                "Per-operation GPU time of one xtrain step (xtrain-bench-gpu --profile): GPT %d x %d, T %d, %d "
+                "sequences, %s, deterministic %s; CUDA events around each backend call on its stream, %d steps "
+                "after the timed ones, per step. Timed steps' median %.2f ms; the profiled steps took %.2f ms of "
+                "wall time each, %.2f ms of it inside operations (the rest: the stream waiting for the host).\n\n",
+                o.layers, o.embd, o.seq, o.batch, o.precision.c_str(), o.deterministic.c_str(), o.steps, step_ms,
+                profiled_step_ms, profile.total_ms() / o.steps);
+  const std::string text = head + profile.table(o.steps);
+  write_file_atomically(o.profile, [&](OutputFile& f) { f.write(text.data(), text.size()); });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -142,6 +175,11 @@ int main(int argc, char** argv) {
     TrainSpec train;
     train.precision = o.precision;
     auto backend = cuda::make_backend(device, resolve_precision(train, "cuda"), o.deterministic == "on");
+    // --profile: every call goes through the profile, timed only in the steps after the timed ones.
+    bench::CudaEventClock clock(dynamic_cast<cuda::CudaBackend&>(*backend).stream());
+    bench::OpProfile profile(*backend, clock);
+    profile.set_enabled(false);
+    Backend& used = o.profile.empty() ? *backend : profile;
     std::unique_ptr<Communicator> comm;
     if (world > 1) {
       comm = cuda::make_nccl_communicator(env, *backend, 120.0);
@@ -149,11 +187,11 @@ int main(int argc, char** argv) {
       comm = std::make_unique<SingleCommunicator>();
     }
 
-    GPT gpt(o.model(), *backend, o.batch);
+    GPT gpt(o.model(), used, o.batch);
     gpt.init_weights(1);
     // Required: a layer that cannot be recorded ends the run instead of timing eager work as "on".
     if (o.cuda_graph == "on") gpt.set_replay(GPT::Replay::kRequired);
-    AdamW adamw(*backend, gpt.layout(), AdamWConfig{});
+    AdamW adamw(used, gpt.layout(), AdamWConfig{});
     std::mt19937 rng(static_cast<unsigned>(1000 + rank));
     const size_t bt = static_cast<size_t>(o.batch) * o.seq;
     std::vector<int32_t> tokens(bt), targets(bt);
@@ -171,7 +209,7 @@ int main(int argc, char** argv) {
         gpt.backward(1.0f);
       }
       loss = gpt.take_loss();
-      const double norm = grad_norm(*backend, gpt.grads(), gpt.layout().total());
+      const double norm = grad_norm(used, gpt.grads(), gpt.layout().total());
       adamw.step(gpt, 3e-4f, clip_scale(norm, 1.0));
     };
     auto allreduce_only = [&] {
@@ -195,6 +233,15 @@ int main(int argc, char** argv) {
     }
     const double hidden =
         world > 1 && allreduce_ms > 0 ? std::clamp(1.0 - (step_ms - compute_ms) / allreduce_ms, 0.0, 1.0) : -1.0;
+
+    if (!o.profile.empty()) {
+      profile.set_enabled(true);
+      const auto t0 = Clock::now();
+      for (int i = 0; i < o.steps; ++i) step(true);
+      profile.settle();
+      const double wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      if (rank == 0) write_profile(o, profile, step_ms, wall_ms / o.steps);
+    }
 
     const ModelDims& d = gpt.dims();
     const MemoryPlan plan = plan_memory(o.model(), o.batch, world, backend_memory(*backend, d, o.batch));

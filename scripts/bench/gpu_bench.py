@@ -307,7 +307,7 @@ def run_json(cmd, timeout, env=None):
     return None, f"exit {p.returncode}: " + " | ".join(tail), err
 
 
-def xtrain_command(bin_dir, s, prec, graph, steps, warmup, atomic_dq=False):
+def xtrain_command(bin_dir, s, prec, graph, steps, warmup, atomic_dq=False, profile=None):
     cmd = [os.path.join(bin_dir, "xtrain-bench-gpu"), "--steps", str(steps), "--warmup", str(warmup)]
     for k in ("layers", "heads", "embd", "seq", "vocab", "batch"):
         cmd += ["--" + k, str(s[k])]
@@ -316,6 +316,8 @@ def xtrain_command(bin_dir, s, prec, graph, steps, warmup, atomic_dq=False):
         cmd += ["--cuda-graph", graph]
     if atomic_dq:
         cmd += ["--deterministic", "off"]
+    if profile:
+        cmd += ["--profile", profile]
     return cmd
 
 
@@ -348,22 +350,26 @@ def plan_memory_mib(bin_dir, s, prec, work, atomic_dq=False):
 # ---------------------------------------------------------------------------------------------
 # The plan of runs, in order of value.
 
-def plan_runs(shapes, impls, precisions, graph_modes, atomic_dq=False):
+def plan_runs(shapes, impls, precisions, graph_modes, atomic_dq=False, profile=False):
     """Every (shape, impl, precision, graph, atomic_dq) to measure, most valuable first: the
-    issue's target (GPT-2, first precision: ours, eager, torch.compile, ours with dQ summed by
-    atomics when bf16 and atomic_dq, ours without its graph), then ours and eager at the other
+    issue's target (GPT-2, first precision: ours, eager, torch.compile, ours without its graph,
+    ours with dQ summed by atomics when bf16 and atomic_dq), then ours and eager at the other
     shapes and precisions, then torch.compile's other rows (a minute each). graph_modes: xtrain's
     --cuda-graph values ([None] where the binary has no such flag); atomic_dq: the binary has
-    --deterministic (the atomic row shows what determinism costs; other shapes skip it)."""
+    --deterministic (the atomic row shows what determinism costs; other shapes skip it); profile:
+    it has --profile, and the target's run without a graph also writes the per-operation table
+    ("profile": True)."""
     runs = []
     for name in shapes:
         for prec in precisions:
             for impl in impls:
                 for graph in (graph_modes if impl == "xtrain" else [None]):
-                    runs.append({"shape": name, "impl": impl, "precision": prec, "graph": graph, "atomic_dq": False})
+                    runs.append({"shape": name, "impl": impl, "precision": prec, "graph": graph, "atomic_dq": False,
+                                 "profile": profile and impl == "xtrain" and name == shapes[0] and
+                                 prec == precisions[0] and graph != "on"})
     if atomic_dq and "xtrain" in impls and precisions[0] == "bf16":
         runs.append({"shape": shapes[0], "impl": "xtrain", "precision": "bf16", "graph": graph_modes[0],
-                     "atomic_dq": True})
+                     "atomic_dq": True, "profile": False})
 
     def value(r):
         p = precisions.index(r["precision"])
@@ -371,8 +377,8 @@ def plan_runs(shapes, impls, precisions, graph_modes, atomic_dq=False):
         impl = IMPL_ORDER.index(r["impl"])
         graph_off = r["graph"] == "off"
         if r["shape"] == shapes[0] and p == 0:
-            # the target: ours with its graph, eager, compile, ours with atomic dQ, ours without graph
-            return (0, 2 * graph_off + r["atomic_dq"], impl)
+            # the target: ours with its graph, eager, compile, ours without graph, ours with atomic dQ
+            return (0, 2 * r["atomic_dq"] + graph_off, impl)
         if r["impl"] == "compile":
             return (2, p, shape)
         return (1, p, shape, impl, graph_off)
@@ -447,7 +453,8 @@ def measure(a, r, s, left):
     """One run of row r (shape s) within `left` seconds: (its JSON or None, error, stderr)."""
     impl = r["impl"]
     if impl == "xtrain":
-        cmd = xtrain_command(a.bin or "", s, r["precision"], r["graph"], a.steps, a.warmup, r["atomic_dq"])
+        cmd = xtrain_command(a.bin or "", s, r["precision"], r["graph"], a.steps, a.warmup, r["atomic_dq"],
+                             os.path.join(a.out, "gpu_profile.md") if r["profile"] else None)
         env = xtrain_env()
     else:
         cfg = {"shape": s, "mode": impl, "precision": r["precision"], "steps": a.steps, "warmup": a.warmup,
@@ -493,7 +500,8 @@ def bench(a):
     settings = SETTINGS.format(mode=a.compile_mode)
     card = {"gpu": "unknown", "torch": "unknown", "peaks_tflops": {}, "peaks_error": ""}
     atomic_dq = "xtrain" in impls and binary_has_flag(binary, "--deterministic")
-    runs = plan_runs(shapes, impls, precisions, graph_modes, atomic_dq)
+    runs = plan_runs(shapes, impls, precisions, graph_modes, atomic_dq,
+                     "xtrain" in impls and binary_has_flag(binary, "--profile"))
     results = []
 
     def header():

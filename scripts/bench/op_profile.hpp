@@ -1,14 +1,17 @@
 // Per-operation time of a training step: a Backend that forwards every call to the backend it
 // wraps and adds the call's time to a row keyed by the operation and, for the matrix products,
-// their shape. For the CPU backend at one thread: each call returns when its work is done, all of
-// it on the calling thread, so the thread's CPU time is the call's work, and other processes on a
-// shared machine do not count (as they would in wall time). xtrain-bench-cpu --profile prints it.
+// their shape. An OpClock takes the times: ThreadCpuClock below for the CPU backend (each call
+// returns when its work is done, all of it on the calling thread at one thread, so the thread's
+// CPU time is the call's work, and other processes on a shared machine do not count, as they would
+// in wall time); CudaEventClock (cuda_event_clock.hpp) for the CUDA backend, whose calls only
+// queue work. xtrain-bench-cpu --profile and xtrain-bench-gpu --profile print it.
 #pragma once
 
 #include <time.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -18,28 +21,70 @@
 
 namespace xtrain::bench {
 
+// How OpProfile times an operation: begin() before its call, end() after it, which hands `done`
+// the operation's milliseconds at once or at settle() (after the device finished the work).
+class OpClock {
+ public:
+  virtual ~OpClock() = default;
+  virtual void begin() = 0;
+  virtual void end(std::function<void(double)> done) = 0;
+  virtual void settle() {}
+};
+
+// The calling thread's CPU time.
+class ThreadCpuClock final : public OpClock {
+ public:
+  void begin() override { start_ = now_ms(); }
+  void end(std::function<void(double)> done) override { done(now_ms() - start_); }
+
+ private:
+  static double now_ms() {
+    timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return 1e3 * static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_nsec);
+  }
+  double start_ = 0.0;
+};
+
 class OpProfile final : public Backend {
  public:
-  explicit OpProfile(Backend& inner) : k_(inner) {}
+  OpProfile(Backend& inner, OpClock& clock) : k_(inner), clock_(clock) {}
 
+  // Off: calls are forwarded and not timed (the clock is not touched).
+  void set_enabled(bool on) { enabled_ = on; }
   // Clears the rows: call before the steps to be measured.
   void reset() { rows_.clear(); }
+  // Every timed call's time in the rows: call after the device finished them (a synchronize).
+  void settle() { clock_.settle(); }
 
   // The rows, largest first: ms per step, share of the sum of all rows, calls per step, and for
-  // products their rate (2 N C OC floating-point operations per product).
-  void print(std::FILE* out, int steps) const {
+  // products their rate (2 N C OC floating-point operations per product), as a Markdown table
+  // ending in the sum of all rows.
+  std::string table(int steps) const {
     std::vector<std::pair<std::string, Row>> rows(rows_.begin(), rows_.end());
     std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
     double total = 0.0;
     for (const auto& r : rows) total += r.second.ms;
-    std::fprintf(out, "| operation | calls/step | ms/step | share | GFLOP/s |\n|---|---:|---:|---:|---:|\n");
+    std::string out = "| operation | calls/step | ms/step | share | GFLOP/s |\n|---|---:|---:|---:|---:|\n";
+    char line[256];
     for (const auto& [name, r] : rows) {
-      std::fprintf(out, "| %s | %.0f | %.2f | %.1f%% | ", name.c_str(), static_cast<double>(r.calls) / steps,
-                   r.ms / steps, 100.0 * r.ms / total);
-      if (r.flop > 0) std::fprintf(out, "%.1f |\n", r.flop / (r.ms * 1e6));
-      else std::fprintf(out, " |\n");
+      std::snprintf(line, sizeof line, "| %s | %.0f | %.3f | %.1f%% | ", name.c_str(),
+                    static_cast<double>(r.calls) / steps, r.ms / steps, 100.0 * r.ms / total);
+      out += line;
+      if (r.flop > 0) {
+        std::snprintf(line, sizeof line, "%.1f |\n", r.flop / (r.ms * 1e6));
+        out += line;
+      } else {
+        out += " |\n";
+      }
     }
-    std::fprintf(out, "| all operations | | %.2f | 100%% | |\n", total / steps);
+    std::snprintf(line, sizeof line, "| all operations | | %.3f | 100%% | |\n", total / steps);
+    return out + line;
+  }
+  double total_ms() const {
+    double total = 0.0;
+    for (const auto& [name, r] : rows_) total += r.ms;
+    return total;
   }
 
   std::string name() const override { return k_.name(); }
@@ -70,6 +115,7 @@ class OpProfile final : public Backend {
   void copy(float* dst, const float* src, size_t n) override { time("copy", [&] { k_.copy(dst, src, n); }); }
   void synchronize() override { k_.synchronize(); }
   void reserve_scratch(int rows, int cols) override { k_.reserve_scratch(rows, cols); }
+  OwnMemory own_memory(int rows, int cols) const override { return k_.own_memory(rows, cols); }
 
   void embedding_forward(ActPtr out, const int32_t* tokens, ConstActPtr wte, ConstActPtr wpe, int B, int T,
                          int C) override {
@@ -152,6 +198,9 @@ class OpProfile final : public Backend {
     time("sum_squares", [&] { s = k_.sum_squares(x, n); });
     return s;
   }
+  void sum_squares_into(float* dst, const float* x, size_t n) override {
+    time("sum_squares", [&] { k_.sum_squares_into(dst, x, n); });
+  }
   void scale(float* x, float s, size_t n) override { time("scale", [&] { k_.scale(x, s, n); }); }
 
  private:
@@ -165,23 +214,25 @@ class OpProfile final : public Backend {
     return std::string(op) + " " + std::to_string(N) + "x" + std::to_string(C) + "->" + std::to_string(OC);
   }
 
-  static double thread_ms() {
-    timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return 1e3 * static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_nsec);
-  }
-
   template <class F>
   void time(const std::string& key, F&& f, double flop = 0.0) {
-    const double start = thread_ms();
+    if (!enabled_) {
+      f();
+      return;
+    }
+    clock_.begin();
     f();
-    Row& r = rows_[key];
-    r.ms += thread_ms() - start;
-    r.calls += 1;
-    r.flop += flop;
+    clock_.end([this, key, flop](double ms) {
+      Row& r = rows_[key];
+      r.ms += ms;
+      r.calls += 1;
+      r.flop += flop;
+    });
   }
 
   Backend& k_;
+  OpClock& clock_;
+  bool enabled_ = true;
   std::map<std::string, Row> rows_;
 };
 

@@ -83,7 +83,8 @@ int main(int argc, char** argv) try {
   t.steps = o.warmup + o.steps;
 
   CpuBackend cpu(o.precision == "bf16" ? Precision::bf16 : Precision::fp32);
-  bench::OpProfile profile(cpu);
+  bench::ThreadCpuClock clock;
+  bench::OpProfile profile(cpu, clock);
   Backend& backend = o.profile ? static_cast<Backend&>(profile) : cpu;
   GPT gpt(m, backend, o.batch);
   gpt.init_weights(0);
@@ -121,7 +122,7 @@ int main(int argc, char** argv) try {
     cpu_ms.push_back(process_cpu_ms() - cpu_start);
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   }
-  if (o.profile) profile.print(stderr, o.steps);
+  if (o.profile) std::fputs(profile.table(o.steps).c_str(), stderr);
   const double median = median_of(ms);
   std::printf(
       "{\"impl\": \"xtrain-cpu\", \"precision\": \"%s\", \"threads\": %d, \"steps\": %d, \"ms_per_step\": %.3f, "

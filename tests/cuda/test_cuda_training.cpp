@@ -18,18 +18,22 @@
 // Determinism: two runs from the same seed and batches give bitwise the same losses and
 // parameters, in every precision; so do runs whose layers are recorded as CUDA graphs and
 // replayed (GPT::set_replay), against runs that launch every kernel.
+// Profile: xtrain-bench-gpu --profile's wrapper (scripts/bench/op_profile.hpp with CUDA events)
+// changes no bit of a step, counts every operation, and its times fit in the steps' wall time.
 // Memory: GPT, AdamW and the trainer's step scalars allocate exactly the memory plan's bytes
 // (worker/model/memory_plan.hpp), the backend's own buffers (cuBLASLt's workspace, the norm's partials,
 // the scratch) are the plan's too, CUB's radix sort fits the plan's allowance on this GPU, and
 // nothing grows during a step.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <vector>
 
 #include "cuda/cuda_api.hpp"
 #include "cuda/cuda_backend.hpp"
+#include "scripts/bench/cuda_event_clock.hpp"
 #include "tests/cuda/cuda_test_util.hpp"
 #include "worker/train/adamw.hpp"
 #include "worker/cpu/cpu_backend.hpp"
@@ -158,6 +162,52 @@ TEST_CASE_METHOD(Seeded, "cuda training is deterministic: two runs give the same
     CHECK(losses_a == losses_b);
     CHECK(params_a == params_b);
   }
+}
+
+TEST_CASE_METHOD(Seeded, "the per-operation profile of cuda steps changes no bit, counts every call and times it",
+                 "[gpu][train][profile]") {
+  INFO("seed " << seed);
+  const ModelSpec m = small_model();
+  const auto batches = random_batches(rnd, 3, m);
+  cuda::CudaBackend plain_gpu(0, Precision::bf16, true), profiled_gpu(0, Precision::bf16, true);
+  bench::CudaEventClock clock(profiled_gpu.stream());
+  bench::OpProfile profile(profiled_gpu, clock);
+  Replica plain(plain_gpu, m), profiled(profile, m);
+  profile.set_enabled(false);  // the first step untimed, as the bench's timed steps are
+  CHECK(profiled.forward_backward(batches[0].tokens, batches[0].targets) ==
+        plain.forward_backward(batches[0].tokens, batches[0].targets));
+  plain.update(1e-3f);
+  profiled.update(1e-3f);
+
+  profile.set_enabled(true);
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t i = 1; i < batches.size(); ++i) {
+    CHECK(profiled.forward_backward(batches[i].tokens, batches[i].targets) ==
+          plain.forward_backward(batches[i].tokens, batches[i].targets));
+    plain.update(1e-3f);
+    profiled.update(1e-3f);
+  }
+  profile.settle();
+  const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  CHECK(profiled.download(profiled.gpt.params()) == plain.download(plain.gpt.params()));
+
+  constexpr int kSteps = 2;
+  const std::string table = profile.table(kSteps);
+  INFO(table);
+  // Per step: every layer's attention once each way, a layernorm backward per layernorm
+  // (2 per layer and the final one), the products at their shapes.
+  const std::string qkv = std::to_string(kBatch * m.seq_len) + "x" + std::to_string(m.n_embd) + "->" +
+                          std::to_string(3 * m.n_embd);
+  const std::string layers = std::to_string(m.n_layer);
+  for (const std::string& row : std::vector<std::string>{"| attention_forward | " + layers + " |",
+                                                         "| attention_backward | " + layers + " |",
+                                                         "| layernorm_backward | " + std::to_string(2 * m.n_layer + 1) + " |",
+                                                         "| matmul_forward " + qkv + " | " + layers + " |",
+                                                         "| matmul_backward " + qkv + " | " + layers + " |"}) {
+    CHECK_THAT(table, Catch::Contains(row));
+  }
+  CHECK(profile.total_ms() > 0.0);
+  CHECK(profile.total_ms() <= wall_ms);  // one stream: the operations' intervals do not overlap
 }
 
 TEST_CASE_METHOD(Seeded, "cuda graph replay trains to bitwise the same parameters as eager work",

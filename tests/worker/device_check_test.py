@@ -147,8 +147,9 @@ class DeviceCheck(unittest.TestCase):
         self.assertEqual(p.returncode, 0, summary)
         self.assertIn("gpu_bench.py: exit 0", summary)
         rows = [line for line in summary.splitlines() if line.startswith("| tiny ")]
-        self.assertEqual(len(rows), 2)  # ours, CUDA graph on and off
-        self.assertTrue(all(re.search(r"\| ours \(flash\) \| 4\.00 \|", row) for row in rows), rows)
+        self.assertEqual(len(rows), 3)  # ours, CUDA graph on and off, and with dQ summed by atomics
+        self.assertTrue(all(re.search(r"\| ours \(flash\)(, dQ by atomics)? \| 4\.00 \|", row) for row in rows), rows)
+        self.assertIn("Per-operation GPU time\n\n| attention_backward |", summary)  # the run without a graph's
         self.assertIn("peaks measured here (TFLOP/s): not measured", summary)  # no CUDA in this PyTorch
         self.assertIn("slowest cases:\n0.012 s: a case", summary)
 

@@ -23,9 +23,10 @@ SCRIPT = os.path.join(ROOT, "scripts", "bench", "gpu_bench.py")
 sys.path.insert(0, os.path.dirname(SCRIPT))
 import gpu_bench  # noqa: E402
 
-# The stand-in. FAKE_GRAPH: "accept" (knows --cuda-graph), "absent" (its file never names the
-# flag), "reject" (names it, as a newer binary's text would, but refuses it). FAKE_SLEEP: seconds
-# to hang, after starting a grandchild that records its pid in FAKE_LOG.grandchild.
+# The stand-in. FAKE_GRAPH: "accept" (knows --cuda-graph, and --deterministic and --profile,
+# whose table it writes), "absent" (its file never names these flags), "reject" (names
+# --cuda-graph, as a newer binary's text would, but refuses it). FAKE_SLEEP: seconds to hang,
+# after starting a grandchild that records its pid in FAKE_LOG.grandchild.
 FAKE = r'''#!/usr/bin/python3
 import json, os, subprocess, sys, time
 mode = os.environ["FAKE_GRAPH"]
@@ -47,6 +48,10 @@ out = {"impl": "xtrain", "precision": v["--precision"], "params": params, "ms_pe
        "tokens_per_s": B * T * 250.0, "memory_mib": 12.5, "loss": 4.1}
 if "GRAPH_FLAG" in v:
     out["cuda_graph"] = v["GRAPH_FLAG"] == "on"
+if "DETERMINISTIC_FLAG" in v:
+    out["deterministic"] = v["DETERMINISTIC_FLAG"]
+if "PROFILE_FLAG" in v:
+    open(v["PROFILE_FLAG"], "w").write("Per-operation GPU time\n\n| attention_backward | 1 | 0.5 |\n")
 print(json.dumps(out))
 '''
 
@@ -63,6 +68,8 @@ print(json.dumps({"memory_per_rank": {"total_bytes": B * 2**20, "startup_bytes":
 
 def write_fake(directory, mode):
     text = FAKE.replace("GRAPH_FLAG", "--cuda-graph" if mode != "absent" else "--no-such-flag")
+    text = text.replace("DETERMINISTIC_FLAG", "--deterministic" if mode == "accept" else "--no-such-flag-d")
+    text = text.replace("PROFILE_FLAG", "--profile" if mode == "accept" else "--no-such-flag-p")
     for name, content in (("xtrain-bench-gpu", text), ("xlaunch", FAKE_XLAUNCH)):
         with open(os.path.join(directory, name), "w") as f:
             f.write(content)
@@ -204,7 +211,7 @@ class Order(unittest.TestCase):
         runs = gpu_bench.plan_runs(["gpt2", "mid"], ["xtrain", "eager", "compile"], ["bf16", "tf32"], ["on", "off"],
                                    atomic_dq=True)
         keys = [(r["shape"], r["impl"], r["precision"], r["graph"], r["atomic_dq"]) for r in runs]
-        self.assertEqual(keys[3:5], [("gpt2", "xtrain", "bf16", "on", True), ("gpt2", "xtrain", "bf16", "off", False)])
+        self.assertEqual(keys[3:5], [("gpt2", "xtrain", "bf16", "off", False), ("gpt2", "xtrain", "bf16", "on", True)])
         self.assertEqual([k for k in keys if k[4]], [("gpt2", "xtrain", "bf16", "on", True)])
         rows = sorted(runs, key=gpu_bench.row_order(["gpt2", "mid"], ["bf16", "tf32"]))
         self.assertEqual([(r["graph"], r["atomic_dq"]) for r in rows[:3]], [("on", False), ("on", True), ("off", False)])
@@ -213,6 +220,15 @@ class Order(unittest.TestCase):
         # tf32 first: no bf16 target, no atomic row (tf32 has no atomic path)
         runs = gpu_bench.plan_runs(["gpt2"], ["xtrain"], ["tf32"], ["on", "off"], atomic_dq=True)
         self.assertFalse(any(r["atomic_dq"] for r in runs))
+
+    def test_the_targets_run_without_a_graph_writes_the_profile(self):
+        runs = gpu_bench.plan_runs(["gpt2", "mid"], ["xtrain", "eager"], ["bf16"], ["on", "off"], profile=True)
+        self.assertEqual([(r["shape"], r["graph"]) for r in runs if r["profile"]], [("gpt2", "off")])
+        runs = gpu_bench.plan_runs(["demo"], ["xtrain"], ["tf32"], [None], profile=True)
+        self.assertEqual([r["profile"] for r in runs], [True])
+        self.assertFalse(any(r["profile"] for r in gpu_bench.plan_runs(["gpt2"], ["xtrain"], ["bf16"], ["on", "off"])))
+        self.assertEqual(gpu_bench.xtrain_command("b", gpu_bench.SHAPES["gpt2"], "bf16", "off", 5, 2, False, "o/p.md")[-2:],
+                         ["--profile", "o/p.md"])
 
     def test_no_graph_flag_one_xtrain_run_per_row(self):
         runs = gpu_bench.plan_runs(["demo"], ["xtrain", "eager"], ["tf32"], [None])
@@ -283,9 +299,17 @@ class Runs(unittest.TestCase):
         self.assertIn("bf16", data["peaks_tflops"])
         peak = data["peaks_tflops"]["bf16"]
         self.assertGreater(peak, 0)
-        rows = {(r["impl"], r.get("graph")): r for r in data["results"]}
+        rows = {(r["impl"], r.get("graph")): r for r in data["results"] if not r.get("atomic_dq")}
         self.assertEqual(set(rows), {("xtrain", "on"), ("xtrain", "off"), ("eager", None), ("compile", None)})
-        self.assertEqual([c[c.index("--cuda-graph") + 1] for c in calls], ["on", "off"])
+        # ours with its graph, without (writing the profile), then with dQ summed by atomics
+        self.assertEqual([c[c.index("--cuda-graph") + 1] for c in calls], ["on", "off", "on"])
+        self.assertEqual([c[c.index("--profile") + 1] if "--profile" in c else None for c in calls],
+                         [None, os.path.join(out, "gpu_profile.md"), None])
+        with open(os.path.join(out, "gpu_profile.md")) as f:
+            self.assertIn("| attention_backward |", f.read())
+        self.assertEqual(["--deterministic" in c for c in calls], [False, False, True])
+        atomic = [r for r in data["results"] if r.get("atomic_dq")]
+        self.assertEqual([(r["deterministic"], r["attention"]) for r in atomic], [("off", "ours (flash), dQ by atomics")])
         s = gpu_bench.SHAPES["tiny"]
         for key in (("xtrain", "on"), ("xtrain", "off"), ("eager", None)):
             r = rows[key]
@@ -304,7 +328,7 @@ class Runs(unittest.TestCase):
         else:
             self.assertIn("torch.compile needs PyTorch 2", rows[("compile", None)]["error"])
         # one table row per run, ours against eager: 250 * 32 tokens/s over eager's rate
-        self.assertEqual(len([x for x in table.splitlines() if x.startswith("| tiny ")]), 4)
+        self.assertEqual(len([x for x in table.splitlines() if x.startswith("| tiny ")]), 5)
         ratio = f"{s['batch'] * s['seq'] * 250.0 / eager['tokens_per_s']:.2f}x"
         # memory 12.5 MiB measured; the plan: B + 1 MiB (the stand-in xlaunch's formula)
         self.assertEqual(rows[("xtrain", "on")]["plan_mib"], s["batch"] + 1)
@@ -336,7 +360,8 @@ class Runs(unittest.TestCase):
         self.assertIn("nothing was measured", p.stderr)
         data, table = self.load(out)
         self.assertEqual(calls, [])
-        self.assertEqual(len(data["results"]), 2 * 3)  # 2 precisions x (ours on, off, eager)
+        # 2 precisions x (ours on, off, eager), and ours with dQ by atomics at the first (bf16)
+        self.assertEqual(len(data["results"]), 2 * 3 + 1)
         for r in data["results"]:
             self.assertRegex(r["error"], r"skipped: -?\d+ s left of the time budget, a run needs ~\d+ s")
         self.assertIn("not measured: skipped", table)
@@ -363,7 +388,8 @@ class Runs(unittest.TestCase):
         time.sleep(0.2)
         self.assertFalse(pid_alive(grandchild))
         data, table = self.load(out)
-        self.assertEqual([r["error"] for r in data["results"]], ["stopped by signal 15"] * 2)
+        # ours with the graph, without it, with dQ by atomics
+        self.assertEqual([r["error"] for r in data["results"]], ["stopped by signal 15"] * 3)
         self.assertIn("not measured: stopped by signal 15", table)
 
     def test_sigterm_while_measuring_the_peaks_leaves_every_row_said(self):
