@@ -29,12 +29,12 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 # Everything that goes into the programs; device-check.sh compares it with the bundle's.
-# (tests/worker's headers: the CUDA tests include some of them.)
+# (tests/worker's headers: the CUDA tests include some of them; scripts/bench's: the GPU bench's.)
 source_digest() {
   { find CMakeLists.txt common cuda launcher worker tests/CMakeLists.txt tests/catch_main.cpp tests/cuda \
       tests/launcher scripts/bench/gpu_bench.cpp scripts/check/logits.cpp -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' \
-      -o -name '*.cuh' -o -name 'CMakeLists.txt' \) -print0
-    find tests/worker -name '*.hpp' -print0
+      -o -name '*.cuh' -o -name 'CMakeLists.txt' -o -name '*.cmake' \) -print0
+    find tests/worker scripts/bench -name '*.hpp' -print0
   } | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16
 }
 if [[ "${1:-}" == "--digest" ]]; then

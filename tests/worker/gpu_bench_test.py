@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """scripts/bench/gpu_bench.py without a GPU: its arithmetic, its order of runs, its SDPA backend
 choice, its deadline and its handling of children and signals, and a smoke run of its PyTorch side
-on the CPU.
+(gpu_bench_torch.py) on the CPU.
 
 xtrain-bench-gpu is played by a stand-in written here (it prints the JSON line the real one
 prints, and takes --cuda-graph or rejects it as the real option parser does), so what is checked
@@ -22,6 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = os.path.join(ROOT, "scripts", "bench", "gpu_bench.py")
 sys.path.insert(0, os.path.dirname(SCRIPT))
 import gpu_bench  # noqa: E402
+import gpu_bench_torch  # noqa: E402
 
 # The stand-in. FAKE_GRAPH: "accept" (knows --cuda-graph, and --deterministic and --profile,
 # whose table it writes), "absent" (its file never names these flags), "reject" (names
@@ -119,7 +120,7 @@ class Arithmetic(unittest.TestCase):
 
 
 class FakeCudaTorch:
-    """PyTorch as gpu_bench.pick_sdpa_backend sees it on a GPU: the SDPA backend switches, CUDA
+    """PyTorch as gpu_bench_torch.pick_sdpa_backend sees it on a GPU: the SDPA backend switches, CUDA
     events whose elapsed time is the enabled backend's cost, and an SDPA that refuses the backends
     in `refuse` and otherwise computes causal attention on the CPU (real autograd, so the probe's
     views and backward are exercised)."""
@@ -175,7 +176,7 @@ class FakeCudaTorch:
 class SdpaChoice(unittest.TestCase):
     def test_the_fastest_backend_that_runs_is_left_alone_enabled(self):
         fake = FakeCudaTorch({"flash": 3.0, "cudnn": 1.0, "efficient": 2.0, "math": 9.0}, refuse={"cudnn"})
-        best, times = gpu_bench.pick_sdpa_backend(fake, gpu_bench.SHAPES["tiny"], fake.float32, "cuda")
+        best, times = gpu_bench_torch.pick_sdpa_backend(fake, gpu_bench.SHAPES["tiny"], fake.float32, "cuda")
         self.assertEqual(best, "efficient")  # cuDNN would be faster but refuses this layout
         self.assertEqual(times, {"flash": 3.0, "cudnn": None, "efficient": 2.0, "math": 9.0})
         self.assertEqual(fake.enabled, {"flash": False, "cudnn": False, "efficient": True, "math": False})
