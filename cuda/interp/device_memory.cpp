@@ -169,7 +169,8 @@ std::string WriteJournal::first_difference(
       if (now[i] == (*want)[i]) continue;
       uintptr_t lo = 0, hi = 0;
       if (!device_allocation_of(now + i, lo, hi)) return "a byte outside every live allocation";
-      std::string where = "byte " + std::to_string(page + i - lo) + " of an allocation of " + std::to_string(hi - lo) + " bytes";
+      const std::string where =
+          "byte " + std::to_string(page + i - lo) + " of an allocation of " + std::to_string(hi - lo) + " bytes";
       const size_t word = i / sizeof(float) * sizeof(float);
       const auto added = adds_.find(page + word);
       if (added == adds_.end()) return where;
@@ -180,7 +181,8 @@ std::string WriteJournal::first_difference(
       const double apart = std::fabs(static_cast<double>(a) - static_cast<double>(b));
       if (!(apart <= bound)) {
         char text[200];
-        std::snprintf(text, sizeof text, " (a float %u atomic adds wrote: %.9g against %.9g, more apart than their order can make, %.3g)",
+        std::snprintf(text, sizeof text,
+                      " (a float %u atomic adds wrote: %.9g against %.9g, more apart than their order can make, %.3g)",
                       added->second.count, static_cast<double>(a), static_cast<double>(b), bound);
         return where + text;
       }

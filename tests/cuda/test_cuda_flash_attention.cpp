@@ -151,7 +151,8 @@ TEST_CASE_METHOD(Seeded, "cuda flash attention in fp32 matches the CPU's", "[gpu
 // rounding points are the same. out, lse, dK and dV come from the same code as the deterministic
 // backward's and must be its bits; dQ must be written everywhere (a missed part leaves NaN or a
 // wrong value, which the CPU comparison catches).
-TEST_CASE_METHOD(Seeded, "cuda flash attention in bf16 matches the CPU's bf16 emulation, dQ summed in order or by atomics",
+TEST_CASE_METHOD(Seeded,
+                 "cuda flash attention in bf16 matches the CPU's bf16 emulation, dQ summed in order or by atomics",
                  "[gpu][attention]") {
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);

@@ -201,7 +201,8 @@ TEST_CASE_METHOD(Seeded, "the per-operation profile of cuda steps changes no bit
   const std::string layers = std::to_string(m.n_layer);
   for (const std::string& row : std::vector<std::string>{"| attention_forward | " + layers + " |",
                                                          "| attention_backward | " + layers + " |",
-                                                         "| layernorm_backward | " + std::to_string(2 * m.n_layer + 1) + " |",
+                                                         "| layernorm_backward | " +
+                                                             std::to_string(2 * m.n_layer + 1) + " |",
                                                          "| matmul_forward " + qkv + " | " + layers + " |",
                                                          "| matmul_backward " + qkv + " | " + layers + " |"}) {
     CHECK_THAT(table, Catch::Contains(row));
