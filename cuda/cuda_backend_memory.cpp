@@ -64,7 +64,7 @@ void* ScratchBuffer::reserve(size_t bytes) {
 CudaBackend::CudaBackend(int device, Precision precision, bool deterministic)
     : device_(device),
       precision_(precision),
-      atomic_dq_(!deterministic && precision == Precision::bf16),
+      atomic_dq_(cuda_buffers::attention_dq_by_atomics(precision, deterministic)),
       stream_(select_device_and_create_stream(device)),
       gemm_(stream_, precision == Precision::tf32),
       scratch_(stream_),

@@ -33,9 +33,11 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -67,44 +69,38 @@ struct Options : bench::BenchShape {
   std::string out;
 };
 
+// Exits 2 naming the flag unless its value is one of `choices`.
+void require_one_of(const char* flag, const std::string& value, std::initializer_list<const char*> choices) {
+  for (const char* c : choices) {
+    if (value == c) return;
+  }
+  std::string listed;  // "a, b or c"
+  size_t left = choices.size();
+  for (const char* c : choices) listed += c + std::string(--left > 1 ? ", " : left == 1 ? " or " : "");
+  std::fprintf(stderr, "xtrain-bench-gpu: %s must be %s\n", flag, listed.c_str());
+  std::exit(2);
+}
+
 Options parse(int argc, char** argv) {
   Options o;
+  const std::pair<const char*, std::string*> strings[] = {{"--precision", &o.precision},
+                                                         {"--cuda-graph", &o.cuda_graph},
+                                                         {"--deterministic", &o.deterministic},
+                                                         {"--profile", &o.profile},
+                                                         {"--out", &o.out}};
   bench::parse_bench_flags("xtrain-bench-gpu", argc, argv, o, [&](int& i) {
-    if (std::strcmp(argv[i], "--precision") == 0 && i + 1 < argc) {
-      o.precision = argv[++i];
-      return true;
-    }
-    if (std::strcmp(argv[i], "--cuda-graph") == 0 && i + 1 < argc) {
-      o.cuda_graph = argv[++i];
-      return true;
-    }
-    if (std::strcmp(argv[i], "--deterministic") == 0 && i + 1 < argc) {
-      o.deterministic = argv[++i];
-      return true;
-    }
-    if (std::strcmp(argv[i], "--profile") == 0 && i + 1 < argc) {
-      o.profile = argv[++i];
-      return true;
-    }
-    if (std::strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
-      o.out = argv[++i];
-      return true;
+    for (const auto& [flag, field] : strings) {
+      if (std::strcmp(argv[i], flag) == 0 && i + 1 < argc) {
+        *field = argv[++i];
+        return true;
+      }
     }
     return false;
   }, "[--precision bf16|tf32|fp32 (tf32)] [--cuda-graph on|off (off)] [--deterministic on|off (on)] "
      "[--profile FILE] [--out FILE]");
-  if (o.precision != "bf16" && o.precision != "tf32" && o.precision != "fp32") {
-    std::fprintf(stderr, "xtrain-bench-gpu: --precision must be bf16, tf32 or fp32\n");
-    std::exit(2);
-  }
-  if (o.cuda_graph != "on" && o.cuda_graph != "off") {
-    std::fprintf(stderr, "xtrain-bench-gpu: --cuda-graph must be on or off\n");
-    std::exit(2);
-  }
-  if (o.deterministic != "on" && o.deterministic != "off") {
-    std::fprintf(stderr, "xtrain-bench-gpu: --deterministic must be on or off\n");
-    std::exit(2);
-  }
+  require_one_of("--precision", o.precision, {"bf16", "tf32", "fp32"});
+  require_one_of("--cuda-graph", o.cuda_graph, {"on", "off"});
+  require_one_of("--deterministic", o.deterministic, {"on", "off"});
   if (!o.profile.empty() && o.cuda_graph == "on") {
     std::fprintf(stderr, "xtrain-bench-gpu: --profile times each operation, which a replayed CUDA graph does not "
                          "show; use --cuda-graph off\n");

@@ -6,6 +6,7 @@
 #include "common/gpu/gpu_probe.hpp"
 #include "worker/cpu/cpu_backend.hpp"
 #include "worker/device/cuda_plugin_loader.hpp"
+#include "worker/model/cuda_buffers.hpp"
 #include "worker/comm/gloo_communicator.hpp"
 #include "worker/comm/single_communicator.hpp"
 
@@ -76,7 +77,7 @@ DeviceChoice choose_device(const JobSpec& spec, int local_rank, const DeviceProb
   choice.deterministic = spec.train.deterministic;
   choice.summary = "device " + spec.device + ": " + gpu.describe(choice.gpu) + "; " + load.plugin->versions() +
                    "; " + load.nccl + "; " + precision_name(choice.precision);
-  if (!choice.deterministic && choice.precision == Precision::bf16) {
+  if (cuda_buffers::attention_dq_by_atomics(choice.precision, choice.deterministic)) {
     choice.summary += "; train.deterministic false: the attention backward sums dQ by atomics (not bitwise reproducible)";
   }
   return choice;

@@ -6,6 +6,8 @@
 
 #include <cstddef>
 
+#include "common/precision.hpp"
+
 namespace xtrain::cuda_buffers {
 
 // cuBLASLt's workspace, shared by every product: what NVIDIA recommends for Hopper, enough for
@@ -72,8 +74,14 @@ constexpr size_t scratch_bytes(int rows, int cols, size_t sort_bytes) {
 // D = dO . O per row as scratch (B,NH,T).
 constexpr size_t attention_row_floats(int B, int T, int NH) { return static_cast<size_t>(B) * NH * T; }
 
+// Whether the attention backward sums dQ by atomics: train.deterministic false, in bf16 (fp32
+// and tf32 storage have no such path).
+constexpr bool attention_dq_by_atomics(Precision precision, bool deterministic) {
+  return !deterministic && precision == Precision::bf16;
+}
+
 // Where the attention backward's fp32 dQ sum (B,T,C) starts in its scratch when dQ is summed by
-// atomics (train.deterministic false, bf16): after D, rounded up to 16 bytes for its packs.
+// atomics: after D, rounded up to 16 bytes for its packs.
 constexpr size_t attention_dq_sum_offset(int B, int T, int NH) { return (attention_row_floats(B, T, NH) + 3) / 4 * 4; }
 
 // The attention backward's scratch: D, and with atomic dQ the dQ sum.

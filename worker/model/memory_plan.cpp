@@ -80,8 +80,8 @@ BackendMemory cuda_backend_memory(const ModelDims& d, int B, Precision precision
   m.precision = precision;
   m.act_dtype = precision == Precision::bf16 ? DType::bf16 : DType::f32;
   m.attention_saved_floats = cuda_buffers::attention_row_floats(B, d.T, d.NH);
-  m.attention_scratch_floats =
-      cuda_buffers::attention_scratch_floats(B, d.T, d.C, d.NH, !deterministic && precision == Precision::bf16);
+  m.attention_scratch_floats = cuda_buffers::attention_scratch_floats(
+      B, d.T, d.C, d.NH, cuda_buffers::attention_dq_by_atomics(precision, deterministic));
   m.workspace_bytes = cuda_buffers::kGemmWorkspaceBytes;
   const int rows = B * d.T;
   m.scratch_bytes = cuda_buffers::scratch_bytes(rows, 4 * d.C, cuda_buffers::embedding_sort_allowance_bytes(rows)) +
