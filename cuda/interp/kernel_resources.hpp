@@ -34,6 +34,8 @@ struct KernelResources {
 
 // Every kernel of the GPU build, for every architecture it was built for (generated).
 const std::vector<KernelResources>& gpu_kernel_resources();
+// The ptxas that made the table ("ptxas release 13.0, V13.0.88"; "no ptxas" without nvcc).
+const char* gpu_kernel_table_ptxas();
 
 // The entry for `name` on sm_`sm`, or nullptr; by a kernel's address, through its symbol.
 const KernelResources* find_gpu_kernel_resources(std::string_view name, int sm);

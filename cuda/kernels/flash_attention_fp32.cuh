@@ -177,8 +177,15 @@ __global__ void __launch_bounds__(kThreads)
   store_slice<HS>(dkrow + s.C, dv, 1.0f);
 }
 
+// Two blocks an SM as the dQ kernel's bound. It still allows 255 registers a thread, but with no
+// block count ptxas picks a register target of its own, for occupancy, and will spill to meet it:
+// at head size 32, CI's build once gave sm_80 a 24-byte stack frame at 56 registers where ptxas
+// 13.0.88 gives 59 and none. With the bound it takes what it needs (80 on sm_80, 86 on sm_90 with
+// 13.0.88) and spills nothing at any head size.
+constexpr int kFp32DqBlocksPerSm = 2;
+
 template <int HS>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kFp32DqBlocksPerSm)
     backward_dq_fp32_kernel(BackwardArgs<float> args) {
   const auto [dqkv, dout, qkv, lse, D, s, scale] = args;
   XTRAIN_DYNAMIC_SHARED(unsigned char, smem);

@@ -63,11 +63,13 @@ TEST_CASE("every kernel of the GPU build runs without local memory on every arch
           "[interp][resources]") {
   // Local memory is a spill (or an array the registers cannot hold): L1 traffic, often L2 and
   // HBM, on a kernel's hot path. CUB's own kernels are CUB's business.
+  CHECK_THAT(std::string(gpu_kernel_table_ptxas()), Contains("ptxas release"));
   std::map<int, int> ours;  // kernels of ours per architecture
   for (const KernelResources& k : gpu_kernel_resources()) {
     if (std::string(k.name).rfind("_ZN6xtrain", 0) != 0) continue;
     ++ours[k.sm];
-    INFO(readable_kernel_name(k.name) << " on sm_" << k.sm << ": " << k.registers << " registers");
+    INFO(readable_kernel_name(k.name) << " on sm_" << k.sm << ": " << k.registers << " registers ("
+                                      << gpu_kernel_table_ptxas() << ")");
     CHECK(k.stack_frame_bytes == 0);
     CHECK(k.spill_store_bytes == 0);
     CHECK(k.spill_load_bytes == 0);
