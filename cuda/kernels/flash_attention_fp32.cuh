@@ -70,6 +70,12 @@ __device__ inline void quad_axpy(Slice<HS>& acc, float w, const float* shared_ro
 
 constexpr int kFp32Rows = kThreads / 4;  // rows per block: one quad each
 constexpr int kFp32Block = 32;           // keys (or queries) per shared tile
+// Every fp32 kernel is bounded at two blocks an SM. That still allows 255 registers a thread, but
+// with no block count ptxas picks a register target of its own, for occupancy, and spills to meet
+// it: CI's build once gave the dQ kernel at head size 32 a 24-byte stack frame on sm_80 at 56
+// registers, where ptxas 13.0.88 gives 59 and none. With the bound it takes what each kernel needs
+// (80 to 232 registers with 13.0.88) and spills nothing at any head size.
+constexpr int kFp32BlocksPerSm = 2;
 
 // A query-side block (forward, dQ): this quad's query row and its q, and the shared K and V
 // tiles of the key blocks it walks, keys 0 .. last_key (the last its rows see).
@@ -99,7 +105,7 @@ struct QueryQuad {
 };
 
 template <int HS>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kFp32BlocksPerSm)
     forward_fp32_kernel(float* __restrict__ out, float* __restrict__ lse, const float* __restrict__ qkv,
                         AttentionShape s, float scale) {
   XTRAIN_DYNAMIC_SHARED(unsigned char, smem);
@@ -142,7 +148,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <int HS>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kFp32BlocksPerSm)
     backward_dkdv_fp32_kernel(BackwardArgs<float> args) {
   const auto [dqkv, dout, qkv, lse, D, s, scale] = args;
   XTRAIN_DYNAMIC_SHARED(unsigned char, smem);
@@ -177,15 +183,8 @@ __global__ void __launch_bounds__(kThreads)
   store_slice<HS>(dkrow + s.C, dv, 1.0f);
 }
 
-// Two blocks an SM as the dQ kernel's bound. It still allows 255 registers a thread, but with no
-// block count ptxas picks a register target of its own, for occupancy, and will spill to meet it:
-// at head size 32, CI's build once gave sm_80 a 24-byte stack frame at 56 registers where ptxas
-// 13.0.88 gives 59 and none. With the bound it takes what it needs (80 on sm_80, 86 on sm_90 with
-// 13.0.88) and spills nothing at any head size.
-constexpr int kFp32DqBlocksPerSm = 2;
-
 template <int HS>
-__global__ void __launch_bounds__(kThreads, kFp32DqBlocksPerSm)
+__global__ void __launch_bounds__(kThreads, kFp32BlocksPerSm)
     backward_dq_fp32_kernel(BackwardArgs<float> args) {
   const auto [dqkv, dout, qkv, lse, D, s, scale] = args;
   XTRAIN_DYNAMIC_SHARED(unsigned char, smem);
