@@ -81,11 +81,12 @@ slurmctld -D -i -f "$SLURM_CONF" >"$tmp/log/slurmctld.out" 2>&1 &
 pids+=($!)
 slurmd -D -f "$SLURM_CONF" >"$tmp/log/slurmd.out" 2>&1 &
 pids+=($!)
+# sinfo's output whole, then grep: `sinfo | grep -q` under pipefail fails if sinfo dies of SIGPIPE.
 for _ in $(seq 100); do
-  sinfo -h -o %t 2>/dev/null | grep -qE '^(idle|mix)' && break
+  grep -qE '^(idle|mix)' <<<"$(sinfo -h -o %t 2>/dev/null)" && break
   sleep 0.2
 done
-sinfo -h -o %t | grep -qE '^(idle|mix)' || fail "the node never became idle: $(sinfo 2>&1)"
+grep -qE '^(idle|mix)' <<<"$(sinfo -h -o %t)" || fail "the node never became idle: $(sinfo 2>&1)"
 echo "slurm ci-test: slurmctld and slurmd up on $host (ports $base_port, $((base_port + 1)))"
 
 cd "$tmp/work"
