@@ -13,10 +13,21 @@
 namespace xtrain {
 namespace {
 
+// What train.deterministic false does here, for the device line: only the bf16 CUDA attention
+// backward has an order-free path. Elsewhere the setting changes nothing, which whoever set it
+// should read rather than assume the faster path.
+std::string determinism_note(bool deterministic, bool dq_by_atomics) {
+  if (deterministic) return "";
+  if (dq_by_atomics) {
+    return "; train.deterministic false: the attention backward sums dQ by atomics (not bitwise reproducible)";
+  }
+  return "; train.deterministic false changes nothing here (only bf16 on CUDA has a path without a fixed order)";
+}
+
 DeviceChoice on_cpu(const JobSpec& spec, const std::string& why, bool degraded = false) {
   DeviceChoice choice;
   choice.precision = resolve_precision(spec.train, "cpu");
-  choice.summary = why + "; " + precision_name(choice.precision);
+  choice.summary = why + "; " + precision_name(choice.precision) + determinism_note(spec.train.deterministic, false);
   choice.degraded = degraded;
   return choice;
 }
@@ -76,10 +87,9 @@ DeviceChoice choose_device(const JobSpec& spec, int local_rank, const DeviceProb
   choice.gpu_memory = {"GPU " + std::to_string(choice.gpu) + " (" + gpu.name + ")", gpu.free_bytes, gpu.total_bytes};
   choice.deterministic = spec.train.deterministic;
   choice.summary = "device " + spec.device + ": " + gpu.describe(choice.gpu) + "; " + load.plugin->versions() +
-                   "; " + load.nccl + "; " + precision_name(choice.precision);
-  if (cuda_buffers::attention_dq_by_atomics(choice.precision, choice.deterministic)) {
-    choice.summary += "; train.deterministic false: the attention backward sums dQ by atomics (not bitwise reproducible)";
-  }
+                   "; " + load.nccl + "; " + precision_name(choice.precision) +
+                   determinism_note(choice.deterministic,
+                                    cuda_buffers::attention_dq_by_atomics(choice.precision, choice.deterministic));
   return choice;
 }
 

@@ -65,6 +65,12 @@ TEST_CASE("device cpu looks at nothing of CUDA", "[plugin]") {
   CHECK(choice.summary == "device cpu: training on the CPU; fp32");
   CHECK_FALSE(choice.degraded);
   CHECK_FALSE(is_loaded(kFake));
+  // CPU ranks have no path without a fixed order: asking for one is answered, not ignored.
+  JobSpec spec = spec_on("cpu");
+  spec.train.deterministic = false;
+  CHECK(choose_device(spec, 0, gpu_machine(kFake)).summary ==
+        "device cpu: training on the CPU; fp32; train.deterministic false changes nothing here (only bf16 on CUDA "
+        "has a path without a fixed order)");
 }
 
 TEST_CASE("device auto without NVIDIA GPUs loads no CUDA library and says so", "[plugin]") {
@@ -135,7 +141,10 @@ TEST_CASE("a GPU: the one of LOCAL_RANK, the spec's precision, one line with the
   spec.train.deterministic = false;
   CHECK_THROWS_WITH(make_backend(choose_device(spec, 1, gpu_machine(kFake))),
                     "fake CUDA plugin: no backend (GPU 1, fp32, not deterministic)");
-  CHECK_THAT(choose_device(spec, 1, gpu_machine(kFake)).summary, !Contains("atomics"));  // fp32 has no such path
+  // fp32 has no such path, and the line says the setting changes nothing
+  CHECK_THAT(choose_device(spec, 1, gpu_machine(kFake)).summary,
+             EndsWith("; fp32; train.deterministic false changes nothing here (only bf16 on CUDA has a path without "
+                      "a fixed order)"));
   spec.train.precision = "bf16";
   CHECK_THAT(choose_device(spec, 1, gpu_machine(kFake)).summary,
              EndsWith("; bf16; train.deterministic false: the attention backward sums dQ by atomics "
