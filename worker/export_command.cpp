@@ -113,8 +113,7 @@ int run_export(int argc, char** argv) {
   ExportOptions o;
   ModelFileInfo source;
   std::optional<ShippedVocab> vocab;
-  std::vector<float> params;
-  std::optional<ParamLayout> layout;
+  std::optional<FlatModel> flat;
   const auto t0 = std::chrono::steady_clock::now();
   try {
     o = parse(argc, argv);
@@ -124,12 +123,9 @@ int run_export(int argc, char** argv) {
     if (o.format == "llmc" && vocab && fs::exists(llmc_tokenizer_path(o.out), ec) && !o.force) {
       throw BadInput(llmc_tokenizer_path(o.out) + ": exists (give --force to replace it)");
     }
-    layout.emplace(dims_of(source));
-    params.resize(layout->total());
-    import_model(source, *layout, params.data());
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "error: out of memory for the %.2fM parameters of %s\n",
-                 layout ? static_cast<double>(layout->total()) / 1e6 : 0.0, o.source.c_str());
+    flat = load_flat_model(source);
+  } catch (const ModelOutOfMemory& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
     return exit_code::kRuntimeFailure;
   } catch (const std::exception& e) {  // everything else so far is about the input
     std::fprintf(stderr, "error: %s\n", e.what());
@@ -147,9 +143,11 @@ int run_export(int argc, char** argv) {
       throw FileError(parent.string(), "cannot create the directory: " + ec.message());
     }
     if (o.format == "hf") {
-      export_hf_directory(o.out, *layout, params.data(), vocab ? std::optional(vocab->files) : std::nullopt, o.force);
+      export_hf_directory(o.out, flat->layout, flat->params.data(),
+                          vocab ? std::optional(vocab->files) : std::nullopt, o.force);
     } else {
-      export_llmc_model(o.out, *layout, params.data(), o.dtype == "bf16" ? kLlmcVersionBf16 : kLlmcVersionFp32);
+      export_llmc_model(o.out, flat->layout, flat->params.data(),
+                        o.dtype == "bf16" ? kLlmcVersionBf16 : kLlmcVersionFp32);
       if (vocab) export_llmc_tokenizer(llmc_tokenizer_path(o.out), vocab->tokenizer);
     }
   } catch (const std::exception& e) {
@@ -158,7 +156,7 @@ int run_export(int argc, char** argv) {
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::info("exported {} ({:.2f}M parameters) to {} as {}{} in {:.1f} s", describe(source),
-               static_cast<double>(layout->total()) / 1e6, o.out,
+               static_cast<double>(flat->layout.total()) / 1e6, o.out,
                o.format == "hf" ? "a Hugging Face GPT-2 directory (F32)"
                                 : "an llm.c model file (version " +
                                       std::to_string(o.dtype == "bf16" ? kLlmcVersionBf16 : kLlmcVersionFp32) + ", " +

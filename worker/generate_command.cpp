@@ -185,8 +185,7 @@ int run_generate(int argc, char** argv) {
   ModelFileInfo model;
   Vocabulary vocab;
   std::vector<std::int32_t> prompt;
-  std::vector<float> params;
-  std::optional<ParamLayout> layout;
+  std::optional<FlatModel> flat;
   try {
     o = parse(argc, argv);
     model = open_model_argument(o.model);
@@ -197,12 +196,9 @@ int run_generate(int argc, char** argv) {
                      " tokens, but the model's context is " + std::to_string(model.n_positions) +
                      ": at most " + std::to_string(model.n_positions - 1) + " leave room to generate");
     }
-    layout.emplace(dims_of(model));
-    params.resize(layout->total());
-    import_model(model, *layout, params.data());
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "error: out of memory for the %.2fM parameters of %s\n",
-                 layout ? static_cast<double>(layout->total()) / 1e6 : 0.0, o.model.c_str());
+    flat = load_flat_model(model);
+  } catch (const ModelOutOfMemory& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
     return exit_code::kRuntimeFailure;
   } catch (const std::exception& e) {  // everything so far is about the input
     std::fprintf(stderr, "error: %s\n", e.what());
@@ -210,11 +206,11 @@ int run_generate(int argc, char** argv) {
   }
   spdlog::info("generating from {} ({:.2f}M parameters, context {}) on the CPU, one thread{}: prompt {} tokens, {} sample(s) "
                "of up to {} tokens",
-               describe(model), static_cast<double>(layout->total()) / 1e6, model.n_positions,
+               describe(model), static_cast<double>(flat->layout.total()) / 1e6, model.n_positions,
                o.device == "auto" ? " (auto: generation runs on the CPU)" : "", prompt.size(), o.num_samples,
                o.max_new_tokens);
   try {
-    KvDecoder decoder(*layout, std::move(params));
+    KvDecoder decoder(flat->layout, std::move(flat->params));
     TokenSampler sampler(o.sampling, o.seed);
     Totals totals;
     for (int s = 0; s < o.num_samples; ++s) {

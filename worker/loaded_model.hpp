@@ -12,22 +12,12 @@
 
 namespace xtrain {
 
-inline ModelSpec shape_of(const ModelFileInfo& model, int T) {
-  ModelSpec m;
-  m.n_layer = model.n_layer;
-  m.n_head = model.n_head;
-  m.n_embd = model.n_embd;
-  m.seq_len = T;
-  m.vocab_size = model.vocab_size;
-  return m;
-}
-
 struct LoadedModel {
   ParamLayout layout;
   CpuBackend backend{Precision::fp32};
   GPT gpt;
   LoadedModel(const ModelFileInfo& model, int T, int max_batch)
-      : layout(ModelDims::from(shape_of(model, T))), gpt(shape_of(model, T), backend, max_batch) {
+      : layout(ModelDims::from(spec_of(model, T))), gpt(spec_of(model, T), backend, max_batch) {
     std::vector<float> params(layout.total());
     import_model(model, layout, params.data());
     gpt.set_params(params.data());

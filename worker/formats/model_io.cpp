@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
+#include <new>
 
 #include "common/atomic_file.hpp"
 #include "common/checkpoint_dirs.hpp"
@@ -57,14 +59,29 @@ void check_shape(const ModelFileInfo& file, const ParamLayout& layout) {
 
 }  // namespace
 
-ModelDims dims_of(const ModelFileInfo& file) {
+ModelSpec spec_of(const ModelFileInfo& file, int seq_len) {
   ModelSpec m;
   m.n_layer = file.n_layer;
   m.n_head = file.n_head;
   m.n_embd = file.n_embd;
-  m.seq_len = file.n_positions;
+  m.seq_len = seq_len;
   m.vocab_size = file.vocab_size;
-  return ModelDims::from(m);
+  return m;
+}
+
+ModelDims dims_of(const ModelFileInfo& file) { return ModelDims::from(spec_of(file, file.n_positions)); }
+
+FlatModel load_flat_model(const ModelFileInfo& file) {
+  ParamLayout layout(dims_of(file));
+  try {
+    std::vector<float> params(layout.total());
+    import_model(file, layout, params.data());
+    return {std::move(layout), std::move(params)};
+  } catch (const std::bad_alloc&) {  // the buffer, or import_model's staging of a tensor
+    char millions[32];
+    std::snprintf(millions, sizeof millions, "%.2fM", static_cast<double>(layout.total()) / 1e6);
+    throw ModelOutOfMemory("out of memory for the " + std::string(millions) + " parameters of " + file.path);
+  }
 }
 
 void check_model_headers(const ModelFileInfo& file, const ParamLayout& layout) {

@@ -3,13 +3,18 @@
 // file is worker/formats/llmc_model.hpp's export_llmc_model).
 #pragma once
 
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "common/tokenizer/gpt2_vocabulary.hpp"
 #include "common/model_file.hpp"
 #include "worker/model/param_layout.hpp"
 
 namespace xtrain {
+
+// The shape of a model file's weights at a context of `seq_len` positions (at most n_positions).
+ModelSpec spec_of(const ModelFileInfo& file, int seq_len);
 
 // The layout a model file's weights fill at their full context (T = n_positions).
 ModelDims dims_of(const ModelFileInfo& file);
@@ -19,6 +24,23 @@ ModelDims dims_of(const ModelFileInfo& file);
 // taken); wte's padding rows become zero. Throws FileError naming the file and the tensor;
 // `params` is untouched when a check fails.
 void import_model(const ModelFileInfo& file, const ParamLayout& layout, float* params);
+
+// A whole model's weights at their full context in one flat fp32 buffer.
+struct FlatModel {
+  ParamLayout layout;
+  std::vector<float> params;  // (layout.total())
+};
+
+// The memory for a model's parameters could not be had: a failure of the machine, not of the
+// input ("out of memory for the 124.44M parameters of gpt2").
+class ModelOutOfMemory : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// import_model into a FlatModel of dims_of(file); throws what import_model throws, and
+// ModelOutOfMemory where the buffer cannot be allocated.
+FlatModel load_flat_model(const ModelFileInfo& file);
 
 // What import_model checks before it copies any tensor: the shape against the layout, the tensor
 // file's header (safetensors: every tensor's name, dtype, shape and data offsets against the

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -258,6 +259,36 @@ TEST_CASE("a Hugging Face GPT-2 directory in the released layout loads with exac
   CHECK(describe(info) == "Hugging Face GPT-2 directory " + dir / "gpt2");
   // seq_len 5 of the 8 positions: wpe's first 5 rows; wte's padding rows zero.
   CHECK(bitwise_equal(load(dir / "gpt2", w.layout), w.params));
+}
+
+TEST_CASE("a whole model loads at its full context, and one too large for memory is a runtime failure naming its size",
+          "[import]") {
+  ScratchDir dir;
+  const Weights w;
+  w.write_hf(dir / "gpt2", Released{});
+  ModelFileInfo info = read_model_file_info(dir / "gpt2");
+
+  const FlatModel flat = load_flat_model(info);
+  REQUIRE(flat.layout.dims().T == kPositions);  // every row of wpe, not a context of seq_len
+  REQUIRE(flat.params.size() == flat.layout.total());
+  for (const ParamTensor& t : flat.layout.tensors()) {
+    INFO(t.name);
+    const float* got = flat.params.data() + t.offset;
+    const float* want = t.name == "wpe.weight" ? w.wpe_file.data() : w.params.data() + w.layout.find(t.name).offset;
+    CHECK(std::memcmp(got, want, t.count * sizeof(float)) == 0);
+  }
+
+  // 4,000 layers of width 65,536: about 2e14 parameters, 800 TB, more than any address space
+  // holds, so the allocation fails however the machine overcommits memory.
+  info.n_layer = 4000;
+  info.n_embd = 65536;
+  info.n_head = 64;
+  const double millions = static_cast<double>(ParamLayout(dims_of(info)).total()) / 1e6;
+  REQUIRE(millions > 2e8);
+  char expected[128];
+  std::snprintf(expected, sizeof expected, "out of memory for the %.2fM parameters of ", millions);
+  CHECK_THROWS_WITH(load_flat_model(info), std::string(expected) + dir / "gpt2");
+  CHECK_THROWS_AS(load_flat_model(info), ModelOutOfMemory);
 }
 
 TEST_CASE("llm.c model files written by hand load and give the logits of the same weights", "[import][llmc]") {
