@@ -42,33 +42,28 @@ extern "C" void __tsan_vptr_read(void**) {}
 
 // Atomics in the instrumented files (reference counts of the host code around the kernels): done
 // as asked, sequentially consistent whatever order was asked for (stronger is always correct).
+// XTRAIN_ATOMIC_FETCH and XTRAIN_ATOMIC_COMPARE_EXCHANGE make one entry point each.
+#define XTRAIN_ATOMIC_FETCH(bits, T, op)                                    \
+  extern "C" T __tsan_atomic##bits##_fetch_##op(volatile T* a, T v, int) { \
+    return __atomic_fetch_##op(a, v, __ATOMIC_SEQ_CST);                     \
+  }
+#define XTRAIN_ATOMIC_COMPARE_EXCHANGE(bits, T, kind)                                                       \
+  extern "C" int __tsan_atomic##bits##_compare_exchange_##kind(volatile T* a, T* expected, T v, int, int) { \
+    return __atomic_compare_exchange_n(a, expected, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);          \
+  }
 #define XTRAIN_ATOMIC_HOOKS(bits, T)                                                                          \
   extern "C" T __tsan_atomic##bits##_load(const volatile T* a, int) { return __atomic_load_n(a, __ATOMIC_SEQ_CST); } \
   extern "C" void __tsan_atomic##bits##_store(volatile T* a, T v, int) { __atomic_store_n(a, v, __ATOMIC_SEQ_CST); } \
   extern "C" T __tsan_atomic##bits##_exchange(volatile T* a, T v, int) {                                       \
     return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST);                                                        \
   }                                                                                                            \
-  extern "C" T __tsan_atomic##bits##_fetch_add(volatile T* a, T v, int) {                                      \
-    return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);                                                         \
-  }                                                                                                            \
-  extern "C" T __tsan_atomic##bits##_fetch_sub(volatile T* a, T v, int) {                                      \
-    return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST);                                                         \
-  }                                                                                                            \
-  extern "C" T __tsan_atomic##bits##_fetch_and(volatile T* a, T v, int) {                                      \
-    return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST);                                                         \
-  }                                                                                                            \
-  extern "C" T __tsan_atomic##bits##_fetch_or(volatile T* a, T v, int) {                                       \
-    return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST);                                                          \
-  }                                                                                                            \
-  extern "C" T __tsan_atomic##bits##_fetch_xor(volatile T* a, T v, int) {                                      \
-    return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST);                                                         \
-  }                                                                                                            \
-  extern "C" int __tsan_atomic##bits##_compare_exchange_strong(volatile T* a, T* expected, T v, int, int) {    \
-    return __atomic_compare_exchange_n(a, expected, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);             \
-  }                                                                                                            \
-  extern "C" int __tsan_atomic##bits##_compare_exchange_weak(volatile T* a, T* expected, T v, int, int) {      \
-    return __atomic_compare_exchange_n(a, expected, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);             \
-  }                                                                                                            \
+  XTRAIN_ATOMIC_FETCH(bits, T, add)                                                                            \
+  XTRAIN_ATOMIC_FETCH(bits, T, sub)                                                                            \
+  XTRAIN_ATOMIC_FETCH(bits, T, and)                                                                            \
+  XTRAIN_ATOMIC_FETCH(bits, T, or)                                                                             \
+  XTRAIN_ATOMIC_FETCH(bits, T, xor)                                                                            \
+  XTRAIN_ATOMIC_COMPARE_EXCHANGE(bits, T, strong)                                                              \
+  XTRAIN_ATOMIC_COMPARE_EXCHANGE(bits, T, weak)                                                                \
   extern "C" T __tsan_atomic##bits##_compare_exchange_val(volatile T* a, T expected, T v, int, int) {          \
     __atomic_compare_exchange_n(a, &expected, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                   \
     return expected;                                                                                           \
