@@ -1,9 +1,11 @@
 #include "worker/generate_command.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <new>
 #include <optional>
@@ -17,6 +19,7 @@
 #include "common/exit_codes.hpp"
 #include "common/log.hpp"
 #include "common/model_file.hpp"
+#include "common/usable_cpus.hpp"
 #include "common/tokenizer/gpt2_tokenizer.hpp"
 #include "worker/cpu/kv_decoder.hpp"
 #include "worker/formats/model_io.hpp"
@@ -28,11 +31,12 @@ namespace xtrain {
 namespace {
 
 constexpr int kByteVocabulary = 256;
+constexpr int kMaxThreads = 1024;
 
 const char* const kUsage =
     "usage: xtrain-worker generate MODEL [--prompt TEXT | --prompt-file FILE] [--max-new-tokens N]\n"
     "         [--temperature T] [--top-k K] [--top-p P] [--seed S] [--num-samples N] [--stop TEXT]\n"
-    "         [--tokenizer PATH] [--device cpu|cuda|auto]\n"
+    "         [--tokenizer PATH] [--device cpu|cuda|auto] [--threads N]\n"
     "  Writes what MODEL says after the prompt to stdout as it is generated (whole UTF-8 characters),\n"
     "  then tokens/s on stderr. MODEL: a run directory (its newest intact checkpoint), a checkpoint,\n"
     "  a Hugging Face GPT-2 directory or an llm.c model file.\n"
@@ -48,8 +52,10 @@ const char* const kUsage =
     "    --tokenizer PATH      GPT-2 vocabulary files, for a model that comes without them; a model\n"
     "                          of 256 tokens without one is byte-level\n"
     "    --device cpu|auto     generation runs on the CPU (cuda is refused for now); default auto\n"
+    "    --threads N           threads sharing each token's work (default: OMP_NUM_THREADS when set,\n"
+    "                          else the CPUs this process may use); the text is the same for any N\n"
     "  Each new token costs one position (a KV cache); past the model's context the newest half of\n"
-    "  the window is kept and run again. One thread, fp32.\n"
+    "  the window is kept and run again. fp32.\n"
     "exit codes: 0 generated; 1 runtime failure; 2 bad input (command line, MODEL, tokenizer, prompt)\n";
 
 struct GenerateOptions {
@@ -63,7 +69,38 @@ struct GenerateOptions {
   std::string stop;
   std::string tokenizer;
   std::string device = "auto";
+  int threads = 0;  // 0: default_threads()
 };
+
+// OMP_NUM_THREADS when it is a count (the convention of CPU tools of this kind, and what xlaunch
+// gives each rank), else every CPU this process may use; at most one thread per
+// kMinBytesPerThread of weights. A token reads every weight once, split over the threads, and
+// each of its ~50 products ends in the threads meeting (a microsecond or two): with less than
+// this much to read each, meeting costs more than the second core's bandwidth gives (the 0.8M
+// demo model ran a token in 0.10 ms on one thread and 0.10-0.22 ms on two, 10.8M 1.3-1.8 ms
+// against 0.6-0.7, 124M 21-25 ms against 13-15; docs/PERF.md).
+constexpr double kMinBytesPerThread = 8.0 * 1024 * 1024;
+
+int default_threads(size_t params, std::string& why) {
+  int wanted = static_cast<int>(std::min<unsigned>(usable_cpus(), kMaxThreads));
+  why = "the CPUs this process may use";
+  if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp != nullptr && *omp != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(omp, &end, 10);
+    if (*end == '\0' && n >= 1 && n <= kMaxThreads) {
+      wanted = static_cast<int>(n);
+      why = "OMP_NUM_THREADS";
+    }
+  }
+  const double bytes = static_cast<double>(params) * sizeof(float);
+  const int useful = std::max(1, static_cast<int>(bytes / kMinBytesPerThread));
+  if (wanted <= useful) return wanted;
+  char text[160];
+  std::snprintf(text, sizeof text, "%s gave %d; %.1f MB of weights use at most one per %.0f MiB", why.c_str(), wanted,
+                bytes / 1e6, kMinBytesPerThread / (1024 * 1024));
+  why = text;
+  return useful;
+}
 
 GenerateOptions parse(int argc, char** argv) {
   GenerateOptions o;
@@ -83,6 +120,9 @@ GenerateOptions parse(int argc, char** argv) {
           .option("--stop", o.stop)
           .option("--tokenizer", o.tokenizer)
           .option("--device", o.device)
+          .option("--threads", [&](const std::string& v) {
+            o.threads = static_cast<int>(parse_integer("--threads", v, 1, kMaxThreads));
+          })
           .parse(argc, argv);
   if (positional.size() != 1) {
     throw BadInput("command line: expected one MODEL, got " + std::to_string(positional.size()) +
@@ -204,13 +244,15 @@ int run_generate(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return exit_code::kBadInput;
   }
-  spdlog::info("generating from {} ({:.2f}M parameters, context {}) on the CPU, one thread{}: prompt {} tokens, {} sample(s) "
-               "of up to {} tokens",
+  std::string threads_from = "--threads";
+  const int threads = o.threads > 0 ? o.threads : default_threads(flat->layout.total(), threads_from);
+  spdlog::info("generating from {} ({:.2f}M parameters, context {}) on the CPU{}, {} thread{} ({}): prompt {} tokens, "
+               "{} sample(s) of up to {} tokens",
                describe(model), static_cast<double>(flat->layout.total()) / 1e6, model.n_positions,
-               o.device == "auto" ? " (auto: generation runs on the CPU)" : "", prompt.size(), o.num_samples,
-               o.max_new_tokens);
+               o.device == "auto" ? " (auto: generation runs on the CPU)" : "", threads, threads == 1 ? "" : "s",
+               threads_from, prompt.size(), o.num_samples, o.max_new_tokens);
   try {
-    KvDecoder decoder(flat->layout, std::move(flat->params));
+    KvDecoder decoder(flat->layout, std::move(flat->params), threads);
     TokenSampler sampler(o.sampling, o.seed);
     Totals totals;
     for (int s = 0; s < o.num_samples; ++s) {

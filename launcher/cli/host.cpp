@@ -4,10 +4,8 @@
 #include <set>
 #include <sstream>
 
-#include <sched.h>
-#include <unistd.h>
-
 #include "common/gpu/gpu_probe.hpp"
+#include "common/usable_cpus.hpp"
 
 extern char** environ;
 
@@ -15,13 +13,6 @@ namespace xtrain::launcher {
 namespace {
 
 namespace fs = std::filesystem;
-
-unsigned count_cores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return static_cast<unsigned>(CPU_COUNT(&set));
-  const long online = sysconf(_SC_NPROCESSORS_ONLN);
-  return online > 0 ? static_cast<unsigned>(online) : 1u;
-}
 
 std::string trim(const std::string& s) {
   const auto first = s.find_first_not_of(" \t");
@@ -69,7 +60,7 @@ HostInfo probe_host() {
   if (auto it = host.environment.find("CUDA_VISIBLE_DEVICES"); it != host.environment.end()) {
     host.cuda_visible_devices = it->second;
   }
-  host.cores = count_cores();
+  host.cores = usable_cpus();
   std::error_code ec;
   host.exe_dir = fs::read_symlink("/proc/self/exe", ec).parent_path().string();
   return host;

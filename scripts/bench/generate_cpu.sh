@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Per-token time of generate's KV-cached decoder, next to the memory-bandwidth floor and PyTorch
-# eager with a KV cache, on GPT-2 124M's shape at one thread (docs/PERF.md, "Generation").
-# Usage: scripts/bench/generate_cpu.sh [--rounds N] [--runs N]
+# eager with a KV cache, on GPT-2 124M's shape, one thread each or --threads N each
+# (docs/PERF.md, "Generation").
+# Usage: scripts/bench/generate_cpu.sh [--rounds N] [--runs N] [--threads N]
 #   (build dir: $XTRAIN_BUILD_DIR or build/; PyTorch: /usr/bin/python3 with python3-torch)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)

@@ -1,14 +1,17 @@
-// Per-token time of `xtrain-worker generate`'s decoder (worker/cpu/kv_decoder.hpp: one thread) on
-// GPT-2 124M's shape with random weights, fp32, next to the floor that reading the weights once per
-// token sets at this machine's single-thread memory bandwidth, measured in the same run
-// (scripts/bench/generate_cpu.py runs it next to PyTorch).
+// Per-token time of `xtrain-worker generate`'s decoder (worker/cpu/kv_decoder.hpp) on --threads
+// threads (1 unless given) on GPT-2 124M's shape with random weights, fp32, next to the floor that
+// reading the weights once per token sets at this machine's memory bandwidth on as many threads,
+// measured in the same run (scripts/bench/generate_cpu.py runs it next to PyTorch).
 //
 // A prompt of --prompt tokens, then --new tokens one at a time (greedy), --runs times; prints one
-// JSON line: the median per-token time of the decode (wall, and this thread's CPU time, which the
-// ratio to the floor takes: the bandwidth is measured in CPU time too), the prompt's time, the bandwidth (the best
-// of several passes reading a buffer 16x the last-level cache, in huge pages as the decoder's weights), the bytes each token reads (every
-// weight but wpe, of which one row) and the greedy tokens (the peer's check). With --out DIR it
-// writes the weights (params.bin, our flat layout) and config.json for the PyTorch side.
+// JSON line: the median per-token time of the decode (wall, and the calling thread's CPU time),
+// the prompt's time, the bandwidth (the best of several passes reading a buffer larger than the
+// last-level cache, in huge pages as the decoder's weights, split over the threads as the
+// decoder's products are), the bytes each token reads (every weight but wpe, of which one row) and
+// the greedy tokens (the peer's check). On one thread the ratio to the floor takes CPU time on
+// both sides (waiting for a core on a shared machine is left out, stalls on memory are not); on
+// several, wall time on both (one thread's CPU time no longer measures the work). With --out DIR
+// it writes the weights (params.bin, our flat layout) and config.json for the PyTorch side.
 #include <cblas.h>
 #include <immintrin.h>
 #include <time.h>
@@ -28,6 +31,7 @@
 #include "worker/cpu/huge_page_buffer.hpp"
 #include "worker/cpu/kv_decoder.hpp"
 #include "worker/cpu/openblas_core.hpp"
+#include "worker/cpu/thread_team.hpp"
 #include "worker/model/param_layout.hpp"
 
 using namespace xtrain;
@@ -36,6 +40,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double wall_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 
 // This thread's CPU time, s: on a machine shared with other work it leaves out the time the
 // thread waited for a core (a stall on memory still counts: it is the work's).
@@ -45,29 +50,37 @@ double thread_cpu_s() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-// Single-thread read bandwidth, bytes/s: the best of `passes` sums over `bytes` of memory (8
-// independent 256-bit accumulators, so the loads, not the adds, set the pace).
-double read_bandwidth(size_t bytes, int passes) {
+// Read bandwidth, bytes/s, over the team's threads: the best of `passes` sums over `bytes` of
+// memory, each member summing its share (8 independent 256-bit accumulators, so the loads, not
+// the adds, set the pace). Timed in the calling thread's CPU time on one thread, in wall time on
+// several.
+double read_bandwidth(size_t bytes, int passes, ThreadTeam& team) {
   HugePageBuffer buffer(bytes / sizeof(float));  // the decoder's kind of memory
+  const bool one = team.members() == 1;
   double best = 0.0;
-  float sink = 0.0f;
+  std::vector<float> sinks(static_cast<size_t>(team.members()));
   for (int p = 0; p < passes; ++p) {
-    const double t0 = thread_cpu_s();
-    __m256 acc[8];
-    for (auto& a : acc) a = _mm256_setzero_ps();
-    const float* x = buffer.data();
-    for (size_t i = 0; i + 64 <= buffer.size(); i += 64) {
-      for (int k = 0; k < 8; ++k) acc[k] = _mm256_add_ps(acc[k], _mm256_loadu_ps(x + i + 8 * k));
-    }
-    const double s = thread_cpu_s() - t0;
-    for (auto& a : acc) {
+    const double t0 = one ? thread_cpu_s() : wall_s();
+    team.run([&](int member, int members) {
+      const TeamShare share = team_share(static_cast<long>(buffer.size() / 64), member, members);
+      __m256 acc[8];
+      for (auto& a : acc) a = _mm256_setzero_ps();
+      const float* x = buffer.data();
+      for (long block = share.first; block < share.last; ++block) {
+        for (int k = 0; k < 8; ++k) acc[k] = _mm256_add_ps(acc[k], _mm256_loadu_ps(x + 64 * block + 8 * k));
+      }
       float lanes[8];
-      _mm256_storeu_ps(lanes, a);
-      for (float v : lanes) sink += v;
-    }
+      for (auto& a : acc) {
+        _mm256_storeu_ps(lanes, a);
+        for (float v : lanes) sinks[static_cast<size_t>(member)] += v;
+      }
+    });
+    const double s = (one ? thread_cpu_s() : wall_s()) - t0;
     best = std::max(best, static_cast<double>(bytes) / s);
   }
-  if (sink == 42.0f) std::fprintf(stderr, " ");  // keeps the sums alive
+  for (float v : sinks) {
+    if (v == 42.0f) std::fprintf(stderr, " ");  // keeps the sums alive
+  }
   return best;
 }
 
@@ -81,7 +94,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) try {
   if (const std::string line = choose_openblas_core(argv); !line.empty()) spdlog::info("{}", line);
   bench::BenchShape shape{12, 12, 768, 1024, 50257, 1, 0, 0};
-  int prompt_tokens = 64, new_tokens = 256, runs = 3;
+  int prompt_tokens = 64, new_tokens = 256, runs = 3, threads = 1;
   std::string out;
   bench::parse_bench_flags("xtrain-bench-generate", argc, argv, shape, [&](int& i) {
     const std::string a = argv[i];
@@ -89,10 +102,11 @@ int main(int argc, char** argv) try {
     if (a == "--prompt") prompt_tokens = std::atoi(argv[++i]);
     else if (a == "--new") new_tokens = std::atoi(argv[++i]);
     else if (a == "--runs") runs = std::atoi(argv[++i]);
+    else if (a == "--threads") threads = std::atoi(argv[++i]);
     else if (a == "--out") out = argv[++i];
     else return false;
     return true;
-  }, "[--prompt N (64)] [--new N (256)] [--runs N (3)] [--out DIR]");
+  }, "[--prompt N (64)] [--new N (256)] [--runs N (3)] [--threads N (1)] [--out DIR]");
   const ParamLayout layout(ModelDims::from(shape.model()));
   const ModelDims& d = layout.dims();
   std::vector<float> params(layout.total());
@@ -113,11 +127,15 @@ int main(int argc, char** argv) try {
     std::ofstream(out + "/config.json") << config.dump();
   }
 
-  const double bandwidth = read_bandwidth(size_t{512} << 20, 5);
+  double bandwidth = 0.0;
+  {
+    ThreadTeam team(threads);  // gone before the decoder starts its own
+    bandwidth = read_bandwidth(size_t{512} << 20, 5, team);
+  }
   const size_t read_floats = layout.total() - static_cast<size_t>(d.T - 1) * d.C;
   const double floor_ms = 1000.0 * static_cast<double>(read_floats * sizeof(float)) / bandwidth;
 
-  KvDecoder decoder(layout, std::move(params));
+  KvDecoder decoder(layout, std::move(params), threads);
   std::vector<double> per_token_ms, per_token_cpu_ms, prompt_ms;
   std::vector<int32_t> generated;
   for (int r = 0; r < runs; ++r) {
@@ -136,14 +154,15 @@ int main(int argc, char** argv) try {
     per_token_ms.push_back(1000.0 * seconds_since(t0) / new_tokens);
     per_token_cpu_ms.push_back(1000.0 * (thread_cpu_s() - cpu0) / new_tokens);
   }
-  const double cpu_ms = median(per_token_cpu_ms);
+  const double cpu_ms = median(per_token_cpu_ms), wall_ms = median(per_token_ms);
+  const double timed_ms = threads == 1 ? cpu_ms : wall_ms;  // what the floor is compared with
   const nlohmann::json result = {
-      {"impl", "xtrain"}, {"threads", openblas_get_num_threads()}, {"openblas_core", openblas_get_corename()},
+      {"impl", "xtrain"}, {"threads", threads}, {"timing", threads == 1 ? "cpu" : "wall"}, {"openblas_core", openblas_get_corename()},
       {"params", layout.total()}, {"prompt_tokens", prompt_tokens}, {"new_tokens", new_tokens}, {"runs", runs},
-      {"ms_per_token", median(per_token_ms)}, {"cpu_ms_per_token", cpu_ms}, {"cpu_ms_per_token_runs", per_token_cpu_ms},
+      {"ms_per_token", wall_ms}, {"cpu_ms_per_token", cpu_ms}, {"timed_ms_per_token", timed_ms}, {"cpu_ms_per_token_runs", per_token_cpu_ms},
       {"prompt_ms", median(prompt_ms)},
       {"bandwidth_gb_s", bandwidth / 1e9}, {"bytes_per_token", read_floats * sizeof(float)},
-      {"floor_ms_per_token", floor_ms}, {"vs_floor", cpu_ms / floor_ms}, {"tokens", generated}};
+      {"floor_ms_per_token", floor_ms}, {"vs_floor", timed_ms / floor_ms}, {"tokens", generated}};
   std::printf("%s\n", result.dump().c_str());
   return 0;
 } catch (const std::exception& e) {

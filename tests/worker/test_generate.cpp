@@ -1,7 +1,7 @@
 // `xtrain-worker generate` (the real binary): greedy decoding of an exported model matches
 // PyTorch's greedy decoding of the same weights token for token (a full forward per token there,
 // past the context too), every kind of MODEL gives the same text, the same seed the same text,
-// --stop and --num-samples, and bad input is one error line, exit 2 and nothing on stdout.
+// --stop and --num-samples, the same text on any number of threads, and bad input is one error line, exit 2 and nothing on stdout.
 //
 // The model is byte-level (256 tokens: stdout's bytes are the token ids) with a context of 16, so
 // 40 new tokens slide the window twice.
@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -108,6 +109,26 @@ TEST_CASE("generate: the same seed gives the same text, --stop and --num-samples
   const std::string first = "--- sample 1 of 2 ---\n" + a.out + "\n--- sample 2 of 2 ---\n";
   CHECK(two.out.rfind(first, 0) == 0);
   CHECK(two.out.size() == first.size() + 30);
+
+  // Any number of threads: the same text, and the log says how many and why.
+  const CliRun three = with({"--seed", "5", "--threads", "3"});
+  CHECK(three.code == 0);
+  CHECK(three.out == a.out);
+  CHECK(three.output.find("3 threads (--threads)") != std::string::npos);
+  // The default for a model this small is one thread, whatever OMP_NUM_THREADS or the machine
+  // offers; the log says why.
+  const char* before = std::getenv("OMP_NUM_THREADS");
+  const std::optional<std::string> saved = before ? std::optional<std::string>(before) : std::nullopt;
+  ::setenv("OMP_NUM_THREADS", "4", 1);
+  const CliRun capped = with({"--seed", "5"});
+  if (saved) {
+    ::setenv("OMP_NUM_THREADS", saved->c_str(), 1);
+  } else {
+    ::unsetenv("OMP_NUM_THREADS");
+  }
+  CHECK(capped.out == a.out);
+  CHECK(capped.output.find("1 thread (OMP_NUM_THREADS gave 4; 0.1 MB of weights use at most one per 8 MiB)") !=
+        std::string::npos);
 }
 
 TEST_CASE("generate: bad input is one error line, exit 2, nothing on stdout", "[generate][errors]") {
@@ -138,6 +159,8 @@ TEST_CASE("generate: bad input is one error line, exit 2, nothing on stdout", "[
       {{bytes.dir, "--device", "cuda"}, "--device cuda: generation runs on the CPU for now"},
       {{bytes.dir, "--device", "tpu"}, "--device: expected \"cpu\", \"cuda\" or \"auto\""},
       {{bytes.dir, "--prompt-file", dir / "nope.txt"}, "--prompt-file: cannot read"},
+      {{bytes.dir, "--threads", "0"}, "--threads: expected an integer >= 1 and <= 1024, got \"0\""},
+      {{bytes.dir, "--threads", "two"}, "--threads: expected an integer"},
       {{bytes.dir, "--bogus"}, "command line: unknown option \"--bogus\""},
       {{no_tokenizer.dir}, no_tokenizer.dir + ": no tokenizer comes with this model (70 tokens): give --tokenizer"},
   };

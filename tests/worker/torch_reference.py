@@ -22,9 +22,10 @@ Modes (run with /usr/bin/python3, Debian's python3-torch):
               xtrain-worker eval's loss and bits per byte of a byte-level text file, in windows of N.
   hf-choice DIR FILE
               llm.c's multiple-choice accuracy (lowest mean completion loss) on FILE; one JSON line.
-  bench-generate DIR
+  bench-generate DIR [--threads N]
               one token at a time with a KV cache, eager, on the weights and prompt that
-              scripts/bench/generate_cpu_bench.cpp --out DIR wrote; one JSON line.
+              scripts/bench/generate_cpu_bench.cpp --out DIR wrote, on N intra-op threads (1);
+              one JSON line.
   bench       time full training steps (forward, backward, clip, AdamW) of a freshly initialised
               model in eager mode; prints one JSON line with the median step and its tokens/s.
 """
@@ -353,12 +354,12 @@ def decode_step(model, tokens, pos, keys, values):
     return torch.mv(model.wte.weight, model.ln_f(x[0, -1]))
 
 
-def bench_generate(directory, runs):
-    """PyTorch eager at its best for one token at a time: one thread, inference_mode, a
-    preallocated KV cache; the prompt and weights of scripts/bench/generate_cpu_bench.cpp's --out
-    DIR, greedy. Prints one JSON line with the median per-token time (wall and this thread's CPU
-    time) and the tokens."""
-    torch.set_num_threads(1)
+def bench_generate(directory, runs, threads):
+    """PyTorch eager at its best for one token at a time: `threads` intra-op threads,
+    inference_mode, a preallocated KV cache; the prompt and weights of
+    scripts/bench/generate_cpu_bench.cpp's --out DIR, greedy. Prints one JSON line with the median
+    per-token time (wall and this thread's CPU time) and the tokens."""
+    torch.set_num_threads(threads)
     cfg = json.load(open(os.path.join(directory, "config.json")))
     model, _ = load_flat(directory, cfg)
     model.eval()
@@ -440,6 +441,7 @@ def main():
     bg = sub.add_parser("bench-generate")
     bg.add_argument("dir")
     bg.add_argument("--runs", type=int, default=3)
+    bg.add_argument("--threads", type=int, default=1)
     b = sub.add_parser("bench")
     for name, default in [("layers", 4), ("heads", 4), ("embd", 128), ("seq", 64), ("vocab", 256), ("batch", 4),
                           ("steps", 10), ("warmup", 2), ("threads", 2)]:
@@ -457,7 +459,7 @@ def main():
     elif a.mode == "hf-choice":
         hf_choice(a.dir, a.file)
     elif a.mode == "bench-generate":
-        bench_generate(a.dir, a.runs)
+        bench_generate(a.dir, a.runs, a.threads)
     else:
         bench(a)
 

@@ -13,8 +13,8 @@
 
 namespace xtrain {
 
-KvDecoder::KvDecoder(const ParamLayout& layout, std::vector<float> params)
-    : dims_(layout.dims()), layout_(layout), params_(layout.total()) {
+KvDecoder::KvDecoder(const ParamLayout& layout, std::vector<float> params, int threads)
+    : dims_(layout.dims()), layout_(layout), params_(layout.total()), team_(threads) {
   if (params.size() != layout.total()) {
     throw std::invalid_argument("KvDecoder: " + std::to_string(params.size()) + " parameters for a layout of " +
                                 std::to_string(layout.total()));
@@ -35,6 +35,7 @@ KvDecoder::KvDecoder(const ParamLayout& layout, std::vector<float> params)
   keys_.resize(cache);
   values_.resize(cache);
   logits_.resize(static_cast<size_t>(dims_.Vp));
+  scores_.resize(static_cast<size_t>(team_.members()) * dims_.T);
   window_.reserve(static_cast<size_t>(dims_.T));
 }
 
@@ -67,40 +68,55 @@ std::span<const float> KvDecoder::append(std::span<const std::int32_t> tokens) {
 void KvDecoder::matmul(float* out, const float* inp, const float* weight, const float* bias, int n, int in,
                        int out_dim) {
   for (int i = 0; i < n; ++i) std::memcpy(out + static_cast<size_t>(i) * out_dim, bias, out_dim * sizeof(float));
-  packed_matmul_accumulate(out, weight, inp, n, out_dim, in);
+  product(out, weight, inp, n, out_dim, in);
+}
+
+// out (n,rows) += x (n,cols) @ W^T, each member of the team taking its share of W's rows.
+void KvDecoder::product(float* out, const float* packed, const float* x, int n, int rows, int cols) {
+  team_.run([&](int member, int members) {
+    const RowRange share = packed_rows_share(rows, member, members);
+    packed_matmul_accumulate_rows(out, packed, x, n, rows, cols, share.first, share.last);
+  });
 }
 
 // Causal attention of the n new positions [first, first+n) over the cache of `layer`, which
-// already holds their keys and values: softmax(q k^T / sqrt(hs)) v per head.
+// already holds their keys and values: softmax(q k^T / sqrt(hs)) v per head, the heads shared out
+// over the team.
 void KvDecoder::attention(int layer, int first, int n) {
+  team_.run([&](int member, int members) {
+    const TeamShare heads = team_share(dims_.NH, member, members);
+    for (int i = 0; i < n; ++i) {
+      for (long h = heads.first; h < heads.last; ++h) attend(layer, static_cast<int>(h), first + i + 1, i, member);
+    }
+  });
+}
+
+// One head of one new position (row i of qkv_ and att_), over the cache's first `seen` positions,
+// with member `member`'s row of scores.
+void KvDecoder::attend(int layer, int h, int seen, int i, int member) {
   const int C = dims_.C, NH = dims_.NH, hs = C / NH, T = dims_.T;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  float* scores = scores_.data();
-  for (int i = 0; i < n; ++i) {
-    const int seen = first + i + 1;
-    for (int h = 0; h < NH; ++h) {
-      const size_t head = (static_cast<size_t>(layer) * NH + h) * T * hs;
-      const float* keys = keys_.data() + head;
-      const float* values = values_.data() + head;
-      const float* q = qkv_.data() + static_cast<size_t>(i) * 3 * C + h * hs;
-      float top = -INFINITY;
-      for (int t = 0; t < seen; ++t) {
-        scores[t] = math::row_dot(q, keys + static_cast<size_t>(t) * hs, hs) * scale;
-        top = std::max(top, scores[t]);
-      }
-      float sum = 0.0f;
-      for (int t = 0; t < seen; ++t) {
-        scores[t] = std::exp(scores[t] - top);
-        sum += scores[t];
-      }
-      float* y = att_.data() + static_cast<size_t>(i) * C + h * hs;
-      std::fill(y, y + hs, 0.0f);
-      for (int t = 0; t < seen; ++t) {
-        const float w = scores[t] / sum;
-        const float* v = values + static_cast<size_t>(t) * hs;
-        for (int k = 0; k < hs; ++k) y[k] += w * v[k];
-      }
-    }
+  float* scores = scores_.data() + static_cast<size_t>(member) * T;
+  const size_t head = (static_cast<size_t>(layer) * NH + h) * T * hs;
+  const float* keys = keys_.data() + head;
+  const float* values = values_.data() + head;
+  const float* q = qkv_.data() + static_cast<size_t>(i) * 3 * C + h * hs;
+  float top = -INFINITY;
+  for (int t = 0; t < seen; ++t) {
+    scores[t] = math::row_dot(q, keys + static_cast<size_t>(t) * hs, hs) * scale;
+    top = std::max(top, scores[t]);
+  }
+  float sum = 0.0f;
+  for (int t = 0; t < seen; ++t) {
+    scores[t] = std::exp(scores[t] - top);
+    sum += scores[t];
+  }
+  float* y = att_.data() + static_cast<size_t>(i) * C + h * hs;
+  std::fill(y, y + hs, 0.0f);
+  for (int t = 0; t < seen; ++t) {
+    const float w = scores[t] / sum;
+    const float* v = values + static_cast<size_t>(t) * hs;
+    for (int k = 0; k < hs; ++k) y[k] += w * v[k];
   }
 }
 
@@ -116,7 +132,6 @@ void KvDecoder::run(const std::int32_t* tokens, int n) {
     att_.resize(rows * C);
     proj_.resize(rows * C);
     hidden_.resize(rows * 4 * C);
-    scores_.resize(static_cast<size_t>(T));
   }
   const float* P = params_.data();
   const auto layernorm = [&](float* out, const float* inp, size_t w, size_t b, int rows) {
@@ -160,7 +175,7 @@ void KvDecoder::run(const std::int32_t* tokens, int n) {
   // Only the last position's logits are wanted: one row through the final layernorm and wte.
   layernorm(normed_.data(), residual_.data() + static_cast<size_t>(n - 1) * C, layout_.lnf_w(), layout_.lnf_b(), 1);
   std::fill(logits_.begin(), logits_.end(), 0.0f);
-  packed_matmul_accumulate(logits_.data(), P + layout_.wte(), normed_.data(), 1, dims_.Vp, C);
+  product(logits_.data(), P + layout_.wte(), normed_.data(), 1, dims_.Vp, C);
   positions_computed_ += static_cast<std::uint64_t>(n);
 }
 

@@ -2,7 +2,10 @@
 // seen so far are kept, so a new token costs one position of work (one matrix-vector product per
 // weight matrix, attention over the cached positions) instead of a forward over the whole window.
 // fp32 throughout, the same per-element math as training (worker/math/), the products on weight
-// matrices repacked for them (worker/cpu/packed_matmul.hpp), on the calling thread.
+// matrices repacked for them (worker/cpu/packed_matmul.hpp). The products' rows and the attention
+// heads are split over a team of threads (worker/cpu/thread_team.hpp), the calling thread among
+// them; every output is the same sum whatever the split, so the logits have the same bits at any
+// thread count.
 //
 // Past the context: GPT-2's positions are learned absolute embeddings, so cached keys and values
 // belong to their positions and cannot be shifted. When the cache is full, the decoder keeps the
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "worker/cpu/huge_page_buffer.hpp"
+#include "worker/cpu/thread_team.hpp"
 #include "worker/model/param_layout.hpp"
 
 namespace xtrain {
@@ -23,8 +27,11 @@ class KvDecoder {
  public:
   // `params`: laid out by `layout` (layout.total() floats; std::invalid_argument otherwise), copied
   // into huge pages (worker/cpu/huge_page_buffer.hpp) with the matrices repacked, then released.
-  // `layout` must outlive the decoder; the context is layout.dims().T.
-  KvDecoder(const ParamLayout& layout, std::vector<float> params);
+  // `layout` must outlive the decoder; the context is layout.dims().T. `threads` >= 1 (the team's
+  // members, the calling thread included; std::invalid_argument otherwise).
+  KvDecoder(const ParamLayout& layout, std::vector<float> params, int threads = 1);
+
+  int threads() const { return team_.members(); }
 
   int context() const { return dims_.T; }
   int position() const { return static_cast<int>(window_.size()); }  // tokens in the cache
@@ -43,7 +50,9 @@ class KvDecoder {
  private:
   void run(const std::int32_t* tokens, int n);  // positions [window_.size() - n, window_.size())
   void matmul(float* out, const float* inp, const float* weight, const float* bias, int n, int in, int out_dim);
+  void product(float* out, const float* packed, const float* x, int n, int rows, int cols);  // out += x W^T
   void attention(int layer, int first, int n);
+  void attend(int layer, int h, int seen, int i, int member);
 
   ModelDims dims_;
   const ParamLayout& layout_;
@@ -56,7 +65,9 @@ class KvDecoder {
   std::vector<float> keys_, values_;
   // Per-position work rows, sized for `rows_` positions (grown to a prompt's length).
   int rows_ = 0;
-  std::vector<float> residual_, normed_, qkv_, att_, proj_, hidden_, scores_, logits_;
+  std::vector<float> residual_, normed_, qkv_, att_, proj_, hidden_, logits_;
+  std::vector<float> scores_;  // (threads, T): each member's attention row
+  ThreadTeam team_;
 };
 
 }  // namespace xtrain

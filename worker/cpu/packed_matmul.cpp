@@ -2,8 +2,11 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
+
+#include "worker/cpu/thread_team.hpp"
 
 namespace xtrain {
 namespace {
@@ -76,9 +79,14 @@ void pack_rows(float* W, int rows, int cols, std::vector<float>& scratch) {
 }
 
 void packed_matmul_accumulate(float* out, const float* W, const float* x, int n, int rows, int cols) {
+  packed_matmul_accumulate_rows(out, W, x, n, rows, cols, 0, rows);
+}
+
+void packed_matmul_accumulate_rows(float* out, const float* W, const float* x, int n, int rows, int cols, int first,
+                                   int last) {
   const size_t group = static_cast<size_t>(kRows) * cols;
   const int groups = rows / kRows;
-  for (int g = 0; g < groups; ++g) {
+  for (int g = first / kRows; g < std::min(groups, last / kRows); ++g) {
     const float* w = W + g * group;
     int i = 0;
     for (; i + 2 <= n; i += 2) {
@@ -86,10 +94,15 @@ void packed_matmul_accumulate(float* out, const float* W, const float* x, int n,
     }
     if (i < n) group_product<1>(out + static_cast<size_t>(i) * rows + g * kRows, w, x + static_cast<size_t>(i) * cols, rows, cols);
   }
-  for (int r = groups * kRows; r < rows; ++r) {
+  for (int r = std::max(first, groups * kRows); r < last; ++r) {
     const float* w = W + static_cast<size_t>(r) * cols;
     for (int i = 0; i < n; ++i) out[static_cast<size_t>(i) * rows + r] += row_product(w, x + static_cast<size_t>(i) * cols, cols);
   }
+}
+
+RowRange packed_rows_share(int rows, int member, int members) {
+  const TeamShare groups = team_share(rows / kRows, member, members);
+  return {static_cast<int>(kRows * groups.first), member + 1 == members ? rows : static_cast<int>(kRows * groups.last)};
 }
 
 void packed_row(float* dst, const float* W, int r, int rows, int cols) {

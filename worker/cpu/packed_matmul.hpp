@@ -22,6 +22,20 @@ void pack_rows(float* W, int rows, int cols, std::vector<float>& scratch);
 // an order fixed by cols alone: the same bits for a position whatever n is.
 void packed_matmul_accumulate(float* out, const float* W, const float* x, int n, int rows, int cols);
 
+// The part of that product for the output rows [first, last): `first` a multiple of 4, `last` a
+// multiple of 4 or `rows`. Parts that cover [0, rows) add exactly what the whole product adds
+// (each output's sum is the same), so threads may split a product by rows (packed_rows_share).
+void packed_matmul_accumulate_rows(float* out, const float* W, const float* x, int n, int rows, int cols, int first,
+                                   int last);
+
+// Member `member` of `members`' output rows of a product with `rows` rows, as packed_matmul_
+// accumulate_rows takes them: whole groups of four, the last member also the rows % 4 left over.
+struct RowRange {
+  int first = 0;
+  int last = 0;
+};
+RowRange packed_rows_share(int rows, int member, int members);
+
 // Row `r` of a packed W, as it was before packing, into dst (cols floats).
 void packed_row(float* dst, const float* W, int r, int rows, int cols);
 

@@ -5,17 +5,16 @@
 // Exit codes: 0 the shards are in place; 1 runtime failure (the file system failed); 2 bad input
 // (command line, vocabulary, input files, output directory), with one line "xtrain-data: error:
 // <file[:line]>: <what>"; 128+N stopped by signal N (SIGINT, SIGTERM), leaving nothing behind.
-#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/command_line.hpp"
 #include "common/exit_codes.hpp"
+#include "common/usable_cpus.hpp"
 #include "common/tokenizer/gpt2_tokenizer.hpp"
 #include "worker/data_tool/documents.hpp"
 #include "worker/data_tool/pipeline.hpp"
@@ -45,7 +44,7 @@ const char* const kUsage =
     "  --val-tokens N       the first documents, whole, until at least N tokens, are the validation\n"
     "                       split (default: a tenth of the input's tokens, estimated at 4 bytes\n"
     "                       a token, at most --shard-tokens, llm.c's first shard; 0: none)\n"
-    "  --threads N          encoding threads (default: the number of cores)\n"
+    "  --threads N          encoding threads (default: the CPUs this process may use)\n"
     "  --chunk-bytes N      text per unit of work (default 1048576; changes no output)\n"
     "  --quiet              no progress line\n"
     "exit codes: 0 done; 1 the file system failed; 2 bad input; 128+N stopped by signal N\n";
@@ -73,7 +72,7 @@ std::uint64_t parse_count(const std::string& flag, const std::string& value, std
 
 Options parse(int argc, char** argv) {
   Options o;
-  o.pipeline.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  o.pipeline.threads = static_cast<int>(usable_cpus());
   const auto count = [](const char* flag, std::uint64_t min, std::uint64_t max, auto store) {
     return [=](const std::string& v) { store(parse_count(flag, v, min, max)); };
   };

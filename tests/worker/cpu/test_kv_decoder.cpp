@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -104,6 +105,29 @@ TEST_CASE("Past the context the decoder keeps the newest half of the window and 
   // And from there one position per token again.
   decoder.append(std::span(tokens).subspan(static_cast<size_t>(d.T) + 1, 1));
   CHECK(decoder.positions_computed() == static_cast<uint64_t>(d.T + d.T / 2 + 2));
+}
+
+TEST_CASE("The decoder gives the same logits, bit for bit, on any number of threads", "[kv]") {
+  Model m;  // 4 heads and products of 70-128 rows: 3 and 5 threads split them unevenly
+  const ModelDims& d = m.gpt.dims();
+  const std::vector<int32_t> tokens = test::random_tokens(static_cast<size_t>(d.T) + 4, d.V, 9);
+  const auto run = [&](int threads) {
+    KvDecoder decoder(m.gpt.layout(), m.params, threads);
+    REQUIRE(decoder.threads() == threads);
+    std::vector<float> all;
+    const auto keep = [&](std::span<const float> logits) { all.insert(all.end(), logits.begin(), logits.end()); };
+    keep(decoder.append(std::span(tokens).first(5)));  // a prompt
+    for (size_t p = 5; p < tokens.size(); ++p) keep(decoder.append(std::span(tokens).subspan(p, 1)));  // and a slide
+    return all;
+  };
+  const std::vector<float> one = run(1);
+  for (const int threads : {2, 3, 5}) {
+    INFO(threads << " threads");
+    const std::vector<float> many = run(threads);
+    REQUIRE(many.size() == one.size());
+    CHECK(std::memcmp(many.data(), one.data(), one.size() * sizeof(float)) == 0);
+  }
+  CHECK_THROWS_AS(KvDecoder(m.gpt.layout(), m.params, 0), std::invalid_argument);
 }
 
 TEST_CASE("The decoder refuses ids outside the vocabulary and more tokens than the context", "[kv]") {

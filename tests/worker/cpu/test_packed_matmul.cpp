@@ -1,6 +1,7 @@
 // The repacked weights of inference: packing keeps every row (read back as it was), and the
 // product equals a plain double-precision one, with the same bits for a position whether it is
-// alone or one of several; for shapes whose rows and columns are not multiples of the groups.
+// alone or one of several, or whether its rows were split into parts (as the decoder's threads
+// split them); for shapes whose rows and columns are not multiples of the groups.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -41,6 +42,22 @@ TEST_CASE("Packed products equal the plain ones, alone or several positions at a
         for (int c = 0; c < cols; ++c) dot += static_cast<double>(W[static_cast<size_t>(r) * cols + c]) * x[static_cast<size_t>(i) * cols + c];
         CHECK(alone[static_cast<size_t>(r)] == Approx(dot).margin(1e-4 * std::sqrt(static_cast<double>(cols))));
       }
+    }
+
+    // Split by rows over 1 to 6 members (more members than groups of four leaves some empty).
+    for (int members = 1; members <= 6; ++members) {
+      INFO(members << " parts");
+      std::vector<float> parts(static_cast<size_t>(3) * rows, 1.0f);
+      int next = 0;
+      for (int m = 0; m < members; ++m) {
+        const RowRange share = packed_rows_share(rows, m, members);
+        CHECK(share.first == next);
+        CHECK((share.first % 4 == 0 && (share.last % 4 == 0 || share.last == rows)));
+        next = share.last;
+        packed_matmul_accumulate_rows(parts.data(), packed.data(), x.data(), 3, rows, cols, share.first, share.last);
+      }
+      CHECK(next == rows);
+      CHECK(std::memcmp(parts.data(), several.data(), parts.size() * sizeof(float)) == 0);
     }
   }
 }
