@@ -66,7 +66,7 @@ def main():
           f"{open('/proc/loadavg').read().split()[0]}\n")
     print("| | ms/token (CPU) | ms/token (wall) | tokens/s | vs floor |")
     print("|---|---|---|---|---|")
-    floor_cells = f"{floor:.1f} | |" if a.threads == 1 else f"| {floor:.1f}"
+    floor_cells = f"{floor:.1f} |" if a.threads == 1 else f"| {floor:.1f}"
     print(f"| floor: {o['bytes_per_token'] / 1e6:.0f} MB/token at {med(ours, 'bandwidth_gb_s'):.1f} GB/s "
           f"| {floor_cells} | {1000 / floor:.1f} | 1.00x |")
     print(f"| xtrain (KV cache) | {med(ours, 'cpu_ms_per_token'):.1f} | {med(ours, 'ms_per_token'):.1f} | {1000 / ms:.1f} "
