@@ -53,7 +53,8 @@ const char* const kUsage =
     "                          of 256 tokens without one is byte-level\n"
     "    --device cpu|auto     generation runs on the CPU (cuda is refused for now); default auto\n"
     "    --threads N           threads sharing each token's work (default: OMP_NUM_THREADS when set,\n"
-    "                          else the CPUs this process may use); the text is the same for any N\n"
+    "                          else the CPUs this process may use; at most one per 8 MiB of\n"
+    "                          weights); the text is the same for any N\n"
     "  Each new token costs one position (a KV cache); past the model's context the newest half of\n"
     "  the window is kept and run again. fp32.\n"
     "exit codes: 0 generated; 1 runtime failure; 2 bad input (command line, MODEL, tokenizer, prompt)\n";
@@ -72,13 +73,13 @@ struct GenerateOptions {
   int threads = 0;  // 0: default_threads()
 };
 
-// OMP_NUM_THREADS when it is a count (the convention of CPU tools of this kind, and what xlaunch
-// gives each rank), else every CPU this process may use; at most one thread per
-// kMinBytesPerThread of weights. A token reads every weight once, split over the threads, and
-// each of its ~50 products ends in the threads meeting (a microsecond or two): with less than
-// this much to read each, meeting costs more than the second core's bandwidth gives (the 0.8M
-// demo model ran a token in 0.10 ms on one thread and 0.10-0.22 ms on two, 10.8M 1.3-1.8 ms
-// against 0.6-0.7, 124M 21-25 ms against 13-15; docs/PERF.md).
+// OMP_NUM_THREADS when it is a count (OpenMP's and PyTorch's convention), else every CPU this
+// process may use; at most one thread per kMinBytesPerThread of weights. A token reads every
+// weight once, split over the threads, and each of its products (4 a layer and the logits') ends
+// in the threads meeting: with less than this much to read each, the meetings cost more than
+// another core's bandwidth gives (a token of the 0.8M demo model took 0.10 ms on one thread and
+// 0.10-0.22 ms on two, of a 10.8M one 1.3-1.8 ms against 0.6-0.7, of GPT-2 124M 21-25 ms against
+// 13-15; docs/PERF.md, "Generation").
 constexpr double kMinBytesPerThread = 8.0 * 1024 * 1024;
 
 int default_threads(size_t params, std::string& why) {
