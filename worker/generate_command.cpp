@@ -1,5 +1,7 @@
 #include "worker/generate_command.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <climits>
@@ -188,11 +190,26 @@ std::string prompt_text(const GenerateOptions& o) {
   return text.str();
 }
 
-void print(const std::string& text) {
-  if (text.empty()) return;
-  std::fwrite(text.data(), 1, text.size(), stdout);
-  std::fflush(stdout);
-}
+// The generated text on stdout, each piece flushed as it comes.
+class Output {
+ public:
+  void print(const std::string& text) {
+    if (text.empty()) return;
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    mid_line_ = text.back() != '\n';
+  }
+
+  // Before the closing log line: where stdout and stderr are both terminals (one screen, as far
+  // as a program can tell) and the text stopped mid-line, a newline on stderr, so that the log
+  // line starts a line of its own. stdout itself keeps exactly the continuation.
+  void end_line_on_terminal() const {
+    if (mid_line_ && ::isatty(STDOUT_FILENO) == 1 && ::isatty(STDERR_FILENO) == 1) std::fputc('\n', stderr);
+  }
+
+ private:
+  bool mid_line_ = false;
+};
 
 struct Totals {
   std::uint64_t tokens = 0;
@@ -202,7 +219,8 @@ struct Totals {
 // One sample: the prompt through the decoder, then up to max_new_tokens tokens, each printed as
 // soon as it makes whole characters.
 void generate_one(KvDecoder& decoder, TokenSampler& sampler, const Vocabulary& vocab,
-                  const std::vector<std::int32_t>& prompt, const GenerateOptions& o, int V, Totals& totals) {
+                  const std::vector<std::int32_t>& prompt, const GenerateOptions& o, int V, Output& out,
+                  Totals& totals) {
   decoder.reset();
   TextStream stream(o.stop);
   auto logits = decoder.append(prompt);
@@ -211,10 +229,10 @@ void generate_one(KvDecoder& decoder, TokenSampler& sampler, const Vocabulary& v
     const std::int32_t token = sampler.next(logits.first(static_cast<size_t>(V)));
     ++totals.tokens;
     if (token == vocab.eot()) break;
-    print(stream.push(vocab.decode(token)));
+    out.print(stream.push(vocab.decode(token)));
     if (n + 1 < o.max_new_tokens) logits = decoder.append(std::span(&token, 1));
   }
-  print(stream.finish());
+  out.print(stream.finish());
   totals.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
@@ -252,18 +270,21 @@ int run_generate(int argc, char** argv) {
                describe(model), static_cast<double>(flat->layout.total()) / 1e6, model.n_positions,
                o.device == "auto" ? " (auto: generation runs on the CPU)" : "", threads, threads == 1 ? "" : "s",
                threads_from, prompt.size(), o.num_samples, o.max_new_tokens);
+  Output out;
   try {
     KvDecoder decoder(flat->layout, std::move(flat->params), threads);
     TokenSampler sampler(o.sampling, o.seed);
     Totals totals;
     for (int s = 0; s < o.num_samples; ++s) {
-      if (o.num_samples > 1) print((s > 0 ? "\n" : "") + std::string("--- sample ") + std::to_string(s + 1) +
-                                   " of " + std::to_string(o.num_samples) + " ---\n");
-      generate_one(decoder, sampler, vocab, prompt, o, model.vocab_size, totals);
+      if (o.num_samples > 1) out.print((s > 0 ? "\n" : "") + std::string("--- sample ") + std::to_string(s + 1) +
+                                       " of " + std::to_string(o.num_samples) + " ---\n");
+      generate_one(decoder, sampler, vocab, prompt, o, model.vocab_size, out, totals);
     }
+    out.end_line_on_terminal();
     spdlog::info("generated {} tokens in {:.2f} s: {:.1f} tokens/s", totals.tokens, totals.seconds,
                  totals.seconds > 0 ? static_cast<double>(totals.tokens) / totals.seconds : 0.0);
   } catch (const std::exception& e) {
+    out.end_line_on_terminal();
     std::fprintf(stderr, "error: %s\n", e.what());
     return exit_code::kRuntimeFailure;
   }

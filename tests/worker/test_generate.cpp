@@ -1,7 +1,8 @@
 // `xtrain-worker generate` (the real binary): greedy decoding of an exported model matches
 // PyTorch's greedy decoding of the same weights token for token (a full forward per token there,
 // past the context too), every kind of MODEL gives the same text, the same seed the same text,
-// --stop and --num-samples, the same text on any number of threads, and bad input is one error line, exit 2 and nothing on stdout.
+// --stop and --num-samples, the same text on any number of threads, the closing log line on a line
+// of its own on a terminal, and bad input is one error line, exit 2 and nothing on stdout.
 //
 // The model is byte-level (256 tokens: stdout's bytes are the token ids) with a context of 16, so
 // 40 new tokens slide the window twice.
@@ -129,6 +130,25 @@ TEST_CASE("generate: the same seed gives the same text, --stop and --num-samples
   CHECK(capped.out == a.out);
   CHECK(capped.output.find("1 thread (OMP_NUM_THREADS gave 4; 0.1 MB of weights use at most one per 8 MiB)") !=
         std::string::npos);
+}
+
+TEST_CASE("generate on a terminal: the closing log line starts a line of its own", "[generate]") {
+  ScratchDir dir;
+  const test::TestCheckpoint ckpt(dir / "run", "", kByteModel, 0.3f);
+  // script(1) runs the command with stdout and stderr on one pseudo-terminal and copies the screen.
+  const std::string command = shell_quote(std::string(XTRAIN_BIN_DIR) + "/xtrain-worker") + " generate " +
+                              shell_quote(ckpt.dir) + " --prompt ab --max-new-tokens 30 --temperature 1.2 --seed 5";
+  const std::string line = "script -qec " + shell_quote(command) + " /dev/null > " + shell_quote(dir / "screen.txt");
+  REQUIRE(std::system(line.c_str()) == 0);
+  const std::string screen = read_bytes(dir / "screen.txt");
+  INFO(screen);
+  const size_t at = screen.find("info: generated 30 tokens");
+  REQUIRE(at != std::string::npos);
+  const size_t starts = screen.rfind('\n', at) + 1;
+  // Only the log line's timestamp between the line's start and its text, no sample text.
+  const std::string before = screen.substr(starts, at - starts);
+  CHECK(before.size() == std::string("2026-12-05 09:17:45.017 ").size());
+  CHECK(before.find_first_not_of("0123456789-:. ") == std::string::npos);
 }
 
 TEST_CASE("generate: bad input is one error line, exit 2, nothing on stdout", "[generate][errors]") {
