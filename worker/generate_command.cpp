@@ -22,6 +22,7 @@
 #include "common/log.hpp"
 #include "common/model_file.hpp"
 #include "common/usable_cpus.hpp"
+#include "common/worker_env.hpp"
 #include "common/tokenizer/gpt2_tokenizer.hpp"
 #include "worker/cpu/kv_decoder.hpp"
 #include "worker/formats/model_io.hpp"
@@ -87,12 +88,12 @@ constexpr double kMinBytesPerThread = 8.0 * 1024 * 1024;
 int default_threads(size_t params, std::string& why) {
   int wanted = static_cast<int>(std::min<unsigned>(usable_cpus(), kMaxThreads));
   why = "the CPUs this process may use";
-  if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp != nullptr && *omp != '\0') {
+  if (const char* omp = std::getenv(env::kOmpNumThreads); omp != nullptr && *omp != '\0') {
     char* end = nullptr;
     const long n = std::strtol(omp, &end, 10);
     if (*end == '\0' && n >= 1 && n <= kMaxThreads) {
       wanted = static_cast<int>(n);
-      why = "OMP_NUM_THREADS";
+      why = env::kOmpNumThreads;
     }
   }
   const double bytes = static_cast<double>(params) * sizeof(float);

@@ -62,11 +62,11 @@ double read_bandwidth(size_t bytes, int passes, ThreadTeam& team) {
   for (int p = 0; p < passes; ++p) {
     const double t0 = one ? thread_cpu_s() : wall_s();
     team.run([&](int member, int members) {
-      const TeamShare share = team_share(static_cast<long>(buffer.size() / 64), member, members);
+      const TeamShare share = team_share(static_cast<int>(buffer.size() / 64), member, members);
       __m256 acc[8];
       for (auto& a : acc) a = _mm256_setzero_ps();
       const float* x = buffer.data();
-      for (long block = share.first; block < share.last; ++block) {
+      for (int block = share.first; block < share.last; ++block) {
         for (int k = 0; k < 8; ++k) acc[k] = _mm256_add_ps(acc[k], _mm256_loadu_ps(x + 64 * block + 8 * k));
       }
       float lanes[8];

@@ -74,7 +74,7 @@ void KvDecoder::matmul(float* out, const float* inp, const float* weight, const 
 // out (n,rows) += x (n,cols) @ W^T, each member of the team taking its share of W's rows.
 void KvDecoder::product(float* out, const float* packed, const float* x, int n, int rows, int cols) {
   team_.run([&](int member, int members) {
-    const RowRange share = packed_rows_share(rows, member, members);
+    const TeamShare share = packed_rows_share(rows, member, members);
     packed_matmul_accumulate_rows(out, packed, x, n, rows, cols, share.first, share.last);
   });
 }
@@ -86,7 +86,7 @@ void KvDecoder::attention(int layer, int first, int n) {
   team_.run([&](int member, int members) {
     const TeamShare heads = team_share(dims_.NH, member, members);
     for (int i = 0; i < n; ++i) {
-      for (long h = heads.first; h < heads.last; ++h) attend(layer, static_cast<int>(h), first + i + 1, i, member);
+      for (int h = heads.first; h < heads.last; ++h) attend(layer, h, first + i + 1, i, member);
     }
   });
 }

@@ -6,8 +6,6 @@
 #include <cstddef>
 #include <cstring>
 
-#include "worker/cpu/thread_team.hpp"
-
 namespace xtrain {
 namespace {
 
@@ -100,9 +98,9 @@ void packed_matmul_accumulate_rows(float* out, const float* W, const float* x, i
   }
 }
 
-RowRange packed_rows_share(int rows, int member, int members) {
+TeamShare packed_rows_share(int rows, int member, int members) {
   const TeamShare groups = team_share(rows / kRows, member, members);
-  return {static_cast<int>(kRows * groups.first), member + 1 == members ? rows : static_cast<int>(kRows * groups.last)};
+  return {kRows * groups.first, member + 1 == members ? rows : kRows * groups.last};
 }
 
 void packed_row(float* dst, const float* W, int r, int rows, int cols) {

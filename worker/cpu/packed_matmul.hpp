@@ -13,6 +13,8 @@
 
 #include <vector>
 
+#include "worker/cpu/thread_team.hpp"
+
 namespace xtrain {
 
 // Repacks W (rows, cols) in place; `scratch` is grown to rows*cols floats and may be reused.
@@ -30,11 +32,7 @@ void packed_matmul_accumulate_rows(float* out, const float* W, const float* x, i
 
 // Member `member` of `members`' output rows of a product with `rows` rows, as packed_matmul_
 // accumulate_rows takes them: whole groups of four, the last member also the rows % 4 left over.
-struct RowRange {
-  int first = 0;
-  int last = 0;
-};
-RowRange packed_rows_share(int rows, int member, int members);
+TeamShare packed_rows_share(int rows, int member, int members);
 
 // Row `r` of a packed W, as it was before packing, into dst (cols floats).
 void packed_row(float* dst, const float* W, int r, int rows, int cols);

@@ -34,8 +34,9 @@ void call(const std::function<void(int, int)>& fn, int member, int members) noex
 
 }  // namespace
 
-TeamShare team_share(long count, int member, int members) {
-  return {count * member / members, count * (member + 1) / members};
+TeamShare team_share(int count, int member, int members) {
+  const long long n = count;  // count x members may pass an int
+  return {static_cast<int>(n * member / members), static_cast<int>(n * (member + 1) / members)};
 }
 
 ThreadTeam::ThreadTeam(int members) {

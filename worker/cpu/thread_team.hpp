@@ -44,9 +44,9 @@ class ThreadTeam {
 // The part [first, last) of `count` items that member `member` of `members` takes: contiguous,
 // in member order, sizes differing by at most one.
 struct TeamShare {
-  long first = 0;
-  long last = 0;
+  int first = 0;
+  int last = 0;
 };
-TeamShare team_share(long count, int member, int members);
+TeamShare team_share(int count, int member, int members);
 
 }  // namespace xtrain

@@ -50,7 +50,7 @@ TEST_CASE("Packed products equal the plain ones, alone or several positions at a
       std::vector<float> parts(static_cast<size_t>(3) * rows, 1.0f);
       int next = 0;
       for (int m = 0; m < members; ++m) {
-        const RowRange share = packed_rows_share(rows, m, members);
+        const TeamShare share = packed_rows_share(rows, m, members);
         CHECK(share.first == next);
         CHECK((share.first % 4 == 0 && (share.last % 4 == 0 || share.last == rows)));
         next = share.last;

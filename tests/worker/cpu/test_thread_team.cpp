@@ -51,9 +51,9 @@ TEST_CASE("A run's work is all done when it returns: members' sums of a shared a
   for (int round = 0; round < 200; ++round) {
     for (double& v : values) v += 1.0;  // written by the caller between runs, read by every member
     team.run([&](int member, int members) {
-      const TeamShare s = team_share(static_cast<long>(values.size()), member, members);
+      const TeamShare s = team_share(static_cast<int>(values.size()), member, members);
       double sum = 0.0;
-      for (long i = s.first; i < s.last; ++i) sum += values[static_cast<size_t>(i)];
+      for (int i = s.first; i < s.last; ++i) sum += values[static_cast<size_t>(i)];
       parts[static_cast<size_t>(member)] = sum;
     });
     const double n = static_cast<double>(values.size());
@@ -62,10 +62,10 @@ TEST_CASE("A run's work is all done when it returns: members' sums of a shared a
 }
 
 TEST_CASE("Team shares cover a count once, contiguous, in member order, sizes within one", "[team]") {
-  for (const long count : {0L, 1L, 3L, 4L, 12L, 50304L}) {
+  for (const int count : {0, 1, 3, 4, 12, 50304}) {
     for (const int members : {1, 2, 3, 5, 8}) {
       INFO(count << " items, " << members << " members");
-      long next = 0, smallest = count, largest = 0;
+      int next = 0, smallest = count, largest = 0;
       for (int m = 0; m < members; ++m) {
         const TeamShare s = team_share(count, m, members);
         CHECK(s.first == next);
