@@ -140,15 +140,17 @@ class Bf16Agreement {
   double mismatched_ = 0.0;
 };
 
+// The CPU flash attention forward and backward on a team of `threads`.
 inline AttentionResult cpu_flash_attention(const std::vector<float>& qkv, const std::vector<float>& dout,
-                                           const AttentionShape& s, bool bf16) {
+                                           const AttentionShape& s, bool bf16, int threads = 1) {
   const float nan = std::numeric_limits<float>::quiet_NaN();  // every element must be written
   AttentionResult r{std::vector<float>(dout.size(), nan), std::vector<float>(flash_attention_saved_floats(s), nan),
                     std::vector<float>(qkv.size(), nan)};
-  std::vector<float> scratch(flash_attention_scratch_floats(s), nan);
-  flash_attention_forward(r.out.data(), r.lse.data(), qkv.data(), scratch.data(), s, bf16);
+  ThreadTeam team(threads);
+  std::vector<float> scratch(flash_attention_scratch_floats(s, threads), nan);
+  flash_attention_forward(r.out.data(), r.lse.data(), qkv.data(), scratch.data(), s, bf16, team);
   flash_attention_backward(r.dqkv.data(), dout.data(), qkv.data(), r.out.data(), r.lse.data(), scratch.data(), s,
-                           bf16);
+                           bf16, team);
   return r;
 }
 

@@ -20,6 +20,11 @@ namespace xtrain {
 namespace {
 
 constexpr size_t kAlignment = 64;  // a cache line, and enough for any vector load
+constexpr size_t kLineFloats = kAlignment / sizeof(float);
+
+// The fewest elements a loop gives one thread (PyTorch's grain for its parallel loops): below it,
+// waking a helper (tens of microseconds) would cost about what the loop takes.
+constexpr size_t kGrain = 32768;
 
 void* alloc_zeroed(size_t bytes) {
   const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
@@ -31,15 +36,29 @@ void* alloc_zeroed(size_t bytes) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(Precision precision) : precision_(precision) {
+CpuBackend::CpuBackend(Precision precision) : precision_(precision), team_(std::max(openblas_get_num_threads(), 1)) {
   if (precision == Precision::tf32) {
     throw std::invalid_argument("CpuBackend: tf32 is a GPU tensor-core mode; the CPU computes in fp32 or emulates bf16");
   }
 }
 
-void CpuBackend::store(float* x, size_t n) const {
+void CpuBackend::for_floats(size_t n, const std::function<void(size_t, size_t)>& fn) {
+  team_.split(n, kGrain, kLineFloats, fn);
+}
+
+void CpuBackend::for_rows(int N, int C, const std::function<void(size_t, size_t)>& fn) {
+  team_.split(static_cast<size_t>(N), std::max<size_t>(kGrain / std::max(C, 1), 1), 1, fn);
+}
+
+void CpuBackend::for_columns(int N, int C, const std::function<void(size_t, size_t)>& fn) {
+  team_.split(static_cast<size_t>(C), std::max<size_t>(kGrain / std::max(N, 1), 1), kLineFloats, fn);
+}
+
+void CpuBackend::store(float* x, size_t n) {
   if (precision_ != Precision::bf16) return;
-  for (size_t i = 0; i < n; ++i) x[i] = math::round_to_bf16(x[i]);
+  for_floats(n, [&](size_t first, size_t last) {
+    for (size_t i = first; i < last; ++i) x[i] = math::round_to_bf16(x[i]);
+  });
 }
 
 float* CpuBackend::alloc_floats(size_t n) { return static_cast<float*>(alloc_zeroed(n * sizeof(float))); }
@@ -106,13 +125,15 @@ void CpuBackend::layernorm_forward(ActPtr out_act, float* mean, float* rstd, Con
   const float* inp = inp_act.as<float>();
   const float* weight = weight_act.as<float>();
   const float* bias = bias_act.as<float>();
-  for (int n = 0; n < N; ++n) {
-    const float* x = inp + static_cast<size_t>(n) * C;
-    const math::RowStats s = math::layernorm_row_stats(x, C);
-    math::layernorm_row_forward(out + static_cast<size_t>(n) * C, x, weight, bias, s, C);
-    mean[n] = s.mean;
-    rstd[n] = s.rstd;
-  }
+  for_rows(N, C, [&](size_t first, size_t last) {
+    for (size_t n = first; n < last; ++n) {
+      const float* x = inp + n * C;
+      const math::RowStats s = math::layernorm_row_stats(x, C);
+      math::layernorm_row_forward(out + n * C, x, weight, bias, s, C);
+      mean[n] = s.mean;
+      rstd[n] = s.rstd;
+    }
+  });
   store(out, static_cast<size_t>(N) * C);
 }
 
@@ -123,11 +144,21 @@ void CpuBackend::layernorm_backward(ActPtr dinp_act, float* dweight, float* dbia
   const float* dout = dout_act.as<float>();
   const float* inp = inp_act.as<float>();
   const float* weight = weight_act.as<float>();
-  for (int n = 0; n < N; ++n) {
-    const size_t row = static_cast<size_t>(n) * C;
-    math::layernorm_row_backward(dinp + row, dweight, dbias, dout + row, inp + row, weight, {mean[n], rstd[n]},
-                                 C);
-  }
+  // By rows the input gradient (each row's two sums are the row's own), then by columns the
+  // weight and bias gradients, each column summed over the rows in order: the same bits on any
+  // number of threads.
+  for_rows(N, C, [&](size_t first, size_t last) {
+    for (size_t n = first; n < last; ++n) {
+      const size_t row = n * C;
+      math::layernorm_row_backward_input(dinp + row, dout + row, inp + row, weight, {mean[n], rstd[n]}, C);
+    }
+  });
+  for_columns(N, C, [&](size_t first, size_t last) {
+    for (int n = 0; n < N; ++n) {
+      const size_t row = static_cast<size_t>(n) * C;
+      math::layernorm_row_backward_params(dweight, dbias, dout + row, inp + row, {mean[n], rstd[n]}, first, last);
+    }
+  });
   store(dinp, static_cast<size_t>(N) * C);
 }
 
@@ -147,7 +178,9 @@ void CpuBackend::product_forward(float* out, float* pre, const float* inp, const
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta, x, OC);
   const size_t n = static_cast<size_t>(N) * OC;
   if (pre != nullptr) {
-    for (size_t i = 0; i < n; ++i) out[i] = math::gelu(pre[i]);
+    for_floats(n, [&](size_t first, size_t last) {
+      for (size_t i = first; i < last; ++i) out[i] = math::gelu(pre[i]);
+    });
     store(pre, n);
   }
   store(out, n);
@@ -174,16 +207,20 @@ void CpuBackend::product_backward(float* dinp, float* dweight, float* dbias, con
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, dout_scale, dout, OC, weight, C, 0.0f, dinp, C);
   const size_t n = static_cast<size_t>(N) * C;
   if (pre_gelu != nullptr) {
-    for (size_t i = 0; i < n; ++i) dinp[i] *= math::gelu_grad(pre_gelu[i]);
+    for_floats(n, [&](size_t first, size_t last) {
+      for (size_t i = first; i < last; ++i) dinp[i] *= math::gelu_grad(pre_gelu[i]);
+    });
   }
   store(dinp, n);
   // dweight (OC,C) += s * dout^T (OC,N) @ inp (N,C)
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, dout_scale, dout, OC, inp, C, 1.0f, dweight, C);
-  if (dbias != nullptr) {
-    for (int r = 0; r < N; ++r) {
-      const float* d = dout + static_cast<size_t>(r) * OC;
-      for (int o = 0; o < OC; ++o) dbias[o] += dout_scale * d[o];
-    }
+  if (dbias != nullptr) {  // by columns, each summed over the rows in order
+    for_columns(N, OC, [&](size_t first, size_t last) {
+      for (int r = 0; r < N; ++r) {
+        const float* d = dout + static_cast<size_t>(r) * OC;
+        for (size_t o = first; o < last; ++o) dbias[o] += dout_scale * d[o];
+      }
+    });
   }
 }
 
@@ -206,26 +243,28 @@ size_t CpuBackend::attention_saved_floats(int B, int T, int C, int NH) const {
 }
 
 size_t CpuBackend::attention_scratch_floats(int B, int T, int C, int NH) const {
-  return flash_attention_scratch_floats({B, T, C, NH});
+  return flash_attention_scratch_floats({B, T, C, NH}, team_.members());
 }
 
 // In bf16 the flash attention rounds at its own points (p, ds, and every output it stores).
 void CpuBackend::attention_forward(ActPtr out, float* saved, ConstActPtr qkv, float* scratch, int B, int T, int C,
                                    int NH) {
   flash_attention_forward(out.as<float>(), saved, qkv.as<float>(), scratch, {B, T, C, NH},
-                          precision_ == Precision::bf16);
+                          precision_ == Precision::bf16, team_);
 }
 
 void CpuBackend::attention_backward(ActPtr dqkv, ConstActPtr dout, ConstActPtr qkv, ConstActPtr out,
                                     const float* saved, float* scratch, int B, int T, int C, int NH) {
   flash_attention_backward(dqkv.as<float>(), dout.as<float>(), qkv.as<float>(), out.as<float>(), saved, scratch,
-                           {B, T, C, NH}, precision_ == Precision::bf16);
+                           {B, T, C, NH}, precision_ == Precision::bf16, team_);
 }
 
 void CpuBackend::gelu_forward(ActPtr out_act, ConstActPtr inp_act, size_t n) {
   float* out = out_act.as<float>();
   const float* inp = inp_act.as<float>();
-  for (size_t i = 0; i < n; ++i) out[i] = math::gelu(inp[i]);
+  for_floats(n, [&](size_t first, size_t last) {
+    for (size_t i = first; i < last; ++i) out[i] = math::gelu(inp[i]);
+  });
   store(out, n);
 }
 
@@ -233,7 +272,9 @@ void CpuBackend::gelu_backward(ActPtr dinp_act, ConstActPtr inp_act, ConstActPtr
   float* dinp = dinp_act.as<float>();
   const float* inp = inp_act.as<float>();
   const float* dout = dout_act.as<float>();
-  for (size_t i = 0; i < n; ++i) dinp[i] = math::gelu_grad(inp[i]) * dout[i];
+  for_floats(n, [&](size_t first, size_t last) {
+    for (size_t i = first; i < last; ++i) dinp[i] = math::gelu_grad(inp[i]) * dout[i];
+  });
   store(dinp, n);
 }
 
@@ -241,30 +282,36 @@ void CpuBackend::residual_forward(ActPtr out_act, ConstActPtr a_act, ConstActPtr
   float* out = out_act.as<float>();
   const float* a = a_act.as<float>();
   const float* b = b_act.as<float>();
-  for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  for_floats(n, [&](size_t first, size_t last) {
+    for (size_t i = first; i < last; ++i) out[i] = a[i] + b[i];
+  });
   store(out, n);
 }
 
 void CpuBackend::softmax_cross_entropy(ActPtr logits_act, float* losses, const int32_t* targets, float dloss, int N,
                                        int V, int Vp) {
   float* logits = logits_act.as<float>();
-  for (int n = 0; n < N; ++n) {
-    losses[n] += math::softmax_cross_entropy_row(logits + static_cast<size_t>(n) * Vp, targets[n], dloss, V, Vp);
-  }
+  for_rows(N, Vp, [&](size_t first, size_t last) {
+    for (size_t n = first; n < last; ++n) {
+      losses[n] += math::softmax_cross_entropy_row(logits + n * Vp, targets[n], dloss, V, Vp);
+    }
+  });
   store(logits, static_cast<size_t>(N) * Vp);
 }
 
 void CpuBackend::adamw_update(float* params, ActPtr weights, const float* grads, float* m, float* v, size_t n,
                               const AdamWHyper& h) {
   float* w = weights.as<float>();
-  if (w == nullptr) {
-    for (size_t i = 0; i < n; ++i) params[i] = math::adamw_element(params[i], grads[i], m[i], v[i], h);
-    return;
-  }
-  for (size_t i = 0; i < n; ++i) {
-    params[i] = math::adamw_element(params[i], grads[i], m[i], v[i], h);
-    w[i] = precision_ == Precision::bf16 ? math::round_to_bf16(params[i]) : params[i];
-  }
+  for_floats(n, [&](size_t first, size_t last) {
+    if (w == nullptr) {
+      for (size_t i = first; i < last; ++i) params[i] = math::adamw_element(params[i], grads[i], m[i], v[i], h);
+      return;
+    }
+    for (size_t i = first; i < last; ++i) {
+      params[i] = math::adamw_element(params[i], grads[i], m[i], v[i], h);
+      w[i] = precision_ == Precision::bf16 ? math::round_to_bf16(params[i]) : params[i];
+    }
+  });
 }
 
 double CpuBackend::sum_squares(const float* x, size_t n) {
@@ -283,7 +330,9 @@ double CpuBackend::sum_squares(const float* x, size_t n) {
 }
 
 void CpuBackend::scale(float* x, float s, size_t n) {
-  for (size_t i = 0; i < n; ++i) x[i] *= s;
+  for_floats(n, [&](size_t first, size_t last) {
+    for (size_t i = first; i < last; ++i) x[i] *= s;
+  });
 }
 
 }  // namespace xtrain

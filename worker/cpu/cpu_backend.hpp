@@ -1,6 +1,6 @@
 // The CPU backend: matrix products through OpenBLAS (cblas_sgemm), causal attention as flash
 // attention (worker/cpu/flash_attention.*: its own tile products, no T x T storage), everything else
-// as plain single-threaded loops over the shared math in worker/math/ that GCC vectorises.
+// as plain loops over the shared math in worker/math/ that GCC vectorises.
 //
 // Precision: fp32, or bf16 emulated. In bf16 the storage stays fp32 (OpenBLAS multiplies fp32),
 // but every activation an operation writes is rounded to bf16 (worker/math/bf16.hpp) where the
@@ -8,21 +8,31 @@
 // the GPU's bf16 operands and only the order of fp32 accumulation differs. The rounding is one
 // more pass over each output.
 //
-// Threads: only OpenBLAS's own pool (sized by OPENBLAS_NUM_THREADS or OMP_NUM_THREADS, which
-// xlaunch sets to cores / local ranks). The matmuls are where the time goes; attention and the
-// loops run on the calling thread, so their results do not depend on the thread count, with no
-// second thread pool competing with OpenBLAS's. The products' bits can: OpenBLAS splits a sum
-// differently for another thread count (a 700x300x900 sgemm differs between 1 and 2 threads),
-// so a run is bitwise reproducible for a fixed OPENBLAS_NUM_THREADS.
+// Threads: as many as OpenBLAS's pool has when the backend is made (OPENBLAS_NUM_THREADS or
+// OMP_NUM_THREADS, which xlaunch sets to cores / local ranks). The products run on that pool;
+// everything else on a team of as many threads of our own (worker/cpu/thread_team.hpp, the
+// calling thread among them), which work while OpenBLAS's threads wait for the next product: the
+// attention by heads, the element-wise loops by parts of at least 32768 elements (smaller ones
+// stay on the calling thread), the per-row ones by rows, and the sums over rows (bias and
+// layernorm parameter gradients) by columns, each column summed over the rows in order. So
+// everything but the products gives the same bits for any thread count; the products need not:
+// OpenBLAS splits a sum differently for another thread count (a 700x300x900 sgemm differs between
+// 1 and 2 threads), so a run is bitwise reproducible for a fixed count. Left on the calling thread:
+// the embedding (its gradient is a scatter by token, and tokens repeat), copies and fills, and the
+// gradient norm's one double sum.
 #pragma once
 
+#include <functional>
+
+#include "worker/cpu/thread_team.hpp"
 #include "worker/model/backend.hpp"
 
 namespace xtrain {
 
 class CpuBackend final : public Backend {
  public:
-  // precision: fp32 or bf16 (tf32 is a GPU mode: std::invalid_argument).
+  // precision: fp32 or bf16 (tf32 is a GPU mode: std::invalid_argument). The attention's team
+  // has as many members as OpenBLAS's pool has threads now.
   explicit CpuBackend(Precision precision = Precision::fp32);
 
   std::string name() const override { return "cpu"; }
@@ -79,8 +89,16 @@ class CpuBackend final : public Backend {
   void scale(float* x, float s, size_t n) override;
 
  private:
+  // fn(first, last) over parts of [0, n) floats, split over the team in whole cache lines
+  // (ThreadTeam::split), or on the calling thread alone where n is too small to share.
+  void for_floats(size_t n, const std::function<void(size_t, size_t)>& fn);
+  // fn(first, last) over parts of the N rows of C floats each, split likewise.
+  void for_rows(int N, int C, const std::function<void(size_t, size_t)>& fn);
+  // fn(first, last) over parts of the C columns of N rows (sums over the rows of each column, in
+  // row order whatever the split), in whole cache lines.
+  void for_columns(int N, int C, const std::function<void(size_t, size_t)>& fn);
   // The CUDA backend's bf16 store: x rounded to bf16 in place, in bf16 precision only.
-  void store(float* x, size_t n) const;
+  void store(float* x, size_t n);
   // The products of matmul_* and matmul_gelu_*: a null pre / pre_gelu means no GELU.
   void product_forward(float* out, float* pre, const float* inp, const float* weight, const float* bias, int N, int C,
                        int OC);
@@ -88,6 +106,7 @@ class CpuBackend final : public Backend {
                         const float* weight, const float* pre_gelu, int N, int C, int OC, float dout_scale);
 
   Precision precision_;
+  ThreadTeam team_;  // the attention's heads and the loops: as many as OpenBLAS's pool
 };
 
 }  // namespace xtrain

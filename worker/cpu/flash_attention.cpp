@@ -137,17 +137,17 @@ struct Head {
   size_t qkv, out, stat;
 };
 
-// f(head, q, k, v) for every (b, h) in order, q, k and v pointing at the head's row 0 in qkv.
+// f(head, q, k, v) for the heads [share.first, share.last) of the B x NH, numbered b * NH + h, in
+// order; q, k and v point at the head's row 0 in qkv.
 template <class F>
-void for_each_head(const AttentionShape& s, const float* qkv, F&& f) {
+void for_each_head(const AttentionShape& s, const float* qkv, TeamShare share, F&& f) {
   const size_t hs = static_cast<size_t>(s.hs());
-  for (int b = 0; b < s.B; ++b) {
-    for (int h = 0; h < s.NH; ++h) {
-      const Head head{static_cast<size_t>(b) * s.T * 3 * s.C + h * hs, static_cast<size_t>(b) * s.T * s.C + h * hs,
-                      (static_cast<size_t>(b) * s.NH + h) * s.T};
-      const float* q = qkv + head.qkv;
-      f(head, q, q + s.C, q + 2 * s.C);
-    }
+  for (int i = share.first; i < share.last; ++i) {
+    const int b = i / s.NH, h = i % s.NH;
+    const Head head{static_cast<size_t>(b) * s.T * 3 * s.C + h * hs, static_cast<size_t>(b) * s.T * s.C + h * hs,
+                    (static_cast<size_t>(b) * s.NH + h) * s.T};
+    const float* q = qkv + head.qkv;
+    f(head, q, q + s.C, q + 2 * s.C);
   }
 }
 
@@ -241,6 +241,27 @@ struct BackwardScratch {
   }
 };
 
+// One member's scratch, rounded up to whole cache lines so that no two members write one line.
+size_t member_scratch_floats(const AttentionShape& s) {
+  constexpr size_t kLineFloats = 64 / sizeof(float);
+  const size_t floats = std::max(ForwardScratch::floats(s.T, s.hs()), BackwardScratch::floats(s.T, s.hs()));
+  return (floats + kLineFloats - 1) / kLineFloats * kLineFloats;
+}
+
+// fn(w, head, q, k, v) for every head, the heads split over the team's members in contiguous
+// shares, each member with its own scratch W carved from the caller's buffer. The heads are
+// independent (each writes only its own channels of the outputs), so the results are the same
+// bits for any number of members.
+template <class W, class F>
+void for_heads_on_team(ThreadTeam& team, const AttentionShape& s, const float* qkv, float* scratch, F&& fn) {
+  const size_t per_member = member_scratch_floats(s);
+  team.run([&](int member, int members) {
+    const W w(scratch + per_member * member, s.T, s.hs());
+    for_each_head(s, qkv, team_share(s.B * s.NH, member, members),
+                  [&](const Head& head, const float* q, const float* k, const float* v) { fn(w, head, q, k, v); });
+  });
+}
+
 }  // namespace
 
 bool flash_attention_use_avx512(bool on) {
@@ -250,18 +271,19 @@ bool flash_attention_use_avx512(bool on) {
 
 size_t flash_attention_saved_floats(const AttentionShape& s) { return static_cast<size_t>(s.B) * s.NH * s.T; }
 
-size_t flash_attention_scratch_floats(const AttentionShape& s) {
-  return std::max(ForwardScratch::floats(s.T, s.hs()), BackwardScratch::floats(s.T, s.hs()));
+size_t flash_attention_scratch_floats(const AttentionShape& s, int members) {
+  if (members < 1) throw std::invalid_argument("flash attention: scratch for " + std::to_string(members) + " members");
+  return member_scratch_floats(s) * static_cast<size_t>(members);
 }
 
 void flash_attention_forward(float* out, float* lse, const float* qkv, float* scratch, const AttentionShape& s,
-                             bool round_bf16) {
+                             bool round_bf16, ThreadTeam& team) {
   check_shape(s);
   const int T = s.T, hs = s.hs();
   const size_t ld = 3 * static_cast<size_t>(s.C);
   const float scale = 1.0f / sqrtf(static_cast<float>(hs));
-  const ForwardScratch w(scratch, T, hs);
-  for_each_head(s, qkv, [&](const Head& head, const float* q, const float* k, const float* v) {
+  for_heads_on_team<ForwardScratch>(team, s, qkv, scratch, [&](const ForwardScratch& w, const Head& head,
+                                                               const float* q, const float* k, const float* v) {
     float* o = out + head.out;
     float* row_lse = lse + head.stat;
     transpose_head(w.kt, k, ld, T, hs);
@@ -306,14 +328,14 @@ void flash_attention_forward(float* out, float* lse, const float* qkv, float* sc
 }
 
 void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                              float* scratch, const AttentionShape& s, bool round_bf16) {
+                              float* scratch, const AttentionShape& s, bool round_bf16, ThreadTeam& team) {
   check_shape(s);
   const int T = s.T, hs = s.hs();
   const size_t ld = 3 * static_cast<size_t>(s.C);
   const size_t ldo = s.C;
   const float scale = 1.0f / sqrtf(static_cast<float>(hs));
-  const BackwardScratch w(scratch, T, hs);
-  for_each_head(s, qkv, [&](const Head& head, const float* q, const float* k, const float* v) {
+  for_heads_on_team<BackwardScratch>(team, s, qkv, scratch, [&](const BackwardScratch& w, const Head& head,
+                                                                const float* q, const float* k, const float* v) {
     const float* o = out + head.out;
     const float* dO = dout + head.out;
     float* dq_out = dqkv + head.qkv;

@@ -11,13 +11,17 @@
 // points a bf16 tensor-core kernel rounds (the CPU's emulation of bf16 activations); the inputs
 // must then hold bf16 values already, as bf16 storage would.
 //
-// Work: one head at a time, single-threaded, in tiles of kQueryBlock queries by
-// math::kFlashKeyBlock keys multiplied by a small register-tiled product (flash_attention.cpp
-// says why not sgemm). Deterministic: every sum has a fixed order.
+// Work: heads, the B x NH (batch, head) pairs, split over a team of threads
+// (worker/cpu/thread_team.hpp) in contiguous shares; each member takes its heads one at a time, in
+// tiles of kQueryBlock queries by math::kFlashKeyBlock keys multiplied by a small register-tiled
+// product (flash_attention.cpp says why not sgemm), with its own part of the scratch. Every sum
+// has a fixed order and a head writes only its own channels, so the results are the same bits for
+// any number of members.
 #pragma once
 
 #include <cstddef>
 
+#include "worker/cpu/thread_team.hpp"
 #include "worker/math/flash_attention.hpp"  // AttentionShape
 
 namespace xtrain {
@@ -29,22 +33,23 @@ bool flash_attention_use_avx512(bool on);
 
 // Floats saved from forward to backward: the logsumexp of each row, (B,NH,T).
 size_t flash_attention_saved_floats(const AttentionShape& s);
-// Floats of scratch either pass needs: O(T * hs), one head's transposed keys and values and its
-// key-gradient accumulators plus a few tiles; nothing of size T x T.
-size_t flash_attention_scratch_floats(const AttentionShape& s);
+// Floats of scratch either pass needs on a team of `members` (>= 1): for each member O(T * hs),
+// one head's transposed keys and values and its key-gradient accumulators plus a few tiles;
+// nothing of size T x T.
+size_t flash_attention_scratch_floats(const AttentionShape& s, int members);
 
 void flash_attention_forward(float* out,          // (B,T,C) writes
                              float* lse,          // (B,NH,T) writes
                              const float* qkv,    // (B,T,3C)
-                             float* scratch,      // (flash_attention_scratch_floats)
-                             const AttentionShape& s, bool round_bf16);
+                             float* scratch,      // (flash_attention_scratch_floats of team.members())
+                             const AttentionShape& s, bool round_bf16, ThreadTeam& team);
 
 void flash_attention_backward(float* dqkv,         // (B,T,3C) writes
                               const float* dout,   // (B,T,C)
                               const float* qkv,    // (B,T,3C) forward input
                               const float* out,    // (B,T,C) forward output
                               const float* lse,    // (B,NH,T) from forward
-                              float* scratch,      // (flash_attention_scratch_floats)
-                              const AttentionShape& s, bool round_bf16);
+                              float* scratch,      // (flash_attention_scratch_floats of team.members())
+                              const AttentionShape& s, bool round_bf16, ThreadTeam& team);
 
 }  // namespace xtrain

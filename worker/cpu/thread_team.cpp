@@ -2,9 +2,11 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 namespace xtrain {
 namespace {
@@ -16,7 +18,10 @@ namespace {
 // the last one, members sleep.
 constexpr std::chrono::microseconds kSpin{200};
 
-// Returns once `word` differs from `value`: polls it for kSpin, then sleeps on it.
+// Returns once `word` differs from `value`: polls it for kSpin, then sleeps on it. Every 64 polls
+// it yields the core: the member it waits for may be queued on this very core (the scheduler puts
+// a woken thread beside its waker when no core is idle, as when OpenBLAS's idle threads spin on
+// the others), and would otherwise start only when this one sleeps, kSpin later.
 void wait_for_change(const std::atomic<unsigned>& word, unsigned value) {
   const auto give_up = std::chrono::steady_clock::now() + kSpin;
   for (int polls = 1; word.load(std::memory_order_acquire) == value; ++polls) {
@@ -24,6 +29,8 @@ void wait_for_change(const std::atomic<unsigned>& word, unsigned value) {
       _mm_pause();
     } else if (std::chrono::steady_clock::now() > give_up) {
       word.wait(value, std::memory_order_acquire);
+    } else {
+      std::this_thread::yield();
     }
   }
 }
@@ -64,6 +71,24 @@ void ThreadTeam::run(const std::function<void(int, int)>& fn) {
   call(fn, 0, members());
   for (unsigned left; (left = unfinished_.load(std::memory_order_acquire)) != 0;) wait_for_change(unfinished_, left);
   work_ = nullptr;
+}
+
+void ThreadTeam::split(size_t count, size_t grain, size_t align,
+                       const std::function<void(size_t, size_t)>& fn) {
+  const size_t parts = std::clamp<size_t>(count / std::max<size_t>(grain, 1), 1, static_cast<size_t>(members()));
+  if (parts == 1) {
+    fn(0, count);
+    return;
+  }
+  auto boundary = [&](size_t part) {
+    if (part >= parts) return count;
+    const size_t at = count / parts * part + count % parts * part / parts;  // count * part / parts
+    return at / std::max<size_t>(align, 1) * std::max<size_t>(align, 1);
+  };
+  run([&](int member, int) {
+    const auto part = static_cast<size_t>(member);
+    if (part < parts) fn(boundary(part), boundary(part + 1));
+  });
 }
 
 void ThreadTeam::help(int member) {

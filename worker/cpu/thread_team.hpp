@@ -2,7 +2,8 @@
 // members) on every member, the calling thread being member 0, and returns when all have
 // returned. The generate command's decoder splits each token's matrix products and attention
 // heads over it (worker/cpu/kv_decoder.hpp): one position's product reads every weight once, and
-// several cores draw more memory bandwidth than one.
+// several cores draw more memory bandwidth than one. The CPU backend splits the attention's heads
+// and its loops over one (worker/cpu/cpu_backend.hpp) while OpenBLAS's pool waits.
 //
 // Why not OpenBLAS's pool or OpenMP: the decoder's products are its own packed kernels, and a
 // token is about 50 short products in a row, so what matters is how soon the helpers start: they
@@ -11,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -30,6 +32,12 @@ class ThreadTeam {
   // Calls fn(member, members()) on every member and returns when every call has returned. One
   // run at a time, from one thread; fn must not throw (an escaping exception ends the process).
   void run(const std::function<void(int member, int members)>& fn);
+
+  // Calls fn(first, last) on contiguous parts of [0, count) that cover it once, one part per
+  // member in member order, every inner boundary a multiple of `align` (>= 1) items; as many
+  // parts as give each at least `grain` (>= 1) items, so that a count below 2 * grain runs on the
+  // calling thread alone (fn(0, count)), where waking a helper would cost more than it saves.
+  void split(size_t count, size_t grain, size_t align, const std::function<void(size_t first, size_t last)>& fn);
 
  private:
   void help(int member);

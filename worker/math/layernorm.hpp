@@ -2,6 +2,7 @@
 #pragma once
 
 #include <math.h>
+#include <stddef.h>
 
 #include "worker/math/hd.hpp"
 #include "worker/math/reduce.hpp"
@@ -60,14 +61,21 @@ XTRAIN_HD inline float layernorm_dinp(float dout, float x, float w, RowStats s, 
   return s.rstd * (dout * w - r.mean_g - n * r.mean_gn);
 }
 
-// Backward of one row: dx += d/dx, dw += dout * n, db += dout. No two of the arrays overlap.
-XTRAIN_HD inline void layernorm_row_backward(float* XTRAIN_RESTRICT dx, float* XTRAIN_RESTRICT dw,
-                                             float* XTRAIN_RESTRICT db, const float* XTRAIN_RESTRICT dout,
-                                             const float* XTRAIN_RESTRICT x, const float* XTRAIN_RESTRICT w,
-                                             RowStats s, int C) {
+// Backward of one row's input: dx += d loss / dx. dx overlaps none of the others.
+XTRAIN_HD inline void layernorm_row_backward_input(float* XTRAIN_RESTRICT dx, const float* XTRAIN_RESTRICT dout,
+                                                   const float* XTRAIN_RESTRICT x, const float* XTRAIN_RESTRICT w,
+                                                   RowStats s, int C) {
   const LayerNormBackwardSums r = layernorm_row_backward_sums(dout, x, w, s, C);
-  for (int i = 0; i < C; ++i) {
-    dx[i] += layernorm_dinp(dout[i], x[i], w[i], s, r);
+  for (int i = 0; i < C; ++i) dx[i] += layernorm_dinp(dout[i], x[i], w[i], s, r);
+}
+
+// One row's part of the weight and bias gradients in the columns [first, last): dw += dout * n,
+// db += dout. Summed over the rows in row order, as every backend does.
+XTRAIN_HD inline void layernorm_row_backward_params(float* XTRAIN_RESTRICT dw, float* XTRAIN_RESTRICT db,
+                                                    const float* XTRAIN_RESTRICT dout,
+                                                    const float* XTRAIN_RESTRICT x, RowStats s, size_t first,
+                                                    size_t last) {
+  for (size_t i = first; i < last; ++i) {
     dw[i] += dout[i] * (x[i] - s.mean) * s.rstd;
     db[i] += dout[i];
   }

@@ -3,7 +3,7 @@
 //   (tests/worker/attention_reference.hpp), in fp32;
 // - a double-precision re-implementation of the same algorithm with the same bf16 rounding
 //   points (worker/math/flash_attention.hpp), for the bf16 emulation;
-// - itself: determinism, and the size of what it keeps.
+// - itself: determinism (also across thread counts), and the size of what it keeps.
 // Finite differences through a double attention are in test_ops_fd.cpp with the other operations
 // (through CpuBackend, whose attention this is).
 //
@@ -208,8 +208,30 @@ TEST_CASE("flash attention is deterministic and keeps O(B*NH*T) from forward to 
     INFO(describe(g));
     CHECK(flash_attention_saved_floats(g) == static_cast<size_t>(g.B) * g.NH * g.T);
     const size_t head = static_cast<size_t>(g.T) * g.hs();
-    CHECK(flash_attention_scratch_floats(g) <= 4 * head + 64 * (2 * 64 + g.hs() + 1));
-    CHECK(flash_attention_scratch_floats(g) < static_cast<size_t>(g.T) * g.T / 2);
+    CHECK(flash_attention_scratch_floats(g, 1) <= 4 * head + 64 * (2 * 64 + g.hs() + 1) + 16);
+    CHECK(flash_attention_scratch_floats(g, 1) < static_cast<size_t>(g.T) * g.T / 2);
+    CHECK(flash_attention_scratch_floats(g, 4) == 4 * flash_attention_scratch_floats(g, 1));
+  }
+  CHECK_THROWS_WITH(flash_attention_scratch_floats(kShapes[0], 0), Catch::Contains("0 members"));
+}
+
+TEST_CASE("flash attention on a team of threads gives the same bits as on one", "[ops][attention]") {
+  // Heads split over the members: more heads than members, fewer (members with nothing to do),
+  // and shares of unequal size. Each head writes only its own channels, whoever runs it.
+  std::mt19937_64 rng(16);
+  for (const AttentionShape& s : {AttentionShape{2, 150, 128, 2}, AttentionShape{3, 65, 96, 4},
+                                  AttentionShape{1, 70, 64, 2}}) {
+    for (const bool bf16 : {false, true}) {
+      const AttentionInputs in = random_inputs(s, rng, bf16);
+      const AttentionResult alone = cpu_flash_attention(in.qkv, in.dout, s, bf16, 1);
+      for (const int threads : {2, 3, 5}) {
+        INFO(describe(s) << (bf16 ? " bf16 emulation, " : " fp32, ") << threads << " threads");
+        const AttentionResult team = cpu_flash_attention(in.qkv, in.dout, s, bf16, threads);
+        CHECK(mismatch_fraction(team.out, alone.out) == 0.0);
+        CHECK(mismatch_fraction(team.lse, alone.lse) == 0.0);
+        CHECK(mismatch_fraction(team.dqkv, alone.dqkv) == 0.0);
+      }
+    }
   }
 }
 
@@ -238,7 +260,8 @@ TEST_CASE("flash attention's AVX-512 and AVX2 tile products give the same bits",
 
 TEST_CASE("flash attention refuses a shape it cannot run", "[ops][attention]") {
   std::vector<float> buf(1024);
+  ThreadTeam one(1);
   const AttentionShape bad{1, 4, 10, 3};  // 10 channels do not split into 3 heads
-  CHECK_THROWS_WITH(flash_attention_forward(buf.data(), buf.data(), buf.data(), buf.data(), bad, false),
+  CHECK_THROWS_WITH(flash_attention_forward(buf.data(), buf.data(), buf.data(), buf.data(), bad, false, one),
                     Catch::Contains("C a positive multiple of NH"));
 }

@@ -145,10 +145,11 @@ TEST_CASE("bf16: attention rounds where the flash attention's bf16 kernels do an
   // The same as the flash attention with rounding, bit for bit.
   const std::vector<float> fq(qkv.begin(), qkv.end()), fw(w.begin(), w.end());
   std::vector<float> f_out(fw.size()), f_lse(xtrain::flash_attention_saved_floats(s)), f_dqkv(fq.size());
-  std::vector<float> f_scratch(xtrain::flash_attention_scratch_floats(s));
-  xtrain::flash_attention_forward(f_out.data(), f_lse.data(), fq.data(), f_scratch.data(), s, true);
+  xtrain::ThreadTeam one(1);
+  std::vector<float> f_scratch(xtrain::flash_attention_scratch_floats(s, 1));
+  xtrain::flash_attention_forward(f_out.data(), f_lse.data(), fq.data(), f_scratch.data(), s, true, one);
   xtrain::flash_attention_backward(f_dqkv.data(), fw.data(), fq.data(), f_out.data(), f_lse.data(), f_scratch.data(),
-                                   s, true);
+                                   s, true, one);
   CHECK(got_out == Vec(f_out.begin(), f_out.end()));
   CHECK(got_dqkv == Vec(f_dqkv.begin(), f_dqkv.end()));
 

@@ -1,9 +1,12 @@
-// The generate decoder's thread team: every member runs once per run, the caller as member 0,
-// and what the members wrote is visible when run returns, whether the helpers were still polling
-// or had gone to sleep; the shares of a count cover it once, in member order.
+// The thread team of the generate decoder and the CPU backend: every member runs once per run, the
+// caller as member 0, and what the members wrote is visible when run returns, whether the helpers
+// were still polling or had gone to sleep; the shares of a count cover it once, in member order;
+// split's parts cover a range once, aligned, and small ranges stay on the calling thread.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -83,4 +86,42 @@ TEST_CASE("Team shares cover a count once, contiguous, in member order, sizes wi
 TEST_CASE("A team of no members is refused", "[team]") {
   CHECK_THROWS_AS(ThreadTeam(0), std::invalid_argument);
   CHECK_THROWS_AS(ThreadTeam(-2), std::invalid_argument);
+}
+
+TEST_CASE("split covers a range once in aligned parts, one per member at most", "[team]") {
+  struct Part {
+    size_t first, last;
+    std::thread::id on;
+  };
+  for (const int members : {1, 2, 3, 5}) {
+    ThreadTeam team(members);
+    for (const size_t count : {size_t{0}, size_t{1}, size_t{99}, size_t{1000}, size_t{4097}, size_t{100003}}) {
+      for (const size_t grain : {size_t{1}, size_t{16}, size_t{1000}}) {
+        for (const size_t align : {size_t{1}, size_t{16}}) {
+          INFO(members << " members, count " << count << ", grain " << grain << ", align " << align);
+          std::mutex m;
+          std::vector<Part> parts;
+          team.split(count, grain, align, [&](size_t first, size_t last) {
+            const std::lock_guard<std::mutex> lock(m);
+            parts.push_back({first, last, std::this_thread::get_id()});
+          });
+          std::sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) {
+            return a.first != b.first ? a.first < b.first : a.last < b.last;
+          });
+          size_t next = 0;
+          for (const Part& p : parts) {
+            CHECK(p.first == next);
+            CHECK(p.last >= p.first);
+            if (p.first != 0) CHECK(p.first % align == 0);
+            next = p.last;
+          }
+          CHECK(next == count);
+          const size_t expected = std::clamp<size_t>(count / grain, 1, static_cast<size_t>(members));
+          CHECK(parts.size() == expected);
+          // Fewer items than two grains: one part, on the calling thread.
+          if (count < 2 * grain) CHECK((parts.size() == 1 && parts[0].on == std::this_thread::get_id()));
+        }
+      }
+    }
+  }
 }
