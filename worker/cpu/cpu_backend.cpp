@@ -36,7 +36,9 @@ void* alloc_zeroed(size_t bytes) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(Precision precision) : precision_(precision), team_(std::max(openblas_get_num_threads(), 1)) {
+int cpu_backend_threads() { return std::max(openblas_get_num_threads(), 1); }
+
+CpuBackend::CpuBackend(Precision precision) : precision_(precision), team_(cpu_backend_threads()) {
   if (precision == Precision::tf32) {
     throw std::invalid_argument("CpuBackend: tf32 is a GPU tensor-core mode; the CPU computes in fp32 or emulates bf16");
   }

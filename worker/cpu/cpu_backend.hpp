@@ -29,6 +29,9 @@
 
 namespace xtrain {
 
+// The threads a CpuBackend made now works on: as many as OpenBLAS's pool has (at least 1).
+int cpu_backend_threads();
+
 class CpuBackend final : public Backend {
  public:
   // precision: fp32 or bf16 (tf32 is a GPU mode: std::invalid_argument). The attention's team

@@ -27,7 +27,9 @@ std::string determinism_note(bool deterministic, bool dq_by_atomics) {
 DeviceChoice on_cpu(const JobSpec& spec, const std::string& why, bool degraded = false) {
   DeviceChoice choice;
   choice.precision = resolve_precision(spec.train, "cpu");
-  choice.summary = why + "; " + precision_name(choice.precision) + determinism_note(spec.train.deterministic, false);
+  const int threads = cpu_backend_threads();
+  choice.summary = why + "; " + precision_name(choice.precision) + "; " + std::to_string(threads) +
+                   (threads == 1 ? " thread" : " threads") + determinism_note(spec.train.deterministic, false);
   choice.degraded = degraded;
   return choice;
 }

@@ -4,6 +4,7 @@
 // plugins (fake_cuda_plugin.cpp); and, where this build has CUDA, the real plugin: it loads here
 // (its CUDA libraries are installed even without a GPU), exports nothing but its entry point,
 // and takes its NCCL from XTRAIN_NCCL_LIBRARY when set.
+#include <cblas.h>
 #include <dlfcn.h>
 #include <link.h>
 #include <sys/wait.h>
@@ -60,17 +61,22 @@ bool is_loaded(const std::string& path) { return dlopen(path.c_str(), RTLD_NOW |
 }  // namespace
 
 TEST_CASE("device cpu looks at nothing of CUDA", "[plugin]") {
+  // The line names the threads: OpenBLAS's pool, which the CPU backend's own team matches.
+  const int threads_before = openblas_get_num_threads();
+  openblas_set_num_threads(3);
   const DeviceChoice choice = choose_device(spec_on("cpu"), 0, gpu_machine(kFake));
   CHECK(choice.cuda == nullptr);
-  CHECK(choice.summary == "device cpu: training on the CPU; fp32");
+  CHECK(choice.summary == "device cpu: training on the CPU; fp32; 3 threads");
   CHECK_FALSE(choice.degraded);
   CHECK_FALSE(is_loaded(kFake));
   // CPU ranks have no path without a fixed order: asking for one is answered, not ignored.
+  openblas_set_num_threads(1);
   JobSpec spec = spec_on("cpu");
   spec.train.deterministic = false;
   CHECK(choose_device(spec, 0, gpu_machine(kFake)).summary ==
-        "device cpu: training on the CPU; fp32; train.deterministic false changes nothing here (only bf16 on CUDA "
-        "has a path without a fixed order)");
+        "device cpu: training on the CPU; fp32; 1 thread; train.deterministic false changes nothing here (only bf16 "
+        "on CUDA has a path without a fixed order)");
+  openblas_set_num_threads(threads_before);
 }
 
 TEST_CASE("device auto without NVIDIA GPUs loads no CUDA library and says so", "[plugin]") {
