@@ -126,11 +126,7 @@ T xtrain_interp_atomic(T* p, F&& f) {
 }
 // Float adds are also recorded: their order is free, so the race check allows a word that only
 // they wrote to differ between schedules by what reordering them can make (device_memory.hpp).
-inline float atomicAdd(float* p, float v) {
-  const float old = xtrain_interp_atomic(p, [v](float o) { return o + v; });
-  ::xtrain::interp::note_float_atomic_add(p, old, v);
-  return old;
-}
+inline float atomicAdd(float* p, float v) { return ::xtrain::interp::float_atomic_add(p, v); }
 inline double atomicAdd(double* p, double v) { return xtrain_interp_atomic(p, [v](double o) { return o + v; }); }
 inline int atomicAdd(int* p, int v) { return xtrain_interp_atomic(p, [v](int o) { return o + v; }); }
 inline unsigned atomicAdd(unsigned* p, unsigned v) { return xtrain_interp_atomic(p, [v](unsigned o) { return o + v; }); }

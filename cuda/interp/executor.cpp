@@ -142,9 +142,13 @@ void check_atomic_access(const void* p, size_t bytes) {
   in.block().check_access(in.thread(), p, bytes, true, true);
 }
 
-void note_float_atomic_add(const float* p, float before, float v) {
+float float_atomic_add(float* p, float v) {
   InExecutor in;
+  in.block().check_access(in.thread(), p, sizeof(float), true, true);
+  const float before = *p;
+  *p = before + v;
   in.block().note_float_add(p, before, v);
+  return before;
 }
 
 void sync_threads() {

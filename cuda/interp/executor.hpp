@@ -128,7 +128,8 @@ void check_access(const void* p, size_t bytes, bool write);
 // An atomic read-modify-write: bounds and initialisation are checked, races are not (atomics do
 // not race).
 void check_atomic_access(const void* p, size_t bytes);
-// After an atomic add of v to the float at p, which held `before`: recorded for the race check.
-void note_float_atomic_add(const float* p, float before, float v);
+// atomicAdd on a float: checked as check_atomic_access, applied, and recorded for the race check
+// (the order of float adds is free: device_memory.hpp). Returns the value before.
+float float_atomic_add(float* p, float v);
 
 }  // namespace xtrain::interp
