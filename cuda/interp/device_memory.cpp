@@ -156,6 +156,17 @@ void WriteJournal::restore() {
   adds_.clear();
 }
 
+std::string WriteJournal::FloatAdds::excess(float now, float want) const {
+  const double bound = 2.0 * (count + 1) * 0x1p-24 * magnitude;
+  const double apart = std::fabs(static_cast<double>(now) - static_cast<double>(want));
+  if (apart <= bound) return {};
+  char text[200];
+  std::snprintf(text, sizeof text,
+                " (a float %u atomic adds wrote: %.9g against %.9g, more apart than their order can make, %.3g)", count,
+                static_cast<double>(now), static_cast<double>(want), bound);
+  return text;
+}
+
 std::string WriteJournal::first_difference(
     const std::unordered_map<uintptr_t, std::vector<unsigned char>>& expected) const {
   std::map<uintptr_t, const std::vector<unsigned char>*> ordered;  // report the lowest address
@@ -177,15 +188,7 @@ std::string WriteJournal::first_difference(
       float a = 0, b = 0;
       std::memcpy(&a, now + word, sizeof a);
       std::memcpy(&b, want->data() + word, sizeof b);
-      const double bound = 2.0 * (added->second.count + 1) * 0x1p-24 * added->second.magnitude;
-      const double apart = std::fabs(static_cast<double>(a) - static_cast<double>(b));
-      if (!(apart <= bound)) {
-        char text[200];
-        std::snprintf(text, sizeof text,
-                      " (a float %u atomic adds wrote: %.9g against %.9g, more apart than their order can make, %.3g)",
-                      added->second.count, static_cast<double>(a), static_cast<double>(b), bound);
-        return where + text;
-      }
+      if (const std::string excess = added->second.excess(a, b); !excess.empty()) return where + excess;
       i = word + sizeof(float) - 1;  // the rest of this float is within its bound
     }
   }

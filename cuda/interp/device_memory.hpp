@@ -73,6 +73,9 @@ class WriteJournal {
   struct FloatAdds {
     unsigned count = 0;
     double magnitude = 0;  // |the value before the first add| + the sum of |v|
+    // Empty when `now` and `want`, this word's values in two runs, are within what reordering the
+    // adds can make; else what is wrong, to follow the byte's place in a message.
+    std::string excess(float now, float want) const;
   };
   std::unordered_map<uintptr_t, std::vector<unsigned char>> before_;
   std::unordered_map<uintptr_t, FloatAdds> adds_;  // by the float's address, this run's
