@@ -56,11 +56,14 @@ void CpuBackend::for_columns(int N, int C, const std::function<void(size_t, size
   team_.split(static_cast<size_t>(C), std::max<size_t>(kGrain / std::max(N, 1), 1), kLineFloats, fn);
 }
 
+void CpuBackend::store_part(float* x, size_t first, size_t last) const {
+  if (precision_ != Precision::bf16) return;
+  for (size_t i = first; i < last; ++i) x[i] = math::round_to_bf16(x[i]);
+}
+
 void CpuBackend::store(float* x, size_t n) {
   if (precision_ != Precision::bf16) return;
-  for_floats(n, [&](size_t first, size_t last) {
-    for (size_t i = first; i < last; ++i) x[i] = math::round_to_bf16(x[i]);
-  });
+  for_floats(n, [&](size_t first, size_t last) { store_part(x, first, last); });
 }
 
 float* CpuBackend::alloc_floats(size_t n) { return static_cast<float*>(alloc_zeroed(n * sizeof(float))); }
@@ -135,8 +138,8 @@ void CpuBackend::layernorm_forward(ActPtr out_act, float* mean, float* rstd, Con
       mean[n] = s.mean;
       rstd[n] = s.rstd;
     }
+    store_part(out, first * C, last * C);
   });
-  store(out, static_cast<size_t>(N) * C);
 }
 
 void CpuBackend::layernorm_backward(ActPtr dinp_act, float* dweight, float* dbias, ConstActPtr dout_act,
@@ -154,6 +157,7 @@ void CpuBackend::layernorm_backward(ActPtr dinp_act, float* dweight, float* dbia
       const size_t row = n * C;
       math::layernorm_row_backward_input(dinp + row, dout + row, inp + row, weight, {mean[n], rstd[n]}, C);
     }
+    store_part(dinp, first * C, last * C);
   });
   for_columns(N, C, [&](size_t first, size_t last) {
     for (int n = 0; n < N; ++n) {
@@ -161,7 +165,6 @@ void CpuBackend::layernorm_backward(ActPtr dinp_act, float* dweight, float* dbia
       math::layernorm_row_backward_params(dweight, dbias, dout + row, inp + row, {mean[n], rstd[n]}, first, last);
     }
   });
-  store(dinp, static_cast<size_t>(N) * C);
 }
 
 // x = inp @ weight^T + bias into `pre` (the GELU's input) or straight into `out`. With a GELU, out =
@@ -179,13 +182,15 @@ void CpuBackend::product_forward(float* out, float* pre, const float* inp, const
   // x (N,OC) = inp (N,C) @ weight^T (C,OC) [+ x]
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta, x, OC);
   const size_t n = static_cast<size_t>(N) * OC;
-  if (pre != nullptr) {
-    for_floats(n, [&](size_t first, size_t last) {
-      for (size_t i = first; i < last; ++i) out[i] = math::gelu(pre[i]);
-    });
-    store(pre, n);
+  if (pre == nullptr) {
+    store(out, n);
+    return;
   }
-  store(out, n);
+  for_floats(n, [&](size_t first, size_t last) {
+    for (size_t i = first; i < last; ++i) out[i] = math::gelu(pre[i]);
+    store_part(pre, first, last);
+    store_part(out, first, last);
+  });
 }
 
 void CpuBackend::matmul_forward(ActPtr out, ConstActPtr inp, ConstActPtr weight, ConstActPtr bias, int N, int C,
@@ -208,12 +213,14 @@ void CpuBackend::product_backward(float* dinp, float* dweight, float* dbias, con
   // dinp (N,C) = s * dout (N,OC) @ weight (OC,C)
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, dout_scale, dout, OC, weight, C, 0.0f, dinp, C);
   const size_t n = static_cast<size_t>(N) * C;
-  if (pre_gelu != nullptr) {
+  if (pre_gelu == nullptr) {
+    store(dinp, n);
+  } else {
     for_floats(n, [&](size_t first, size_t last) {
       for (size_t i = first; i < last; ++i) dinp[i] *= math::gelu_grad(pre_gelu[i]);
+      store_part(dinp, first, last);
     });
   }
-  store(dinp, n);
   // dweight (OC,C) += s * dout^T (OC,N) @ inp (N,C)
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, dout_scale, dout, OC, inp, C, 1.0f, dweight, C);
   if (dbias != nullptr) {  // by columns, each summed over the rows in order
@@ -266,8 +273,8 @@ void CpuBackend::gelu_forward(ActPtr out_act, ConstActPtr inp_act, size_t n) {
   const float* inp = inp_act.as<float>();
   for_floats(n, [&](size_t first, size_t last) {
     for (size_t i = first; i < last; ++i) out[i] = math::gelu(inp[i]);
+    store_part(out, first, last);
   });
-  store(out, n);
 }
 
 void CpuBackend::gelu_backward(ActPtr dinp_act, ConstActPtr inp_act, ConstActPtr dout_act, size_t n) {
@@ -276,8 +283,8 @@ void CpuBackend::gelu_backward(ActPtr dinp_act, ConstActPtr inp_act, ConstActPtr
   const float* dout = dout_act.as<float>();
   for_floats(n, [&](size_t first, size_t last) {
     for (size_t i = first; i < last; ++i) dinp[i] = math::gelu_grad(inp[i]) * dout[i];
+    store_part(dinp, first, last);
   });
-  store(dinp, n);
 }
 
 void CpuBackend::residual_forward(ActPtr out_act, ConstActPtr a_act, ConstActPtr b_act, size_t n) {
@@ -286,8 +293,8 @@ void CpuBackend::residual_forward(ActPtr out_act, ConstActPtr a_act, ConstActPtr
   const float* b = b_act.as<float>();
   for_floats(n, [&](size_t first, size_t last) {
     for (size_t i = first; i < last; ++i) out[i] = a[i] + b[i];
+    store_part(out, first, last);
   });
-  store(out, n);
 }
 
 void CpuBackend::softmax_cross_entropy(ActPtr logits_act, float* losses, const int32_t* targets, float dloss, int N,
@@ -297,8 +304,8 @@ void CpuBackend::softmax_cross_entropy(ActPtr logits_act, float* losses, const i
     for (size_t n = first; n < last; ++n) {
       losses[n] += math::softmax_cross_entropy_row(logits + n * Vp, targets[n], dloss, V, Vp);
     }
+    store_part(logits, first * Vp, last * Vp);
   });
-  store(logits, static_cast<size_t>(N) * Vp);
 }
 
 void CpuBackend::adamw_update(float* params, ActPtr weights, const float* grads, float* m, float* v, size_t n,

@@ -100,8 +100,10 @@ class CpuBackend final : public Backend {
   // fn(first, last) over parts of the C columns of N rows (sums over the rows of each column, in
   // row order whatever the split), in whole cache lines.
   void for_columns(int N, int C, const std::function<void(size_t, size_t)>& fn);
-  // The CUDA backend's bf16 store: x rounded to bf16 in place, in bf16 precision only.
+  // The CUDA backend's bf16 store: x rounded to bf16 in place, in bf16 precision only; store_part
+  // rounds [first, last) of x, for a loop to round its part of an output while it is in cache.
   void store(float* x, size_t n);
+  void store_part(float* x, size_t first, size_t last) const;
   // The products of matmul_* and matmul_gelu_*: a null pre / pre_gelu means no GELU.
   void product_forward(float* out, float* pre, const float* inp, const float* weight, const float* bias, int N, int C,
                        int OC);
