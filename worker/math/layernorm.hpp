@@ -70,7 +70,8 @@ XTRAIN_HD inline void layernorm_row_backward_input(float* XTRAIN_RESTRICT dx, co
 }
 
 // One row's part of the weight and bias gradients in the columns [first, last): dw += dout * n,
-// db += dout. Summed over the rows in row order, as every backend does.
+// db += dout. The CPU backend adds the rows in row order on any number of threads, each thread
+// taking whole columns.
 XTRAIN_HD inline void layernorm_row_backward_params(float* XTRAIN_RESTRICT dw, float* XTRAIN_RESTRICT db,
                                                     const float* XTRAIN_RESTRICT dout,
                                                     const float* XTRAIN_RESTRICT x, RowStats s, size_t first,
