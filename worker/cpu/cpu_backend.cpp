@@ -20,7 +20,6 @@ namespace xtrain {
 namespace {
 
 constexpr size_t kAlignment = 64;  // a cache line, and enough for any vector load
-constexpr size_t kLineFloats = kAlignment / sizeof(float);
 
 // The fewest elements a loop gives one thread (PyTorch's grain for its parallel loops): below it,
 // waking a helper (tens of microseconds) would cost about what the loop takes.
@@ -45,7 +44,7 @@ CpuBackend::CpuBackend(Precision precision) : precision_(precision), team_(cpu_b
 }
 
 void CpuBackend::for_floats(size_t n, const std::function<void(size_t, size_t)>& fn) {
-  team_.split(n, kGrain, kLineFloats, fn);
+  team_.split(n, kGrain, kCacheLineFloats, fn);
 }
 
 void CpuBackend::for_rows(int N, int C, const std::function<void(size_t, size_t)>& fn) {
@@ -53,7 +52,7 @@ void CpuBackend::for_rows(int N, int C, const std::function<void(size_t, size_t)
 }
 
 void CpuBackend::for_columns(int N, int C, const std::function<void(size_t, size_t)>& fn) {
-  team_.split(static_cast<size_t>(C), std::max<size_t>(kGrain / std::max(N, 1), 1), kLineFloats, fn);
+  team_.split(static_cast<size_t>(C), std::max<size_t>(kGrain / std::max(N, 1), 1), kCacheLineFloats, fn);
 }
 
 void CpuBackend::store_part(float* x, size_t first, size_t last) const {

@@ -243,9 +243,8 @@ struct BackwardScratch {
 
 // One member's scratch, rounded up to whole cache lines so that no two members write one line.
 size_t member_scratch_floats(const AttentionShape& s) {
-  constexpr size_t kLineFloats = 64 / sizeof(float);
   const size_t floats = std::max(ForwardScratch::floats(s.T, s.hs()), BackwardScratch::floats(s.T, s.hs()));
-  return (floats + kLineFloats - 1) / kLineFloats * kLineFloats;
+  return (floats + kCacheLineFloats - 1) / kCacheLineFloats * kCacheLineFloats;
 }
 
 // fn(w, head, q, k, v) for every head, the heads split over the team's members in contiguous

@@ -73,9 +73,8 @@ void KvDecoder::matmul(float* out, const float* inp, const float* weight, const 
 
 // out (n,rows) += x (n,cols) @ W^T, each member of the team taking its share of W's rows.
 void KvDecoder::product(float* out, const float* packed, const float* x, int n, int rows, int cols) {
-  team_.run([&](int member, int members) {
-    const TeamShare share = packed_rows_share(rows, member, members);
-    packed_matmul_accumulate_rows(out, packed, x, n, rows, cols, share.first, share.last);
+  team_.split(static_cast<size_t>(rows), kPackedRowGroup, kPackedRowGroup, [&](size_t first, size_t last) {
+    packed_matmul_accumulate_rows(out, packed, x, n, rows, cols, static_cast<int>(first), static_cast<int>(last));
   });
 }
 

@@ -9,7 +9,7 @@
 namespace xtrain {
 namespace {
 
-constexpr int kRows = 4;   // rows per group
+constexpr int kRows = kPackedRowGroup;
 constexpr int kChunk = 8;  // columns per chunk: one 256-bit vector
 
 float horizontal_sum(__m256 v) {
@@ -96,11 +96,6 @@ void packed_matmul_accumulate_rows(float* out, const float* W, const float* x, i
     const float* w = W + static_cast<size_t>(r) * cols;
     for (int i = 0; i < n; ++i) out[static_cast<size_t>(i) * rows + r] += row_product(w, x + static_cast<size_t>(i) * cols, cols);
   }
-}
-
-TeamShare packed_rows_share(int rows, int member, int members) {
-  const TeamShare groups = team_share(rows / kRows, member, members);
-  return {kRows * groups.first, member + 1 == members ? rows : kRows * groups.last};
 }
 
 void packed_row(float* dst, const float* W, int r, int rows, int cols) {

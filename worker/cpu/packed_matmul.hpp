@@ -13,9 +13,11 @@
 
 #include <vector>
 
-#include "worker/cpu/thread_team.hpp"
-
 namespace xtrain {
+
+// Rows per packed group: a split of a product's rows (packed_matmul_accumulate_rows) starts each
+// part at a multiple of this.
+constexpr int kPackedRowGroup = 4;
 
 // Repacks W (rows, cols) in place; `scratch` is grown to rows*cols floats and may be reused.
 void pack_rows(float* W, int rows, int cols, std::vector<float>& scratch);
@@ -24,15 +26,12 @@ void pack_rows(float* W, int rows, int cols, std::vector<float>& scratch);
 // an order fixed by cols alone: the same bits for a position whatever n is.
 void packed_matmul_accumulate(float* out, const float* W, const float* x, int n, int rows, int cols);
 
-// The part of that product for the output rows [first, last): `first` a multiple of 4, `last` a
-// multiple of 4 or `rows`. Parts that cover [0, rows) add exactly what the whole product adds
-// (each output's sum is the same), so threads may split a product by rows (packed_rows_share).
+// The part of that product for the output rows [first, last): `first` a multiple of
+// kPackedRowGroup, `last` one too or `rows`. Parts that cover [0, rows) add exactly what the whole
+// product adds (each output's sum is the same), so threads may split a product by rows
+// (ThreadTeam::split with kPackedRowGroup as the alignment).
 void packed_matmul_accumulate_rows(float* out, const float* W, const float* x, int n, int rows, int cols, int first,
                                    int last);
-
-// Member `member` of `members`' output rows of a product with `rows` rows, as packed_matmul_
-// accumulate_rows takes them: whole groups of four, the last member also the rows % 4 left over.
-TeamShare packed_rows_share(int rows, int member, int members);
 
 // Row `r` of a packed W, as it was before packing, into dst (cols floats).
 void packed_row(float* dst, const float* W, int r, int rows, int cols);

@@ -49,6 +49,10 @@ class ThreadTeam {
   std::atomic<bool> stopping_{false};
 };
 
+// The floats in a cache line: parts of a float array that members write are aligned to it
+// (ThreadTeam::split's align, a member's scratch), so that no two members write one line.
+constexpr size_t kCacheLineFloats = 64 / sizeof(float);
+
 // The part [first, last) of `count` items that member `member` of `members` takes: contiguous,
 // in member order, sizes differing by at most one.
 struct TeamShare {

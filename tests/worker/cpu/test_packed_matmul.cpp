@@ -4,12 +4,16 @@
 // split them); for shapes whose rows and columns are not multiples of the groups.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "worker/cpu/packed_matmul.hpp"
+#include "worker/cpu/thread_team.hpp"
 
 using namespace xtrain;
 
@@ -48,9 +52,17 @@ TEST_CASE("Packed products equal the plain ones, alone or several positions at a
     for (int members = 1; members <= 6; ++members) {
       INFO(members << " parts");
       std::vector<float> parts(static_cast<size_t>(3) * rows, 1.0f);
+      ThreadTeam team(members);
+      std::mutex m;
+      std::vector<std::pair<size_t, size_t>> shares;  // as the decoder splits a product
+      team.split(static_cast<size_t>(rows), kPackedRowGroup, kPackedRowGroup, [&](size_t first, size_t last) {
+        const std::lock_guard<std::mutex> lock(m);
+        shares.emplace_back(first, last);
+      });
+      std::sort(shares.begin(), shares.end());
       int next = 0;
-      for (int m = 0; m < members; ++m) {
-        const TeamShare share = packed_rows_share(rows, m, members);
+      for (const auto& [first, last] : shares) {
+        const TeamShare share{static_cast<int>(first), static_cast<int>(last)};
         CHECK(share.first == next);
         CHECK((share.first % 4 == 0 && (share.last % 4 == 0 || share.last == rows)));
         next = share.last;
