@@ -15,8 +15,8 @@
 #include "common/exit_codes.hpp"
 #include "common/log.hpp"
 #include "common/model_file.hpp"
-#include "worker/cpu/cpu_backend.hpp"
 #include "worker/data/multiple_choice.hpp"
+#include "worker/device/device_choice.hpp"
 #include "worker/data/token_source.hpp"
 #include "worker/formats/model_io.hpp"
 #include "worker/formats/text_codec.hpp"
@@ -31,17 +31,22 @@ namespace {
 constexpr int kWindowsPerForward = 4;
 
 const char* const kUsage =
-    "usage: xtrain-worker eval MODEL [--data GLOB [--max-tokens N]] [--multiple-choice FILE] [--tokenizer PATH] [--json]\n"
+    "usage: xtrain-worker eval MODEL [--data GLOB [--max-tokens N]] [--multiple-choice FILE] [--tokenizer PATH]\n"
+    "         [--device cpu|cuda|auto] [--precision auto|fp32|tf32|bf16] [--json]\n"
     "  The loss of MODEL (a run directory: its newest intact checkpoint; a checkpoint, a Hugging Face\n"
     "  GPT-2 directory or an llm.c model file) on GLOB (a text file, one token per byte, or llm.c token\n"
     "  shards): mean cross-entropy per token, perplexity, bits per byte (with the model's tokenizer or\n"
     "  --tokenizer, or for text) and the number of tokens scored. The data is cut into windows of the\n"
     "  model's context (or of N with --max-tokens N below it), each token predicted from the ones\n"
-    "  before it in its window; a last piece shorter than a window is left out. On the CPU, fp32.\n"
+    "  before it in its window; a last piece shorter than a window is left out.\n"
     "    --max-tokens N   score at most N tokens (the first whole windows)\n"
     "    --multiple-choice FILE  accuracy on llm.c's multiple-choice eval file (HellaSwag's, as\n"
     "                     dev/data/hellaswag.py writes it): the completion with the lowest mean loss\n"
     "                     over its tokens is the model's answer\n"
+    "    --device D       cpu, cuda (GPU 0 of those CUDA sees) or auto (a GPU where there is one,\n"
+    "                     else the CPU); default auto\n"
+    "    --precision P    as a job's train.precision: auto (bf16 on a GPU, fp32 on the CPU), fp32,\n"
+    "                     tf32 (GPU) or bf16 (on the CPU emulated); default auto\n"
     "    --json           one JSON object on stdout instead of a line of text\n"
     "exit codes: 0 scored; 1 runtime failure; 2 bad input (command line, MODEL, data, tokenizer)\n";
 
@@ -51,6 +56,8 @@ struct EvalOptions {
   std::uint64_t max_tokens = 0;  // 0: all
   std::string tokenizer;
   std::string multiple_choice;
+  std::string device = "auto";
+  std::string precision = "auto";
   bool json = false;
 };
 
@@ -63,6 +70,8 @@ EvalOptions parse(int argc, char** argv) {
                   [&](const std::string& v) { o.max_tokens = static_cast<std::uint64_t>(parse_integer("--max-tokens", v, 1)); })
           .option("--tokenizer", o.tokenizer)
           .option("--multiple-choice", o.multiple_choice)
+          .option("--device", o.device)
+          .option("--precision", o.precision)
           .flag("--json", [&] { o.json = true; })
           .parse(argc, argv);
   if (positional.size() != 1) {
@@ -73,6 +82,7 @@ EvalOptions parse(int argc, char** argv) {
     throw BadInput("--data: missing: give a text file or a glob of llm.c token shards (or --multiple-choice FILE)");
   }
   if (o.data.empty() && o.max_tokens) throw BadInput("--max-tokens: goes with --data");
+  check_command_device_flags(o.device, o.precision);
   return o;
 }
 
@@ -101,9 +111,9 @@ DataPlan plan_data(const EvalOptions& o, const ModelFileInfo& model) {
   return p;
 }
 
-nlohmann::json score_data(const DataPlan& p, const ModelFileInfo& model) {
+nlohmann::json score_data(const DataPlan& p, const ModelFileInfo& model, const DeviceChoice& device) {
   const int B = static_cast<int>(std::min<std::uint64_t>(kWindowsPerForward, p.windows));
-  LoadedModel m(model, p.T, B);
+  LoadedModel m(model, p.T, B, device);
   const int T = p.T;
   std::uint64_t tokens_scored = 0, bytes = 0;
   double loss_sum = 0.0;  // nats
@@ -133,7 +143,7 @@ nlohmann::json score_data(const DataPlan& p, const ModelFileInfo& model) {
 
 // llm.c's multiple-choice accuracy (worker/train/choice_scoring.hpp), at a context of the longest example.
 nlohmann::json multiple_choice(const std::vector<ChoiceExample>& examples, const ModelFileInfo& model,
-                               const std::string& path) {
+                               const std::string& path, const DeviceChoice& device) {
   int T = 1, B = 1;
   for (size_t e = 0; e < examples.size(); ++e) {
     const int length = choice_positions(examples[e]);
@@ -145,7 +155,7 @@ nlohmann::json multiple_choice(const std::vector<ChoiceExample>& examples, const
     T = std::max(T, length);
     B = std::max(B, static_cast<int>(examples[e].completions.size()));
   }
-  LoadedModel m(model, T, B);
+  LoadedModel m(model, T, B, device);
   const ChoiceScore score = score_choices(m.gpt, examples);
   return {{"examples", score.examples},
           {"correct", score.correct},
@@ -161,28 +171,39 @@ int run_eval(int argc, char** argv) {
   ModelFileInfo model;
   std::optional<DataPlan> data;
   std::vector<ChoiceExample> examples;
+  DeviceChoice device;
   try {
     o = parse(argc, argv);
     model = open_model_argument(o.model);
     if (!o.data.empty()) data = plan_data(o, model);
     if (!o.multiple_choice.empty()) examples = read_multiple_choice(o.multiple_choice, model.vocab_size, "--multiple-choice");
+    device = choose_command_device(o.device, o.precision, "scoring", DeviceProbe::of_this_machine());
   } catch (const std::exception& e) {  // everything so far is about the input
     std::fprintf(stderr, "error: %s\n", e.what());
     return exit_code::kBadInput;
   }
-  nlohmann::json out = {{"model", model.path}};
+  if (device.degraded) {
+    spdlog::warn("{}", device.summary);
+  } else {
+    spdlog::info("{}", device.summary);
+  }
+  nlohmann::json out = {{"model", model.path}, {"device", device.cuda ? "cuda" : "cpu"},
+                        {"precision", precision_name(device.precision)}};
   const auto start = std::chrono::steady_clock::now();
   try {
     if (data) {
       out["data"] = o.data;
-      out.update(score_data(*data, model));
+      out.update(score_data(*data, model, device));
     }
-    if (!examples.empty()) out["multiple_choice"] = multiple_choice(examples, model, o.multiple_choice);
+    if (!examples.empty()) out["multiple_choice"] = multiple_choice(examples, model, o.multiple_choice, device);
   } catch (const BadInput& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return exit_code::kBadInput;
+  } catch (const std::invalid_argument& e) {  // a shape the device's backend does not take
+    std::fprintf(stderr, "error: %s: %s\n", model.path.c_str(), e.what());
+    return exit_code::kBadInput;
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "error: out of memory for the model %s\n", o.model.c_str());
+    std::fprintf(stderr, "error: out of %s memory for the model %s\n", device.cuda ? "GPU" : "host", o.model.c_str());
     return exit_code::kRuntimeFailure;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

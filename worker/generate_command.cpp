@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <new>
 #include <optional>
 #include <sstream>
@@ -25,8 +26,11 @@
 #include "common/worker_env.hpp"
 #include "common/tokenizer/gpt2_tokenizer.hpp"
 #include "worker/cpu/kv_decoder.hpp"
+#include "worker/device/device_choice.hpp"
 #include "worker/formats/model_io.hpp"
 #include "worker/formats/text_stream.hpp"
+#include "worker/loaded_model.hpp"
+#include "worker/model/window_decoder.hpp"
 #include "worker/train/token_sampler.hpp"
 #include "worker/train/model_argument.hpp"
 
@@ -39,7 +43,7 @@ constexpr int kMaxThreads = 1024;
 const char* const kUsage =
     "usage: xtrain-worker generate MODEL [--prompt TEXT | --prompt-file FILE] [--max-new-tokens N]\n"
     "         [--temperature T] [--top-k K] [--top-p P] [--seed S] [--num-samples N] [--stop TEXT]\n"
-    "         [--tokenizer PATH] [--device cpu|cuda|auto] [--threads N]\n"
+    "         [--tokenizer PATH] [--device cpu|cuda|auto] [--precision auto|fp32|tf32|bf16] [--threads N]\n"
     "  Writes what MODEL says after the prompt to stdout as it is generated (whole UTF-8 characters),\n"
     "  then tokens/s on stderr. MODEL: a run directory (its newest intact checkpoint), a checkpoint,\n"
     "  a Hugging Face GPT-2 directory or an llm.c model file.\n"
@@ -54,12 +58,14 @@ const char* const kUsage =
     "    --stop TEXT           end a sample where TEXT appears (TEXT is not printed)\n"
     "    --tokenizer PATH      GPT-2 vocabulary files, for a model that comes without them; a model\n"
     "                          of 256 tokens without one is byte-level\n"
-    "    --device cpu|auto     generation runs on the CPU (cuda is refused for now); default auto\n"
-    "    --threads N           threads sharing each token's work (default: OMP_NUM_THREADS when set,\n"
-    "                          else the CPUs this process may use; at most one per 8 MiB of\n"
+    "    --device D            cpu, cuda (GPU 0 of those CUDA sees) or auto (a GPU where there is one,\n"
+    "                          else the CPU); default auto\n"
+    "    --precision P         on a GPU: auto (bf16), bf16, tf32 or fp32; on the CPU fp32 (auto)\n"
+    "    --threads N           on the CPU, threads sharing each token's work (default: OMP_NUM_THREADS\n"
+    "                          when set, else the CPUs this process may use; at most one per 8 MiB of\n"
     "                          weights); the text is the same for any N\n"
-    "  Each new token costs one position (a KV cache); past the model's context the newest half of\n"
-    "  the window is kept and run again. fp32.\n"
+    "  On the CPU each new token costs one position (a KV cache), on a GPU a forward of the context;\n"
+    "  past the model's context the newest half of the window is kept and run again.\n"
     "exit codes: 0 generated; 1 runtime failure; 2 bad input (command line, MODEL, tokenizer, prompt)\n";
 
 struct GenerateOptions {
@@ -73,6 +79,7 @@ struct GenerateOptions {
   std::string stop;
   std::string tokenizer;
   std::string device = "auto";
+  std::string precision = "auto";
   int threads = 0;  // 0: default_threads()
 };
 
@@ -124,6 +131,7 @@ GenerateOptions parse(int argc, char** argv) {
           .option("--stop", o.stop)
           .option("--tokenizer", o.tokenizer)
           .option("--device", o.device)
+          .option("--precision", o.precision)
           .option("--threads", [&](const std::string& v) {
             o.threads = static_cast<int>(parse_integer("--threads", v, 1, kMaxThreads));
           })
@@ -134,13 +142,7 @@ GenerateOptions parse(int argc, char** argv) {
   }
   o.model = positional[0];
   if (o.prompt && !o.prompt_file.empty()) throw BadInput("--prompt-file: give --prompt or --prompt-file, not both");
-  if (o.device == "cuda") {
-    throw BadInput("--device cuda: generation runs on the CPU for now (the KV-cached decoder has no CUDA "
-                   "kernels yet); use --device cpu or auto");
-  }
-  if (o.device != "cpu" && o.device != "auto") {
-    throw BadInput("--device: expected \"cpu\", \"cuda\" or \"auto\", got \"" + o.device + "\"");
-  }
+  check_command_device_flags(o.device, o.precision);
   TokenSampler(o.sampling, 0);  // checks the sampling options' ranges, naming the flag
   return o;
 }
@@ -219,7 +221,7 @@ struct Totals {
 
 // One sample: the prompt through the decoder, then up to max_new_tokens tokens, each printed as
 // soon as it makes whole characters.
-void generate_one(KvDecoder& decoder, TokenSampler& sampler, const Vocabulary& vocab,
+void generate_one(TokenDecoder& decoder, TokenSampler& sampler, const Vocabulary& vocab,
                   const std::vector<std::int32_t>& prompt, const GenerateOptions& o, int V, Output& out,
                   Totals& totals) {
   decoder.reset();
@@ -239,13 +241,41 @@ void generate_one(KvDecoder& decoder, TokenSampler& sampler, const Vocabulary& v
 
 }  // namespace
 
+// Where the tokens are computed: the CPU's KV-cached decoder on the model's weights, or a GPU's
+// forward of the window on the model loaded there.
+struct DecoderPlace {
+  DeviceChoice device;
+  std::optional<FlatModel> flat;        // on the CPU: the layout, and the weights until the decoder takes them
+  std::unique_ptr<LoadedModel> loaded;  // on a GPU
+};
+
+DecoderPlace place_decoder(const GenerateOptions& o, const ModelFileInfo& model) {
+  const auto cpu_is_fp32 = [&] {
+    return BadInput("--precision: \"" + o.precision + "\" needs a GPU; generation on the CPU is fp32 (its KV cache)");
+  };
+  if (o.device == "cpu" && o.precision != "auto" && o.precision != "fp32") throw cpu_is_fp32();
+  DecoderPlace place;
+  place.device = choose_command_device(o.device, o.precision, "generating", DeviceProbe::of_this_machine());
+  if (place.device.cuda == nullptr) {
+    if (place.device.precision != Precision::fp32) throw cpu_is_fp32();
+    place.flat = load_flat_model(model);
+    return place;
+  }
+  try {
+    place.loaded = std::make_unique<LoadedModel>(model, model.n_positions, 1, place.device);
+  } catch (const std::invalid_argument& e) {  // a shape the GPU's kernels do not take
+    throw BadInput(model.path + ": " + e.what());
+  }
+  return place;
+}
+
 int run_generate(int argc, char** argv) {
   init_logging("");
   GenerateOptions o;
   ModelFileInfo model;
   Vocabulary vocab;
   std::vector<std::int32_t> prompt;
-  std::optional<FlatModel> flat;
+  DecoderPlace place;
   try {
     o = parse(argc, argv);
     model = open_model_argument(o.model);
@@ -256,24 +286,42 @@ int run_generate(int argc, char** argv) {
                      " tokens, but the model's context is " + std::to_string(model.n_positions) +
                      ": at most " + std::to_string(model.n_positions - 1) + " leave room to generate");
     }
-    flat = load_flat_model(model);
+    place = place_decoder(o, model);
   } catch (const ModelOutOfMemory& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    return exit_code::kRuntimeFailure;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of GPU memory for the model %s\n", o.model.c_str());
     return exit_code::kRuntimeFailure;
   } catch (const std::exception& e) {  // everything so far is about the input
     std::fprintf(stderr, "error: %s\n", e.what());
     return exit_code::kBadInput;
   }
-  std::string threads_from = "--threads";
-  const int threads = o.threads > 0 ? o.threads : default_threads(flat->layout.total(), threads_from);
-  spdlog::info("generating from {} ({:.2f}M parameters, context {}) on the CPU{}, {} thread{} ({}): prompt {} tokens, "
-               "{} sample(s) of up to {} tokens",
-               describe(model), static_cast<double>(flat->layout.total()) / 1e6, model.n_positions,
-               o.device == "auto" ? " (auto: generation runs on the CPU)" : "", threads, threads == 1 ? "" : "s",
-               threads_from, prompt.size(), o.num_samples, o.max_new_tokens);
+  const ParamLayout& layout = place.flat ? place.flat->layout : place.loaded->layout;
+  spdlog::info("generating from {} ({:.2f}M parameters, context {}): prompt {} tokens, {} sample(s) of up to {} tokens",
+               describe(model), static_cast<double>(layout.total()) / 1e6, model.n_positions, prompt.size(),
+               o.num_samples, o.max_new_tokens);
+  // The decoder, and the device line: on the CPU with the decoder's own threads (not OpenBLAS's).
+  std::optional<KvDecoder> kv;
+  std::optional<WindowDecoder> window;
+  if (place.flat) {
+    std::string threads_from = "--threads";
+    const int threads = o.threads > 0 ? o.threads : default_threads(layout.total(), threads_from);
+    const std::string line = place.device.where + "; fp32; " + std::to_string(threads) +
+                             (threads == 1 ? " thread (" : " threads (") + threads_from + ")";
+    if (place.device.degraded) {
+      spdlog::warn("{}", line);
+    } else {
+      spdlog::info("{}", line);
+    }
+    kv.emplace(layout, std::move(place.flat->params), threads);
+  } else {
+    spdlog::info("{}", place.device.summary);
+    window.emplace(place.loaded->gpt);
+  }
   Output out;
   try {
-    KvDecoder decoder(flat->layout, std::move(flat->params), threads);
+    TokenDecoder& decoder = kv ? static_cast<TokenDecoder&>(*kv) : *window;
     TokenSampler sampler(o.sampling, o.seed);
     Totals totals;
     for (int s = 0; s < o.num_samples; ++s) {

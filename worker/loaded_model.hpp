@@ -1,12 +1,14 @@
-// A model file (worker/train/model_argument.hpp) loaded for scoring: its weights at a context of T
-// (the first T rows of wpe), on the CPU in fp32. The eval command's and the device check's logits
-// tool's (scripts/check/logits.cpp) one way of holding a model they only run forward.
+// A model file (worker/train/model_argument.hpp) loaded to run forward only: its weights at a
+// context of T (the first T rows of wpe), on the backend of a device choice
+// (worker/device/device_choice.hpp; by default the CPU in fp32). The one way the eval and generate
+// commands and the device check's logits tool (scripts/check/logits.cpp) hold such a model.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "common/model_file.hpp"
-#include "worker/cpu/cpu_backend.hpp"
+#include "worker/device/device_choice.hpp"
 #include "worker/formats/model_io.hpp"
 #include "worker/model/gpt.hpp"
 
@@ -14,10 +16,12 @@ namespace xtrain {
 
 struct LoadedModel {
   ParamLayout layout;
-  CpuBackend backend{Precision::fp32};
+  std::unique_ptr<Backend> backend;
   GPT gpt;
-  LoadedModel(const ModelFileInfo& model, int T, int max_batch)
-      : layout(ModelDims::from(spec_of(model, T))), gpt(spec_of(model, T), backend, max_batch) {
+  LoadedModel(const ModelFileInfo& model, int T, int max_batch, const DeviceChoice& device = {})
+      : layout(ModelDims::from(spec_of(model, T))),
+        backend(make_backend(device)),
+        gpt(spec_of(model, T), *backend, max_batch) {
     std::vector<float> params(layout.total());
     import_model(model, layout, params.data());
     gpt.set_params(params.data());

@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
   m.gpt.forward(tokens.data(), nullptr, B);
   const int Vp = m.gpt.dims().Vp;
   std::vector<float> padded(tokens.size() * static_cast<size_t>(Vp));  // (B, T, Vp)
-  m.backend.download(padded.data(), m.gpt.logits(), padded.size());
+  m.backend->download(padded.data(), m.gpt.logits(), padded.size());
   std::vector<float> logits(tokens.size() * static_cast<size_t>(V));  // (B, T, V): the padding columns left out
   for (size_t row = 0; row < tokens.size(); ++row) {
     std::memcpy(&logits[row * static_cast<size_t>(V)], &padded[row * static_cast<size_t>(Vp)], sizeof(float) * static_cast<size_t>(V));

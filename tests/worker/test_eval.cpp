@@ -1,6 +1,6 @@
 // `xtrain-worker eval` (the real binary): loss, perplexity and bits per byte of an exported model
 // on a text file equal PyTorch's on the same weights and windows (all of it, and --max-tokens);
-// bad input is one error line, exit 2, nothing on stdout.
+// --precision bf16 emulated on the CPU; bad input is one error line, exit 2, nothing on stdout.
 //
 // Tolerance: the same fp32 forward in other summation orders (test_gpt_vs_torch.cpp); PyTorch sums
 // the losses in double. 1e-5 relative.
@@ -56,7 +56,7 @@ TEST_CASE("eval: loss, perplexity and bits per byte of a text file are PyTorch's
     INFO("--max-tokens " << max_tokens);
     std::vector<std::string> args = {dir / "run", "--data", dir / "text.txt", "--json"};
     if (max_tokens) args.insert(args.end(), {"--max-tokens", std::to_string(max_tokens)});
-    const CliRun ours = test::run_worker(dir, "eval", args);
+    const CliRun ours = test::run_model_command(dir, "eval", args);
     INFO(ours.output);
     REQUIRE(ours.code == 0);
     const auto got = nlohmann::json::parse(ours.out);
@@ -69,8 +69,25 @@ TEST_CASE("eval: loss, perplexity and bits per byte of a text file are PyTorch's
     CHECK(got.at("bits_per_byte").get<double>() == Approx(want.at("bits_per_byte").get<double>()).epsilon(1e-5));
     CHECK(got.at("bytes") == got.at("tokens"));  // byte-level: a token per byte
   }
+  // --precision bf16 on the CPU: the GPU's storage emulated (worker/cpu/cpu_backend.hpp), so a loss
+  // near fp32's but not fp32's. Each stored activation is rounded to 8 bits of mantissa (2^-9
+  // relative); through 2 layers that moves a loss of about 5.5 by 1e-3 relative, 2e-2 is the bound.
+  const CliRun fp32 = test::run_model_command(dir, "eval", {dir / "run", "--data", dir / "text.txt", "--json"});
+  const CliRun bf16 =
+      test::run_model_command(dir, "eval", {dir / "run", "--data", dir / "text.txt", "--precision", "bf16", "--json"});
+  INFO(bf16.output);
+  REQUIRE(fp32.code == 0);
+  REQUIRE(bf16.code == 0);
+  const auto exact = nlohmann::json::parse(fp32.out), rounded = nlohmann::json::parse(bf16.out);
+  CHECK(exact.at("device") == "cpu");
+  CHECK(exact.at("precision") == "fp32");
+  CHECK(rounded.at("precision") == "bf16");
+  CHECK(bf16.output.find("device cpu: scoring on the CPU; bf16; ") != std::string::npos);
+  CHECK(rounded.at("loss").get<double>() != exact.at("loss").get<double>());
+  CHECK(rounded.at("loss").get<double>() == Approx(exact.at("loss").get<double>()).epsilon(2e-2));
+
   // Text: one line on stdout.
-  const CliRun line = test::run_worker(dir, "eval", {dir / "hf", "--data", dir / "text.txt"});
+  const CliRun line = test::run_model_command(dir, "eval", {dir / "hf", "--data", dir / "text.txt"});
   CHECK(line.code == 0);
   CHECK(line.out.find("tokens, loss ") != std::string::npos);
   CHECK(line.out.find(" bits per byte\n") != std::string::npos);
@@ -81,10 +98,14 @@ TEST_CASE("eval: bad input is one error line, exit 2, nothing on stdout", "[eval
   const test::TestCheckpoint small(dir / "run");  // 70 tokens: text bytes above 69 do not fit
   write_bytes(dir / "text.txt", "zzzz");
   write_bytes(dir / "one.txt", "\x01");
+  write_bytes(dir / "ok.txt", "\x01\x02\x03\x04\x05");  // scoreable: the device is what is wrong
   struct Case {
     std::vector<std::string> args;
     std::string error;
+    std::vector<std::string> env = {};
   };
+  // "cuda" that cannot be had, on any machine: the plugin is not where it is looked for.
+  const std::vector<std::string> no_plugin = {"XTRAIN_CUDA_PLUGIN=" + dir / "none.so"};
   const std::vector<Case> cases = {
       {{small.dir}, "--data: missing"},
       {{small.dir, "--data", dir / "nope.txt"}, "--data: " + dir / "nope.txt"},
@@ -94,9 +115,16 @@ TEST_CASE("eval: bad input is one error line, exit 2, nothing on stdout", "[eval
       {{dir / "text.txt", "--data", dir / "one.txt"}, dir / "text.txt" + ": not a model"},
       {{small.dir, "--data"}, "command line: --data needs a value (see eval --help)"},
       {{small.dir, "--data=" + dir / "one.txt", "--json=yes"}, "command line: --json takes no value (see eval --help)"},
+      {{small.dir, "--data", dir / "one.txt", "--device", "tpu"}, "--device: expected \"cpu\", \"cuda\" or \"auto\", got \"tpu\""},
+      {{small.dir, "--data", dir / "one.txt", "--precision", "fp16"},
+       "--precision: expected \"auto\", \"fp32\", \"tf32\" or \"bf16\", got \"fp16\""},
+      {{small.dir, "--data", dir / "ok.txt", "--device", "cpu", "--precision", "tf32"},
+       "--precision: \"tf32\" is a tensor-core mode of CUDA GPUs"},
+      {{small.dir, "--data", dir / "ok.txt", "--device", "cuda"},
+       "--device: \"cuda\" asked for, but the CUDA plugin " + dir / "none.so", no_plugin},
   };
   for (const Case& c : cases) {
-    const CliRun run = test::run_worker(dir, "eval", c.args);
+    const CliRun run = test::run_model_command(dir, "eval", c.args, c.env);
     INFO(run.output);
     CHECK(run.code == 2);
     CHECK(error_line(run.output).rfind("error: " + c.error, 0) == 0);
@@ -110,7 +138,7 @@ TEST_CASE("eval --multiple-choice: llm.c's accuracy (lowest mean completion loss
   const test::TestCheckpoint ckpt(dir / "run", "", test::model_spec(2, 2, 32, 16, 256), 0.3f);
   REQUIRE(test::run_worker(dir, "export", {ckpt.dir, "--format", "hf", dir / "hf"}).code == 0);
   write_bytes(dir / "mc.bin", eval_file(test::random_examples(24, 9, 256)));
-  const CliRun ours = test::run_worker(dir, "eval", {dir / "run", "--multiple-choice", dir / "mc.bin", "--json"});
+  const CliRun ours = test::run_model_command(dir, "eval", {dir / "run", "--multiple-choice", dir / "mc.bin", "--json"});
   INFO(ours.output);
   REQUIRE(ours.code == 0);
   const auto got = nlohmann::json::parse(ours.out).at("multiple_choice");
@@ -145,12 +173,12 @@ TEST_CASE("eval --multiple-choice: a bad header or a truncated example names the
   };
   for (const auto& c : cases) {
     write_bytes(dir / c.name, c.bytes);
-    const CliRun run = test::run_worker(dir, "eval", {ckpt.dir, "--multiple-choice", dir / c.name});
+    const CliRun run = test::run_model_command(dir, "eval", {ckpt.dir, "--multiple-choice", dir / c.name});
     INFO(run.output);
     CHECK(run.code == 2);
     CHECK(error_line(run.output).rfind("error: --multiple-choice: " + dir / c.name + c.error, 0) == 0);
     CHECK(run.out.empty());
   }
-  const CliRun cut = test::run_worker(dir, "eval", {ckpt.dir, "--multiple-choice", dir / "cut.bin"});
+  const CliRun cut = test::run_model_command(dir, "eval", {ckpt.dir, "--multiple-choice", dir / "cut.bin"});
   CHECK(error_line(cut.output).find("is truncated: the file ends inside it") != std::string::npos);
 }

@@ -37,7 +37,9 @@ namespace {
 
 const ModelSpec kByteModel = test::model_spec(2, 2, 32, 16, 256);
 
-CliRun generate(const ScratchDir& dir, std::vector<std::string> args) { return test::run_worker(dir, "generate", args); }
+CliRun generate(const ScratchDir& dir, std::vector<std::string> args, const std::vector<std::string>& env = {}) {
+  return test::run_model_command(dir, "generate", args, env);
+}
 
 }  // namespace
 
@@ -162,7 +164,10 @@ TEST_CASE("generate: bad input is one error line, exit 2, nothing on stdout", "[
   struct Case {
     std::vector<std::string> args;
     std::string error;
+    std::vector<std::string> env = {};
   };
+  // "cuda" that cannot be had, on any machine: the plugin is not where it is looked for.
+  const std::vector<std::string> no_plugin = {"XTRAIN_CUDA_PLUGIN=" + dir / "none.so"};
   const std::string kinds = "not a model: expected a run directory (with checkpoints/), a checkpoint or a Hugging "
                             "Face GPT-2 directory (config.json + model.safetensors), or an llm.c model file; ";
   const std::vector<Case> cases = {
@@ -176,8 +181,13 @@ TEST_CASE("generate: bad input is one error line, exit 2, nothing on stdout", "[
       {{bytes.dir, "--top-p", "1.5"}, "--top-p: expected a number in (0, 1]"},
       {{bytes.dir, "--temperature", "-1"}, "--temperature: expected a number >= 0"},
       {{bytes.dir, "--max-new-tokens", "0"}, "--max-new-tokens: expected an integer >= 1"},
-      {{bytes.dir, "--device", "cuda"}, "--device cuda: generation runs on the CPU for now"},
-      {{bytes.dir, "--device", "tpu"}, "--device: expected \"cpu\", \"cuda\" or \"auto\""},
+      {{bytes.dir, "--device", "cuda"}, "--device: \"cuda\" asked for, but the CUDA plugin " + dir / "none.so", no_plugin},
+      {{bytes.dir, "--device", "tpu"}, "--device: expected \"cpu\", \"cuda\" or \"auto\", got \"tpu\""},
+      {{bytes.dir, "--precision", "fp16"}, "--precision: expected \"auto\", \"fp32\", \"tf32\" or \"bf16\", got \"fp16\""},
+      {{bytes.dir, "--device", "cpu", "--precision", "bf16"},
+       "--precision: \"bf16\" needs a GPU; generation on the CPU is fp32 (its KV cache)"},
+      {{bytes.dir, "--device", "auto", "--precision", "bf16"},
+       "--precision: \"bf16\" needs a GPU; generation on the CPU is fp32 (its KV cache)", no_plugin},
       {{bytes.dir, "--prompt-file", dir / "nope.txt"}, "--prompt-file: cannot read"},
       {{bytes.dir, "--threads", "0"}, "--threads: expected an integer >= 1 and <= 1024, got \"0\""},
       {{bytes.dir, "--threads", "two"}, "--threads: expected an integer"},
@@ -185,7 +195,7 @@ TEST_CASE("generate: bad input is one error line, exit 2, nothing on stdout", "[
       {{no_tokenizer.dir}, no_tokenizer.dir + ": no tokenizer comes with this model (70 tokens): give --tokenizer"},
   };
   for (const Case& c : cases) {
-    const CliRun run = generate(dir, c.args);
+    const CliRun run = generate(dir, c.args, c.env);
     INFO(c.args[0] << " " << (c.args.size() > 1 ? c.args[1] : "") << "\n" << run.output);
     CHECK(run.code == 2);
     CHECK(error_line(run.output).rfind("error: " + c.error, 0) == 0);

@@ -5,6 +5,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <random>
@@ -26,15 +27,27 @@ struct CliRun {
   std::string output;  // stdout, then stderr
 };
 
-// xtrain-worker COMMAND ARGS..., its exit code and output.
-inline CliRun run_worker(const ScratchDir& dir, const std::string& command, const std::vector<std::string>& args) {
-  std::string line = shell_quote(std::string(XTRAIN_BIN_DIR) + "/xtrain-worker") + " " + command;
+// xtrain-worker COMMAND ARGS..., its exit code and output; `env`: VAR=VALUE settings to run it with.
+inline CliRun run_worker(const ScratchDir& dir, const std::string& command, const std::vector<std::string>& args,
+                         const std::vector<std::string>& env = {}) {
+  std::string line = env.empty() ? "" : "env ";
+  for (const auto& e : env) line += shell_quote(e) + " ";
+  line += shell_quote(std::string(XTRAIN_BIN_DIR) + "/xtrain-worker") + " " + command;
   for (const auto& a : args) line += " " + shell_quote(a);
   const std::string out = dir / "cli.out", err = dir / "cli.err";
   const int status = std::system((line + " > " + shell_quote(out) + " 2> " + shell_quote(err)).c_str());
   CliRun run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_bytes(out), ""};
   run.output = run.out + read_bytes(err);
   return run;
+}
+
+// run_worker for the commands that run a model (generate, eval), on the CPU unless `args` name a
+// --device: "auto" would take a GPU where there is one, and these tests hold the CPU to PyTorch
+// (a GPU's are tests/cuda/test_cuda_commands.cpp's).
+inline CliRun run_model_command(const ScratchDir& dir, const std::string& command, std::vector<std::string> args,
+                                const std::vector<std::string>& env = {}) {
+  if (std::find(args.begin(), args.end(), "--device") == args.end()) args.insert(args.begin(), {"--device", "cpu"});
+  return run_worker(dir, command, args, env);
 }
 
 // The one line of `output` starting with "error: " (a note when there are none or several).

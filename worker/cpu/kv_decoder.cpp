@@ -14,7 +14,7 @@
 namespace xtrain {
 
 KvDecoder::KvDecoder(const ParamLayout& layout, std::vector<float> params, int threads)
-    : dims_(layout.dims()), layout_(layout), params_(layout.total()), team_(threads) {
+    : TokenDecoder(layout.dims()), layout_(layout), params_(layout.total()), team_(threads) {
   if (params.size() != layout.total()) {
     throw std::invalid_argument("KvDecoder: " + std::to_string(params.size()) + " parameters for a layout of " +
                                 std::to_string(layout.total()));
@@ -36,32 +36,6 @@ KvDecoder::KvDecoder(const ParamLayout& layout, std::vector<float> params, int t
   values_.resize(cache);
   logits_.resize(static_cast<size_t>(dims_.Vp));
   scores_.resize(static_cast<size_t>(team_.members()) * dims_.T);
-  window_.reserve(static_cast<size_t>(dims_.T));
-}
-
-std::span<const float> KvDecoder::append(std::span<const std::int32_t> tokens) {
-  const int n = static_cast<int>(tokens.size());
-  if (n == 0) throw std::out_of_range("KvDecoder::append: no tokens");
-  if (n > dims_.T) {
-    throw std::length_error(std::to_string(n) + " tokens at once, more than the model's context of " +
-                            std::to_string(dims_.T));
-  }
-  for (const std::int32_t t : tokens) {
-    if (t < 0 || t >= dims_.V) {
-      throw std::out_of_range("token " + std::to_string(t) + " is outside the vocabulary [0, " +
-                              std::to_string(dims_.V) + ")");
-    }
-  }
-  if (position() + n <= dims_.T) {
-    window_.insert(window_.end(), tokens.begin(), tokens.end());
-    run(window_.data() + window_.size() - n, n);
-  } else {  // slide: keep the newest half of the window (at most what leaves room) and rerun it
-    const int keep = std::min({position(), dims_.T / 2, dims_.T - n});
-    window_.erase(window_.begin(), window_.end() - keep);
-    window_.insert(window_.end(), tokens.begin(), tokens.end());
-    run(window_.data(), position());
-  }
-  return {logits_.data(), logits_.size()};
 }
 
 // out (n,out_dim) = inp (n,in) @ weight^T + bias, the weight packed (worker/cpu/packed_matmul.hpp).
@@ -119,9 +93,10 @@ void KvDecoder::attend(int layer, int h, int seen, int i, int member) {
   }
 }
 
-void KvDecoder::run(const std::int32_t* tokens, int n) {
+std::span<const float> KvDecoder::run(int first) {
   const int C = dims_.C, T = dims_.T, hs = C / dims_.NH;
-  const int first = position() - n;
+  const int n = position() - first;
+  const std::int32_t* tokens = window().data() + first;
   if (n > rows_) {
     rows_ = n;
     const size_t rows = static_cast<size_t>(n);
@@ -176,6 +151,7 @@ void KvDecoder::run(const std::int32_t* tokens, int n) {
   std::fill(logits_.begin(), logits_.end(), 0.0f);
   product(logits_.data(), P + layout_.wte(), normed_.data(), 1, dims_.Vp, C);
   positions_computed_ += static_cast<std::uint64_t>(n);
+  return {logits_.data(), logits_.size()};
 }
 
 }  // namespace xtrain

@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include "common/bad_input.hpp"
+
 #include "common/cuda_interpret.hpp"
 #include "common/gpu/gpu_probe.hpp"
 #include "worker/cpu/cpu_backend.hpp"
@@ -24,10 +26,11 @@ std::string determinism_note(bool deterministic, bool dq_by_atomics) {
   return "; train.deterministic false changes nothing here (only bf16 on CUDA has a path without a fixed order)";
 }
 
-DeviceChoice on_cpu(const JobSpec& spec, const std::string& why, bool degraded = false) {
+DeviceChoice on_cpu(const JobSpec& spec, const std::string& why, bool degraded) {
   DeviceChoice choice;
   choice.precision = resolve_precision(spec.train, "cpu");
   const int threads = cpu_backend_threads();
+  choice.where = why;
   choice.summary = why + "; " + precision_name(choice.precision) + "; " + std::to_string(threads) +
                    (threads == 1 ? " thread" : " threads") + determinism_note(spec.train.deterministic, false);
   choice.degraded = degraded;
@@ -62,16 +65,20 @@ void require_precision_support(Precision precision, const CudaDeviceInfo& gpu) {
   }
 }
 
-DeviceChoice choose_device(const JobSpec& spec, int local_rank, const DeviceProbe& probe) {
-  if (spec.device == "cpu") return on_cpu(spec, "device cpu: training on the CPU");
+namespace {
+
+// choose_device, with `work` ("training", "generating", "scoring") for what its summary says.
+DeviceChoice choose(const JobSpec& spec, int local_rank, const DeviceProbe& probe, const std::string& work) {
+  if (spec.device == "cpu") return on_cpu(spec, "device cpu: " + work + " on the CPU", /*degraded=*/false);
   const bool required = spec.device == "cuda";
   if (!required && probe.nvidia_gpus == 0 && !probe.interpret) {
-    return on_cpu(spec, "device auto: training on the CPU (no NVIDIA GPU on this machine: no CUDA library loaded)");
+    return on_cpu(spec, "device auto: " + work + " on the CPU (no NVIDIA GPU on this machine: no CUDA library loaded)",
+                  /*degraded=*/false);
   }
   // From here on "auto" falls back to the CPU where "cuda" fails, for the same reason.
   auto unusable = [&](const std::string& why) {
     if (required) throw SpecError("device", "\"cuda\" asked for, but " + why);
-    return on_cpu(spec, "device auto: training on the CPU (" + why + ")", /*degraded=*/true);
+    return on_cpu(spec, "device auto: " + work + " on the CPU (" + why + ")", /*degraded=*/true);
   };
   const CudaPluginLoad load = load_cuda_plugin(probe.plugin_path);
   if (load.plugin == nullptr) return unusable(load.failure);
@@ -88,11 +95,43 @@ DeviceChoice choose_device(const JobSpec& spec, int local_rank, const DeviceProb
   require_precision_support(choice.precision, gpu);
   choice.gpu_memory = {"GPU " + std::to_string(choice.gpu) + " (" + gpu.name + ")", gpu.free_bytes, gpu.total_bytes};
   choice.deterministic = spec.train.deterministic;
-  choice.summary = "device " + spec.device + ": " + gpu.describe(choice.gpu) + "; " + load.plugin->versions() +
+  choice.where = "device " + spec.device + ": " + work + " on " + gpu.describe(choice.gpu);
+  choice.summary = choice.where + "; " + load.plugin->versions() +
                    "; " + load.nccl + "; " + precision_name(choice.precision) +
                    determinism_note(choice.deterministic,
                                     cuda_buffers::attention_dq_by_atomics(choice.precision, choice.deterministic));
   return choice;
+}
+
+}  // namespace
+
+DeviceChoice choose_device(const JobSpec& spec, int local_rank, const DeviceProbe& probe) {
+  return choose(spec, local_rank, probe, "training");
+}
+
+void check_command_device_flags(const std::string& device, const std::string& precision) {
+  if (device != "cpu" && device != "cuda" && device != "auto") {
+    throw BadInput("--device: expected \"cpu\", \"cuda\" or \"auto\", got \"" + device + "\"");
+  }
+  if (precision != "auto" && precision != "fp32" && precision != "tf32" && precision != "bf16") {
+    throw BadInput("--precision: expected \"auto\", \"fp32\", \"tf32\" or \"bf16\", got \"" + precision + "\"");
+  }
+}
+
+DeviceChoice choose_command_device(const std::string& device, const std::string& precision, const std::string& work,
+                                   const DeviceProbe& probe) {
+  check_command_device_flags(device, precision);
+  JobSpec spec;
+  spec.device = device;
+  spec.train.precision = precision;
+  spec.train.deterministic = true;
+  try {
+    return choose(spec, /*local_rank=*/0, probe, work);
+  } catch (const SpecError& e) {  // the message names the spec's field: name the flag instead
+    const std::string flag = e.path() == "device" ? "--device" : e.path() == "train.precision" ? "--precision" : "";
+    if (flag.empty()) throw;
+    throw BadInput(flag + ": " + std::string(e.what()).substr(e.path().size() + 2));
+  }
 }
 
 void require_memory_fit(const DeviceChoice& device, const JobSpec& spec, int world_size) {

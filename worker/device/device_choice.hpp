@@ -39,11 +39,22 @@ struct DeviceChoice {
   Precision precision = Precision::fp32;  // train.precision resolved for the device
   bool deterministic = true;              // on CUDA: train.deterministic, for the backend
   std::string summary;               // one log line: the device, and why
+  std::string where;                 // its first part: the device, and why ("device auto: training on the CPU (...)")
   bool interpreted = false;          // interpret mode's plugin: Gloo reduces, no NCCL
   bool degraded = false;             // "auto" on a machine with GPUs it cannot use: log a warning
 };
 
 DeviceChoice choose_device(const JobSpec& spec, int local_rank, const DeviceProbe& probe);
+
+// The same choice for a command that runs a model forward only (generate, eval), from its
+// --device ("cpu", "cuda", "auto") and --precision ("auto", "fp32", "tf32", "bf16"), which mean
+// what the spec's device and train.precision mean, on GPU 0 of those CUDA sees. A bad value, a
+// precision the device cannot do, or "cuda" that cannot be had is BadInput (common/bad_input.hpp)
+// naming the flag. `work` ("generating", "scoring") is what the summary says is done there.
+DeviceChoice choose_command_device(const std::string& device, const std::string& precision, const std::string& work,
+                                   const DeviceProbe& probe);
+// Only the words of the two flags, as the command line is read: BadInput naming the flag.
+void check_command_device_flags(const std::string& device, const std::string& precision);
 
 // Throws SpecError naming train.precision when `precision` needs more than `gpu` has: bf16
 // tensor cores need compute capability 8.0 (Ampere). TF32 is a permission, not a need: before

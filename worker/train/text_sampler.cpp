@@ -4,17 +4,19 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <vector>
 
 #include "worker/model/gpt.hpp"
+#include "worker/model/window_decoder.hpp"
 
 namespace xtrain {
 
-std::vector<std::int32_t> sample_tokens(GPT& model, std::vector<std::int32_t> context, const SampleOptions& o) {
+std::vector<std::int32_t> sample_tokens(GPT& model, const std::vector<std::int32_t>& prompt, const SampleOptions& o) {
   const ModelDims& d = model.dims();
-  if (context.empty()) throw std::invalid_argument("sample: the prompt has no tokens");
-  for (std::int32_t t : context) {
+  if (prompt.empty()) throw std::invalid_argument("sample: the prompt has no tokens");
+  for (std::int32_t t : prompt) {
     if (t < 0 || t >= d.V) {
       throw std::invalid_argument("sample: prompt token " + std::to_string(t) + " is outside the vocabulary of " +
                                   std::to_string(d.V));
@@ -22,20 +24,15 @@ std::vector<std::int32_t> sample_tokens(GPT& model, std::vector<std::int32_t> co
   }
   std::mt19937_64 rng(o.seed);
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
-  std::vector<std::int32_t> window(static_cast<size_t>(d.T), 0);  // (1,T); causal: the tail padding is never seen
-  std::vector<float> logits(static_cast<size_t>(d.Vp));
   std::vector<int> order(static_cast<size_t>(d.V));
   std::vector<double> probs(static_cast<size_t>(d.V));
   const int k = o.top_k > 0 ? std::min(o.top_k, d.V) : d.V;
   std::vector<std::int32_t> out;
 
+  WindowDecoder decoder(model);
+  std::span<const float> logits =
+      decoder.append(std::span(prompt).last(std::min(prompt.size(), static_cast<size_t>(d.T))));
   for (int n = 0; n < o.tokens; ++n) {
-    const size_t len = std::min(context.size(), static_cast<size_t>(d.T));
-    std::copy(context.end() - static_cast<long>(len), context.end(), window.begin());
-    model.forward(window.data(), nullptr, 1);
-    model.backend().download(logits.data(), model.logits() + (len - 1) * static_cast<size_t>(d.Vp),
-                             static_cast<size_t>(d.Vp));
-
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + k, order.end(),
                       [&](int a, int b) { return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)]; });
@@ -55,8 +52,8 @@ std::vector<std::int32_t> sample_tokens(GPT& model, std::vector<std::int32_t> co
         if (u <= 0) break;
       }
     }
-    context.push_back(next);
     out.push_back(next);
+    if (n + 1 < o.tokens) logits = decoder.append(std::span(&next, 1));
   }
   return out;
 }

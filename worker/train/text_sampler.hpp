@@ -1,7 +1,8 @@
 // Text from a trained model, so a person can see what it learned: autoregressive sampling with a
-// temperature and top-k, one token per forward pass over a window of the last seq_len tokens (no
-// KV cache: a few hundred tokens from a small model take well under a second). The caller turns
-// text into tokens and back: bytes for byte-level data, the GPT-2 tokenizer for token shards.
+// temperature and top-k, one token per forward pass over the window (worker/model/window_decoder.hpp:
+// no KV cache, a few hundred tokens from a small model take well under a second; past the context
+// the window keeps its newest half, as generate's). The caller turns text into tokens and back:
+// bytes for byte-level data, the GPT-2 tokenizer for token shards.
 #pragma once
 
 #include <cstdint>
@@ -20,8 +21,9 @@ struct SampleOptions {
 };
 
 // Returns the generated tokens (without the prompt), each below the model's vocabulary V.
-// `prompt` must be non-empty with every token below V (std::invalid_argument otherwise).
-std::vector<std::int32_t> sample_tokens(GPT& model, std::vector<std::int32_t> prompt, const SampleOptions& options);
+// `prompt` must be non-empty with every token below V (std::invalid_argument otherwise); only its
+// last T tokens are seen.
+std::vector<std::int32_t> sample_tokens(GPT& model, const std::vector<std::int32_t>& prompt, const SampleOptions& options);
 
 // Text made safe for a terminal and for JSON: printable ASCII, newlines, tabs and well-formed
 // UTF-8 characters kept; control characters and bytes that are not UTF-8 become '?'.

@@ -1,6 +1,8 @@
 // The KV-cached decoder against the model's full-window forward (GPT on the CPU backend, fp32) on
 // the same weights and tokens: the logits of every position, one token at a time and after a
-// prompt; the work it saves (one position per token) and the slide past the context.
+// prompt; the work it saves (one position per token) and the slide past the context. And the
+// window decoder (worker/model/window_decoder.hpp, a full forward per call, what runs on a GPU):
+// the same window as the KV decoder's through prompts and slides, and the same logits.
 //
 // Tolerance: both are fp32 with the same per-element math; they differ in summation order only
 // (sgemv against sgemm, a direct softmax against flash attention's online one, expf against
@@ -19,6 +21,7 @@
 #include "worker/cpu/cpu_backend.hpp"
 #include "worker/cpu/kv_decoder.hpp"
 #include "worker/model/gpt.hpp"
+#include "worker/model/window_decoder.hpp"
 
 using namespace xtrain;
 
@@ -139,4 +142,38 @@ TEST_CASE("The decoder refuses ids outside the vocabulary and more tokens than t
   CHECK_THROWS_AS(decoder.append(std::vector<int32_t>(static_cast<size_t>(d.T) + 1, 0)), std::length_error);
   CHECK_THROWS_AS(decoder.append(std::span<const int32_t>()), std::out_of_range);
   CHECK(decoder.position() == 0);
+}
+
+TEST_CASE("The window decoder keeps the KV decoder's window through prompts and slides, and its logits", "[kv]") {
+  Model m;
+  const ModelDims& d = m.gpt.dims();
+  const std::vector<int32_t> tokens = test::random_tokens(3 * static_cast<size_t>(d.T), d.V, 13);
+  KvDecoder kv(m.gpt.layout(), m.params);
+  WindowDecoder window(m.gpt);
+  // A prompt, single tokens past two slides, a prompt that slides at once, a reset and a full window.
+  const std::vector<std::pair<size_t, size_t>> calls = {{0, 5},  {5, 1},  {6, 1},  {7, 9},  {16, 1}, {17, 1},
+                                                        {18, 7}, {25, 1}, {26, 1}, {27, 14}, {41, 1}};
+  for (const auto& [from, count] : calls) {
+    const auto piece = std::span(tokens).subspan(from, count);
+    const std::span<const float> want = kv.append(piece);
+    const std::span<const float> got = window.append(piece);
+    INFO("tokens [" << from << ", " << from + count << ")");
+    REQUIRE(window.window() == kv.window());
+    REQUIRE(got.size() == static_cast<size_t>(d.Vp));
+    CHECK(relative_error(got, want.data(), d.V) < kTolerance);
+  }
+  CHECK(kv.window().size() < static_cast<size_t>(d.T));  // the calls slid
+  kv.reset();
+  window.reset();
+  const auto full = std::span(tokens).first(static_cast<size_t>(d.T));
+  const std::span<const float> want = kv.append(full);
+  CHECK(relative_error(window.append(full), want.data(), d.V) < kTolerance);
+  CHECK(window.position() == d.T);
+
+  // The window's own checks are the KV decoder's: nothing appended on a refusal.
+  const std::vector<int32_t> bad = {1, d.V};
+  CHECK_THROWS_AS(window.append(bad), std::out_of_range);
+  CHECK_THROWS_AS(window.append(std::span<const int32_t>()), std::out_of_range);
+  CHECK_THROWS_AS(window.append(std::vector<int32_t>(static_cast<size_t>(d.T) + 1, 0)), std::length_error);
+  CHECK(window.position() == d.T);
 }

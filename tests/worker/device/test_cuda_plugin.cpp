@@ -136,7 +136,7 @@ TEST_CASE("a GPU: the one of LOCAL_RANK, the spec's precision, one line with the
   CHECK(choice.gpu == 1);
   CHECK(choice.precision == Precision::fp32);
   CHECK_FALSE(choice.degraded);
-  CHECK_THAT(choice.summary, StartsWith("device cuda: GPU 1: NVIDIA H200, sm_90, 132 SMs, 139.0 of 140.0 GiB free; "
+  CHECK_THAT(choice.summary, StartsWith("device cuda: training on GPU 1: NVIDIA H200, sm_90, 132 SMs, 139.0 of 140.0 GiB free; "
                                         "driver CUDA 12.8, runtime CUDA 13.0; NCCL ") &&
                                  Contains("; fp32"));
   CHECK_THROWS_WITH(make_backend(choice), "fake CUDA plugin: no backend (GPU 1, fp32)");

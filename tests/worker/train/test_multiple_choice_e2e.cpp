@@ -54,11 +54,12 @@ std::string accuracy_text(const json& r) {
   return text;
 }
 
-// xtrain-worker eval MODEL --multiple-choice FILE --json: its JSON, the line of stdout that is one.
+// xtrain-worker eval MODEL --multiple-choice FILE --device cpu --json (the device the jobs train on): its
+// JSON, the line of stdout that is one.
 json eval_choices(const Job& job, const fs::path& model, const fs::path& file) {
   const fs::path log = job.dir() / "eval.out";
   const pid_t pid = spawn({std::string(XTRAIN_BIN_DIR) + "/xtrain-worker", "eval", model.string(), "--multiple-choice",
-                           file.string(), "--json"},
+                           file.string(), "--device", "cpu", "--json"},
                           log, {});
   const int code = wait_for(pid, std::chrono::seconds(60));
   const std::string output = read_text(log);

@@ -1,0 +1,52 @@
+// What `generate` runs a model with, one call per new token. Two decoders implement it: the CPU's
+// KV-cached one (worker/cpu/kv_decoder.hpp: one position of work per token) and a full forward
+// of the window on any backend (worker/model/window_decoder.hpp: what runs on a GPU). Both keep
+// their window of tokens here, by one rule, so that the same model, prompt and seed give the same
+// text on either, up to the rounding of their sums.
+//
+// The window past the context: GPT-2's positions are learned absolute embeddings, so a token
+// belongs to its position and the window cannot shift by one. When new tokens do not fit, the
+// newest half of the window (at most what leaves them room) is kept and run again from position
+// 0, so the model always sees between T/2 and T tokens of context.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "worker/model/param_layout.hpp"
+
+namespace xtrain {
+
+class TokenDecoder {
+ public:
+  virtual ~TokenDecoder() = default;
+  TokenDecoder(const TokenDecoder&) = delete;
+  TokenDecoder& operator=(const TokenDecoder&) = delete;
+
+  int context() const { return dims_.T; }
+  int position() const { return static_cast<int>(window_.size()); }  // tokens in the window
+  const std::vector<std::int32_t>& window() const { return window_; }
+
+  void reset() { window_.clear(); }
+
+  // Puts `tokens` at the next positions (sliding first, above, when they do not fit) and returns
+  // the logits of the last one: Vp floats, the first V the vocabulary's, valid until the next
+  // call. More tokens than the context is std::length_error; an id outside [0, V), or no tokens,
+  // std::out_of_range; the window is unchanged then.
+  std::span<const float> append(std::span<const std::int32_t> tokens);
+
+ protected:
+  explicit TokenDecoder(const ModelDims& dims);
+
+  // Runs the window's positions [first, position()) through the model (the ones before `first`
+  // ran in earlier calls, since the last slide) and returns the last one's logits (Vp floats).
+  virtual std::span<const float> run(int first) = 0;
+
+  ModelDims dims_;
+
+ private:
+  std::vector<std::int32_t> window_;
+};
+
+}  // namespace xtrain
