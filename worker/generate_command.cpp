@@ -239,8 +239,6 @@ void generate_one(TokenDecoder& decoder, TokenSampler& sampler, const Vocabulary
   totals.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-}  // namespace
-
 // Where the tokens are computed: the CPU's KV-cached decoder on the model's weights, or a GPU's
 // forward of the window on the model loaded there.
 struct DecoderPlace {
@@ -268,6 +266,8 @@ DecoderPlace place_decoder(const GenerateOptions& o, const ModelFileInfo& model)
   }
   return place;
 }
+
+}  // namespace
 
 int run_generate(int argc, char** argv) {
   init_logging("");

@@ -3,7 +3,6 @@
 #include <cstdlib>
 
 #include "common/bad_input.hpp"
-
 #include "common/cuda_interpret.hpp"
 #include "common/gpu/gpu_probe.hpp"
 #include "worker/cpu/cpu_backend.hpp"

@@ -20,6 +20,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/bad_input.hpp"
 #include "common/job_spec.hpp"
 #include "tests/worker/e2e_job.hpp"
 #include "tests/worker/test_files.hpp"
@@ -190,6 +191,37 @@ TEST_CASE("bf16 needs compute capability 8.0: an error naming train.precision an
   const DeviceChoice choice = choose_device(spec, 0, gpu_machine(kFake));
   CHECK(choice.gpu == 0);
   CHECK_THAT(choice.summary, Contains("Tesla V100-SXM2-16GB, sm_70"));
+}
+
+TEST_CASE("generate's and eval's --device and --precision: GPU 0, the spec's words, errors naming the flag",
+          "[plugin]") {
+  Pretend pretend("h200");
+  const DeviceChoice gpu = choose_command_device("auto", "auto", "scoring", gpu_machine(kFake));
+  REQUIRE(gpu.cuda != nullptr);
+  CHECK(gpu.gpu == 0);
+  CHECK(gpu.precision == Precision::bf16);
+  CHECK(gpu.deterministic);
+  CHECK(gpu.where == "device auto: scoring on GPU 0: NVIDIA H200, sm_90, 132 SMs, 139.0 of 140.0 GiB free");
+  CHECK_THAT(gpu.summary, StartsWith(gpu.where + "; driver CUDA 12.8") && EndsWith("; bf16"));
+  CHECK(choose_command_device("cuda", "tf32", "scoring", gpu_machine(kFake)).precision == Precision::tf32);
+  const DeviceChoice cpu = choose_command_device("cpu", "bf16", "generating", gpu_machine(kFake));
+  CHECK(cpu.cuda == nullptr);
+  CHECK(cpu.precision == Precision::bf16);
+  CHECK(cpu.where == "device cpu: generating on the CPU");
+
+  // Each error names the flag, not the spec's field; the flags' words are checked first.
+  CHECK(test::error_message<BadInput>([] { check_command_device_flags("gpu", "auto"); }) ==
+        "--device: expected \"cpu\", \"cuda\" or \"auto\", got \"gpu\"");
+  CHECK(test::error_message<BadInput>([] { check_command_device_flags("cuda", "fp16"); }) ==
+        "--precision: expected \"auto\", \"fp32\", \"tf32\" or \"bf16\", got \"fp16\"");
+  CHECK_THAT(test::error_message<BadInput>([&] { choose_command_device("cpu", "tf32", "scoring", gpu_machine(kFake)); }),
+             StartsWith("--precision: \"tf32\" is a tensor-core mode of CUDA GPUs"));
+  CHECK_THAT(test::error_message<BadInput>(
+                 [&] { choose_command_device("cuda", "auto", "scoring", gpu_machine(kFake + ".missing")); }),
+             StartsWith("--device: \"cuda\" asked for, but the CUDA plugin " + kFake + ".missing is not there"));
+  Pretend old("sm70");
+  CHECK_THAT(test::error_message<BadInput>([&] { choose_command_device("cuda", "bf16", "scoring", gpu_machine(kFake)); }),
+             StartsWith("--precision: \"bf16\"") && Contains("Tesla V100-SXM2-16GB is 7.0"));
 }
 
 TEST_CASE("a model too big for the GPU is refused before anything is allocated: one line, exit 2, no run dir",
