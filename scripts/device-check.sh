@@ -4,11 +4,12 @@
 # packages; no network). Within its budget (default 450 s, under 8 minutes), most valuable first:
 # prints the GPU, runs every [gpu] test (test_cuda whole, and the [gpu] cases of
 # test_launcher_integration), our Hugging Face export against the real transformers, our
-# tokenizer against the real tiktoken, the GPU benchmark against PyTorch, compute-sanitizer over
-# the kernel tests, and the scaling driver where there are several GPUs; writes under $OUT (or
-# ./device-out):
+# tokenizer against the real tiktoken, generation against transformers' generate, the GPU
+# benchmark against PyTorch, compute-sanitizer over the kernel tests, and the scaling driver where
+# there are several GPUs; writes under $OUT (or ./device-out):
 #   summary.md       what ran, on what, with what result, and the tables (read this first)
 #   gpu_bench.md/.json, gpu_scaling.md/.json   the benchmark tables
+#   generate_gpu.json                          generation's numbers
 #   gpu_profile.md   where GPT-2's step goes, per operation (the benchmark's run without a graph)
 #   hf_export.json, tokenizer.json             the two comparisons' numbers
 #   logs.tar.gz      every log: nvidia-smi, libraries, tests, checks, benchmark, sanitizer, scaling
@@ -21,8 +22,8 @@
 # XTRAIN_GPT2_VOCAB, or scripts/fetch-gpt2-reference.sh's cache.
 # Options: --sanitize   compute-sanitizer gets the benchmark's time (and the [gpu][train] cases
 #                       too) instead of its slice at the end; no benchmark.
-#          --only STEPS runs only these steps (comma-separated: tests, export, tokenizer, bench,
-#                       sanitizer, scaling); the others say "not run: not asked for". For a short
+#          --only STEPS runs only these steps (comma-separated: tests, export, tokenizer, generate,
+#                       bench, sanitizer, scaling); the others say "not run: not asked for". For a short
 #                       second look after a fix, e.g. --only tests,sanitizer with a small budget.
 #          --cases SPEC test_cuda runs the cases of this Catch2 test spec (e.g. "[gpu][attention]")
 #                       instead of every case, and compute-sanitizer goes over the same cases.
@@ -43,6 +44,7 @@
 #   test_launcher_integration "[gpu]"                cap 45 s, leaves >= 300 s
 #   Hugging Face export vs transformers              cap 60 s, leaves >= 240 s
 #   tokenizer vs tiktoken (3 MB of text)             cap 45 s, leaves >= 200 s
+#   generation vs transformers (GPT-2 124M's shape)  cap 45 s, leaves >= 200 s
 #   gpu_bench.py                                     what is left less 100 s; it starts no run it
 #                                                    cannot finish and kills any at its deadline
 #   compute-sanitizer, memcheck then racecheck       what is left less 20 s (about 80 s), one case
@@ -50,7 +52,7 @@
 #   gpu_scaling.py (2 GPUs or more)                  what is left less 20 s, if >= 90 s
 #   logs.tar.gz                                      the last 20 s
 set -uo pipefail
-steps=tests,export,tokenizer,bench,sanitizer,scaling
+steps=tests,export,tokenizer,generate,bench,sanitizer,scaling
 sanitize=0
 only=""
 cases=""
@@ -293,19 +295,27 @@ else
     --json "$out/hf_export.json"
 fi
 
-say ""
-say "## Tokenizer against tiktoken's gpt2"
-why=$(missing xtrain-data)
-if ! wanted tokenizer; then
-  say "$not_asked"
-elif [[ -n "$why" ]]; then
-  say "not run: $why"
-elif [[ -z "$vocab" ]]; then
-  say "not run: no GPT-2 vocabulary (the bundle's gpt2/, XTRAIN_GPT2_VOCAB, or scripts/fetch-gpt2-reference.sh's cache)"
-else
-  py_check tokenizer "$(limit 45 200)" scripts/check/tokenizer_check.py --bin "$bin" --vocab "$vocab" \
-    --json "$out/tokenizer.json"
-fi
+# vocab_step STEP NAME TITLE PROGRAM LIMIT SCRIPT...: the section TITLE, in it py_check NAME over
+# SCRIPT with our programs, GPT-2's vocabulary and $out/NAME.json, where STEP was asked for and
+# PROGRAM and the vocabulary are here.
+vocab_step() {
+  local step=$1 name=$2 title=$3 program=$4 lim=$5 why
+  shift 5
+  say ""
+  say "## $title"
+  why=$(missing "$program")
+  if ! wanted "$step"; then
+    say "$not_asked"
+  elif [[ -n "$why" ]]; then
+    say "not run: $why"
+  elif [[ -z "$vocab" ]]; then
+    say "not run: no GPT-2 vocabulary (the bundle's gpt2/, XTRAIN_GPT2_VOCAB, or scripts/fetch-gpt2-reference.sh's cache)"
+  else
+    py_check "$name" "$lim" "$@" --bin "$bin" --vocab "$vocab" --json "$out/$name.json"
+  fi
+}
+vocab_step tokenizer tokenizer "Tokenizer against tiktoken's gpt2" xtrain-data "$(limit 45 200)" \
+  scripts/check/tokenizer_check.py
 
 # sanitize LIMIT SPEC...: compute-sanitizer over the test_cuda cases SPEC lists, into the summary
 # (if asked for; LIMIT 0: not run, for want of time).
@@ -354,6 +364,9 @@ if [[ $sanitize -eq 1 ]]; then
   say "not run: --sanitize gives its time to compute-sanitizer"
   exit $failed
 fi
+
+vocab_step generate generate_gpu "Generation (GPT-2 124M's shape, one GPU, against transformers)" xtrain-worker \
+  "$(limit 45 200)" scripts/bench/generate_gpu.py
 
 say ""
 say "## Benchmark (one GPU, against PyTorch)"

@@ -102,6 +102,7 @@ class DeviceCheck(unittest.TestCase):
         self.assertEqual(calls, ["test_cuda ~[gpu]~[.] -w NoTests --durations yes"])
         self.assertIn("All tests passed (3 assertions in 2 test cases)", summary)
         self.assertNotIn("## Benchmark", summary)
+        self.assertNotIn("## Generation", summary)  # it needs a GPU
         self.assertRegex(summary, r"## Hugging Face export.*\nnot run: no xtrain-worker xtrain-check-logits in /")
         self.assertRegex(summary, r"## Tokenizer against tiktoken's gpt2\nnot run: no xtrain-data in /")
         self.assertRegex(summary, r"## compute-sanitizer\nruntime: (gvisor|firecracker|vm|none) \(.*\)\nnot run: no GPU\n")
@@ -146,6 +147,7 @@ class DeviceCheck(unittest.TestCase):
         self.assertIn("racecheck: 1 clean, 0 with errors, 0 failed, 0 timed out, 0 not reached of 1 cases", summary)
         self.assertEqual(p.returncode, 0, summary)
         self.assertIn("gpu_bench.py: exit 0", summary)
+        self.assertRegex(summary, r"## Generation.*\nnot run: no xtrain-worker in /")
         rows = [line for line in summary.splitlines() if line.startswith("| tiny ")]
         self.assertEqual(len(rows), 3)  # ours, CUDA graph on and off, and with dQ summed by atomics
         self.assertTrue(all(re.search(r"\| ours \(flash\)(, dQ by atomics)? \| 4\.00 \|", row) for row in rows), rows)
@@ -160,7 +162,7 @@ class DeviceCheck(unittest.TestCase):
         self.assertEqual(calls, ["test_cuda [gpu][attention] -w NoTests --durations yes",
                                  "test_launcher_integration [gpu]~[.] -w NoTests --durations yes",
                                  "test_cuda a kernel case", "test_cuda a kernel case"])  # memcheck, racecheck
-        for step in ("Hugging Face export", "Tokenizer", "Benchmark", "Scaling"):
+        for step in ("Hugging Face export", "Tokenizer", "Generation", "Benchmark", "Scaling"):
             self.assertRegex(summary, rf"## {step}.*\nnot run: not asked for \(--only tests,sanitizer\)\n")
         self.assertIn("memcheck: 1 clean, 0 with errors, 0 failed, 0 timed out, 0 not reached of 1 cases", summary)
         self.assertEqual(set(read(self.stub_log + ".lists").splitlines()), {"[gpu][attention]"})  # the sanitizer's cases
