@@ -1,7 +1,8 @@
 // A model file (worker/train/model_argument.hpp) loaded to run forward only: its weights at a
 // context of T (the first T rows of wpe), on the backend of a device choice
-// (worker/device/device_choice.hpp; by default the CPU in fp32). The one way the eval and generate
-// commands and the device check's logits tool (scripts/check/logits.cpp) hold such a model.
+// (worker/device/device_choice.hpp; by default the CPU in fp32), its layers recorded where the
+// backend records. The one way the eval and generate commands and the device check's logits tool
+// (scripts/check/logits.cpp) hold such a model.
 #pragma once
 
 #include <memory>
@@ -25,6 +26,9 @@ struct LoadedModel {
     std::vector<float> params(layout.total());
     import_model(model, layout, params.data());
     gpt.set_params(params.data());
+    // On a GPU each forward of the full batch replays one CUDA graph per layer (GPT's recorded
+    // layers) from its third run on: a decoder's forward per token is launch-bound.
+    if (backend->can_record()) gpt.set_replay(GPT::Replay::kPreferred);
   }
 };
 

@@ -192,8 +192,9 @@ void GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
     check_token_range(targets, BT, d.V, "targets");
     k.upload(a.targets, targets, BT);
   }
-  // Training and validation forwards (targets, the full micro-batch) replay recorded layers.
-  const bool recordable = targets != nullptr && B == max_batch_;
+  // Forwards of the full batch replay recorded layers: with targets (training, validation) and
+  // without (a decoder's logits). Their layers are the same work; their heads are not.
+  const bool recordable = B == max_batch_;
   // Each layer ends with its residual add fused into the next layernorm (layer l + 1's ln1, or
   // lnf after the last): one pass over the residual stream instead of two.
   struct NextNorm {
@@ -207,13 +208,13 @@ void GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
     const LayerOffsets& o = layout_.layer(l + 1);
     return {a.ln1 + (l + 1) * btc, a.ln1_mean + (l + 1) * bt, a.ln1_rstd + (l + 1) * bt, p + o.ln1_w, p + o.ln1_b};
   };
-  run_layer(Pass::kForward, -1, recordable, [&] {
+  run_layer(Pass::kForward, -1, recordable, /*logits_only=*/false, [&] {
     k.embedding_forward(a.encoded, a.tokens, p + layout_.wte(), p + layout_.wpe(), B, T, C);
     const NextNorm n = norm_after(-1);
     k.layernorm_forward(n.out, n.mean, n.rstd, a.encoded, n.weight, n.bias, BT, C);
   });
   for (int l = 0; l < d.L; ++l) {
-    run_layer(Pass::kForward, l, recordable, [&] {
+    run_layer(Pass::kForward, l, recordable, /*logits_only=*/false, [&] {
       const LayerOffsets& o = layout_.layer(l);
       const ConstActPtr residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * btc;
       const ActPtr ln1 = a.ln1 + l * btc;  // written by the layer before
@@ -235,7 +236,7 @@ void GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
       k.residual_layernorm_forward(residual3, n.out, n.mean, n.rstd, residual2, a.proj_out, n.weight, n.bias, BT, C);
     });
   }
-  run_layer(Pass::kForward, d.L, recordable, [&] {
+  run_layer(Pass::kForward, d.L, recordable, /*logits_only=*/targets == nullptr, [&] {
     k.matmul_forward(a.logits, a.lnf, p + layout_.wte(), nullptr, BT, C, d.Vp);
     // Gradient of the mean loss; backward folds in the caller's loss scale.
     if (targets != nullptr) {
@@ -273,7 +274,7 @@ void GPT::backward(float loss_scale, const std::function<void(Span)>& on_bucket_
   if (recordable) key_recordings(loss_scale);
 
   // Output layer (tied to wte) and the final layernorm; dresidual then holds d loss / d residual3[L-1].
-  run_layer(Pass::kBackward, d.L, recordable, [&] {
+  run_layer(Pass::kBackward, d.L, recordable, /*logits_only=*/false, [&] {
     k.fill_zero(a.dresidual, static_cast<size_t>(BT) * C);
     k.matmul_backward(a.dbtc, g + layout_.wte(), nullptr, a.logits, a.lnf, p + layout_.wte(), BT, C, d.Vp,
                       loss_scale);
@@ -281,7 +282,7 @@ void GPT::backward(float loss_scale, const std::function<void(Span)>& on_bucket_
                          p + layout_.lnf_w(), a.lnf_mean, a.lnf_rstd, BT, C);
   });
   for (int l = d.L - 1; l >= 0; --l) {
-    run_layer(Pass::kBackward, l, recordable, [&] {
+    run_layer(Pass::kBackward, l, recordable, /*logits_only=*/false, [&] {
       const LayerOffsets& o = layout_.layer(l);
       const ConstActPtr qkv = a.qkv + 3 * l * btc;
       const ConstActPtr atty = a.atty + l * btc;
@@ -303,7 +304,7 @@ void GPT::backward(float loss_scale, const std::function<void(Span)>& on_bucket_
     });
     if (on_bucket_ready) on_bucket_ready(layout_.layer_span(l));
   }
-  run_layer(Pass::kBackward, -1, recordable,
+  run_layer(Pass::kBackward, -1, recordable, /*logits_only=*/false,
             [&] { k.embedding_backward(g + layout_.wte(), g + layout_.wpe(), a.dresidual, a.tokens, B, T, C); });
   if (on_bucket_ready) on_bucket_ready(layout_.embedding_span());
 }
@@ -318,7 +319,7 @@ void GPT::set_replay(Replay mode) {
   }
   drop_recordings();
   replay_ = mode;
-  layers_.assign(2 * static_cast<size_t>(layout_.dims().L + 2), RecordedLayer{});
+  layers_.assign(2 * static_cast<size_t>(layout_.dims().L + 2) + 1, RecordedLayer{});
 }
 
 void GPT::drop_recordings() noexcept {
@@ -337,10 +338,12 @@ void GPT::key_recordings(float loss_scale) {
   recorded_scale_ = loss_scale;
 }
 
-void GPT::run_layer(Pass pass, int layer, bool recordable, const std::function<void()>& work) {
+void GPT::run_layer(Pass pass, int layer, bool recordable, bool logits_only, const std::function<void()>& work) {
   if (layer_observer_) layer_observer_(pass, layer);
   if (replay_ == Replay::kOff || !recordable) return work();
-  RecordedLayer& r = layers_[(pass == Pass::kForward ? 0 : layers_.size() / 2) + static_cast<size_t>(layer + 1)];
+  const size_t per_pass = (layers_.size() - 1) / 2;
+  RecordedLayer& r = logits_only ? layers_.back()
+                                 : layers_[(pass == Pass::kForward ? 0 : per_pass) + static_cast<size_t>(layer + 1)];
   if (r.recording < 0) {
     if (r.runs++ == 0) return work();  // warm-up: products pick their algorithms, kernels load
     try {

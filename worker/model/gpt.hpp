@@ -15,8 +15,9 @@
 // the work of each layer in each pass (forward: the embeddings, every block, the head with the
 // loss; backward: the head, every block, the embeddings) is run eagerly the first time (warm-up:
 // products pick their algorithms, kernels load), recorded the second time and replayed from then
-// on: one launch per layer instead of one per operation. Only training and validation forwards
-// (with targets, at the full micro-batch) and their backwards replay; sampling runs eagerly. The
+// on: one launch per layer instead of one per operation. Forwards at the full batch replay, with
+// targets (training, validation) and without (a decoder's logits: the same layers, a head of its
+// own), and so do backwards at the full batch; a smaller batch runs eagerly. The
 // tokens are uploaded into fixed backend buffers before the replays; the layer observer and
 // on_bucket_ready run on the host between the layers as before, so each gradient bucket's
 // all-reduce stays outside the recordings and still overlaps the rest of backward.
@@ -147,7 +148,8 @@ class GPT {
   void allocate_activations();
   // Runs one layer's work of one pass (layer -1: the embeddings, L: the head): eagerly, or
   // recorded and replayed when `recordable` and replay is on.
-  void run_layer(Pass pass, int layer, bool recordable, const std::function<void()>& work);
+  // `logits_only`: the head of a forward without targets (its own recording).
+  void run_layer(Pass pass, int layer, bool recordable, bool logits_only, const std::function<void()>& work);
   void key_recordings(float loss_scale);
   void drop_recordings() noexcept;
 
@@ -172,7 +174,7 @@ class GPT {
     int recording = -1;   // the backend's recording, once made
   };
   Replay replay_ = Replay::kOff;
-  std::vector<RecordedLayer> layers_;  // (2, L+2): forward then backward, by layer + 1
+  std::vector<RecordedLayer> layers_;  // (2, L+2): forward then backward, by layer + 1; then the logits-only head
   float recorded_scale_ = 0.0f;        // backward's loss scale in the recordings
 };
 

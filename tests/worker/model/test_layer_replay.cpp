@@ -1,7 +1,8 @@
 // Recorded layers (GPT::set_replay, what train.cuda_graph turns on) on the CPU, through
 // tests/worker/wrapped_backend.hpp: a backend that records operations as closures and replays
 // them, refusing host transfers and allocations while recording as the CUDA backend's stream
-// capture does. What GPT must get right is the same on both: which work is recorded, that the
+// capture does. What GPT must get right is the same on both: which work is recorded (a forward
+// without targets included, with a head of its own), that the
 // first run of each layer is eager, that replays reproduce eager work bit for bit, that gradient
 // buckets still leave between the layers (NCCL's overlap), that a changed loss scale records
 // again, and what a layer that cannot be recorded does. The CUDA graphs themselves are checked
@@ -101,6 +102,34 @@ TEST_CASE("replayed layers train to bitwise the same parameters as eager work", 
     CHECK(replayed.watched.replays() == before);
     CHECK(replayed.step(4) == eager.step(4));
     CHECK(replayed.params() == eager.params());
+  }
+}
+
+TEST_CASE("a forward without targets at the full batch replays the same layers and a head of its own", "[replay]") {
+  for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+    INFO(precision_name(precision));
+    Replica eager(recording(), precision), replayed(recording(), precision);
+    replayed.gpt.set_replay(GPT::Replay::kRequired);
+    const int L = tiny_model().n_layer;
+    const auto tokens = random_tokens(static_cast<size_t>(kBatch) * tiny_model().seq_len, 50, 3);
+    const auto logits = [&](Replica& r) {  // (kBatch, T, Vp): what a decoder reads
+      r.gpt.forward(tokens.data(), nullptr, kBatch);
+      std::vector<float> out(tokens.size() * static_cast<size_t>(r.gpt.dims().Vp));
+      r.watched.download(out.data(), r.gpt.logits(), out.size());
+      return out;
+    };
+    for (int call = 0; call < 3; ++call) {
+      INFO("call " << call);
+      CHECK(logits(replayed) == logits(eager));
+      CHECK(replayed.watched.replays() == call * (L + 2));  // warm-up, then recorded and replayed
+    }
+    // A training step after it replays the layers it shares (the embeddings and every block, not
+    // the head, which computes the loss); its own head and backward warm up. Same bits throughout.
+    CHECK(replayed.step(0) == eager.step(0));
+    CHECK(replayed.watched.replays() == 2 * (L + 2) + (L + 1));
+    CHECK(replayed.params() == eager.params());
+    CHECK(logits(replayed) == logits(eager));  // the new weights, through the same recordings
+    CHECK(replayed.watched.replays() == 3 * (L + 2) + (L + 1));
   }
 }
 
