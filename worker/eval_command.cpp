@@ -182,11 +182,7 @@ int run_eval(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return exit_code::kBadInput;
   }
-  if (device.degraded) {
-    spdlog::warn("{}", device.summary);
-  } else {
-    spdlog::info("{}", device.summary);
-  }
+  log_device_line(device, device.summary);
   nlohmann::json out = {{"model", model.path}, {"device", device.cuda ? "cuda" : "cpu"},
                         {"precision", precision_name(device.precision)}};
   const auto start = std::chrono::steady_clock::now();

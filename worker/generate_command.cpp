@@ -307,16 +307,11 @@ int run_generate(int argc, char** argv) {
   if (place.flat) {
     std::string threads_from = "--threads";
     const int threads = o.threads > 0 ? o.threads : default_threads(layout.total(), threads_from);
-    const std::string line = place.device.where + "; fp32; " + std::to_string(threads) +
-                             (threads == 1 ? " thread (" : " threads (") + threads_from + ")";
-    if (place.device.degraded) {
-      spdlog::warn("{}", line);
-    } else {
-      spdlog::info("{}", line);
-    }
+    log_device_line(place.device, place.device.where + "; fp32; " + std::to_string(threads) +
+                                      (threads == 1 ? " thread (" : " threads (") + threads_from + ")");
     kv.emplace(layout, std::move(place.flat->params), threads);
   } else {
-    spdlog::info("{}", place.device.summary);
+    log_device_line(place.device, place.device.summary);
     window.emplace(place.loaded->gpt);
   }
   Output out;

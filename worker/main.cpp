@@ -150,11 +150,7 @@ int main(int argc, char** argv) {
     validate_for_training(spec, env.where.world_size);
     check_data_files(spec.data, spec.model, spec.train.eval_every > 0);  // a missing file first, not the memory plan
     device = choose_device(spec, env.where.local_rank, DeviceProbe::of_this_machine());
-    if (device.degraded) {
-      spdlog::warn("{}", device.summary);
-    } else {
-      spdlog::info("{}", device.summary);
-    }
+    log_device_line(device, device.summary);
     require_memory_fit(device, spec, env.where.world_size);
     if (!openblas_choice.empty() && device.cuda == nullptr) spdlog::info("{}", openblas_choice);
     if (env.run_dir.empty()) {

@@ -29,7 +29,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "check"))
-from check_util import StepFailed, programs_env  # noqa: E402
+from check_util import StepFailed, gpt2_token_bytes, programs_env  # noqa: E402
 
 GENERATED = re.compile(r"generated (\d+) tokens in [0-9.]+ s: ([0-9.]+) tokens/s")
 
@@ -73,21 +73,11 @@ def transformers_peer(directory, first_token, new_tokens, device, precision):
 
 
 def token_text(vocab):
-    """Token id -> its bytes, from GPT-2's encoder.json (its byte-to-character table undone);
-    None: a byte-level model, each id its byte."""
+    """Token id -> its bytes, from GPT-2's encoder.json; None: a byte-level model, each id its byte."""
     if vocab is None:
         return None
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    chars, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            chars[chr(b)] = b
-        else:
-            chars[chr(256 + extra)] = b
-            extra += 1
     with open(os.path.join(vocab, "encoder.json"), encoding="utf-8") as f:
-        encoder = json.load(f)
-    return {i: bytes(chars[c] for c in s) for s, i in encoder.items()}
+        return gpt2_token_bytes(json.load(f))
 
 
 def ours(bin_dir, directory, vocab, new_tokens, precision, device, timeout):

@@ -1,4 +1,4 @@
-"""What the device check's comparison scripts share: running one of our programs."""
+"""What the device check's scripts share: running one of our programs, GPT-2's token bytes."""
 import os
 import subprocess
 
@@ -30,3 +30,23 @@ def run(cmd, timeout, what):
         tail = " | ".join([x for x in (p.stderr or p.stdout).strip().splitlines() if x.strip()][-3:])
         raise StepFailed(f"{what}: exit {p.returncode}: {tail}")
     return p.stdout
+
+
+def gpt2_byte_characters():
+    """GPT-2's printable character for each byte, as its vocabulary's keys are written: char -> byte.
+    Printable Latin-1 bytes stand for themselves; the others, in order, for U+0100 onwards."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+def gpt2_token_bytes(encoder):
+    """Each token's bytes from encoder.json's mapping (token text -> id): id -> bytes."""
+    chars = gpt2_byte_characters()
+    return {i: bytes(chars[c] for c in s) for s, i in encoder.items()}

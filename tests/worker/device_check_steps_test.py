@@ -26,6 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CHECK = os.path.join(ROOT, "scripts", "check")
 sys.path.insert(0, CHECK)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import check_util  # noqa: E402
 import hf_export_check  # noqa: E402
 import tokenizer_check  # noqa: E402
 import torch  # noqa: E402
@@ -135,27 +136,13 @@ class HfExport(unittest.TestCase):
         self.assertRegex(p.stdout, r"^not run: transformers cannot be imported")
 
 
-def byte_decoder():
-    """GPT-2's byte <-> printable character mapping (its vocabulary's keys use the characters)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
-
-
 class Gpt2Bytes:
     """Every GPT-2 token's bytes, from encoder.json."""
 
     def __init__(self):
-        decode = byte_decoder()
         with open(os.path.join(VOCAB, "encoder.json")) as f:
             self.vocab = json.load(f)
-        self.bytes = {i: bytes(decode[c] for c in s) for s, i in self.vocab.items()}
+        self.bytes = check_util.gpt2_token_bytes(self.vocab)
 
     def token_bytes(self, token):
         return self.bytes[token]
@@ -191,7 +178,7 @@ class OneByteEach(Gpt2Bytes):
 
     def __init__(self):
         super().__init__()
-        encode = {b: c for c, b in byte_decoder().items()}
+        encode = {b: c for c, b in check_util.gpt2_byte_characters().items()}
         self.id = {b: self.vocab[encode[b]] for b in range(256)}
 
     def encode_all(self, docs):

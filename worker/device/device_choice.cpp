@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include <spdlog/spdlog.h>
+
 #include "common/bad_input.hpp"
 #include "common/cuda_interpret.hpp"
 #include "common/gpu/gpu_probe.hpp"
@@ -106,6 +108,14 @@ DeviceChoice choose(const JobSpec& spec, int local_rank, const DeviceProbe& prob
 
 DeviceChoice choose_device(const JobSpec& spec, int local_rank, const DeviceProbe& probe) {
   return choose(spec, local_rank, probe, "training");
+}
+
+void log_device_line(const DeviceChoice& choice, const std::string& line) {
+  if (choice.degraded) {
+    spdlog::warn("{}", line);
+  } else {
+    spdlog::info("{}", line);
+  }
 }
 
 void check_command_device_flags(const std::string& device, const std::string& precision) {

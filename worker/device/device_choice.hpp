@@ -46,6 +46,10 @@ struct DeviceChoice {
 
 DeviceChoice choose_device(const JobSpec& spec, int local_rank, const DeviceProbe& probe);
 
+// Logs `line` (the choice's summary, or a command's own line about it): a warning when "auto"
+// could not use the machine's GPUs, else information.
+void log_device_line(const DeviceChoice& choice, const std::string& line);
+
 // The same choice for a command that runs a model forward only (generate, eval), from its
 // --device ("cpu", "cuda", "auto") and --precision ("auto", "fp32", "tf32", "bf16"), which mean
 // what the spec's device and train.precision mean, on GPU 0 of those CUDA sees. A bad value, a
