@@ -9,6 +9,7 @@
 #include "cuda/check.hpp"
 #include "cuda/flash_attention.hpp"
 #include "cuda/kernels/adamw.cuh"
+#include "cuda/kernels/attention_step.cuh"
 #include "cuda/kernels/column_reduce.cuh"
 #include "cuda/kernels/cross_entropy.cuh"
 #include "cuda/kernels/elementwise.cuh"
@@ -176,6 +177,15 @@ void CudaBackend::attention_backward(ActPtr dqkv, ConstActPtr dout, ConstActPtr 
     flash_attention_backward(stream_, dqkv.as<float>(), dout.as<float>(), qkv.as<float>(), out.as<float>(), saved,
                              scratch, {B, T, C, NH});
   }
+}
+
+// The step's kernel (cuda/kernels/attention_step.cuh) on plain fp32 arithmetic in either storage.
+void CudaBackend::attention_step(ActPtr out, ActPtr cache, ConstActPtr qkv, const int32_t* position, int B, int T,
+                                 int C, int NH) {
+  with_storage(act_dtype(), [&](auto type) {
+    using S = decltype(type);
+    cuda::attention_step(stream_, out.as<S>(), cache.as<S>(), qkv.as<S>(), position, {B, T, C, NH});
+  });
 }
 
 void CudaBackend::gelu_forward(ActPtr out, ConstActPtr inp, size_t n) {

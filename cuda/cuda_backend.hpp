@@ -125,6 +125,9 @@ class CudaBackend final : public Backend {
 
   void embedding_forward(ActPtr out, const int32_t* tokens, ConstActPtr wte, ConstActPtr wpe, int B, int T,
                          int C) override;
+  // first null: from position 0 (embedding_forward's own call).
+  void embedding_forward_at(ActPtr out, const int32_t* tokens, ConstActPtr wte, ConstActPtr wpe, const int32_t* first,
+                            int B, int T, int C) override;
   void embedding_backward(float* dwte, float* dwpe, ConstActPtr dout, const int32_t* tokens, int B, int T,
                           int C) override;
   void layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp, ConstActPtr weight,
@@ -147,6 +150,8 @@ class CudaBackend final : public Backend {
                          int NH) override;
   void attention_backward(ActPtr dqkv, ConstActPtr dout, ConstActPtr qkv, ConstActPtr out, const float* saved,
                           float* scratch, int B, int T, int C, int NH) override;
+  void attention_step(ActPtr out, ActPtr cache, ConstActPtr qkv, const int32_t* position, int B, int T, int C,
+                      int NH) override;
   void gelu_forward(ActPtr out, ConstActPtr inp, size_t n) override;
   void gelu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, size_t n) override;
   void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n) override;

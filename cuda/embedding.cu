@@ -11,9 +11,14 @@ namespace xtrain::cuda {
 
 void CudaBackend::embedding_forward(ActPtr out, const int32_t* tokens, ConstActPtr wte, ConstActPtr wpe, int B,
                                      int T, int C) {
+  embedding_forward_at(out, tokens, wte, wpe, nullptr, B, T, C);
+}
+
+void CudaBackend::embedding_forward_at(ActPtr out, const int32_t* tokens, ConstActPtr wte, ConstActPtr wpe,
+                                        const int32_t* first, int B, int T, int C) {
   with_storage(act_dtype(), [&](auto type) {
     using S = decltype(type);
-    cuda::embedding_forward(stream_, out.as<S>(), tokens, wte.as<S>(), wpe.as<S>(), B, T, C);
+    cuda::embedding_forward(stream_, out.as<S>(), tokens, wte.as<S>(), wpe.as<S>(), first, B, T, C);
   });
 }
 

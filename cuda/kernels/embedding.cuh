@@ -35,11 +35,12 @@ namespace xtrain::cuda {
 
 // One thread per kPer channels of a position: a pack of T when `vectorised` (C a multiple of a
 // pack, every pointer 16-byte aligned: 16-byte loads of both rows and a 16-byte store), kPer
-// single elements otherwise. Either way the same fp32 sum rounded once.
+// single elements otherwise. Either way the same fp32 sum rounded once. Positions count from
+// *first, or from 0 where first is null (a decoder's step reads its position here, on the device).
 template <class T>
 __global__ void embedding_forward_kernel(T* __restrict__ out, const int32_t* __restrict__ tokens,
-                                         const T* __restrict__ wte, const T* __restrict__ wpe, int BT, int T_, int C,
-                                         bool vectorised) {
+                                         const T* __restrict__ wte, const T* __restrict__ wpe,
+                                         const int32_t* __restrict__ first, int BT, int T_, int C, bool vectorised) {
   constexpr int kPer = Pack<T>::kCount;
   const int per_row = (C + kPer - 1) / kPer;
   const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -47,7 +48,7 @@ __global__ void embedding_forward_kernel(T* __restrict__ out, const int32_t* __r
   const int c0 = static_cast<int>(idx % per_row) * kPer;
   const int bt = static_cast<int>(idx / per_row);
   const T* e = wte + static_cast<size_t>(tokens[bt]) * C;
-  const T* q = wpe + static_cast<size_t>(bt % T_) * C;
+  const T* q = wpe + static_cast<size_t>(bt % T_ + (first != nullptr ? *first : 0)) * C;
   T* o = out + static_cast<size_t>(bt) * C;
   if (vectorised) {
     float x[kPer], y[kPer];
@@ -179,8 +180,8 @@ inline int bits_for(unsigned long long values) {  // bits to hold 0 .. values-1
 }
 
 template <class T>
-void embedding_forward(cudaStream_t stream, T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_,
-                       int C) {
+void embedding_forward(cudaStream_t stream, T* out, const int32_t* tokens, const T* wte, const T* wpe,
+                       const int32_t* first, int B, int T_, int C) {
   const size_t n = static_cast<size_t>(B) * T_ * C;
   if (n == 0) return;
   constexpr unsigned kThreads = 256;
@@ -188,7 +189,7 @@ void embedding_forward(cudaStream_t stream, T* out, const int32_t* tokens, const
   const bool vectorised = C % kPer == 0 && aligned16(out) && aligned16(wte) && aligned16(wpe);
   const size_t threads = static_cast<size_t>(B) * T_ * ((C + kPer - 1) / kPer);
   launch_kernel(embedding_forward_kernel<T>, blocks_for(threads, kThreads), kThreads, 0, stream, out, tokens, wte, wpe,
-                B * T_, T_, C, vectorised);
+                first, B * T_, T_, C, vectorised);
 }
 
 // Tokens are non-negative int32: 31 bits. (The interface does not pass the vocabulary size;

@@ -121,6 +121,10 @@ class OpProfile final : public Backend {
                          int C) override {
     time("embedding_forward", [&] { k_.embedding_forward(out, tokens, wte, wpe, B, T, C); });
   }
+  void embedding_forward_at(ActPtr out, const int32_t* tokens, ConstActPtr wte, ConstActPtr wpe, const int32_t* first,
+                            int B, int T, int C) override {
+    time("embedding_forward_at", [&] { k_.embedding_forward_at(out, tokens, wte, wpe, first, B, T, C); });
+  }
   void embedding_backward(float* dwte, float* dwpe, ConstActPtr dout, const int32_t* tokens, int B, int T,
                           int C) override {
     time("embedding_backward", [&] { k_.embedding_backward(dwte, dwpe, dout, tokens, B, T, C); });
@@ -175,6 +179,10 @@ class OpProfile final : public Backend {
   void attention_backward(ActPtr dqkv, ConstActPtr dout, ConstActPtr qkv, ConstActPtr out, const float* saved,
                           float* scratch, int B, int T, int C, int NH) override {
     time("attention_backward", [&] { k_.attention_backward(dqkv, dout, qkv, out, saved, scratch, B, T, C, NH); });
+  }
+  void attention_step(ActPtr out, ActPtr cache, ConstActPtr qkv, const int32_t* position, int B, int T, int C,
+                      int NH) override {
+    time("attention_step", [&] { k_.attention_step(out, cache, qkv, position, B, T, C, NH); });
   }
   void gelu_forward(ActPtr out, ConstActPtr inp, size_t n) override {
     time("gelu_forward", [&] { k_.gelu_forward(out, inp, n); });

@@ -329,6 +329,57 @@ TEST_CASE_METHOD(OpsTest, "cuda causal attention forward and backward match the 
   }
 }
 
+// A decoder's step: the embedding at a position read from device memory (bitwise: the same sums),
+// and the attention of one new position over a KV cache: the new row lands in the cache bitwise,
+// the output within the reduction tolerance (fp32: the same math, sums in another order and CUDA's
+// expf) or one bf16 ulp. Offset 1 misaligns the cache and the new row: the kernel's element path.
+TEST_CASE_METHOD(OpsTest,
+                 "cuda decoder step operations match the CPU: the embedding at a position and the attention step",
+                 "[gpu][ops][bf16]") {
+  INFO("seed " << seed);
+  for (const GpuMode& p : {kStrictFp32, kBf16}) {
+    CpuBackend cpu = reference(p);
+    auto gpu = cuda::make_backend(0, p.precision);
+    const int V = 29, C = 64, T = 12;
+    const auto wte = normal(p, static_cast<size_t>(V) * C), wpe = normal(p, static_cast<size_t>(T) * C);
+    const auto tokens = rnd.ints(2, V);
+    DeviceActs d_wte(*gpu, wte), d_wpe(*gpu, wpe);
+    DeviceInts d_tokens(*gpu, tokens);
+    for (const int first : {0, 5, T - 2}) {
+      INFO(p.name << ": embedding from position " << first);
+      DeviceInts d_first(*gpu, std::vector<int32_t>{first});
+      auto d_out = DeviceActs::poisoned(*gpu, 2 * static_cast<size_t>(C));
+      std::vector<float> out(2 * static_cast<size_t>(C));
+      cpu.embedding_forward_at(out.data(), tokens.data(), wte.data(), wpe.data(), &first, 1, 2, C);
+      gpu->embedding_forward_at(d_out.get(), d_tokens.get(), d_wte.get(), d_wpe.get(), d_first.get(), 1, 2, C);
+      CHECK(d_out.host() == out);
+    }
+
+    struct Shape { int B, T, C, NH; };
+    for (const Shape s : sizes_for_this_device<Shape>({{2, 37, 96, 3}, {1, 9, 256, 2}}, {{1, 1024, 768, 12}},
+                                                      {{1, 70, 128, 2}})) {
+      for (const size_t offset : {size_t{0}, size_t{1}}) {
+        const size_t row = 3 * static_cast<size_t>(s.C), cache_n = static_cast<size_t>(s.B) * s.T * row;
+        const auto cache0 = normal(p, cache_n + offset), fresh = normal(p, s.B * row + offset);
+        DeviceActs d_fresh(*gpu, fresh);
+        for (const int pos : {0, s.T / 2, s.T - 1}) {
+          INFO(p.name << ": B " << s.B << " T " << s.T << " C " << s.C << " NH " << s.NH << " position " << pos
+                      << " offset " << offset);
+          DeviceActs d_cache(*gpu, cache0);
+          DeviceInts d_pos(*gpu, std::vector<int32_t>{pos});
+          auto d_out = DeviceActs::poisoned(*gpu, static_cast<size_t>(s.B) * s.C);
+          std::vector<float> cache = cache0, out(static_cast<size_t>(s.B) * s.C);
+          cpu.attention_step(out.data(), cache.data() + offset, fresh.data() + offset, &pos, s.B, s.T, s.C, s.NH);
+          gpu->attention_step(d_out.get(), d_cache.get() + offset, d_fresh.get() + offset, d_pos.get(), s.B, s.T,
+                              s.C, s.NH);
+          CHECK(d_cache.host() == cache);
+          check_stored(p, d_out.host(), out, kReduction);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE_METHOD(OpsTest, "cuda gelu, residual, scale and convert match the CPU, aligned or not, in place or not",
                  "[gpu][ops][bf16]") {
   INFO("seed " << seed);

@@ -95,6 +95,10 @@ class WrappedBackend final : public Backend {
                          int C) override {
     op("embedding_forward", [=, this] { inner_.embedding_forward(out, tokens, wte, wpe, B, T, C); });
   }
+  void embedding_forward_at(ActPtr out, const int32_t* tokens, ConstActPtr wte, ConstActPtr wpe, const int32_t* first,
+                            int B, int T, int C) override {
+    op("embedding_forward_at", [=, this] { inner_.embedding_forward_at(out, tokens, wte, wpe, first, B, T, C); });
+  }
   void embedding_backward(float* dwte, float* dwpe, ConstActPtr dout, const int32_t* tokens, int B, int T,
                           int C) override {
     op("embedding_backward", [=, this] { inner_.embedding_backward(dwte, dwpe, dout, tokens, B, T, C); });
@@ -141,6 +145,10 @@ class WrappedBackend final : public Backend {
                           float* scratch, int B, int T, int C, int NH) override {
     op("attention_backward",
        [=, this] { inner_.attention_backward(dqkv, dout, qkv, out, saved, scratch, B, T, C, NH); });
+  }
+  void attention_step(ActPtr out, ActPtr cache, ConstActPtr qkv, const int32_t* position, int B, int T, int C,
+                      int NH) override {
+    op("attention_step", [=, this] { inner_.attention_step(out, cache, qkv, position, B, T, C, NH); });
   }
   void gelu_forward(ActPtr out, ConstActPtr inp, size_t n) override {
     op("gelu_forward", [=, this] { inner_.gelu_forward(out, inp, n); });

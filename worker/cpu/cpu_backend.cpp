@@ -8,6 +8,7 @@
 #include <cstring>
 #include <new>
 #include <stdexcept>
+#include <string>
 
 #include "worker/cpu/flash_attention.hpp"
 #include "worker/math/bf16.hpp"
@@ -91,11 +92,17 @@ void CpuBackend::convert(ActPtr dst, const float* src, size_t n) {
 }
 void CpuBackend::copy(float* dst, const float* src, size_t n) { std::memcpy(dst, src, n * sizeof(float)); }
 
-void CpuBackend::embedding_forward(ActPtr out_act, const int32_t* tokens, ConstActPtr wte_act, ConstActPtr wpe_act,
-                                   int B, int T, int C) {
+void CpuBackend::embedding_forward(ActPtr out, const int32_t* tokens, ConstActPtr wte, ConstActPtr wpe, int B, int T,
+                                   int C) {
+  const int32_t first = 0;
+  embedding_forward_at(out, tokens, wte, wpe, &first, B, T, C);
+}
+
+void CpuBackend::embedding_forward_at(ActPtr out_act, const int32_t* tokens, ConstActPtr wte_act, ConstActPtr wpe_act,
+                                      const int32_t* first, int B, int T, int C) {
   float* out = out_act.as<float>();
   const float* wte = wte_act.as<float>();
-  const float* wpe = wpe_act.as<float>();
+  const float* wpe = wpe_act.as<float>() + static_cast<size_t>(*first) * C;
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
       float* o = out + (static_cast<size_t>(b) * T + t) * C;
@@ -265,6 +272,53 @@ void CpuBackend::attention_backward(ActPtr dqkv, ConstActPtr dout, ConstActPtr q
                                     const float* saved, float* scratch, int B, int T, int C, int NH) {
   flash_attention_backward(dqkv.as<float>(), dout.as<float>(), qkv.as<float>(), out.as<float>(), saved, scratch,
                            {B, T, C, NH}, precision_ == Precision::bf16, team_);
+}
+
+// Per sequence and head, in the order the interface states: the scores, their max, p and its sum,
+// then the weighted sum of the values, each summed in ascending order.
+void CpuBackend::attention_step(ActPtr out_act, ActPtr cache_act, ConstActPtr qkv_act, const int32_t* position, int B,
+                                int T, int C, int NH) {
+  const int P = *position;
+  if (P < 0 || P >= T) {
+    throw std::out_of_range("attention_step: position " + std::to_string(P) + " outside the cache's [0, " +
+                            std::to_string(T) + ")");
+  }
+  float* out = out_act.as<float>();
+  float* cache = cache_act.as<float>();
+  const float* qkv = qkv_act.as<float>();
+  const int hs = C / NH;
+  const size_t row = 3 * static_cast<size_t>(C);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  if (step_scores_.size() < static_cast<size_t>(T)) step_scores_.resize(static_cast<size_t>(T));
+  float* p = step_scores_.data();
+  for (int b = 0; b < B; ++b) {
+    float* seq = cache + static_cast<size_t>(b) * T * row;
+    std::memcpy(seq + P * row, qkv + b * row, row * sizeof(float));
+    for (int h = 0; h < NH; ++h) {
+      const float* q = seq + P * row + h * hs;
+      float top = -INFINITY;
+      for (int j = 0; j <= P; ++j) {
+        const float* k = seq + j * row + C + h * hs;
+        float x = 0.0f;
+        for (int c = 0; c < hs; ++c) x += q[c] * k[c];
+        p[j] = x * scale;
+        top = std::max(top, p[j]);
+      }
+      float sum = 0.0f;
+      for (int j = 0; j <= P; ++j) {
+        p[j] = std::exp(p[j] - top);
+        sum += p[j];
+      }
+      float* y = out + static_cast<size_t>(b) * C + h * hs;
+      std::fill(y, y + hs, 0.0f);
+      for (int j = 0; j <= P; ++j) {
+        const float* v = seq + j * row + 2 * C + h * hs;
+        for (int c = 0; c < hs; ++c) y[c] += p[j] * v[c];
+      }
+      for (int c = 0; c < hs; ++c) y[c] /= sum;
+    }
+  }
+  store(out, static_cast<size_t>(B) * C);
 }
 
 void CpuBackend::gelu_forward(ActPtr out_act, ConstActPtr inp_act, size_t n) {

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <functional>
+#include <vector>
 
 #include "worker/cpu/thread_team.hpp"
 #include "worker/model/backend.hpp"
@@ -61,6 +62,8 @@ class CpuBackend final : public Backend {
 
   void embedding_forward(ActPtr out, const int32_t* tokens, ConstActPtr wte, ConstActPtr wpe, int B, int T,
                          int C) override;
+  void embedding_forward_at(ActPtr out, const int32_t* tokens, ConstActPtr wte, ConstActPtr wpe, const int32_t* first,
+                            int B, int T, int C) override;
   void embedding_backward(float* dwte, float* dwpe, ConstActPtr dout, const int32_t* tokens, int B, int T,
                           int C) override;
   void layernorm_forward(ActPtr out, float* mean, float* rstd, ConstActPtr inp, ConstActPtr weight,
@@ -81,6 +84,8 @@ class CpuBackend final : public Backend {
                          int NH) override;
   void attention_backward(ActPtr dqkv, ConstActPtr dout, ConstActPtr qkv, ConstActPtr out, const float* saved,
                           float* scratch, int B, int T, int C, int NH) override;
+  void attention_step(ActPtr out, ActPtr cache, ConstActPtr qkv, const int32_t* position, int B, int T, int C,
+                      int NH) override;
   void gelu_forward(ActPtr out, ConstActPtr inp, size_t n) override;
   void gelu_backward(ActPtr dinp, ConstActPtr inp, ConstActPtr dout, size_t n) override;
   void residual_forward(ActPtr out, ConstActPtr a, ConstActPtr b, size_t n) override;
@@ -112,6 +117,7 @@ class CpuBackend final : public Backend {
 
   Precision precision_;
   ThreadTeam team_;  // the attention's heads and the loops: as many as OpenBLAS's pool
+  std::vector<float> step_scores_;  // (T) attention_step's row of scores, grown once to the context
 };
 
 }  // namespace xtrain

@@ -108,6 +108,16 @@ class Backend {
                                  ConstActPtr wte,        // (Vp,C)
                                  ConstActPtr wpe,        // (T,C)
                                  int B, int T, int C) = 0;
+  // The same from position *first on (a decoder's step, GPT::forward_step):
+  //   out[b,t,:] = wte[tokens[b,t],:] + wpe[*first + t,:]
+  // `first` is backend memory, read when the operation runs, so recorded work replays at whatever
+  // position was uploaded since; *first + T must not pass wpe's rows (the caller checks).
+  virtual void embedding_forward_at(ActPtr out,             // (B,T,C) writes
+                                    const int32_t* tokens,  // (B,T), each in [0, V)
+                                    ConstActPtr wte,        // (Vp,C)
+                                    ConstActPtr wpe,        // (context,C)
+                                    const int32_t* first,   // (1)
+                                    int B, int T, int C) = 0;
   // dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:]
   virtual void embedding_backward(float* dwte,           // (Vp,C) accumulates
                                   float* dwpe,           // (T,C) accumulates
@@ -206,6 +216,21 @@ class Backend {
                                   const float* saved,  // (attention_saved_floats) from forward
                                   float* scratch,      // (attention_scratch_floats)
                                   int B, int T, int C, int NH) = 0;
+
+  // A decoder's step: one new position per sequence after the P = *position positions that a KV
+  // cache holds. `cache` is attention_forward's qkv layout for T positions, its rows [0, P) those
+  // of earlier forwards or steps; the new position's row qkv[b] is written into row P, then per
+  // head, over the rows j in [0, P]:
+  //   x_j = scale q . k_j;  p_j = exp(x_j - max x);  out = (sum_j p_j v_j) / (sum_j p_j)
+  // in fp32, out rounded once to the activation dtype. Unlike the forward's bf16 product, p is not
+  // rounded to bf16 (the step's products run on fp32 arithmetic), so in bf16 a step agrees with
+  // the forward's row to bf16 rounding, not bit for bit. `position` is backend memory read when
+  // the operation runs (as embedding_forward_at's first), in [0, T); B sequences, all at P.
+  virtual void attention_step(ActPtr out,               // (B,C) writes
+                              ActPtr cache,             // (B,T,3C) row P written
+                              ConstActPtr qkv,          // (B,3C) the new position's q, k, v
+                              const int32_t* position,  // (1)
+                              int B, int T, int C, int NH) = 0;
 
   // GELU, tanh approximation (PyTorch's approximate="tanh"), elementwise over n activations.
   virtual void gelu_forward(ActPtr out, ConstActPtr inp, size_t n) = 0;  // writes

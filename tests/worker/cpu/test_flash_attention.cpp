@@ -4,6 +4,8 @@
 // - a double-precision re-implementation of the same algorithm with the same bf16 rounding
 //   points (worker/math/flash_attention.hpp), for the bf16 emulation;
 // - itself: determinism (also across thread counts), and the size of what it keeps.
+// And a decoder's attention step (CpuBackend::attention_step) against the double reference's row
+// at its position.
 // Finite differences through a double attention are in test_ops_fd.cpp with the other operations
 // (through CpuBackend, whose attention this is).
 //
@@ -17,6 +19,7 @@
 
 #include "tests/worker/attention_reference.hpp"
 #include "tests/worker/flash_attention_util.hpp"
+#include "worker/cpu/cpu_backend.hpp"
 
 using namespace xtrain;
 using namespace xtrain::test;
@@ -189,6 +192,51 @@ TEST_CASE("flash attention in fp32 matches the double reference without rounding
     CHECK(max_rel_error(got.out, to_float(want.out)) < kVsTodayTol);
     for (const double e : gradient_errors(got.dqkv, to_float(want.dqkv), s)) CHECK(e < kVsTodayTol);
   }
+}
+
+// The step of position P over a cache holding rows [0, P) is row P of the whole sequence's
+// attention: fp32 within kVsTodayTol (a direct softmax in fp32 against double; measured below
+// 1e-6); in bf16 its output is bf16 values within 2^-8 of the unrounded reference (a half-ulp
+// rounding, 2^-9, plus fp32 noise; the step does not round p as the forward's product does).
+TEST_CASE("the CPU's attention step is the reference's row at its position, and writes that row into the cache",
+          "[ops][attention]") {
+  std::mt19937_64 rng(17);
+  for (const AttentionShape& s : kShapes) {
+    const AttentionInputs in = random_inputs(s, rng, true);  // bf16 values: inputs for both precisions
+    const DoubleResult want = double_flash_attention(in.qkv, in.dout, s, false);
+    const size_t row = 3 * static_cast<size_t>(s.C);
+    for (const int P : {0, s.T / 2, s.T - 1}) {
+      INFO(describe(s) << " position " << P);
+      std::vector<float> fresh(static_cast<size_t>(s.B) * row), want_row(static_cast<size_t>(s.B) * s.C);
+      std::vector<float> cache = in.qkv;
+      for (int b = 0; b < s.B; ++b) {
+        const size_t at = (static_cast<size_t>(b) * s.T + P) * row;
+        std::copy_n(in.qkv.begin() + static_cast<long>(at), row, fresh.begin() + static_cast<long>(b * row));
+        std::fill_n(cache.begin() + static_cast<long>(at), row, 1e9f);  // the step must write the row
+        for (int c = 0; c < s.C; ++c) {
+          want_row[static_cast<size_t>(b) * s.C + c] =
+              static_cast<float>(want.out[(static_cast<size_t>(b) * s.T + P) * s.C + c]);
+        }
+      }
+      for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+        INFO(precision_name(precision));
+        CpuBackend k(precision);
+        std::vector<float> got(want_row.size(), NAN), stepped = cache;
+        k.attention_step(got.data(), stepped.data(), fresh.data(), &P, s.B, s.T, s.C, s.NH);
+        CHECK(stepped == in.qkv);
+        if (precision == Precision::fp32) {
+          CHECK(max_rel_error(got, want_row) < kVsTodayTol);
+        } else {
+          CHECK(all_bf16(got));
+          CHECK(max_rel_error(got, want_row) < 0x1p-8);
+        }
+      }
+    }
+  }
+  CpuBackend k;
+  std::vector<float> cache(3 * 8 * 4), out(8), fresh(3 * 8);
+  const int past = 4;
+  CHECK_THROWS_AS(k.attention_step(out.data(), cache.data(), fresh.data(), &past, 1, 4, 8, 2), std::out_of_range);
 }
 
 TEST_CASE("flash attention is deterministic and keeps O(B*NH*T) from forward to backward", "[ops][attention]") {
