@@ -30,7 +30,7 @@
 #include "worker/formats/model_io.hpp"
 #include "worker/formats/text_stream.hpp"
 #include "worker/loaded_model.hpp"
-#include "worker/model/window_decoder.hpp"
+#include "worker/model/gpt_decoder.hpp"
 #include "worker/train/token_sampler.hpp"
 #include "worker/train/model_argument.hpp"
 
@@ -64,8 +64,8 @@ const char* const kUsage =
     "    --threads N           on the CPU, threads sharing each token's work (default: OMP_NUM_THREADS\n"
     "                          when set, else the CPUs this process may use; at most one per 8 MiB of\n"
     "                          weights); the text is the same for any N\n"
-    "  On the CPU each new token costs one position (a KV cache), on a GPU a forward of the context;\n"
-    "  past the model's context the newest half of the window is kept and run again.\n"
+    "  Each new token costs one position of work (a KV cache), on either device; past the model's\n"
+    "  context the newest half of the window is kept and run again.\n"
     "exit codes: 0 generated; 1 runtime failure; 2 bad input (command line, MODEL, tokenizer, prompt)\n";
 
 struct GenerateOptions {
@@ -239,8 +239,8 @@ void generate_one(TokenDecoder& decoder, TokenSampler& sampler, const Vocabulary
   totals.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Where the tokens are computed: the CPU's KV-cached decoder on the model's weights, or a GPU's
-// forward of the window on the model loaded there.
+// Where the tokens are computed: the CPU's KV-cached decoder on the model's weights, or GPT's
+// forward and steps (GptDecoder) on the model loaded on a GPU.
 struct DecoderPlace {
   DeviceChoice device;
   std::optional<FlatModel> flat;        // on the CPU: the layout, and the weights until the decoder takes them
@@ -303,7 +303,7 @@ int run_generate(int argc, char** argv) {
                o.num_samples, o.max_new_tokens);
   // The decoder, and the device line: on the CPU with the decoder's own threads (not OpenBLAS's).
   std::optional<KvDecoder> kv;
-  std::optional<WindowDecoder> window;
+  std::optional<GptDecoder> on_gpu;
   if (place.flat) {
     std::string threads_from = "--threads";
     const int threads = o.threads > 0 ? o.threads : default_threads(layout.total(), threads_from);
@@ -312,11 +312,11 @@ int run_generate(int argc, char** argv) {
     kv.emplace(layout, std::move(place.flat->params), threads);
   } else {
     log_device_line(place.device, place.device.summary);
-    window.emplace(place.loaded->gpt);
+    on_gpu.emplace(place.loaded->gpt);
   }
   Output out;
   try {
-    TokenDecoder& decoder = kv ? static_cast<TokenDecoder&>(*kv) : *window;
+    TokenDecoder& decoder = kv ? static_cast<TokenDecoder&>(*kv) : *on_gpu;
     TokenSampler sampler(o.sampling, o.seed);
     Totals totals;
     for (int s = 0; s < o.num_samples; ++s) {

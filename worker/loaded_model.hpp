@@ -27,7 +27,7 @@ struct LoadedModel {
     import_model(model, layout, params.data());
     gpt.set_params(params.data());
     // On a GPU each forward of the full batch replays one CUDA graph per layer (GPT's recorded
-    // layers) from its third run on: a decoder's forward per token is launch-bound.
+    // layers) from its third run on, and a decoder's step one graph whole: a step is launch-bound.
     if (backend->can_record()) gpt.set_replay(GPT::Replay::kPreferred);
   }
 };

@@ -2,9 +2,10 @@
 """Generation on one GPU, next to transformers: GPT-2 124M's shape with random weights (seeded,
 GPT2Config's defaults), greedy from <|endoftext|>, NEW tokens, on the same weights both sides.
 
-- ours: `xtrain-worker generate DIR --device cuda --precision P --temperature 0` (a forward of the
-  whole context per token, worker/model/window_decoder.hpp), its own tokens/s line (new tokens
-  only: the prompt's pass, the start and the load left out), in bf16 and fp32;
+- ours: `xtrain-worker generate DIR --device cuda --precision P --temperature 0` (the prompt in one
+  forward, then one position per token with GPT's qkv activations as the KV cache, each step one
+  CUDA graph: worker/model/gpt_decoder.hpp), its own tokens/s line (new tokens only: the prompt's
+  pass, the start and the load left out), in bf16 and fp32;
 - transformers: `GPT2LMHeadModel.generate` with its KV cache, eager, greedy, in bf16 weights and in
   fp32, `min_new_tokens` so that it never stops early; per token (t(NEW) - t(1)) / (NEW - 1) after
   a warm-up, so its prompt and set-up are left out too. torch.compile with a static cache (its
@@ -127,7 +128,7 @@ def measure(bin_dir, work, vocab, new_tokens=256, timeout_s=120.0, device="cuda"
     table = token_text(vocab)
     rows, texts, peer_tokens = [], {}, {}
     for precision in precisions:
-        row = {"impl": "xtrain (a forward of the context per token)", "precision": precision}
+        row = {"impl": "xtrain (KV cache)", "precision": precision}
         try:
             texts[precision], row["tokens"], seconds = ours(bin_dir, directory, vocab, new_tokens, precision, device,
                                                             left() / 2)

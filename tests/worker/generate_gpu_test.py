@@ -68,7 +68,7 @@ class GenerateGpu(unittest.TestCase):
             self.assertGreater(row["ms_per_token"], 0.0)
         self.assertEqual(r["fp32_agreeing_tokens"], NEW)
         table = generate_gpu.report(r)
-        self.assertIn("| xtrain (a forward of the context per token) | fp32 | ", table)
+        self.assertIn("| xtrain (KV cache) | fp32 | ", table)
         self.assertIn(f"greedy fp32: the first {NEW} of {NEW} tokens agree", table)
 
     def test_a_different_text_and_failures_are_reported_in_their_rows(self):

@@ -150,7 +150,7 @@ std::span<const float> KvDecoder::run(int first) {
   layernorm(normed_.data(), residual_.data() + static_cast<size_t>(n - 1) * C, layout_.lnf_w(), layout_.lnf_b(), 1);
   std::fill(logits_.begin(), logits_.end(), 0.0f);
   product(logits_.data(), P + layout_.wte(), normed_.data(), 1, dims_.Vp, C);
-  positions_computed_ += static_cast<std::uint64_t>(n);
+  count_positions(n);
   return {logits_.data(), logits_.size()};
 }
 

@@ -30,9 +30,6 @@ class KvDecoder : public TokenDecoder {
 
   int threads() const { return team_.members(); }
 
-  // Positions run through the model since construction, slides included (what the cache saves).
-  std::uint64_t positions_computed() const { return positions_computed_; }
-
  private:
   std::span<const float> run(int first) override;
   void matmul(float* out, const float* inp, const float* weight, const float* bias, int n, int in, int out_dim);
@@ -42,7 +39,6 @@ class KvDecoder : public TokenDecoder {
 
   const ParamLayout& layout_;
   HugePageBuffer params_;  // the matrices packed
-  std::uint64_t positions_computed_ = 0;
   // (L, NH, T, hs) each: head h of layer l holds its keys (values) of every position in one
   // contiguous run, so attention reads it as one stream (rows strided by C ran 2-3 ms per
   // GPT-2 124M token slower, waiting on memory).

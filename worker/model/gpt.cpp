@@ -89,6 +89,9 @@ GPT::GPT(const ModelSpec& spec, Backend& backend, int max_batch)
 // Nothing here throws: the backend's free and drop_recordings never do (worker/model/backend.hpp).
 GPT::~GPT() {
   drop_recordings();
+  backend_.free(step_.token_position);
+  backend_.free(step_.float_memory);
+  backend_.free(step_.act_memory);
   backend_.free(int_memory_);
   backend_.free(float_memory_);
   backend_.free(act_memory_.data());
@@ -195,19 +198,6 @@ void GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
   // Forwards of the full batch replay recorded layers: with targets (training, validation) and
   // without (a decoder's logits). Their layers are the same work; their heads are not.
   const bool recordable = B == max_batch_;
-  // Each layer ends with its residual add fused into the next layernorm (layer l + 1's ln1, or
-  // lnf after the last): one pass over the residual stream instead of two.
-  struct NextNorm {
-    ActPtr out;
-    float* mean;
-    float* rstd;
-    ConstActPtr weight, bias;
-  };
-  auto norm_after = [&](int l) -> NextNorm {  // the layernorm of residual3[l] (of encoded for l = -1)
-    if (l + 1 == d.L) return {a.lnf, a.lnf_mean, a.lnf_rstd, p + layout_.lnf_w(), p + layout_.lnf_b()};
-    const LayerOffsets& o = layout_.layer(l + 1);
-    return {a.ln1 + (l + 1) * btc, a.ln1_mean + (l + 1) * bt, a.ln1_rstd + (l + 1) * bt, p + o.ln1_w, p + o.ln1_b};
-  };
   run_layer(Pass::kForward, -1, recordable, /*logits_only=*/false, [&] {
     k.embedding_forward(a.encoded, a.tokens, p + layout_.wte(), p + layout_.wpe(), B, T, C);
     const NextNorm n = norm_after(-1);
@@ -215,25 +205,22 @@ void GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
   });
   for (int l = 0; l < d.L; ++l) {
     run_layer(Pass::kForward, l, recordable, /*logits_only=*/false, [&] {
-      const LayerOffsets& o = layout_.layer(l);
-      const ConstActPtr residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * btc;
-      const ActPtr ln1 = a.ln1 + l * btc;  // written by the layer before
-      const ActPtr qkv = a.qkv + 3 * l * btc;
-      const ActPtr atty = a.atty + l * btc;
-      const ActPtr residual2 = a.residual2 + l * btc;
-      const ActPtr ln2 = a.ln2 + l * btc;
-      const ActPtr fch = a.fch + 4 * l * btc;
-      const ActPtr fch_gelu = a.fch_gelu + 4 * l * btc;
-      const ActPtr residual3 = a.residual3 + l * btc;
-      k.matmul_forward(qkv, ln1, p + o.qkv_w, p + o.qkv_b, BT, C, 3 * C);
-      k.attention_forward(atty, a.att_saved + l * att_saved_per_layer_, qkv, a.att_scratch, B, T, C, NH);
-      k.matmul_forward(a.proj_out, atty, p + o.attn_proj_w, p + o.attn_proj_b, BT, C, C);
-      k.residual_layernorm_forward(residual2, ln2, a.ln2_mean + l * bt, a.ln2_rstd + l * bt, residual, a.proj_out,
-                                   p + o.ln2_w, p + o.ln2_b, BT, C);
-      k.matmul_gelu_forward(fch_gelu, fch, ln2, p + o.fc_w, p + o.fc_b, BT, C, 4 * C);
-      k.matmul_forward(a.proj_out, fch_gelu, p + o.fc_proj_w, p + o.fc_proj_b, BT, 4 * C, C);
-      const NextNorm n = norm_after(l);
-      k.residual_layernorm_forward(residual3, n.out, n.mean, n.rstd, residual2, a.proj_out, n.weight, n.bias, BT, C);
+      const BlockRows r{.residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * btc,
+                        .ln1 = a.ln1 + l * btc,
+                        .qkv = a.qkv + 3 * l * btc,
+                        .atty = a.atty + l * btc,
+                        .residual2 = a.residual2 + l * btc,
+                        .ln2 = a.ln2 + l * btc,
+                        .ln2_mean = a.ln2_mean + l * bt,
+                        .ln2_rstd = a.ln2_rstd + l * bt,
+                        .fch = a.fch + 4 * l * btc,
+                        .fch_gelu = a.fch_gelu + 4 * l * btc,
+                        .proj_out = a.proj_out,
+                        .residual3 = a.residual3 + l * btc,
+                        .next = norm_after(l)};
+      block_forward(l, BT, r, [&] {
+        k.attention_forward(r.atty, a.att_saved + l * att_saved_per_layer_, r.qkv, a.att_scratch, B, T, C, NH);
+      });
     });
   }
   run_layer(Pass::kForward, d.L, recordable, /*logits_only=*/targets == nullptr, [&] {
@@ -244,8 +231,38 @@ void GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
     }
   });
   last_B_ = B;
+  ++forwards_;
   backward_ready_ = targets != nullptr;
   if (targets != nullptr) loss_positions_ += static_cast<size_t>(BT);
+}
+
+// Each block ends with its residual add fused into the next layernorm (layer l + 1's ln1, or lnf
+// after the last): one pass over the residual stream instead of two.
+GPT::NextNorm GPT::norm_after(int layer) const {
+  const ConstActPtr p = weights();
+  const Activations& a = acts_;
+  if (layer + 1 == layout_.dims().L) return {a.lnf, a.lnf_mean, a.lnf_rstd, p + layout_.lnf_w(), p + layout_.lnf_b()};
+  const size_t bt = static_cast<size_t>(max_batch_) * layout_.dims().T;
+  const size_t btc = bt * layout_.dims().C;
+  const LayerOffsets& o = layout_.layer(layer + 1);
+  return {a.ln1 + (layer + 1) * btc, a.ln1_mean + (layer + 1) * bt, a.ln1_rstd + (layer + 1) * bt, p + o.ln1_w,
+          p + o.ln1_b};
+}
+
+void GPT::block_forward(int layer, int rows, const BlockRows& r, const std::function<void()>& attend) {
+  Backend& k = backend_;
+  const int C = layout_.dims().C;
+  const ConstActPtr p = weights();
+  const LayerOffsets& o = layout_.layer(layer);
+  const NextNorm& n = r.next;
+  k.matmul_forward(r.qkv, r.ln1, p + o.qkv_w, p + o.qkv_b, rows, C, 3 * C);
+  attend();
+  k.matmul_forward(r.proj_out, r.atty, p + o.attn_proj_w, p + o.attn_proj_b, rows, C, C);
+  k.residual_layernorm_forward(r.residual2, r.ln2, r.ln2_mean, r.ln2_rstd, r.residual, r.proj_out, p + o.ln2_w,
+                               p + o.ln2_b, rows, C);
+  k.matmul_gelu_forward(r.fch_gelu, r.fch, r.ln2, p + o.fc_w, p + o.fc_b, rows, C, 4 * C);
+  k.matmul_forward(r.proj_out, r.fch_gelu, p + o.fc_proj_w, p + o.fc_proj_b, rows, 4 * C, C);
+  k.residual_layernorm_forward(r.residual3, n.out, n.mean, n.rstd, r.residual2, r.proj_out, n.weight, n.bias, rows, C);
 }
 
 double GPT::take_loss() {
@@ -319,15 +336,19 @@ void GPT::set_replay(Replay mode) {
   }
   drop_recordings();
   replay_ = mode;
-  layers_.assign(2 * static_cast<size_t>(layout_.dims().L + 2) + 1, RecordedLayer{});
+  layers_.assign(2 * static_cast<size_t>(layout_.dims().L + 2), RecordedLayer{});
+  logits_head_ = step_work_ = RecordedLayer{};
 }
 
 void GPT::drop_recordings() noexcept {
   bool any = false;
-  for (RecordedLayer& r : layers_) {
+  auto drop = [&](RecordedLayer& r) {
     any = any || r.recording >= 0;
     r.recording = -1;
-  }
+  };
+  for (RecordedLayer& r : layers_) drop(r);
+  drop(logits_head_);
+  drop(step_work_);
   if (any) backend_.drop_recordings();
 }
 
@@ -341,9 +362,21 @@ void GPT::key_recordings(float loss_scale) {
 void GPT::run_layer(Pass pass, int layer, bool recordable, bool logits_only, const std::function<void()>& work) {
   if (layer_observer_) layer_observer_(pass, layer);
   if (replay_ == Replay::kOff || !recordable) return work();
-  const size_t per_pass = (layers_.size() - 1) / 2;
-  RecordedLayer& r = logits_only ? layers_.back()
+  const size_t per_pass = layers_.size() / 2;
+  RecordedLayer& r = logits_only ? logits_head_
                                  : layers_[(pass == Pass::kForward ? 0 : per_pass) + static_cast<size_t>(layer + 1)];
+  run_recorded(
+      r,
+      [&] {
+        const std::string part = layer < 0                   ? std::string("the embeddings")
+                                 : layer == layout_.dims().L ? std::string("the head")
+                                                             : "layer " + std::to_string(layer);
+        return std::string(pass == Pass::kForward ? "forward" : "backward") + " of " + part;
+      },
+      work);
+}
+
+void GPT::run_recorded(RecordedLayer& r, const std::function<std::string()>& part, const std::function<void()>& work) {
   if (r.recording < 0) {
     if (r.runs++ == 0) return work();  // warm-up: products pick their algorithms, kernels load
     try {
@@ -352,11 +385,7 @@ void GPT::run_layer(Pass pass, int layer, bool recordable, bool logits_only, con
       r.recording = backend_.end_recording();
     } catch (const std::exception& e) {
       backend_.abort_recording();
-      const std::string part = layer < 0                 ? std::string("the embeddings")
-                               : layer == layout_.dims().L ? std::string("the head")
-                                                           : "layer " + std::to_string(layer);
-      const std::string what = std::string(pass == Pass::kForward ? "forward" : "backward") + " of " + part +
-                               " could not be recorded: " + e.what();
+      const std::string what = part() + " could not be recorded: " + e.what();
       if (replay_ == Replay::kRequired) throw std::runtime_error("train.cuda_graph \"on\": the " + what);
       spdlog::warn("train.cuda_graph: the {}; running every layer eagerly from here on", what);
       drop_recordings();

@@ -11,21 +11,26 @@
 // Activations for up to `max_batch` sequences are allocated once, at construction, laid out by
 // worker/model/memory_plan.hpp (which counts them for the memory plan).
 //
+// A decoder's step (forward_step) runs one new position of sequence 0 with GPT's own qkv
+// activations as its KV cache: a forward writes every row of them, a step the row of its position.
+//
 // Recorded layers (CUDA graphs, where the backend records: Backend::can_record). With replay on,
 // the work of each layer in each pass (forward: the embeddings, every block, the head with the
 // loss; backward: the head, every block, the embeddings) is run eagerly the first time (warm-up:
 // products pick their algorithms, kernels load), recorded the second time and replayed from then
 // on: one launch per layer instead of one per operation. Forwards at the full batch replay, with
 // targets (training, validation) and without (a decoder's logits: the same layers, a head of its
-// own), and so do backwards at the full batch; a smaller batch runs eagerly. The
-// tokens are uploaded into fixed backend buffers before the replays; the layer observer and
-// on_bucket_ready run on the host between the layers as before, so each gradient bucket's
-// all-reduce stays outside the recordings and still overlaps the rest of backward.
+// own), and so do backwards at the full batch; a smaller batch runs eagerly. A decoder's step is
+// one recording of its own, at any batch and position (read from backend memory). The tokens are
+// uploaded into fixed backend buffers before the replays; the layer observer and on_bucket_ready
+// run on the host between the layers as before, so each gradient bucket's all-reduce stays outside
+// the recordings and still overlaps the rest of backward.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "common/job_spec.hpp"
@@ -96,6 +101,22 @@ class GPT {
   // logits. Nothing here waits for the backend.
   void forward(const int32_t* tokens, const int32_t* targets, int B);
 
+  // A decoder's step (worker/model/gpt_decoder.hpp): `token` at `position` of sequence 0, in one
+  // position of work. Its keys and values are those in sequence 0's qkv activations at the rows
+  // [0, position), as the forwards and steps before left them (a forward writes every row, a step
+  // the row of its position): the caller keeps track of what those rows hold, with forwards().
+  // So the step's logits, step_logits() (Vp), are forward()'s at that position on the same tokens,
+  // up to the order of the sums (and in bf16 their rounding: Backend::attention_step). token
+  // outside [0, V) or position outside [0, T): std::out_of_range. Nothing here waits for the
+  // backend. A backward needs a forward with targets after the last step (std::logic_error). The
+  // step's own rows (15 C + Vp activations) are allocated at the first step; training never
+  // steps, so the memory plan leaves them out.
+  void forward_step(std::int32_t token, int position);
+  ConstActPtr step_logits() const { return step_.logits; }
+  // forward() and forward_step() calls so far: a decoder that saw the count unchanged since its
+  // own last call knows the qkv rows are still its tokens'.
+  std::uint64_t forwards() const { return forwards_; }
+
   // The mean cross-entropy per position over every forward with targets since the last call,
   // then a fresh sum. The sums stay on the backend until here: one wait per optimizer step, not
   // one per micro-step. std::logic_error when no forward with targets came first.
@@ -145,11 +166,55 @@ class GPT {
   int last_batch() const { return last_B_; }       // B of the last forward
 
  private:
+  // Where a block's output is normalised: the next block's ln1, or lnf after the last.
+  struct NextNorm {
+    ActPtr out;
+    float* mean;
+    float* rstd;
+    ConstActPtr weight, bias;
+  };
+  // One block's tensors for `rows` positions. The forward's are its per-layer slices; a step's
+  // are its rows, residual, residual2 and residual3 one row updated in place.
+  struct BlockRows {
+    ConstActPtr residual;   // (rows,C) the block's input
+    ConstActPtr ln1;        // (rows,C) its layernorm, written before the block
+    ActPtr qkv;             // (rows,3C)
+    ActPtr atty;            // (rows,C) written by `attend`
+    ActPtr residual2, ln2;  // (rows,C)
+    float* ln2_mean;        // (rows)
+    float* ln2_rstd;        // (rows)
+    ActPtr fch, fch_gelu;   // (rows,4C)
+    ActPtr proj_out;        // (rows,C) scratch
+    ActPtr residual3;       // (rows,C) the block's output
+    NextNorm next;
+  };
+  // A decoder step's rows (forward_step), carved from one allocation of each kind.
+  struct StepRows {
+    ActPtr x, ln, qkv, atty, proj_out, fch, fch_gelu, logits;  // (C) (C) (3C) (C) (C) (4C) (4C) (Vp)
+    float* mean = nullptr;                                      // (1)
+    float* rstd = nullptr;                                      // (1)
+    std::int32_t* token_position = nullptr;                     // (2) the step's token, its position
+    void* act_memory = nullptr;
+    void* float_memory = nullptr;
+  };
+  struct RecordedLayer {
+    int runs = 0;         // eager runs so far (the first is the warm-up)
+    int recording = -1;   // the backend's recording, once made
+  };
+
   void allocate_activations();
+  void allocate_step_rows();
+  NextNorm norm_after(int layer) const;  // the layernorm of the forward's residual3[layer] (-1: encoded)
+  // The block's work: the attention's q, k, v product, `attend` (qkv to atty), the projection,
+  // the residual add fused into ln2, the MLP, the residual add fused into the next norm.
+  void block_forward(int layer, int rows, const BlockRows& r, const std::function<void()>& attend);
   // Runs one layer's work of one pass (layer -1: the embeddings, L: the head): eagerly, or
   // recorded and replayed when `recordable` and replay is on.
   // `logits_only`: the head of a forward without targets (its own recording).
   void run_layer(Pass pass, int layer, bool recordable, bool logits_only, const std::function<void()>& work);
+  // Runs `work` by r: the warm-up eagerly, then recorded, then replayed. `part` names it when a
+  // recording fails ("forward of layer 3").
+  void run_recorded(RecordedLayer& r, const std::function<std::string()>& part, const std::function<void()>& work);
   void key_recordings(float loss_scale);
   void drop_recordings() noexcept;
 
@@ -169,12 +234,12 @@ class GPT {
   size_t loss_positions_ = 0;       // positions summed into acts_.losses since the last take_loss
   std::vector<float> host_losses_;  // (max_batch*T) staging for take_loss
   LayerObserver layer_observer_;
-  struct RecordedLayer {
-    int runs = 0;         // eager runs so far (the first is the warm-up)
-    int recording = -1;   // the backend's recording, once made
-  };
+  StepRows step_;
+  std::uint64_t forwards_ = 0;
   Replay replay_ = Replay::kOff;
-  std::vector<RecordedLayer> layers_;  // (2, L+2): forward then backward, by layer + 1; then the logits-only head
+  std::vector<RecordedLayer> layers_;  // (2, L+2): forward then backward, by layer + 1
+  RecordedLayer logits_head_;          // the head of a forward without targets
+  RecordedLayer step_work_;            // forward_step, whole
   float recorded_scale_ = 0.0f;        // backward's loss scale in the recordings
 };
 

@@ -1,8 +1,9 @@
-// What `generate` runs a model with, one call per new token. Two decoders implement it: the CPU's
-// KV-cached one (worker/cpu/kv_decoder.hpp: one position of work per token) and a full forward
-// of the window on any backend (worker/model/window_decoder.hpp: what runs on a GPU). Both keep
-// their window of tokens here, by one rule, so that the same model, prompt and seed give the same
-// text on either, up to the rounding of their sums.
+// What `generate` runs a model with, one call per new token. Two decoders implement it, each with
+// a KV cache (one position of work per new token): the CPU's own (worker/cpu/kv_decoder.hpp: fp32,
+// its products on repacked weights) and GPT's forward and step on any backend
+// (worker/model/gpt_decoder.hpp: what runs on a GPU). Both keep their window of tokens here, by
+// one rule, so that the same model, prompt and seed give the same text on either, up to the
+// rounding of their sums.
 //
 // The window past the context: GPT-2's positions are learned absolute embeddings, so a token
 // belongs to its position and the window cannot shift by one. When new tokens do not fit, the
@@ -30,6 +31,10 @@ class TokenDecoder {
 
   void reset() { window_.clear(); }
 
+  // Positions run through the model since construction, slides and refills included (what the
+  // cache saves shows here).
+  std::uint64_t positions_computed() const { return positions_computed_; }
+
   // Puts `tokens` at the next positions (sliding first, above, when they do not fit) and returns
   // the logits of the last one: Vp floats, the first V the vocabulary's, valid until the next
   // call. More tokens than the context is std::length_error; an id outside [0, V), or no tokens,
@@ -43,10 +48,13 @@ class TokenDecoder {
   // ran in earlier calls, since the last slide) and returns the last one's logits (Vp floats).
   virtual std::span<const float> run(int first) = 0;
 
+  void count_positions(int n) { positions_computed_ += static_cast<std::uint64_t>(n); }
+
   ModelDims dims_;
 
  private:
   std::vector<std::int32_t> window_;
+  std::uint64_t positions_computed_ = 0;
 };
 
 }  // namespace xtrain

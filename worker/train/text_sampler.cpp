@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "worker/model/gpt.hpp"
-#include "worker/model/window_decoder.hpp"
+#include "worker/model/gpt_decoder.hpp"
 
 namespace xtrain {
 
@@ -29,7 +29,7 @@ std::vector<std::int32_t> sample_tokens(GPT& model, const std::vector<std::int32
   const int k = o.top_k > 0 ? std::min(o.top_k, d.V) : d.V;
   std::vector<std::int32_t> out;
 
-  WindowDecoder decoder(model);
+  GptDecoder decoder(model);
   std::span<const float> logits =
       decoder.append(std::span(prompt).last(std::min(prompt.size(), static_cast<size_t>(d.T))));
   for (int n = 0; n < o.tokens; ++n) {

@@ -1,7 +1,7 @@
 // Text from a trained model, so a person can see what it learned: autoregressive sampling with a
-// temperature and top-k, one token per forward pass over the window (worker/model/window_decoder.hpp:
-// no KV cache, a few hundred tokens from a small model take well under a second; past the context
-// the window keeps its newest half, as generate's). The caller turns text into tokens and back:
+// temperature and top-k, on the training model itself (worker/model/gpt_decoder.hpp: the prompt
+// in one forward, then one position of work per token; past the context the window keeps its
+// newest half, as generate's). The caller turns text into tokens and back:
 // bytes for byte-level data, the GPT-2 tokenizer for token shards.
 #pragma once
 

@@ -1,8 +1,9 @@
 // The KV-cached decoder against the model's full-window forward (GPT on the CPU backend, fp32) on
 // the same weights and tokens: the logits of every position, one token at a time and after a
 // prompt; the work it saves (one position per token) and the slide past the context. And the
-// window decoder (worker/model/window_decoder.hpp, a full forward per call, what runs on a GPU):
-// the same window as the KV decoder's through prompts and slides, and the same logits.
+// GPT decoder (worker/model/gpt_decoder.hpp, GPT's forward and steps on any backend, what runs on
+// a GPU): the same window as the KV decoder's through prompts and slides, the same logits, one
+// position of work per token, and a forward of the window again when other work ran on the model.
 //
 // Tolerance: both are fp32 with the same per-element math; they differ in summation order only
 // (sgemv against sgemm, a direct softmax against flash attention's online one, expf against
@@ -21,7 +22,7 @@
 #include "worker/cpu/cpu_backend.hpp"
 #include "worker/cpu/kv_decoder.hpp"
 #include "worker/model/gpt.hpp"
-#include "worker/model/window_decoder.hpp"
+#include "worker/model/gpt_decoder.hpp"
 
 using namespace xtrain;
 
@@ -144,25 +145,42 @@ TEST_CASE("The decoder refuses ids outside the vocabulary and more tokens than t
   CHECK(decoder.position() == 0);
 }
 
-TEST_CASE("The window decoder keeps the KV decoder's window through prompts and slides, and its logits", "[kv]") {
+TEST_CASE("The GPT decoder keeps the KV decoder's window through prompts and slides, and its logits", "[kv]") {
   Model m;
   const ModelDims& d = m.gpt.dims();
   const std::vector<int32_t> tokens = test::random_tokens(3 * static_cast<size_t>(d.T), d.V, 13);
   KvDecoder kv(m.gpt.layout(), m.params);
-  WindowDecoder window(m.gpt);
+  GptDecoder window(m.gpt);
   // A prompt, single tokens past two slides, a prompt that slides at once, a reset and a full window.
   const std::vector<std::pair<size_t, size_t>> calls = {{0, 5},  {5, 1},  {6, 1},  {7, 9},  {16, 1}, {17, 1},
                                                         {18, 7}, {25, 1}, {26, 1}, {27, 14}, {41, 1}};
+  // A single token after the decoder's own last call, its window grown by one, is a step of one
+  // position; anything else (a prompt, a slide, several tokens) a forward of T positions.
+  std::uint64_t positions = 0;
+  int steps = 0;
   for (const auto& [from, count] : calls) {
     const auto piece = std::span(tokens).subspan(from, count);
     const std::span<const float> want = kv.append(piece);
+    const int before = window.position();
     const std::span<const float> got = window.append(piece);
+    const bool step = count == 1 && before > 0 && window.position() == before + 1;
+    positions += step ? 1 : static_cast<std::uint64_t>(d.T);
+    steps += step ? 1 : 0;
     INFO("tokens [" << from << ", " << from + count << ")");
     REQUIRE(window.window() == kv.window());
     REQUIRE(got.size() == static_cast<size_t>(d.Vp));
     CHECK(relative_error(got, want.data(), d.V) < kTolerance);
+    CHECK(window.positions_computed() == positions);
   }
+  CHECK(steps >= 4);  // the single tokens that did not slide
   CHECK(kv.window().size() < static_cast<size_t>(d.T));  // the calls slid
+
+  // Other work on the model overwrites the rows the steps read: the next token runs the window again.
+  m.full_logits(test::random_tokens(static_cast<size_t>(d.T), d.V, 14));
+  const auto next = std::span(tokens).subspan(42, 1);
+  const std::span<const float> want_after = kv.append(next);
+  CHECK(relative_error(window.append(next), want_after.data(), d.V) < kTolerance);
+  CHECK(window.positions_computed() == positions + static_cast<std::uint64_t>(d.T));
   kv.reset();
   window.reset();
   const auto full = std::span(tokens).first(static_cast<size_t>(d.T));

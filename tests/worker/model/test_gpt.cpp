@@ -2,7 +2,9 @@
 // gradient accumulation through loss_scale, and a tiny model overfitting one batch.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 #include <vector>
 
@@ -184,4 +186,53 @@ TEST_CASE("the learning-rate schedule warms up linearly and decays to min_lr", "
   CHECK(learning_rate(t, 100) == Approx(0.1));
   t.warmup_steps = 0;
   CHECK(learning_rate(t, 0) == Approx(1.0));
+}
+
+// A step reads its keys and values from the qkv rows that the forward before it left, so its
+// logits are the forward's at that position on the same tokens. fp32: the same per-element math,
+// sums in another order (a 1-row product, a direct softmax against the flash attention's online
+// one): 1e-5 of max(1, the largest |logit|) (measured 6e-8). bf16 (the CPU's emulation): every
+// stored activation rounds to bf16, and the forward rounds the attention's p to bf16 where the
+// step does not, so an ulp-sized difference (2^-8) in a layer's output moves the logits by about
+// such an ulp: 1e-2 (measured 2.0e-3).
+TEST_CASE("a decoder's step gives the forward's logits at its position, from the forward's qkv rows", "[model]") {
+  for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+    INFO(precision_name(precision));
+    const double tolerance = precision == Precision::fp32 ? 1e-5 : 1e-2;
+    CpuBackend k(precision);
+    GPT gpt(tiny_model(), k, 2);
+    gpt.init_weights(3);
+    const ModelDims& d = gpt.dims();
+    const auto tokens = random_tokens(static_cast<size_t>(d.T), d.V, 9);
+    gpt.forward(tokens.data(), nullptr, 1);  // every position: what the steps are compared with
+    std::vector<float> full(static_cast<size_t>(d.T) * d.Vp);
+    k.download(full.data(), gpt.logits(), full.size());
+    // A window of 5 tokens, filler after them (a decoder's prompt), then steps at 5, 6, ... T-1.
+    auto window = tokens;
+    std::fill(window.begin() + 5, window.end(), 0);
+    gpt.forward(window.data(), nullptr, 1);
+    const std::uint64_t forwards = gpt.forwards();
+    for (int pos = 5; pos < d.T; ++pos) {
+      INFO("position " << pos);
+      gpt.forward_step(tokens[static_cast<size_t>(pos)], pos);
+      std::vector<float> got(static_cast<size_t>(d.Vp));
+      k.download(got.data(), gpt.step_logits(), got.size());
+      double worst = 0.0, scale = 1.0;
+      for (int v = 0; v < d.V; ++v) {
+        const float want = full[static_cast<size_t>(pos) * d.Vp + static_cast<size_t>(v)];
+        worst = std::max(worst, static_cast<double>(std::fabs(got[static_cast<size_t>(v)] - want)));
+        scale = std::max(scale, static_cast<double>(std::fabs(want)));
+      }
+      CHECK(worst / scale < tolerance);
+    }
+    CHECK(gpt.forwards() == forwards + static_cast<std::uint64_t>(d.T - 5));
+
+    CHECK_THROWS_AS(gpt.forward_step(d.V, 3), std::out_of_range);
+    CHECK_THROWS_AS(gpt.forward_step(1, d.T), std::out_of_range);
+    CHECK_THROWS_AS(gpt.forward_step(1, -1), std::out_of_range);
+    // A step rewrote a row that backward would read: a forward with targets must come first.
+    gpt.forward(tokens.data(), tokens.data(), 1);
+    gpt.forward_step(1, 2);
+    CHECK_THROWS_AS(gpt.backward(1.0f), std::logic_error);
+  }
 }

@@ -2,11 +2,11 @@
 // tests/worker/wrapped_backend.hpp: a backend that records operations as closures and replays
 // them, refusing host transfers and allocations while recording as the CUDA backend's stream
 // capture does. What GPT must get right is the same on both: which work is recorded (a forward
-// without targets included, with a head of its own), that the
+// without targets included, with a head of its own, and a decoder's step whole), that the
 // first run of each layer is eager, that replays reproduce eager work bit for bit, that gradient
 // buckets still leave between the layers (NCCL's overlap), that a changed loss scale records
 // again, and what a layer that cannot be recorded does. The CUDA graphs themselves are checked
-// bitwise against eager work in tests/cuda/test_cuda_graphs.cpp ([gpu]); auto's rule and the
+// bitwise against eager work in tests/cuda/test_cuda_training.cpp ([gpu]); auto's rule and the
 // spec key here too.
 #include <catch2/catch.hpp>
 
@@ -131,6 +131,43 @@ TEST_CASE("a forward without targets at the full batch replays the same layers a
     CHECK(logits(replayed) == logits(eager));  // the new weights, through the same recordings
     CHECK(replayed.watched.replays() == 3 * (L + 2) + (L + 1));
   }
+}
+
+TEST_CASE("a decoder's step is one recording, replayed at every position with eager work's bits", "[replay]") {
+  for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+    INFO(precision_name(precision));
+    Replica eager(recording(), precision), replayed(recording(), precision);
+    replayed.gpt.set_replay(GPT::Replay::kRequired);
+    const int T = tiny_model().seq_len;
+    const auto tokens = random_tokens(static_cast<size_t>(T), 50, 4);
+    const auto steps = [&](Replica& r) {  // a prompt of 3 tokens, then a step at every later position
+      auto window = tokens;
+      std::fill(window.begin() + 3, window.end(), 0);
+      r.gpt.forward(window.data(), nullptr, 1);  // a smaller batch than kBatch: eager
+      std::vector<float> out;
+      for (int pos = 3; pos < T; ++pos) {
+        r.gpt.forward_step(tokens[static_cast<size_t>(pos)], pos);
+        std::vector<float> logits(static_cast<size_t>(r.gpt.dims().Vp));
+        r.watched.download(logits.data(), r.gpt.step_logits(), logits.size());
+        out.insert(out.end(), logits.begin(), logits.end());
+      }
+      return out;
+    };
+    CHECK(steps(replayed) == steps(eager));
+    // The first step warms up, the second is recorded and replayed, and so is every one after it.
+    CHECK(replayed.watched.replays() == T - 3 - 1);
+    CHECK(steps(replayed) == steps(eager));
+    CHECK(replayed.watched.replays() == 2 * (T - 3) - 1);
+    // Training afterwards: the steps left nothing that its replays or its bits depend on.
+    CHECK(replayed.step(0) == eager.step(0));
+    CHECK(replayed.params() == eager.params());
+  }
+
+  Replica required(recording("attention_step"));
+  required.gpt.set_replay(GPT::Replay::kRequired);
+  required.gpt.forward_step(1, 0);  // warm-up: eager
+  CHECK_THROWS_WITH(required.gpt.forward_step(2, 1), Contains("train.cuda_graph \"on\"") &&
+                                                        Contains("decoder's step could not be recorded"));
 }
 
 TEST_CASE("with replayed layers each gradient bucket still leaves as soon as its layer is done", "[replay]") {
