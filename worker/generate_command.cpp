@@ -251,14 +251,17 @@ DecoderPlace place_decoder(const GenerateOptions& o, const ModelFileInfo& model)
   const auto cpu_is_fp32 = [&] {
     return BadInput("--precision: \"" + o.precision + "\" needs a GPU; generation on the CPU is fp32 (its KV cache)");
   };
-  if (o.device == "cpu" && o.precision != "auto" && o.precision != "fp32") throw cpu_is_fp32();
+  // The device first: on the CPU any precision but fp32 gets generate's own line (the job's words
+  // for tf32 there point at bf16, which the CPU's decoder cannot do either).
   DecoderPlace place;
-  place.device = choose_command_device(o.device, o.precision, "generating", DeviceProbe::of_this_machine());
+  const DeviceProbe probe = DeviceProbe::of_this_machine();
+  place.device = choose_command_device(o.device, "auto", "generating", probe);
   if (place.device.cuda == nullptr) {
-    if (place.device.precision != Precision::fp32) throw cpu_is_fp32();
+    if (o.precision != "auto" && o.precision != "fp32") throw cpu_is_fp32();
     place.flat = load_flat_model(model);
     return place;
   }
+  if (o.precision != "auto") place.device = choose_command_device(o.device, o.precision, "generating", probe);
   try {
     place.loaded = std::make_unique<LoadedModel>(model, model.n_positions, 1, place.device);
   } catch (const std::invalid_argument& e) {  // a shape the GPU's kernels do not take
