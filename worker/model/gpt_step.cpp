@@ -2,48 +2,38 @@
 // sequence 0 as the KV cache (worker/model/gpt.hpp). The blocks are the forward's
 // (GPT::block_forward) on one row; only the embedding and the attention differ, both reading the
 // position from backend memory, so that one recording replays every step.
-#include <iterator>
 #include <stdexcept>
 #include <string>
 
 #include "worker/model/gpt.hpp"
+#include "worker/model/memory_plan.hpp"
 
 namespace xtrain {
 
-namespace {
-
-// Rows start on 64-byte boundaries, as the activations' (16-byte vector loads, cuBLASLt's rule).
-constexpr size_t kRowAlignment = 64;
-
-size_t aligned_elements(size_t n, size_t element_bytes) {
-  const size_t per_line = kRowAlignment / element_bytes;
-  return (n + per_line - 1) / per_line * per_line;
-}
-
-}  // namespace
-
+// The step's rows carved as GPT's activations are (worker/model/memory_plan.hpp's Carver).
 void GPT::allocate_step_rows() {
   const size_t C = static_cast<size_t>(layout_.dims().C), Vp = static_cast<size_t>(layout_.dims().Vp);
-  const size_t eb = dtype_bytes(backend_.act_dtype());
-  // x, ln, qkv, atty, proj_out, fch, fch_gelu, logits, in StepRows' order.
-  const size_t widths[] = {C, C, 3 * C, C, C, 4 * C, 4 * C, Vp};
-  ActPtr StepRows::*const rows[] = {&StepRows::x,        &StepRows::ln,  &StepRows::qkv,
-                                    &StepRows::atty,     &StepRows::proj_out, &StepRows::fch,
-                                    &StepRows::fch_gelu, &StepRows::logits};
-  size_t total = 0;
-  for (const size_t w : widths) total += aligned_elements(w, eb);
+  Carver acts(dtype_bytes(backend_.act_dtype()));
+  const size_t x = acts.take(C), ln = acts.take(C), qkv = acts.take(3 * C), atty = acts.take(C),
+               proj_out = acts.take(C), fch = acts.take(4 * C), fch_gelu = acts.take(4 * C), logits = acts.take(Vp);
+  Carver floats(sizeof(float));
+  const size_t mean = floats.take(1), rstd = floats.take(1);
   StepRows s;
-  const ActPtr acts = backend_.alloc_acts(total);
-  s.act_memory = acts.data();
-  s.float_memory = backend_.alloc_floats(2 * kRowAlignment / sizeof(float));
-  s.mean = static_cast<float*>(s.float_memory);
-  s.rstd = s.mean + kRowAlignment / sizeof(float);
+  const ActPtr a = backend_.alloc_acts(acts.total());
+  float* f = backend_.alloc_floats(floats.total());
+  s.act_memory = a.data();
+  s.float_memory = f;
+  s.x = a + x;
+  s.ln = a + ln;
+  s.qkv = a + qkv;
+  s.atty = a + atty;
+  s.proj_out = a + proj_out;
+  s.fch = a + fch;
+  s.fch_gelu = a + fch_gelu;
+  s.logits = a + logits;
+  s.mean = f + mean;
+  s.rstd = f + rstd;
   s.token_position = backend_.alloc_ints(2);
-  size_t offset = 0;
-  for (size_t i = 0; i < std::size(widths); ++i) {
-    s.*rows[i] = acts + offset;
-    offset += aligned_elements(widths[i], eb);
-  }
   step_ = s;
 }
 

@@ -7,22 +7,6 @@
 namespace xtrain {
 namespace {
 
-// Hands out consecutive tensors of one allocation, each rounded up to 64 bytes.
-class Carver {
- public:
-  explicit Carver(size_t element_bytes) : per_line_(64 / element_bytes) {}
-  size_t take(size_t n) {
-    const size_t at = total_;
-    total_ += (n + per_line_ - 1) / per_line_ * per_line_;
-    return at;
-  }
-  size_t total() const { return total_; }
-
- private:
-  size_t per_line_;
-  size_t total_ = 0;
-};
-
 constexpr double kMiB = 1024.0 * 1024.0;
 
 std::string format_count(double n) {

@@ -25,6 +25,23 @@
 
 namespace xtrain {
 
+// Hands out consecutive tensors of one allocation, in elements, each starting on a 64-byte
+// boundary (16-byte vector loads, cuBLASLt's alignment): take(n) returns the offset of the next n.
+class Carver {
+ public:
+  explicit Carver(size_t element_bytes) : per_line_(64 / element_bytes) {}
+  size_t take(size_t n) {
+    const size_t at = total_;
+    total_ += (n + per_line_ - 1) / per_line_ * per_line_;
+    return at;
+  }
+  size_t total() const { return total_; }
+
+ private:
+  size_t per_line_;
+  size_t total_ = 0;
+};
+
 // Offsets, in elements, of every tensor GPT keeps for micro-batches of up to B sequences, within
 // its three allocations: activations (in the backend's activation dtype), fp32 and int32. Every
 // tensor starts on a 64-byte boundary. Per-layer tensors are stacked (ln1 is (L,B,T,C)).
