@@ -44,7 +44,8 @@ const char* const kUsage =
     "                     dev/data/hellaswag.py writes it): the completion with the lowest mean loss\n"
     "                     over its tokens is the model's answer\n"
     "    --device D       cpu, cuda (GPU 0 of those CUDA sees) or auto (a GPU where there is one,\n"
-    "                     else the CPU); default auto\n"
+    "                     else the CPU); default auto. On a GPU 4 windows per forward, fewer where\n"
+    "                     its free memory takes fewer\n"
     "    --precision P    as a job's train.precision: auto (bf16 on a GPU, fp32 on the CPU), fp32,\n"
     "                     tf32 (GPU) or bf16 (on the CPU emulated); default auto\n"
     "    --json           one JSON object on stdout instead of a line of text\n"
@@ -92,6 +93,7 @@ struct DataPlan {
   std::optional<TextCodec> codec;
   int T = 0;
   std::uint64_t windows = 0;
+  int batch = 0;  // windows per forward: up to kWindowsPerForward, as many as the device's memory takes
 };
 
 DataPlan plan_data(const EvalOptions& o, const ModelFileInfo& model) {
@@ -108,11 +110,33 @@ DataPlan plan_data(const EvalOptions& o, const ModelFileInfo& model) {
   const std::uint64_t targets = o.max_tokens ? std::min(o.max_tokens, p.data->size() - 1) : p.data->size() - 1;
   p.T = static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(model.n_positions), targets));
   p.windows = targets / static_cast<std::uint64_t>(p.T);
+  p.batch = static_cast<int>(std::min<std::uint64_t>(kWindowsPerForward, p.windows));
+  return p;
+}
+
+// The multiple-choice scores' shape: a context of the longest example, every completion of an
+// example in one forward.
+struct ChoicePlan {
+  int T = 1, B = 1;
+};
+
+ChoicePlan plan_choices(const std::vector<ChoiceExample>& examples, const ModelFileInfo& model, const std::string& path) {
+  ChoicePlan p;
+  for (size_t e = 0; e < examples.size(); ++e) {
+    const int length = choice_positions(examples[e]);
+    if (length > model.n_positions) {
+      throw BadInput("--multiple-choice: " + path + ": example " + std::to_string(e) + " needs " +
+                     std::to_string(length) + " positions, more than the model's context of " +
+                     std::to_string(model.n_positions));
+    }
+    p.T = std::max(p.T, length);
+    p.B = std::max(p.B, static_cast<int>(examples[e].completions.size()));
+  }
   return p;
 }
 
 nlohmann::json score_data(const DataPlan& p, const ModelFileInfo& model, const DeviceChoice& device) {
-  const int B = static_cast<int>(std::min<std::uint64_t>(kWindowsPerForward, p.windows));
+  const int B = p.batch;
   LoadedModel m(model, p.T, B, device);
   const int T = p.T;
   std::uint64_t tokens_scored = 0, bytes = 0;
@@ -142,20 +166,9 @@ nlohmann::json score_data(const DataPlan& p, const ModelFileInfo& model, const D
 }
 
 // llm.c's multiple-choice accuracy (worker/train/choice_scoring.hpp), at a context of the longest example.
-nlohmann::json multiple_choice(const std::vector<ChoiceExample>& examples, const ModelFileInfo& model,
-                               const std::string& path, const DeviceChoice& device) {
-  int T = 1, B = 1;
-  for (size_t e = 0; e < examples.size(); ++e) {
-    const int length = choice_positions(examples[e]);
-    if (length > model.n_positions) {
-      throw BadInput("--multiple-choice: " + path + ": example " + std::to_string(e) + " needs " +
-                     std::to_string(length) + " positions, more than the model's context of " +
-                     std::to_string(model.n_positions));
-    }
-    T = std::max(T, length);
-    B = std::max(B, static_cast<int>(examples[e].completions.size()));
-  }
-  LoadedModel m(model, T, B, device);
+nlohmann::json multiple_choice(const std::vector<ChoiceExample>& examples, const ChoicePlan& p,
+                               const ModelFileInfo& model, const DeviceChoice& device) {
+  LoadedModel m(model, p.T, p.B, device);
   const ChoiceScore score = score_choices(m.gpt, examples);
   return {{"examples", score.examples},
           {"correct", score.correct},
@@ -171,18 +184,29 @@ int run_eval(int argc, char** argv) {
   ModelFileInfo model;
   std::optional<DataPlan> data;
   std::vector<ChoiceExample> examples;
+  ChoicePlan choices;
   DeviceChoice device;
   try {
     o = parse(argc, argv);
     model = open_model_argument(o.model);
     if (!o.data.empty()) data = plan_data(o, model);
-    if (!o.multiple_choice.empty()) examples = read_multiple_choice(o.multiple_choice, model.vocab_size, "--multiple-choice");
+    if (!o.multiple_choice.empty()) {
+      examples = read_multiple_choice(o.multiple_choice, model.vocab_size, "--multiple-choice");
+      choices = plan_choices(examples, model, o.multiple_choice);
+    }
     device = choose_command_device(o.device, o.precision, "scoring", DeviceProbe::of_this_machine());
+    // On a GPU, what fits its free memory is known before anything is allocated there.
+    if (data) data->batch = fit_command_batch(device, spec_of(model, data->T), data->batch);
+    if (!examples.empty()) fit_command_batch(device, spec_of(model, choices.T), choices.B, choices.B);
   } catch (const std::exception& e) {  // everything so far is about the input
     std::fprintf(stderr, "error: %s\n", e.what());
     return exit_code::kBadInput;
   }
   log_device_line(device, device.summary);
+  if (data && data->batch < static_cast<int>(std::min<std::uint64_t>(kWindowsPerForward, data->windows))) {
+    spdlog::info("{} window{} of {} tokens per forward: as many as fit {}'s free memory", data->batch,
+                 data->batch == 1 ? "" : "s", data->T, device.gpu_memory.name);
+  }
   nlohmann::json out = {{"model", model.path}, {"device", device.cuda ? "cuda" : "cpu"},
                         {"precision", precision_name(device.precision)}};
   const auto start = std::chrono::steady_clock::now();
@@ -191,7 +215,7 @@ int run_eval(int argc, char** argv) {
       out["data"] = o.data;
       out.update(score_data(*data, model, device));
     }
-    if (!examples.empty()) out["multiple_choice"] = multiple_choice(examples, model, o.multiple_choice, device);
+    if (!examples.empty()) out["multiple_choice"] = multiple_choice(examples, choices, model, device);
   } catch (const BadInput& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return exit_code::kBadInput;

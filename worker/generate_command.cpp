@@ -262,6 +262,7 @@ DecoderPlace place_decoder(const GenerateOptions& o, const ModelFileInfo& model)
     return place;
   }
   if (o.precision != "auto") place.device = choose_command_device(o.device, o.precision, "generating", probe);
+  fit_command_batch(place.device, spec_of(model, model.n_positions), 1);  // before anything is allocated there
   try {
     place.loaded = std::make_unique<LoadedModel>(model, model.n_positions, 1, place.device);
   } catch (const std::invalid_argument& e) {  // a shape the GPU's kernels do not take

@@ -1,4 +1,5 @@
-// A model file (worker/train/model_argument.hpp) loaded to run forward only: its weights at a
+// A model file (worker/train/model_argument.hpp) loaded to run forward only (a GPT built for
+// inference: no gradients, one layer's activations besides the KV cache): its weights at a
 // context of T (the first T rows of wpe), on the backend of a device choice
 // (worker/device/device_choice.hpp; by default the CPU in fp32), its layers recorded where the
 // backend records. The one way the eval and generate commands and the device check's logits tool
@@ -22,7 +23,7 @@ struct LoadedModel {
   LoadedModel(const ModelFileInfo& model, int T, int max_batch, const DeviceChoice& device = {})
       : layout(ModelDims::from(spec_of(model, T))),
         backend(make_backend(device)),
-        gpt(spec_of(model, T), *backend, max_batch) {
+        gpt(spec_of(model, T), *backend, max_batch, ModelUse::kInference) {
     std::vector<float> params(layout.total());
     import_model(model, layout, params.data());
     gpt.set_params(params.data());

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -84,10 +85,19 @@ std::string describe_bad_device_range(const void* p, size_t bytes) {
          std::to_string(after->second) + " bytes (or in one that was freed)";
 }
 
+size_t device_memory_bytes() {
+  static const size_t bytes = [] {
+    const char* asked = std::getenv("XTRAIN_INTERP_DEVICE_MIB");
+    const long long mib = asked == nullptr ? 0 : std::atoll(asked);
+    return mib > 0 ? static_cast<size_t>(mib) << 20 : size_t{143771} << 20;
+  }();
+  return bytes;
+}
+
 void* device_allocate(size_t bytes) {
   DeviceSpace& s = space();
   std::lock_guard lock(s.mutex);
-  if (s.base == nullptr || bytes > kDeviceMemoryBytes - s.allocated) return nullptr;
+  if (s.base == nullptr || bytes > device_memory_bytes() - s.allocated) return nullptr;
   const size_t mapped = pages_for(bytes == 0 ? 1 : bytes);
   if (s.next + mapped + kPage > kReservedBytes) return nullptr;
   unsigned char* p = s.base + s.next;

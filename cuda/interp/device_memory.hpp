@@ -38,9 +38,11 @@ void* device_allocate(size_t bytes);
 bool device_free(void* p);
 void device_free_all();
 size_t device_allocated_bytes();
-// An H200's memory, which interpret mode reports (the host may have much less: an allocation the
-// host cannot back fails as an out-of-memory would).
-constexpr size_t kDeviceMemoryBytes = 143771ull << 20;
+// The emulated device's memory, which interpret mode reports: an H200's (140.4 GiB), or
+// XTRAIN_INTERP_DEVICE_MIB MiB when that is a positive number (tests of what a smaller GPU
+// refuses). The host may have much less: an allocation the host cannot back fails as an
+// out-of-memory would.
+size_t device_memory_bytes();
 
 // The device pages a kernel writes, with their contents from before it, so that the launch can
 // be undone and run again under another schedule, and the runs' results compared.

@@ -273,7 +273,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   if (device != 0) return refuse(cudaErrorInvalidDevice, "interpret mode has one device, 0");
   *p = cudaDeviceProp{};
   std::snprintf(p->name, sizeof p->name, "NVIDIA H200 (interpret mode)");
-  p->totalGlobalMem = xtrain::interp::kDeviceMemoryBytes;
+  p->totalGlobalMem = xtrain::interp::device_memory_bytes();
   p->sharedMemPerBlock = xtrain::interp::kStaticSharedLimit;
   p->sharedMemPerBlockOptin = xtrain::interp::kSharedOptinLimit;
   p->warpSize = 32;

@@ -72,7 +72,7 @@ cudaError_t cudaFree(void* ptr) {
   return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
-  *total_bytes = xtrain::interp::kDeviceMemoryBytes;
+  *total_bytes = xtrain::interp::device_memory_bytes();
   *free_bytes = *total_bytes - xtrain::interp::device_allocated_bytes();
   return cudaSuccess;
 }

@@ -24,13 +24,14 @@
 // the other way (2^-8 relative) moves all the logits after it by up to about that much (measured
 // 0 to 2.3e-3 over 26 seeds). And against the same backend's forward of every position (as
 // tests/worker/model/test_gpt.cpp on the CPU): 1e-5 and 1e-2 again, the step's attention not
-// rounding p to bf16. Replayed as one CUDA graph: bitwise eager work's.
+// rounding p to bf16. The same for a GPT built for inference (generate's); replayed as one CUDA
+// graph: bitwise eager work's.
 // Profile: xtrain-bench-gpu --profile's wrapper (scripts/bench/op_profile.hpp with CUDA events)
 // changes no bit of a step, counts every operation, and its times fit in the steps' wall time.
 // Memory: GPT, AdamW and the trainer's step scalars allocate exactly the memory plan's bytes
 // (worker/model/memory_plan.hpp), the backend's own buffers (cuBLASLt's workspace, the norm's partials,
 // the scratch) are the plan's too, CUB's radix sort fits the plan's allowance on this GPU, and
-// nothing grows during a step.
+// nothing grows during a step; a GPT built for inference holds the inference plan.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -258,37 +259,43 @@ TEST_CASE_METHOD(Seeded, "cuda decoder steps give the CPU's logits, and replayed
   const ModelSpec m = small_model();
   const auto tokens = rnd.ints(static_cast<size_t>(m.seq_len), m.vocab_size);
   constexpr int kPrompt = 4;
-  const auto steps = [&](Backend& k, GPT::Replay replay) {
-    Replica r(k, m);
-    if (replay != GPT::Replay::kOff) r.gpt.set_replay(replay);
-    const int Vp = r.gpt.dims().Vp;
-    r.gpt.forward(tokens.data(), nullptr, 1);
+  const auto steps = [&](Backend& k, GPT::Replay replay, ModelUse use) {
+    GPT gpt(m, k, kBatch, use);
+    gpt.init_weights(kInitSeed);
+    if (replay != GPT::Replay::kOff) gpt.set_replay(replay);
+    const int Vp = gpt.dims().Vp;
+    gpt.forward(tokens.data(), nullptr, 1);
     std::vector<float> forward(static_cast<size_t>(m.seq_len) * Vp);
-    k.download(forward.data(), r.gpt.logits(), forward.size());
+    k.download(forward.data(), gpt.logits(), forward.size());
     forward.erase(forward.begin(), forward.begin() + static_cast<long>(kPrompt) * Vp);
     auto window = tokens;
     std::fill(window.begin() + kPrompt, window.end(), 0);
-    r.gpt.forward(window.data(), nullptr, 1);
+    gpt.forward(window.data(), nullptr, 1);
     std::vector<float> out;
-    std::vector<float> logits(static_cast<size_t>(r.gpt.dims().Vp));
+    std::vector<float> logits(static_cast<size_t>(Vp));
     for (int pos = kPrompt; pos < m.seq_len; ++pos) {
-      r.gpt.forward_step(tokens[static_cast<size_t>(pos)], pos);
-      k.download(logits.data(), r.gpt.step_logits(), logits.size());
+      gpt.forward_step(tokens[static_cast<size_t>(pos)], pos);
+      k.download(logits.data(), gpt.step_logits(), logits.size());
       out.insert(out.end(), logits.begin(), logits.end());
     }
-    CHECK(r.gpt.replay() == replay);  // required: the step was recorded
+    CHECK(gpt.replay() == replay);  // required: the step was recorded
     CHECK(rel_err(out, forward) < (k.precision() == Precision::bf16 ? 1e-2 : 1e-5));
     return out;
   };
   for (const GpuMode& p : {kStrictFp32, kBf16}) {
     INFO(p.name);
+    const double tolerance = p.precision == Precision::bf16 ? 1e-2 : 1e-5;
     CpuBackend cpu(p.precision);
-    const auto want = steps(cpu, GPT::Replay::kOff);
+    const auto want = steps(cpu, GPT::Replay::kOff, ModelUse::kTraining);
     auto gpu = cuda::make_backend(0, p.precision);
-    const auto eager = steps(*gpu, GPT::Replay::kOff);
-    CHECK(rel_err(eager, want) < (p.precision == Precision::bf16 ? 1e-2 : 1e-5));
+    const auto eager = steps(*gpu, GPT::Replay::kOff, ModelUse::kTraining);
+    CHECK(rel_err(eager, want) < tolerance);
+    // generate's model: built for inference, one layer's activations reused by every layer.
+    auto gpu_inference = cuda::make_backend(0, p.precision);
+    const auto inference = steps(*gpu_inference, GPT::Replay::kOff, ModelUse::kInference);
+    CHECK(rel_err(inference, want) < tolerance);
     auto gpu_replayed = cuda::make_backend(0, p.precision);
-    CHECK(steps(*gpu_replayed, GPT::Replay::kRequired) == eager);
+    CHECK(steps(*gpu_replayed, GPT::Replay::kRequired, ModelUse::kInference) == inference);
   }
 }
 
@@ -318,5 +325,19 @@ TEST_CASE_METHOD(Seeded, "the CUDA backend holds what the memory plan counts, an
     CHECK(gpu.allocated_bytes() == element_bytes);
     CHECK(gpu.own_bytes() == plan.backend_bytes);
     gpu.free(scalars);
+  }
+  // A GPT built for inference (the eval and generate commands) holds the inference plan.
+  for (const GpuMode& p : {kStrictFp32, kBf16}) {
+    INFO(p.name << ", built for inference");
+    cuda::CudaBackend gpu(0, p.precision, p.deterministic);
+    GPT gpt(m, gpu, kBatch, ModelUse::kInference);
+    const MemoryPlan plan = plan_inference_memory(m, kBatch, cuda_backend_memory(d, kBatch, p.precision, p.deterministic));
+    INFO(plan.summary());
+    const size_t element_bytes = (plan.floats + plan.ints) * 4 + plan.acts * dtype_bytes(plan.act_dtype);
+    CHECK(gpu.allocated_bytes() == element_bytes);
+    CHECK(gpu.own_bytes() == plan.backend_bytes);
+    gpt.forward(b.tokens.data(), b.targets.data(), kBatch);
+    gpu.synchronize();
+    CHECK(gpu.allocated_bytes() == element_bytes);
   }
 }

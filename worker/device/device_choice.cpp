@@ -149,6 +149,11 @@ void require_memory_fit(const DeviceChoice& device, const JobSpec& spec, int wor
                    spec.train.deterministic, device.gpu_memory);
 }
 
+int fit_command_batch(const DeviceChoice& device, const ModelSpec& model, int batch, int needed) {
+  if (device.cuda == nullptr) return batch;
+  return fit_inference_batch(model, batch, needed, device.precision, device.deterministic, device.gpu_memory);
+}
+
 std::unique_ptr<Backend> make_backend(const DeviceChoice& device) {
   if (device.cuda == nullptr) return std::make_unique<CpuBackend>(device.precision);
   return device.cuda->make_backend(device.gpu, precision_name(device.precision), device.deterministic);

@@ -63,8 +63,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-GPT::GPT(const ModelSpec& spec, Backend& backend, int max_batch)
-    : backend_(backend), layout_(ModelDims::from(spec)), max_batch_(max_batch) {
+GPT::GPT(const ModelSpec& spec, Backend& backend, int max_batch, ModelUse use)
+    : backend_(backend), layout_(ModelDims::from(spec)), max_batch_(max_batch), use_(use) {
   const ModelDims& d = layout_.dims();
   if (d.L < 1 || d.NH < 1 || d.C < 1 || d.T < 1 || d.V < 1) {
     throw std::invalid_argument("GPT: n_layer, n_head, n_embd, seq_len and vocab_size must all be >= 1");
@@ -78,9 +78,12 @@ GPT::GPT(const ModelSpec& spec, Backend& backend, int max_batch)
                                 ") must be even: the MLP's fused GELU product needs 4 * n_embd to be a multiple of 8");
   }
   if (max_batch < 1) throw std::invalid_argument("GPT: max_batch must be >= 1");
-  params_ = backend_.alloc_floats(layout_.total());
-  if (backend_.precision() == Precision::bf16) weight_copy_ = backend_.alloc_acts(layout_.total());
-  grads_ = backend_.alloc_floats(layout_.total());
+  const bool training = use_ == ModelUse::kTraining;
+  const bool bf16 = backend_.precision() == Precision::bf16;
+  // Inference in bf16 reads the copy only, and nothing updates it: no master to keep.
+  if (training || !bf16) params_ = backend_.alloc_floats(layout_.total());
+  if (bf16) weight_copy_ = backend_.alloc_acts(layout_.total());
+  if (training) grads_ = backend_.alloc_floats(layout_.total());
   allocate_activations();
   backend_.reserve_scratch(max_batch_ * d.T, 4 * d.C);
   host_losses_.resize(static_cast<size_t>(max_batch_) * d.T);
@@ -137,7 +140,7 @@ void GPT::allocate_activations() {
   const ModelDims& d = layout_.dims();
   att_saved_per_layer_ = backend_.attention_saved_floats(max_batch_, d.T, d.C, d.NH);
   const ActivationLayout at = ActivationLayout::of(d, max_batch_, backend_.act_dtype(), att_saved_per_layer_,
-                                                   backend_.attention_scratch_floats(max_batch_, d.T, d.C, d.NH));
+                                                   backend_.attention_scratch_floats(max_batch_, d.T, d.C, d.NH), use_);
   act_memory_ = backend_.alloc_acts(at.acts);
   float_memory_ = backend_.alloc_floats(at.floats);
   int_memory_ = backend_.alloc_ints(at.ints);
@@ -167,12 +170,13 @@ void GPT::init_weights(std::int64_t seed) {
 }
 
 void GPT::set_params(const float* host) {
+  if (params_ == nullptr) return backend_.upload(weight_copy_, host, layout_.total());
   backend_.upload(params_, host, layout_.total());
   refresh_weights();
 }
 
 void GPT::refresh_weights() {
-  if (weight_copy_) backend_.convert(weight_copy_, params_, layout_.total());
+  if (weight_copy_ && params_) backend_.convert(weight_copy_, params_, layout_.total());
 }
 
 void GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
@@ -205,21 +209,24 @@ void GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
   });
   for (int l = 0; l < d.L; ++l) {
     run_layer(Pass::kForward, l, recordable, /*logits_only=*/false, [&] {
-      const BlockRows r{.residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * btc,
-                        .ln1 = a.ln1 + l * btc,
+      // For inference every layer but qkv's reuses one slice: a block reads its input residual3
+      // (ln1) before it writes its own.
+      const size_t kl = kept_layer(l);
+      const BlockRows r{.residual = l == 0 ? a.encoded : a.residual3 + kept_layer(l - 1) * btc,
+                        .ln1 = a.ln1 + kl * btc,
                         .qkv = a.qkv + 3 * l * btc,
-                        .atty = a.atty + l * btc,
-                        .residual2 = a.residual2 + l * btc,
-                        .ln2 = a.ln2 + l * btc,
-                        .ln2_mean = a.ln2_mean + l * bt,
-                        .ln2_rstd = a.ln2_rstd + l * bt,
-                        .fch = a.fch + 4 * l * btc,
-                        .fch_gelu = a.fch_gelu + 4 * l * btc,
+                        .atty = a.atty + kl * btc,
+                        .residual2 = a.residual2 + kl * btc,
+                        .ln2 = a.ln2 + kl * btc,
+                        .ln2_mean = a.ln2_mean + kl * bt,
+                        .ln2_rstd = a.ln2_rstd + kl * bt,
+                        .fch = a.fch + 4 * kl * btc,
+                        .fch_gelu = a.fch_gelu + 4 * kl * btc,
                         .proj_out = a.proj_out,
-                        .residual3 = a.residual3 + l * btc,
+                        .residual3 = a.residual3 + kl * btc,
                         .next = norm_after(l)};
       block_forward(l, BT, r, [&] {
-        k.attention_forward(r.atty, a.att_saved + l * att_saved_per_layer_, r.qkv, a.att_scratch, B, T, C, NH);
+        k.attention_forward(r.atty, a.att_saved + kl * att_saved_per_layer_, r.qkv, a.att_scratch, B, T, C, NH);
       });
     });
   }
@@ -245,8 +252,8 @@ GPT::NextNorm GPT::norm_after(int layer) const {
   const size_t bt = static_cast<size_t>(max_batch_) * layout_.dims().T;
   const size_t btc = bt * layout_.dims().C;
   const LayerOffsets& o = layout_.layer(layer + 1);
-  return {a.ln1 + (layer + 1) * btc, a.ln1_mean + (layer + 1) * bt, a.ln1_rstd + (layer + 1) * bt, p + o.ln1_w,
-          p + o.ln1_b};
+  const size_t kl = kept_layer(layer + 1);
+  return {a.ln1 + kl * btc, a.ln1_mean + kl * bt, a.ln1_rstd + kl * bt, p + o.ln1_w, p + o.ln1_b};
 }
 
 void GPT::block_forward(int layer, int rows, const BlockRows& r, const std::function<void()>& attend) {
@@ -277,6 +284,7 @@ double GPT::take_loss() {
 }
 
 void GPT::backward(float loss_scale, const std::function<void(Span)>& on_bucket_ready) {
+  if (use_ != ModelUse::kTraining) throw std::logic_error("GPT::backward: this model was built for inference");
   if (!backward_ready_) throw std::logic_error("GPT::backward needs a forward with targets first");
   const ModelDims& d = layout_.dims();
   const int B = last_B_, T = d.T, C = d.C, NH = d.NH, BT = B * T;
@@ -326,7 +334,10 @@ void GPT::backward(float loss_scale, const std::function<void(Span)>& on_bucket_
   if (on_bucket_ready) on_bucket_ready(layout_.embedding_span());
 }
 
-void GPT::zero_grads() { backend_.fill_zero(grads_, layout_.total()); }
+void GPT::zero_grads() {
+  if (grads_ == nullptr) throw std::logic_error("GPT::zero_grads: this model was built for inference");
+  backend_.fill_zero(grads_, layout_.total());
+}
 
 // ---- recorded layers ----------------------------------------------------------------------------
 

@@ -11,6 +11,12 @@
 // Activations for up to `max_batch` sequences are allocated once, at construction, laid out by
 // worker/model/memory_plan.hpp (which counts them for the memory plan).
 //
+// A GPT built for inference (ModelUse::kInference: the eval and generate commands) keeps what
+// forwards and steps need only: no gradients, no backward scratch, one layer of each activation
+// reused by the next (all but qkv, the KV cache), and in bf16 no fp32 master, its weights uploaded
+// straight into the bf16 copy (nothing updates them). GPT-2 XL at 4 sequences of 1024 in bf16:
+// 5.3 GiB, where the training model less its AdamW moments holds 24.5.
+//
 // A decoder's step (forward_step) runs one new position of sequence 0 with GPT's own qkv
 // activations as its KV cache: a forward writes every row of them, a step the row of its position.
 //
@@ -35,6 +41,7 @@
 
 #include "common/job_spec.hpp"
 #include "worker/model/backend.hpp"
+#include "worker/model/memory_plan.hpp"
 #include "worker/model/param_layout.hpp"
 
 namespace xtrain {
@@ -77,9 +84,9 @@ struct Activations {
 
 class GPT {
  public:
-  // Allocates parameters (zero until init_weights or an upload), gradients (zero) and activations
-  // for micro-batches of up to max_batch sequences of spec.seq_len tokens.
-  GPT(const ModelSpec& spec, Backend& backend, int max_batch);
+  // Allocates parameters (zero until init_weights or an upload), gradients (zero, in training)
+  // and activations for micro-batches of up to max_batch sequences of spec.seq_len tokens.
+  GPT(const ModelSpec& spec, Backend& backend, int max_batch, ModelUse use = ModelUse::kTraining);
   ~GPT();
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
@@ -89,10 +96,12 @@ class GPT {
   // biases 0, layernorm weights 1, padded wte rows 0. Generated on the host, then uploaded.
   void init_weights(std::int64_t seed);
 
-  // Uploads the master weights from the host (layout().total() floats) and refreshes the copy.
+  // Uploads the master weights from the host (layout().total() floats) and refreshes the copy
+  // (for inference in bf16: uploads them into the copy, rounded as the refresh rounds).
   void set_params(const float* host);
   // Refreshes the weights' copy after params() was written in place (a broadcast from rank 0).
   void refresh_weights();
+  ModelUse use() const { return use_; }
 
   // Runs the model on B <= max_batch sequences. tokens and targets are host arrays (B,T), each
   // token in [0, V) (std::out_of_range otherwise; std::invalid_argument for a bad B). With
@@ -127,10 +136,11 @@ class GPT {
   // l = L-1 down to 0 as soon as that layer's gradients are issued, then
   // on_bucket_ready(layout().embedding_span()) last. On an asynchronous backend the gradients
   // may still be in flight: the consumer orders itself after the backend's queue.
-  // on_bucket_ready may be empty. Throws std::logic_error without a prior forward with targets.
+  // on_bucket_ready may be empty. Throws std::logic_error without a prior forward with targets,
+  // or for inference.
   void backward(float loss_scale, const std::function<void(Span)>& on_bucket_ready = {});
 
-  void zero_grads();
+  void zero_grads();  // std::logic_error for inference: it has no gradients
 
   // Progress reports: called as each layer of forward and backward begins, with the layer index,
   // -1 for the embeddings and n_layer for the output layer (final layernorm and logits). On an
@@ -151,13 +161,14 @@ class GPT {
   ConstActPtr logits() const { return acts_.logits; }
   const float* losses() const { return acts_.losses; }  // (B,T) sums since the last take_loss
 
-  float* params() { return params_; }              // (layout().total()) backend memory, fp32
+  // (layout().total()) backend memory, fp32; null for inference in bf16 (weights() are the copy).
+  float* params() { return params_; }
   const float* params() const { return params_; }
   // The parameters as the operations read them, in the activation dtype (layout().total()).
   ConstActPtr weights() const { return weight_copy_ ? ConstActPtr(weight_copy_) : ConstActPtr(params_); }
   // The copy that AdamW refreshes, or null when the operations read params() itself.
   ActPtr weight_copy() { return weight_copy_; }
-  float* grads() { return grads_; }                // (layout().total()) backend memory
+  float* grads() { return grads_; }                // (layout().total()) backend memory; null for inference
   const float* grads() const { return grads_; }
   const ParamLayout& layout() const { return layout_; }
   const ModelDims& dims() const { return layout_.dims(); }
@@ -203,6 +214,9 @@ class GPT {
   };
 
   void allocate_activations();
+  // Where layer `layer` of a per-layer activation (all but qkv) starts, in layers: every layer
+  // its own in training, one shared by all for inference.
+  size_t kept_layer(int layer) const { return use_ == ModelUse::kTraining ? static_cast<size_t>(layer) : 0; }
   void allocate_step_rows();
   NextNorm norm_after(int layer) const;  // the layernorm of the forward's residual3[layer] (-1: encoded)
   // The block's work: the attention's q, k, v product, `attend` (qkv to atty), the projection,
@@ -221,6 +235,7 @@ class GPT {
   Backend& backend_;
   ParamLayout layout_;
   int max_batch_;
+  ModelUse use_;
   float* params_ = nullptr;
   ActPtr weight_copy_;      // (layout().total()) in bf16 precision only
   float* grads_ = nullptr;

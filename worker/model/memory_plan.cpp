@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/bad_input.hpp"
+
 namespace xtrain {
 namespace {
 
@@ -15,37 +17,75 @@ std::string format_count(double n) {
   return text;
 }
 
+// A plan's fields that come from the backend alone.
+MemoryPlan plan_on(const BackendMemory& backend) {
+  MemoryPlan p;
+  p.device = backend.device;
+  p.act_dtype = backend.act_dtype;
+  p.complete = backend.attention_scratch_floats.has_value();
+  p.backend_bytes = backend.workspace_bytes + backend.scratch_bytes;
+  return p;
+}
+
+// "parameters 474.8 MiB, gradients 474.8 MiB, ...": the items of a plan, for one line.
+std::string item_list(const MemoryPlan& plan) {
+  std::string parts;
+  for (const MemoryItem& item : plan.items) {
+    parts += (parts.empty() ? "" : ", ") + item.name + " " + format_bytes(item.bytes);
+  }
+  return parts;
+}
+
+// "the model (12 x 768, vocabulary 50257) in bf16"
+std::string model_words(const ModelDims& d, Precision precision) {
+  return "the model (" + std::to_string(d.L) + " x " + std::to_string(d.C) + ", vocabulary " + std::to_string(d.V) +
+         ") in " + precision_name(precision);
+}
+
+std::string sequences(int n) { return std::to_string(n) + " sequence" + (n == 1 ? "" : "s"); }
+
+// The backend's own buffers, the plan's last item.
+void add_backend_buffers(MemoryPlan& p, const BackendMemory& backend) {
+  if (p.backend_bytes == 0) return;
+  p.items.push_back({"backend buffers", p.backend_bytes,
+                     "products' workspace " + format_bytes(backend.workspace_bytes) + ", scratch " +
+                         format_bytes(backend.scratch_bytes)});
+}
+
 }  // namespace
 
 ActivationLayout ActivationLayout::of(const ModelDims& d, int B, DType act_dtype, size_t att_saved_per_layer,
-                                      size_t att_scratch_floats) {
+                                      size_t att_scratch_floats, ModelUse use) {
   const size_t L = d.L, C = d.C, Vp = d.Vp;
   const size_t BT = static_cast<size_t>(B) * d.T;
+  const bool training = use == ModelUse::kTraining;
+  const size_t kept = training ? L : 1;       // layers of each activation but qkv
+  const size_t backward = training ? BT : 0;  // rows of backward's scratch
   ActivationLayout a;
   Carver acts(dtype_bytes(act_dtype));
   a.encoded = acts.take(BT * C);
-  a.ln1 = acts.take(L * BT * C);
+  a.ln1 = acts.take(kept * BT * C);
   a.qkv = acts.take(L * BT * 3 * C);
-  a.atty = acts.take(L * BT * C);
-  a.residual2 = acts.take(L * BT * C);
-  a.ln2 = acts.take(L * BT * C);
-  a.fch = acts.take(L * BT * 4 * C);
-  a.fch_gelu = acts.take(L * BT * 4 * C);
-  a.residual3 = acts.take(L * BT * C);
+  a.atty = acts.take(kept * BT * C);
+  a.residual2 = acts.take(kept * BT * C);
+  a.ln2 = acts.take(kept * BT * C);
+  a.fch = acts.take(kept * BT * 4 * C);
+  a.fch_gelu = acts.take(kept * BT * 4 * C);
+  a.residual3 = acts.take(kept * BT * C);
   a.lnf = acts.take(BT * C);
   a.logits = acts.take(BT * Vp);
   a.proj_out = acts.take(BT * C);
-  a.dresidual = acts.take(BT * C);
-  a.dbtc = acts.take(BT * C);
-  a.dqkv = acts.take(BT * 3 * C);
-  a.dfch = acts.take(BT * 4 * C);
+  a.dresidual = acts.take(backward * C);
+  a.dbtc = acts.take(backward * C);
+  a.dqkv = acts.take(backward * 3 * C);
+  a.dfch = acts.take(backward * 4 * C);
   a.acts = acts.total();
   Carver floats(sizeof(float));
-  a.ln1_mean = floats.take(L * BT);
-  a.ln1_rstd = floats.take(L * BT);
-  a.att_saved = floats.take(L * att_saved_per_layer);
-  a.ln2_mean = floats.take(L * BT);
-  a.ln2_rstd = floats.take(L * BT);
+  a.ln1_mean = floats.take(kept * BT);
+  a.ln1_rstd = floats.take(kept * BT);
+  a.att_saved = floats.take(kept * att_saved_per_layer);
+  a.ln2_mean = floats.take(kept * BT);
+  a.ln2_rstd = floats.take(kept * BT);
   a.lnf_mean = floats.take(BT);
   a.lnf_rstd = floats.take(BT);
   a.losses = floats.take(BT);
@@ -113,14 +153,10 @@ MemoryPlan plan_memory(const ModelSpec& model, int micro_batch, int world_size, 
   const bool weight_copy = backend.precision == Precision::bf16;
   const size_t scalars = step_scalar_floats(world_size);
 
-  MemoryPlan p;
-  p.device = backend.device;
-  p.act_dtype = backend.act_dtype;
-  p.complete = backend.attention_scratch_floats.has_value();
+  MemoryPlan p = plan_on(backend);
   p.floats = 4 * P + a.floats + scalars;
   p.acts = (weight_copy ? P : 0) + a.acts;
   p.ints = a.ints;
-  p.backend_bytes = backend.workspace_bytes + backend.scratch_bytes;
 
   // Activations kept for backward: encoded .. lnf in the activation dtype, then the fp32
   // statistics and the attention's saved rows (ln1_mean .. lnf_rstd).
@@ -145,13 +181,44 @@ MemoryPlan plan_memory(const ModelSpec& model, int micro_batch, int world_size, 
                      std::string("one layer's activation gradients, shared by the layers, ") + act +
                          (p.complete ? "; attention scratch fp32" : "; the CPU attention's scratch not counted")});
   p.items.push_back({"tokens and step scalars", a.ints * sizeof(int32_t) + scalars * sizeof(float), "int32, fp32"});
-  if (p.backend_bytes > 0) {
-    p.items.push_back({"backend buffers", p.backend_bytes,
-                       "products' workspace " + format_bytes(backend.workspace_bytes) + ", scratch " +
-                           format_bytes(backend.scratch_bytes)});
-  }
+  add_backend_buffers(p, backend);
   // Before the first step, ranks broadcast rank 0's weights into a copy and compare (world > 1).
   p.startup_bytes = world_size > 1 ? P * sizeof(float) : 0;
+  return p;
+}
+
+MemoryPlan plan_inference_memory(const ModelSpec& model, int batch, const BackendMemory& backend) {
+  const ModelDims d = ModelDims::from(model);
+  const size_t P = ParamLayout(d).total();
+  const ActivationLayout a = ActivationLayout::of(d, batch, backend.act_dtype, backend.attention_saved_floats,
+                                                  backend.attention_scratch_floats.value_or(0), ModelUse::kInference);
+  const size_t ab = dtype_bytes(backend.act_dtype);
+  const char* act = dtype_name(backend.act_dtype);
+  const bool master = backend.precision != Precision::bf16;
+
+  MemoryPlan p = plan_on(backend);
+  p.floats = (master ? P : 0) + a.floats;
+  p.acts = (master ? 0 : P) + a.acts;
+  p.ints = a.ints;
+
+  const size_t cache = a.atty - a.qkv;
+  const size_t layer = (a.logits - a.encoded - cache + a.acts - a.proj_out) * ab +
+                       (a.losses - a.ln1_mean + a.floats - a.att_scratch) * sizeof(float);
+  const size_t logits = (a.proj_out - a.logits) * ab + (a.att_scratch - a.losses) * sizeof(float);
+  p.items.push_back({"weights", P * (master ? sizeof(float) : ab),
+                     format_count(P) + " with padding, " +
+                         (master ? std::string("fp32")
+                                 : backend.act_dtype == DType::bf16 ? std::string("bf16, no fp32 master")
+                                                                    : std::string("fp32 holding bf16 values (the CPU's "
+                                                                                  "emulation), no master"))});
+  p.items.push_back({"KV cache", cache * ab, std::to_string(d.L) + " layers' q, k and v, " + act});
+  p.items.push_back({"activations", layer,
+                     std::string("one layer's, reused by the next, ") + act +
+                         "; layernorm statistics and attention state fp32" +
+                         (p.complete ? "" : "; the CPU attention's scratch not counted")});
+  p.items.push_back({"logits", logits, std::string(act) + " (B*T, Vp); fp32 loss sums"});
+  p.items.push_back({"tokens", a.ints * sizeof(int32_t), "int32 tokens and targets"});
+  add_backend_buffers(p, backend);
   return p;
 }
 
@@ -195,16 +262,13 @@ void check_memory_fit(const ModelSpec& model, int micro_batch, int world_size, P
   const MemoryPlan plan = plan_at(micro_batch);
   if (fits(plan)) return;
 
-  std::string parts;
-  for (const MemoryItem& item : plan.items) {
-    parts += (parts.empty() ? "" : ", ") + item.name + " " + format_bytes(item.bytes);
-  }
+  std::string parts = item_list(plan);
   if (plan.startup_bytes > 0) parts += ", the replica check's copy " + format_bytes(plan.startup_bytes);
   std::string advice;
   for (int B = micro_batch - 1; B >= 1; --B) {
     const MemoryPlan smaller = plan_at(B);
     if (fits(smaller)) {
-      advice = "; " + std::to_string(B) + " sequence" + (B == 1 ? "" : "s") + " would fit (" +
+      advice = "; " + sequences(B) + " would fit (" +
                format_bytes(smaller.peak_bytes()) + "), or make the model smaller (model.n_layer, n_embd, seq_len, "
                "vocab_size)";
       break;
@@ -215,12 +279,29 @@ void check_memory_fit(const ModelSpec& model, int micro_batch, int world_size, P
              std::string(precision == Precision::bf16 ? "" : " or train in bf16 (train.precision)");
   }
   throw SpecError("train.micro_batch_size",
-                  std::to_string(micro_batch) + " sequence" + (micro_batch == 1 ? "" : "s") + " of " +
-                      std::to_string(d.T) + " tokens per micro-step do not fit " + gpu.name + ": the model (" +
-                      std::to_string(d.L) + " x " + std::to_string(d.C) + ", vocabulary " + std::to_string(d.V) +
-                      ") in " + precision_name(precision) + " needs " + format_bytes(plan.peak_bytes()) + " (" +
+                  sequences(micro_batch) + " of " + std::to_string(d.T) + " tokens per micro-step do not fit " +
+                      gpu.name + ": " + model_words(d, precision) + " needs " + format_bytes(plan.peak_bytes()) + " (" +
                       parts + ") + " + format_bytes(headroom) + " headroom, and the GPU has " +
                       format_bytes(gpu.free_bytes) + " free of " + format_bytes(gpu.total_bytes) + advice);
+}
+
+int fit_inference_batch(const ModelSpec& model, int batch, int needed, Precision precision, bool deterministic,
+                        const GpuMemory& gpu) {
+  const ModelDims d = ModelDims::from(model);
+  const size_t headroom = memory_headroom_bytes(1);
+  auto plan_at = [&](int B) {
+    return plan_inference_memory(model, B, cuda_backend_memory(d, B, precision, deterministic));
+  };
+  for (int B = batch; B >= needed; --B) {
+    if (plan_at(B).steady_bytes() + headroom <= gpu.free_bytes) return B;
+  }
+  const MemoryPlan plan = plan_at(needed);
+  throw BadInput("--device: " + gpu.name + " has " + format_bytes(gpu.free_bytes) + " free of " +
+                 format_bytes(gpu.total_bytes) + ", and " + model_words(d, precision) + " needs " +
+                 format_bytes(plan.steady_bytes()) + " for " + sequences(needed) + " of " + std::to_string(d.T) +
+                 " tokens at once (" + item_list(plan) + ") + " + format_bytes(headroom) +
+                 " headroom: run it on the CPU (--device cpu)" +
+                 (precision == Precision::bf16 ? std::string() : std::string(" or in bf16 (--precision bf16)")));
 }
 
 std::string format_bytes(size_t bytes) {

@@ -6,7 +6,9 @@
 //   - plan_memory() adds everything up: for the worker's startup line, for check_memory_fit (run
 //     before anything is allocated on the GPU), and for xlaunch --dry-run, which has neither BLAS
 //     nor CUDA (worker/model/ links neither).
-// tests/worker/model/test_memory_plan.cpp proves the plan equal to what GPT, AdamW and the trainer
+// A GPT built for inference (the eval and generate commands) has a plan of its own,
+// plan_inference_memory, which fit_inference_batch holds against a GPU's free memory.
+// tests/worker/model/test_memory_plan.cpp proves the plans equal to what GPT, AdamW and the trainer
 // allocate, element by element, in both activation dtypes.
 #pragma once
 
@@ -42,9 +44,16 @@ class Carver {
   size_t total_ = 0;
 };
 
+// What a GPT is built for. Training keeps every layer's activations for backward, and backward's
+// scratch. Inference (the eval and generate commands) runs forwards and a decoder's steps only: one
+// layer's activations, reused by the next, except the attention's q, k and v of every layer (the
+// decoder's KV cache), and no backward scratch.
+enum class ModelUse { kTraining, kInference };
+
 // Offsets, in elements, of every tensor GPT keeps for micro-batches of up to B sequences, within
 // its three allocations: activations (in the backend's activation dtype), fp32 and int32. Every
-// tensor starts on a 64-byte boundary. Per-layer tensors are stacked (ln1 is (L,B,T,C)).
+// tensor starts on a 64-byte boundary. Per-layer tensors are stacked (ln1 is (L,B,T,C)); in
+// inference all but qkv hold one layer (ln1 is (1,B,T,C)) and the backward scratch is empty.
 struct ActivationLayout {
   // In the activation dtype: kept from forward for backward ...
   size_t encoded = 0, ln1 = 0, qkv = 0, atty = 0, residual2 = 0, ln2 = 0, fch = 0, fch_gelu = 0, residual3 = 0,
@@ -61,7 +70,7 @@ struct ActivationLayout {
   size_t ints = 0;
 
   static ActivationLayout of(const ModelDims& d, int B, DType act_dtype, size_t att_saved_per_layer,
-                             size_t att_scratch_floats);
+                             size_t att_scratch_floats, ModelUse use = ModelUse::kTraining);
 };
 
 // What a backend adds to the model's own tensors, and how it stores activations.
@@ -126,6 +135,12 @@ inline size_t step_scalar_floats(int world_size) {
 // `world_size` ranks, on a backend of these figures.
 MemoryPlan plan_memory(const ModelSpec& model, int micro_batch, int world_size, const BackendMemory& backend);
 
+// The plan of a GPT built for inference (ModelUse::kInference: the eval and generate commands) on
+// `batch` sequences: the weights (in bf16 the operations' copy only: nothing updates them, so no
+// fp32 master), the KV cache, one layer's activations, the logits, the tokens and the backend's
+// buffers. A decoder's step adds its own rows (15 C + Vp activations) at the first step.
+MemoryPlan plan_inference_memory(const ModelSpec& model, int batch, const BackendMemory& backend);
+
 // Device memory the fit check keeps free beyond the plan: cudaMalloc's rounding to 2 MiB pages,
 // cuBLASLt's and CUB's small internal buffers and the graphs' upload (256 MiB); and with several
 // ranks, NCCL's channel buffers (1 GiB more).
@@ -143,6 +158,13 @@ struct GpuMemory {
 // plan's numbers, the GPU's free and total memory, and the largest micro-batch that would fit.
 void check_memory_fit(const ModelSpec& model, int micro_batch, int world_size, Precision precision,
                       bool deterministic, const GpuMemory& gpu);
+
+// For a command that runs a model forward only (eval, generate) on a GPU: the most sequences, up
+// to `batch`, whose inference plan (plan_inference_memory) plus one process's headroom fits the
+// GPU's free memory. BadInput (common/bad_input.hpp) naming --device when fewer than `needed` fit:
+// one line with the plan's numbers, the GPU's memory and what to change.
+int fit_inference_batch(const ModelSpec& model, int batch, int needed, Precision precision, bool deterministic,
+                        const GpuMemory& gpu);
 
 // "1.53 GiB", "474.8 MiB", "12.0 KiB", "96 B"
 std::string format_bytes(size_t bytes);

@@ -236,3 +236,51 @@ TEST_CASE("a decoder's step gives the forward's logits at its position, from the
     CHECK_THROWS_AS(gpt.backward(1.0f), std::logic_error);
   }
 }
+
+// A GPT built for inference runs the same operations on the same values as the training model,
+// only in other memory (one layer's activations reused, no master in bf16, the weights uploaded
+// straight into their copy with the same rounding): every logit, loss and step the same bits.
+TEST_CASE("a GPT built for inference computes the training model's bits, and refuses backward", "[model]") {
+  for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+    INFO(precision_name(precision));
+    CpuBackend k(precision);
+    GPT training(tiny_model(), k, 2);
+    training.init_weights(11);
+    GPT inference(tiny_model(), k, 2, ModelUse::kInference);
+    inference.init_weights(11);
+    CHECK(inference.use() == ModelUse::kInference);
+    CHECK(inference.grads() == nullptr);
+    CHECK((inference.params() == nullptr) == (precision == Precision::bf16));
+    const ModelDims& d = training.dims();
+    const size_t BT = 2 * static_cast<size_t>(d.T);
+    const auto tokens = random_tokens(BT, d.V, 21);
+    const auto targets = random_tokens(BT, d.V, 22);
+    struct Outputs {
+      std::vector<float> logits, steps;
+      double loss = 0.0;
+    };
+    const auto run = [&](GPT& gpt) {
+      Outputs o;
+      gpt.forward(tokens.data(), targets.data(), 2);
+      o.loss = gpt.take_loss();
+      gpt.forward(tokens.data(), nullptr, 2);
+      o.logits.resize(BT * static_cast<size_t>(d.Vp));
+      k.download(o.logits.data(), gpt.logits(), o.logits.size());
+      std::vector<float> row(static_cast<size_t>(d.Vp));
+      for (int pos = 3; pos < 6; ++pos) {
+        gpt.forward_step(tokens[static_cast<size_t>(pos)], pos);
+        k.download(row.data(), gpt.step_logits(), row.size());
+        o.steps.insert(o.steps.end(), row.begin(), row.end());
+      }
+      return o;
+    };
+    const Outputs want = run(training);
+    const Outputs got = run(inference);
+    CHECK(got.loss == want.loss);
+    CHECK(got.logits == want.logits);
+    CHECK(got.steps == want.steps);
+    inference.forward(tokens.data(), targets.data(), 2);
+    CHECK_THROWS_WITH(inference.backward(1.0f), Catch::Matchers::Contains("built for inference"));
+    CHECK_THROWS_AS(inference.zero_grads(), std::logic_error);
+  }
+}

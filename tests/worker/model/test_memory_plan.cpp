@@ -1,5 +1,6 @@
 // The memory plan (worker/model/memory_plan.hpp) against what the worker really allocates, the fit
-// check that refuses a model too big for the GPU, and GPT-2 124M's plan against its 40 GiB goal.
+// check that refuses a model too big for the GPU, and GPT-2 124M's plan against its 40 GiB goal;
+// the inference plan against what a GPT built for inference allocates, and GPT-2 XL's eval.
 //
 // The allocations are watched through tests/worker/wrapped_backend.hpp over the CPU backend:
 // every alloc_* call counted by kind, in elements. In fp32 activations the whole Trainer is
@@ -14,6 +15,7 @@
 #include <memory>
 #include <string>
 
+#include "common/bad_input.hpp"
 #include "tests/worker/gpt_test_util.hpp"
 #include "tests/worker/wrapped_backend.hpp"
 #include "worker/train/adamw.hpp"
@@ -207,4 +209,90 @@ TEST_CASE("the plan's summary names every part with its units", "[memory]") {
   CHECK(format_bytes(96) == "96 B");
   CHECK(format_bytes(12 * 1024) == "12.0 KiB");
   CHECK(format_bytes(3 * kGiB / 2) == "1.50 GiB");
+}
+
+TEST_CASE("the inference plan is what a GPT built for inference allocates, element by element", "[memory]") {
+  const ModelSpec m = small_model();
+  const ModelDims d = ModelDims::from(m);
+  constexpr int B = 3;
+  struct Storage {
+    Precision precision;
+    DType reported;  // bf16: the wrapper reports bf16 storage, and no operation may run
+  };
+  for (const Storage s : {Storage{Precision::fp32, DType::f32}, Storage{Precision::bf16, DType::f32},
+                          Storage{Precision::bf16, DType::bf16}}) {
+    INFO(precision_name(s.precision) << " stored as " << dtype_name(s.reported));
+    CpuBackend cpu(s.precision);
+    WrappedBackend::Options storage;
+    storage.reported = s.reported;
+    WrappedBackend watched(cpu, storage);
+    GPT gpt(m, watched, B, ModelUse::kInference);
+    const MemoryPlan plan = plan_inference_memory(m, B, backend_memory(watched, d, B));
+    INFO(plan.summary());
+    CHECK(watched.live().floats == plan.floats);
+    CHECK(watched.live().acts == plan.acts);
+    CHECK(watched.live().ints == plan.ints);
+    CHECK(plan.steady_bytes() == element_bytes(plan));
+    CHECK(plan.items.front().name == "weights");
+    CHECK(plan.items.front().bytes == gpt.layout().total() * (s.precision == Precision::bf16 ? dtype_bytes(s.reported) : 4));
+    if (s.reported == DType::f32) {  // a forward allocates nothing more
+      const auto tokens = xtrain::test::random_tokens(static_cast<size_t>(B) * d.T, m.vocab_size, 4);
+      gpt.forward(tokens.data(), tokens.data(), B);
+      CHECK(watched.live().floats == plan.floats);
+      CHECK(watched.live().acts == plan.acts);
+    }
+  }
+}
+
+// What the eval command holds for GPT-2 XL (4 windows of 1024 per forward, bf16, on a GPU): the
+// inference plan (5.28 GiB: bf16 weights 2.90, KV cache 1.76, the logits 0.38, one layer 0.20)
+// against the training model's allocation without its AdamW moments, which eval and generate
+// held before (24.48 GiB).
+TEST_CASE("GPT-2 XL's eval fits in under a quarter of the training model's memory", "[memory]") {
+  const ModelSpec xl = model_spec(48, 25, 1600, 1024, 50257);
+  const ModelDims d = ModelDims::from(xl);
+  const BackendMemory gpu = cuda_backend_memory(d, 4, Precision::bf16, true);
+  const MemoryPlan inference = plan_inference_memory(xl, 4, gpu);
+  const MemoryPlan training = plan_memory(xl, 4, 1, gpu);
+  INFO(inference.summary() << "\n" << training.summary());
+  size_t moments = 0;
+  for (const MemoryItem& i : training.items) moments += i.name == "AdamW moments" ? i.bytes : 0;
+  CHECK(moments > 0);
+  CHECK(inference.steady_bytes() < (training.steady_bytes() - moments) / 4);
+  // The two largest items, from their formulas: the bf16 weights and L x (4 x 1024, 3C) of bf16.
+  CHECK(inference.items[0].bytes == ParamLayout(d).total() * 2);
+  CHECK(inference.items[1].name == "KV cache");
+  CHECK(inference.items[1].bytes == size_t{48} * 4 * 1024 * 3 * 1600 * 2);
+}
+
+TEST_CASE("a command's model on a GPU runs as many sequences at once as its free memory takes, or is refused",
+          "[memory]") {
+  const ModelSpec m = gpt2_124m();
+  const ModelDims d = ModelDims::from(m);
+  const size_t headroom = memory_headroom_bytes(1);
+  const auto need = [&](int B, Precision precision) {
+    return plan_inference_memory(m, B, cuda_backend_memory(d, B, precision, true)).steady_bytes() + headroom;
+  };
+  const GpuMemory two{"GPU 0 (test card)", need(2, Precision::bf16), 8 * kGiB};  // exactly two sequences' worth
+  CHECK(fit_inference_batch(m, 4, 1, Precision::bf16, true, two) == 2);
+  CHECK(fit_inference_batch(m, 1, 1, Precision::bf16, true, two) == 1);
+  CHECK(fit_inference_batch(m, 4, 2, Precision::bf16, true, two) == 2);
+  try {
+    fit_inference_batch(m, 4, 3, Precision::bf16, true, two);
+    FAIL("no error");
+  } catch (const BadInput& e) {
+    const std::string what = e.what();
+    CHECK_THAT(what, Catch::Matchers::StartsWith("--device: GPU 0 (test card) has "));
+    CHECK_THAT(what, Contains("the model (12 x 768, vocabulary 50257) in bf16 needs " +
+                              format_bytes(need(3, Precision::bf16) - headroom) + " for 3 sequences of 1024 tokens at once (weights "));
+    CHECK_THAT(what, Contains("KV cache") && Contains("+ 256.0 MiB headroom: run it on the CPU (--device cpu)"));
+    CHECK(what.find("--precision") == std::string::npos);  // bf16 already
+    CHECK(what.find('\n') == std::string::npos);
+  }
+  // fp32 needs more (its weights in fp32) and the error says bf16 would need less.
+  CHECK(need(1, Precision::fp32) > need(1, Precision::bf16));
+  const GpuMemory one_bf16{"GPU 0 (test card)", need(1, Precision::bf16), 8 * kGiB};
+  CHECK(fit_inference_batch(m, 4, 1, Precision::bf16, true, one_bf16) == 1);
+  CHECK_THROWS_WITH(fit_inference_batch(m, 4, 1, Precision::fp32, true, one_bf16),
+                    Contains("for 1 sequence of 1024") && Contains("or in bf16 (--precision bf16)"));
 }
