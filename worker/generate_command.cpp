@@ -63,7 +63,7 @@ const char* const kUsage =
     "    --precision P         on a GPU: auto (bf16), bf16, tf32 or fp32; on the CPU fp32 (auto)\n"
     "    --threads N           on the CPU, threads sharing each token's work (default: OMP_NUM_THREADS\n"
     "                          when set, else the CPUs this process may use; at most one per 8 MiB of\n"
-    "                          weights); the text is the same for any N\n"
+    "                          weights); the text is the same for any N. Not used on a GPU (a warning)\n"
     "  Each new token costs one position of work (a KV cache), on either device; past the model's\n"
     "  context the newest half of the window is kept and run again.\n"
     "exit codes: 0 generated; 1 runtime failure; 2 bad input (command line, MODEL, tokenizer, prompt)\n";
@@ -316,6 +316,8 @@ int run_generate(int argc, char** argv) {
     kv.emplace(layout, std::move(place.flat->params), threads);
   } else {
     log_device_line(place.device, place.device.summary);
+    // Not an error: a script may pass --threads for the machines where auto lands on the CPU.
+    if (o.threads > 0) spdlog::warn("--threads {}: not used on a GPU (the CPU decoder's threads)", o.threads);
     on_gpu.emplace(place.loaded->gpt);
   }
   Output out;

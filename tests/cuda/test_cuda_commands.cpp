@@ -6,7 +6,8 @@
 //   slides of the window. Both are fp32 forwards with their sums in other orders, so their logits
 //   differ by about 1e-6 of the largest (the CPU's two decoders by 3e-7, test_kv_decoder.cpp); a
 //   token could differ only at a step whose best two logits are that close.
-// - generate in bf16: 40 tokens, and the device line says bf16 on the GPU.
+// - generate in bf16: 40 tokens, the device line says bf16 on the GPU, and --threads (the CPU
+//   decoder's) gets a warning there.
 // - a head size the GPU's attention does not take: exit 2, one line naming the model.
 // - eval, fp32: the CPU's loss within 1e-5 relative and the same multiple-choice predictions; bf16:
 //   the CPU's bf16 emulation (the same rounding points) within 1e-3 relative: the two differ only
@@ -59,9 +60,11 @@ TEST_CASE("generate --device cuda: greedy fp32 is the CPU's text, bf16 runs on t
   CHECK(gpu.err.find("device cuda: generating on GPU 0: ") != std::string::npos);
   CHECK(gpu.err.find("; fp32") != std::string::npos);
 
-  const Finished bf16 = with({"--device", "cuda"});  // auto: bf16 on a GPU
+  const Finished bf16 = with({"--device", "cuda", "--threads", "2"});  // auto: bf16 on a GPU
   CHECK(bf16.out.size() == 40);
   CHECK(bf16.err.find("; bf16") != std::string::npos);
+  CHECK(bf16.err.find("--threads 2: not used on a GPU") != std::string::npos);
+  CHECK(gpu.err.find("--threads") == std::string::npos);
 }
 
 TEST_CASE("eval --device cuda: the CPU's loss and multiple-choice answers, in fp32 and in bf16", "[gpu][commands]") {

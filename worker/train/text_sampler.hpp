@@ -21,8 +21,8 @@ struct SampleOptions {
 };
 
 // Returns the generated tokens (without the prompt), each below the model's vocabulary V.
-// `prompt` must be non-empty with every token below V (std::invalid_argument otherwise); only its
-// last T tokens are seen.
+// `prompt` must be non-empty with every token in [0, V) (std::out_of_range otherwise, from the
+// decoder's TokenDecoder::append, before any work); only its last T tokens are seen.
 std::vector<std::int32_t> sample_tokens(GPT& model, const std::vector<std::int32_t>& prompt, const SampleOptions& options);
 
 // Text made safe for a terminal and for JSON: printable ASCII, newlines, tabs and well-formed
