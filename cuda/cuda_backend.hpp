@@ -193,7 +193,6 @@ class CudaBackend final : public Backend {
   double* sum_partials_ = nullptr;  // (kSumSquaresBlocks + 1) the reduction's fixed partials
   StreamWait stream_wait_;
   PinnedStaging pinned_;  // small transfers
-  std::vector<std::uint8_t> pageable_;  // large bf16 transfers' host side, converted here
   std::unordered_map<void*, size_t> allocations_;  // alloc_* buffers and their sizes
   size_t allocated_bytes_ = 0;
   struct {

@@ -9,6 +9,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "cuda/check.hpp"
 #include "worker/math/bf16.hpp"
@@ -163,11 +164,14 @@ void CudaBackend::upload_bytes(void* dst, size_t bytes, const void* plain, const
     return;
   }
   // Pageable: cudaMemcpyAsync returns once the source is staged, which is the interface's
-  // "host_src may be reused" (and what lets pageable_ be refilled by the next upload).
+  // "host_src may be reused", and lets a converted copy go at once. Such copies are whole
+  // parameter sets (a bf16 model's weights at load): kept, one would hold 2 bytes a parameter
+  // of host memory to the process's end.
+  std::vector<std::uint8_t> converted;
   if (plain == nullptr) {
-    pageable_.resize(bytes);
-    fill(pageable_.data());
-    plain = pageable_.data();
+    converted.resize(bytes);
+    fill(converted.data());
+    plain = converted.data();
   }
   XTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst, plain, bytes, cudaMemcpyHostToDevice, stream_));
 }
@@ -177,14 +181,15 @@ void CudaBackend::download_bytes(const void* src, size_t bytes, const char* what
   refuse_while_recording("a download");
   if (bytes == 0) return;
   const void* arrived = plain;
+  std::vector<std::uint8_t> converted;  // a large copy's host side before conversion (as upload_bytes')
   if (bytes <= PinnedStaging::kMaxBytes) {
     arrived = pinned_.use(bytes, [&](void* buffer) {
       XTRAIN_CUDA_CHECK(cudaMemcpyAsync(buffer, src, bytes, cudaMemcpyDeviceToHost, stream_));
     });
   } else {
     if (plain == nullptr) {
-      pageable_.resize(bytes);
-      arrived = pageable_.data();
+      converted.resize(bytes);
+      arrived = converted.data();
     }
     XTRAIN_CUDA_CHECK(cudaMemcpyAsync(const_cast<void*>(arrived), src, bytes, cudaMemcpyDeviceToHost, stream_));
   }

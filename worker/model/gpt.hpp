@@ -15,7 +15,7 @@
 // forwards and steps need only: no gradients, no backward scratch, one layer of each activation
 // reused by the next (all but qkv, the KV cache), and in bf16 no fp32 master, its weights uploaded
 // straight into the bf16 copy (nothing updates them). GPT-2 XL at 4 sequences of 1024 in bf16:
-// 5.3 GiB, where the training model less its AdamW moments holds 24.5.
+// 5.3 GiB, where a GPT built for training holds 24.5 (the trainer's plan less AdamW's moments).
 //
 // A decoder's step (forward_step) runs one new position of sequence 0 with GPT's own qkv
 // activations as its KV cache: a forward writes every row of them, a step the row of its position.

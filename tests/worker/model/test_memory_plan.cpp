@@ -246,8 +246,8 @@ TEST_CASE("the inference plan is what a GPT built for inference allocates, eleme
 
 // What the eval command holds for GPT-2 XL (4 windows of 1024 per forward, bf16, on a GPU): the
 // inference plan (5.28 GiB: bf16 weights 2.90, KV cache 1.76, the logits 0.38, one layer 0.20)
-// against the training model's allocation without its AdamW moments, which eval and generate
-// held before (24.48 GiB).
+// against a GPT built for training (the trainer's plan less AdamW's moments), which eval and
+// generate held before (24.48 GiB).
 TEST_CASE("GPT-2 XL's eval fits in under a quarter of the training model's memory", "[memory]") {
   const ModelSpec xl = model_spec(48, 25, 1600, 1024, 50257);
   const ModelDims d = ModelDims::from(xl);
