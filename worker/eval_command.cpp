@@ -204,7 +204,7 @@ int run_eval(int argc, char** argv) {
   }
   log_device_line(device, device.summary);
   if (data && data->batch < static_cast<int>(std::min<std::uint64_t>(kWindowsPerForward, data->windows))) {
-    spdlog::info("{} window{} of {} tokens per forward: as many as fit {}'s free memory", data->batch,
+    spdlog::info("{} window{} of {} tokens per forward: as many as the free memory of {} takes", data->batch,
                  data->batch == 1 ? "" : "s", data->T, device.gpu_memory.name);
   }
   nlohmann::json out = {{"model", model.path}, {"device", device.cuda ? "cuda" : "cpu"},
