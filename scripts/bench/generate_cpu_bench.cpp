@@ -12,6 +12,8 @@
 // both sides (waiting for a core on a shared machine is left out, stalls on memory are not); on
 // several, wall time on both (one thread's CPU time no longer measures the work). With --out DIR
 // it writes the weights (params.bin, our flat layout) and config.json for the PyTorch side.
+// --decoder gpt times GPT's own decoder on the CPU backend instead (worker/model/gpt_decoder.hpp:
+// the trainer's samples on CPU ranks; its products through OpenBLAS on as many threads), in fp32.
 #include <cblas.h>
 #include <immintrin.h>
 #include <time.h>
@@ -20,7 +22,9 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -29,9 +33,11 @@
 
 #include "scripts/bench/bench_options.hpp"
 #include "worker/cpu/huge_page_buffer.hpp"
+#include "worker/cpu/cpu_backend.hpp"
 #include "worker/cpu/kv_decoder.hpp"
 #include "worker/cpu/openblas_core.hpp"
 #include "worker/cpu/thread_team.hpp"
+#include "worker/model/gpt_decoder.hpp"
 #include "worker/model/param_layout.hpp"
 
 using namespace xtrain;
@@ -95,7 +101,7 @@ int main(int argc, char** argv) try {
   if (const std::string line = choose_openblas_core(argv); !line.empty()) spdlog::info("{}", line);
   bench::BenchShape shape{12, 12, 768, 1024, 50257, 1, 0, 0};
   int prompt_tokens = 64, new_tokens = 256, runs = 3, threads = 1;
-  std::string out;
+  std::string out, decoder_name = "kv";
   bench::parse_bench_flags("xtrain-bench-generate", argc, argv, shape, [&](int& i) {
     const std::string a = argv[i];
     if (i + 1 >= argc) return false;
@@ -104,9 +110,11 @@ int main(int argc, char** argv) try {
     else if (a == "--runs") runs = std::atoi(argv[++i]);
     else if (a == "--threads") threads = std::atoi(argv[++i]);
     else if (a == "--out") out = argv[++i];
+    else if (a == "--decoder") decoder_name = argv[++i];
     else return false;
     return true;
-  }, "[--prompt N (64)] [--new N (256)] [--runs N (3)] [--threads N (1)] [--out DIR]");
+  }, "[--prompt N (64)] [--new N (256)] [--runs N (3)] [--threads N (1)] [--out DIR] [--decoder kv|gpt (kv)]");
+  if (decoder_name != "kv" && decoder_name != "gpt") throw std::invalid_argument("--decoder: expected kv or gpt");
   const ParamLayout layout(ModelDims::from(shape.model()));
   const ModelDims& d = layout.dims();
   std::vector<float> params(layout.total());
@@ -135,7 +143,20 @@ int main(int argc, char** argv) try {
   const size_t read_floats = layout.total() - static_cast<size_t>(d.T - 1) * d.C;
   const double floor_ms = 1000.0 * static_cast<double>(read_floats * sizeof(float)) / bandwidth;
 
-  KvDecoder decoder(layout, std::move(params), threads);
+  // GPT's decoder: the model built for inference on the CPU backend, OpenBLAS on `threads`.
+  std::unique_ptr<CpuBackend> backend;
+  std::unique_ptr<GPT> gpt;
+  std::unique_ptr<TokenDecoder> decoder_owner;
+  if (decoder_name == "gpt") {
+    openblas_set_num_threads(threads);
+    backend = std::make_unique<CpuBackend>(Precision::fp32);
+    gpt = std::make_unique<GPT>(shape.model(), *backend, 1, ModelUse::kInference);
+    gpt->set_params(params.data());
+    decoder_owner = std::make_unique<GptDecoder>(*gpt);
+  } else {
+    decoder_owner = std::make_unique<KvDecoder>(layout, std::move(params), threads);
+  }
+  TokenDecoder& decoder = *decoder_owner;
   std::vector<double> per_token_ms, per_token_cpu_ms, prompt_ms;
   std::vector<int32_t> generated;
   for (int r = 0; r < runs; ++r) {
@@ -157,7 +178,7 @@ int main(int argc, char** argv) try {
   const double cpu_ms = median(per_token_cpu_ms), wall_ms = median(per_token_ms);
   const double timed_ms = threads == 1 ? cpu_ms : wall_ms;  // what the floor is compared with
   const nlohmann::json result = {
-      {"impl", "xtrain"}, {"threads", threads}, {"timing", threads == 1 ? "cpu" : "wall"}, {"openblas_core", openblas_get_corename()},
+      {"impl", decoder_name == "kv" ? "xtrain" : "xtrain (GPT decoder)"}, {"threads", threads}, {"timing", threads == 1 ? "cpu" : "wall"}, {"openblas_core", openblas_get_corename()},
       {"params", layout.total()}, {"prompt_tokens", prompt_tokens}, {"new_tokens", new_tokens}, {"runs", runs},
       {"ms_per_token", wall_ms}, {"cpu_ms_per_token", cpu_ms}, {"timed_ms_per_token", timed_ms}, {"cpu_ms_per_token_runs", per_token_cpu_ms},
       {"prompt_ms", median(prompt_ms)},

@@ -185,8 +185,14 @@ void CpuBackend::product_forward(float* out, float* pre, const float* inp, const
     for (int n = 0; n < N; ++n) std::memcpy(x + static_cast<size_t>(n) * OC, bias, OC * sizeof(float));
     beta = 1.0f;
   }
-  // x (N,OC) = inp (N,C) @ weight^T (C,OC) [+ x]
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta, x, OC);
+  // x (N,OC) = inp (N,C) @ weight^T (C,OC) [+ x]. One row (a decoder's step) is a matrix-vector
+  // product: OpenBLAS's sgemm would pack the whole weight for it, reading it twice and writing it
+  // once (GPT-2 124M's step 64 ms a token on one core against 19 for generate's own decoder).
+  if (N == 1) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, weight, C, inp, 1, beta, x, 1);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta, x, OC);
+  }
   const size_t n = static_cast<size_t>(N) * OC;
   if (pre == nullptr) {
     store(out, n);
