@@ -93,7 +93,8 @@ struct DataPlan {
   std::optional<TextCodec> codec;
   int T = 0;
   std::uint64_t windows = 0;
-  int batch = 0;  // windows per forward: up to kWindowsPerForward, as many as the device's memory takes
+  int batch = 0;  // windows per forward: up to wanted_batch(), as many as the device's memory takes
+  int wanted_batch() const { return static_cast<int>(std::min<std::uint64_t>(kWindowsPerForward, windows)); }
 };
 
 DataPlan plan_data(const EvalOptions& o, const ModelFileInfo& model) {
@@ -110,7 +111,7 @@ DataPlan plan_data(const EvalOptions& o, const ModelFileInfo& model) {
   const std::uint64_t targets = o.max_tokens ? std::min(o.max_tokens, p.data->size() - 1) : p.data->size() - 1;
   p.T = static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(model.n_positions), targets));
   p.windows = targets / static_cast<std::uint64_t>(p.T);
-  p.batch = static_cast<int>(std::min<std::uint64_t>(kWindowsPerForward, p.windows));
+  p.batch = p.wanted_batch();
   return p;
 }
 
@@ -203,7 +204,7 @@ int run_eval(int argc, char** argv) {
     return exit_code::kBadInput;
   }
   log_device_line(device, device.summary);
-  if (data && data->batch < static_cast<int>(std::min<std::uint64_t>(kWindowsPerForward, data->windows))) {
+  if (data && data->batch < data->wanted_batch()) {
     spdlog::info("{} window{} of {} tokens per forward: as many as the free memory of {} takes", data->batch,
                  data->batch == 1 ? "" : "s", data->T, device.gpu_memory.name);
   }

@@ -42,6 +42,11 @@ std::string model_words(const ModelDims& d, Precision precision) {
          ") in " + precision_name(precision);
 }
 
+// How the bf16 weights' copy is stored: bf16, or fp32 on the CPU, which emulates bf16's rounding.
+std::string bf16_copy_words(DType act_dtype) {
+  return act_dtype == DType::bf16 ? "bf16" : "fp32 holding bf16 values (the CPU's emulation)";
+}
+
 std::string sequences(int n) { return std::to_string(n) + " sequence" + (n == 1 ? "" : "s"); }
 
 // The backend's own buffers, the plan's last item.
@@ -166,10 +171,7 @@ MemoryPlan plan_memory(const ModelSpec& model, int micro_batch, int world_size, 
   const size_t backward = (a.acts - a.proj_out) * ab + (a.floats - a.att_scratch) * sizeof(float);
   p.items.push_back({"parameters", P * sizeof(float), "fp32 master weights, " + format_count(P) + " with padding"});
   if (weight_copy) {
-    p.items.push_back({"weights' copy", P * ab,
-                       std::string(backend.act_dtype == DType::bf16 ? "bf16" : "fp32 holding bf16 values (the CPU's "
-                                                                                 "emulation)") +
-                           ", read by every operation"});
+    p.items.push_back({"weights' copy", P * ab, bf16_copy_words(backend.act_dtype) + ", read by every operation"});
   }
   p.items.push_back({"gradients", P * sizeof(float), "fp32"});
   p.items.push_back({"AdamW moments", 2 * P * sizeof(float), "fp32 m and v"});
@@ -207,10 +209,7 @@ MemoryPlan plan_inference_memory(const ModelSpec& model, int batch, const Backen
   const size_t logits = (a.proj_out - a.logits) * ab + (a.att_scratch - a.losses) * sizeof(float);
   p.items.push_back({"weights", P * (master ? sizeof(float) : ab),
                      format_count(P) + " with padding, " +
-                         (master ? std::string("fp32")
-                                 : backend.act_dtype == DType::bf16 ? std::string("bf16, no fp32 master")
-                                                                    : std::string("fp32 holding bf16 values (the CPU's "
-                                                                                  "emulation), no master"))});
+                         (master ? std::string("fp32") : bf16_copy_words(backend.act_dtype) + ", no fp32 master")});
   p.items.push_back({"KV cache", cache * ab, std::to_string(d.L) + " layers' q, k and v, " + act});
   p.items.push_back({"activations", layer,
                      std::string("one layer's, reused by the next, ") + act +
