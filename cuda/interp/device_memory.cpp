@@ -5,10 +5,11 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+
+#include "common/cuda_interpret.hpp"
 
 namespace xtrain::interp {
 
@@ -17,6 +18,7 @@ const unsigned char* detail::device_space_base = nullptr;
 namespace {
 
 constexpr size_t kReservedBytes = detail::kDeviceSpaceBytes;
+static_assert(kMaxInterpDeviceMib << 20 <= kReservedBytes, "the largest emulated memory must fit the reserved space");
 constexpr size_t kPage = 4096;
 
 struct DeviceSpace {
@@ -86,11 +88,7 @@ std::string describe_bad_device_range(const void* p, size_t bytes) {
 }
 
 size_t device_memory_bytes() {
-  static const size_t bytes = [] {
-    const char* asked = std::getenv("XTRAIN_INTERP_DEVICE_MIB");
-    const long long mib = asked == nullptr ? 0 : std::atoll(asked);
-    return mib > 0 ? static_cast<size_t>(mib) << 20 : size_t{143771} << 20;
-  }();
+  static const size_t bytes = interpret_settings().device_mib << 20;
   return bytes;
 }
 

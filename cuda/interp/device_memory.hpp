@@ -39,7 +39,7 @@ bool device_free(void* p);
 void device_free_all();
 size_t device_allocated_bytes();
 // The emulated device's memory, which interpret mode reports: an H200's (140.4 GiB), or
-// XTRAIN_INTERP_DEVICE_MIB MiB when that is a positive number (tests of what a smaller GPU
+// XTRAIN_INTERP_DEVICE_MIB MiB (common/cuda_interpret.hpp; tests of what a smaller GPU
 // refuses). The host may have much less: an allocation the host cannot back fails as an
 // out-of-memory would.
 size_t device_memory_bytes();

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/cuda_interpret.hpp"
 #include "cuda/interp/host_waits.hpp"
 #include "cuda/interp/kernel_resources.hpp"
 
@@ -68,8 +69,9 @@ struct Runtime {
 
   Runtime() {
     legacy.flags = cudaStreamDefault;
-    if (const char* s = std::getenv("XTRAIN_INTERP_SCHEDULES"); s != nullptr && *s != '\0') schedules = std::atoi(s);
-    if (schedules < 1) schedules = 1;
+    // The worker checked the setting before it loaded this plugin (cuda_interpret_requested);
+    // a test binary that links interpret mode directly stops here on a bad one.
+    schedules = interpret_settings().schedules;
   }
   ~Runtime();  // writes the host waits where XTRAIN_INTERP_HOST_WAITS says
 };

@@ -64,3 +64,16 @@ TEST_CASE("interpret mode refuses NCCL, a bad switch value and a build without i
                                              "/nonexistent/libx.so is not there"));
   CHECK(missing.output.find("[rank") == std::string::npos);
 }
+
+TEST_CASE("interpret mode refuses a setting that is not a whole number in range, naming it", "[interp][switch]") {
+  const Outcome schedules = xlaunch("XTRAIN_CUDA_INTERPRET=1 XTRAIN_INTERP_SCHEDULES=three", "auto", "--check");
+  CHECK(schedules.code == 2);
+  CHECK_THAT(schedules.output, Catch::Contains("XTRAIN_INTERP_SCHEDULES: expected a whole number from 1 to 64, got \"three\""));
+  const Outcome memory = xlaunch("XTRAIN_CUDA_INTERPRET=1 XTRAIN_INTERP_DEVICE_MIB=0", "auto", "--check");
+  CHECK(memory.code == 2);
+  CHECK_THAT(memory.output, Catch::Contains("XTRAIN_INTERP_DEVICE_MIB: expected a whole number from 1 to 1048576, got \"0\""));
+  CHECK(memory.output.find("[rank") == std::string::npos);
+  // Without the switch the settings are not read: interpret mode is off.
+  CHECK(xlaunch("XTRAIN_INTERP_DEVICE_MIB=0", "auto", "--dry-run").output.find("XTRAIN_INTERP_DEVICE_MIB") ==
+        std::string::npos);
+}
