@@ -39,6 +39,11 @@ namespace {
 
 constexpr int kByteVocabulary = 256;
 constexpr int kMaxThreads = 1024;
+// Samples side by side on a GPU, at most. A step reads every weight once for all of them, and
+// each sample's keys and values besides: GPT-2 124M's 250 MB of bf16 weights against 57 MB of
+// cache a sample at a full context, so past about 16 the cache's reads dominate and a step's
+// latency grows with each further sample.
+constexpr int kMaxSampleRows = 16;
 
 const char* const kUsage =
     "usage: xtrain-worker generate MODEL [--prompt TEXT | --prompt-file FILE] [--max-new-tokens N]\n"
@@ -54,7 +59,8 @@ const char* const kUsage =
     "    --top-k K             keep the K most likely tokens (default 0: all)\n"
     "    --top-p P             keep the most likely tokens up to probability P, in (0, 1] (default 1)\n"
     "    --seed S              the same seed gives the same text (default 0)\n"
-    "    --num-samples N       samples from the same prompt, one after another (default 1)\n"
+    "    --num-samples N       samples from the same prompt (default 1), each from its own seed; on\n"
+    "                          a GPU up to 16 side by side; sample 1 is the same text for any N\n"
     "    --stop TEXT           end a sample where TEXT appears (TEXT is not printed)\n"
     "    --tokenizer PATH      GPT-2 vocabulary files, for a model that comes without them; a model\n"
     "                          of 256 tokens without one is byte-level\n"
@@ -219,23 +225,84 @@ struct Totals {
   double seconds = 0.0;
 };
 
-// One sample: the prompt through the decoder, then up to max_new_tokens tokens, each printed as
-// soon as it makes whole characters.
-void generate_one(TokenDecoder& decoder, TokenSampler& sampler, const Vocabulary& vocab,
-                  const std::vector<std::int32_t>& prompt, const GenerateOptions& o, int V, Output& out,
-                  Totals& totals) {
-  decoder.reset();
-  TextStream stream(o.stop);
-  auto logits = decoder.append(prompt);
-  const auto start = std::chrono::steady_clock::now();
-  for (int n = 0; n < o.max_new_tokens && !stream.stopped(); ++n) {
-    const std::int32_t token = sampler.next(logits.first(static_cast<size_t>(V)));
-    ++totals.tokens;
-    if (token == vocab.eot()) break;
-    out.print(stream.push(vocab.decode(token)));
-    if (n + 1 < o.max_new_tokens) logits = decoder.append(std::span(&token, 1));
+// One sample's state while its row of the decoder generates it.
+struct SampleRow {
+  TokenSampler sampler;
+  TextStream stream;
+  std::string held;  // text not yet printed: an earlier sample is still being printed
+  bool done = false;
+};
+
+// Samples [first, first + decoder.rows()) of the prompt, one per row of the decoder: the prompt
+// through it, then up to max_new_tokens tokens a sample, all rows one position at a time. The
+// text goes to stdout in the samples' order, each under its header when there are several: the
+// lowest-numbered unfinished sample's as soon as it makes whole characters, the others' held
+// until their turn. So stdout is the same whether the samples ran one after another or side by
+// side; rows that finished early carry on with their last token until all have.
+void generate_rows(TokenDecoder& decoder, int first, const Vocabulary& vocab, const std::vector<std::int32_t>& prompt,
+                   const GenerateOptions& o, int V, Output& out, Totals& totals) {
+  const int rows = decoder.rows();
+  std::vector<SampleRow> samples;
+  for (int r = 0; r < rows; ++r) {
+    samples.push_back({.sampler = TokenSampler(o.sampling, sample_seed(o.seed, first + r)),
+                       .stream = TextStream(o.stop),
+                       .held = {},
+                       .done = false});
   }
-  out.print(stream.finish());
+  int printing = 0;  // the row whose text goes straight to stdout
+  const auto header = [&](int r) {
+    if (o.num_samples == 1) return;
+    out.print((first + r > 0 ? "\n" : "") + std::string("--- sample ") + std::to_string(first + r + 1) + " of " +
+              std::to_string(o.num_samples) + " ---\n");
+  };
+  const auto emit = [&](int r, const std::string& text) {
+    if (r == printing) {
+      out.print(text);
+    } else {
+      samples[static_cast<size_t>(r)].held += text;
+    }
+  };
+  const auto finish = [&](int r) {
+    SampleRow& s = samples[static_cast<size_t>(r)];
+    emit(r, s.stream.finish());
+    s.done = true;
+    while (printing < rows && samples[static_cast<size_t>(printing)].done) {
+      if (++printing == rows) break;
+      header(printing);
+      out.print(samples[static_cast<size_t>(printing)].held);
+      samples[static_cast<size_t>(printing)].held.clear();
+    }
+  };
+
+  header(0);
+  decoder.reset();
+  std::vector<std::int32_t> next;
+  for (int r = 0; r < rows; ++r) next.insert(next.end(), prompt.begin(), prompt.end());
+  auto logits = decoder.append(next);
+  next.assign(static_cast<size_t>(rows), prompt.back());
+  const size_t Vp = logits.size() / static_cast<size_t>(rows);
+  const auto start = std::chrono::steady_clock::now();
+  for (int n = 0; n < o.max_new_tokens; ++n) {
+    bool any = false;  // a row still generating after this token
+    for (int r = 0; r < rows; ++r) {
+      SampleRow& s = samples[static_cast<size_t>(r)];
+      if (s.done) continue;
+      const std::int32_t token = s.sampler.next(logits.subspan(static_cast<size_t>(r) * Vp, static_cast<size_t>(V)));
+      ++totals.tokens;
+      next[static_cast<size_t>(r)] = token;
+      if (token != vocab.eot()) emit(r, s.stream.push(vocab.decode(token)));
+      if (token == vocab.eot() || s.stream.stopped()) {
+        finish(r);
+      } else {
+        any = true;
+      }
+    }
+    if (!any || n + 1 == o.max_new_tokens) break;
+    logits = decoder.append(next);
+  }
+  for (int r = 0; r < rows; ++r) {
+    if (!samples[static_cast<size_t>(r)].done) finish(r);
+  }
   totals.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
@@ -245,7 +312,10 @@ struct DecoderPlace {
   DeviceChoice device;
   std::optional<FlatModel> flat;        // on the CPU: the layout, and the weights until the decoder takes them
   std::unique_ptr<LoadedModel> loaded;  // on a GPU
+  int rows = 1;                         // samples side by side
 };
+
+int wanted_rows(const GenerateOptions& o) { return std::min(o.num_samples, kMaxSampleRows); }
 
 DecoderPlace place_decoder(const GenerateOptions& o, const ModelFileInfo& model) {
   const auto cpu_is_fp32 = [&] {
@@ -262,9 +332,10 @@ DecoderPlace place_decoder(const GenerateOptions& o, const ModelFileInfo& model)
     return place;
   }
   if (o.precision != "auto") place.device = choose_command_device(o.device, o.precision, "generating", probe);
-  fit_command_batch(place.device, spec_of(model, model.n_positions), 1);  // before anything is allocated there
+  // Before anything is allocated there: the samples side by side that the GPU's memory takes.
+  place.rows = fit_command_batch(place.device, spec_of(model, model.n_positions), wanted_rows(o));
   try {
-    place.loaded = std::make_unique<LoadedModel>(model, model.n_positions, 1, place.device);
+    place.loaded = std::make_unique<LoadedModel>(model, model.n_positions, place.rows, place.device);
   } catch (const std::invalid_argument& e) {  // a shape the GPU's kernels do not take
     throw BadInput(model.path + ": " + e.what());
   }
@@ -302,12 +373,12 @@ int run_generate(int argc, char** argv) {
     return exit_code::kBadInput;
   }
   const ParamLayout& layout = place.flat ? place.flat->layout : place.loaded->layout;
-  spdlog::info("generating from {} ({:.2f}M parameters, context {}): prompt {} tokens, {} sample(s) of up to {} tokens",
+  spdlog::info("generating from {} ({:.2f}M parameters, context {}): prompt {} tokens, {} sample(s) of up to {} tokens{}",
                describe(model), static_cast<double>(layout.total()) / 1e6, model.n_positions, prompt.size(),
-               o.num_samples, o.max_new_tokens);
+               o.num_samples, o.max_new_tokens,
+               place.rows > 1 ? ", " + std::to_string(place.rows) + " side by side" : std::string());
   // The decoder, and the device line: on the CPU with the decoder's own threads (not OpenBLAS's).
   std::optional<KvDecoder> kv;
-  std::optional<GptDecoder> on_gpu;
   if (place.flat) {
     std::string threads_from = "--threads";
     const int threads = o.threads > 0 ? o.threads : default_threads(layout.total(), threads_from);
@@ -318,17 +389,20 @@ int run_generate(int argc, char** argv) {
     log_device_line(place.device, place.device.summary);
     // Not an error: a script may pass --threads for the machines where auto lands on the CPU.
     if (o.threads > 0) spdlog::warn("--threads {}: not used on a GPU (the CPU decoder's threads)", o.threads);
-    on_gpu.emplace(place.loaded->gpt);
+    if (place.rows < wanted_rows(o)) {
+      spdlog::info("{} sample{} side by side: as many as the free memory of {} takes", place.rows,
+                   place.rows == 1 ? "" : "s", place.device.gpu_memory.name);
+    }
   }
   Output out;
   try {
-    TokenDecoder& decoder = kv ? static_cast<TokenDecoder&>(*kv) : *on_gpu;
-    TokenSampler sampler(o.sampling, o.seed);
     Totals totals;
-    for (int s = 0; s < o.num_samples; ++s) {
-      if (o.num_samples > 1) out.print((s > 0 ? "\n" : "") + std::string("--- sample ") + std::to_string(s + 1) +
-                                       " of " + std::to_string(o.num_samples) + " ---\n");
-      generate_one(decoder, sampler, vocab, prompt, o, model.vocab_size, out, totals);
+    std::optional<GptDecoder> on_gpu;
+    for (int first = 0; first < o.num_samples; first += place.rows) {
+      const int rows = std::min(place.rows, o.num_samples - first);
+      if (!kv && (!on_gpu || on_gpu->rows() != rows)) on_gpu.emplace(place.loaded->gpt, rows);
+      TokenDecoder& decoder = kv ? static_cast<TokenDecoder&>(*kv) : *on_gpu;
+      generate_rows(decoder, first, vocab, prompt, o, model.vocab_size, out, totals);
     }
     out.end_line_on_terminal();
     spdlog::info("generated {} tokens in {:.2f} s: {:.1f} tokens/s", totals.tokens, totals.seconds,

@@ -5,7 +5,8 @@ GPT2Config's defaults), greedy from <|endoftext|>, NEW tokens, on the same weigh
 - ours: `xtrain-worker generate DIR --device cuda --precision P --temperature 0` (the prompt in one
   forward, then one position per token with GPT's qkv activations as the KV cache, each step one
   CUDA graph: worker/model/gpt_decoder.hpp), its own tokens/s line (new tokens only: the prompt's
-  pass, the start and the load left out), in bf16 and fp32;
+  pass, the start and the load left out), in bf16 and fp32; and in the first precision with
+  `--num-samples 16`, the samples side by side (one step for all), per token of all of them;
 - transformers: `GPT2LMHeadModel.generate` with its KV cache, eager, greedy, in bf16 weights and in
   fp32, `min_new_tokens` so that it never stops early; per token (t(NEW) - t(1)) / (NEW - 1) after
   a warm-up, so its prompt and set-up are left out too. torch.compile with a static cache (its
@@ -81,14 +82,15 @@ def token_text(vocab):
         return gpt2_token_bytes(json.load(f))
 
 
-def ours(bin_dir, directory, vocab, new_tokens, precision, device, timeout):
-    """Our generate: its stdout (the text's bytes), new tokens and seconds per new token (from its
-    tokens/s, which has more digits than its seconds)."""
+def ours(bin_dir, directory, vocab, new_tokens, precision, device, timeout, samples=1):
+    """Our generate: its stdout (the text's bytes), new tokens (of all samples) and seconds per new
+    token (from its tokens/s, which has more digits than its seconds)."""
     cmd = [os.path.join(bin_dir, "xtrain-worker"), "generate", directory, "--temperature", "0",
-           "--max-new-tokens", str(new_tokens), "--device", device, "--precision", precision]
+           "--max-new-tokens", str(new_tokens), "--device", device, "--precision", precision,
+           "--num-samples", str(samples)]
     if vocab is not None:
         cmd += ["--tokenizer", vocab]
-    what = f"xtrain-worker generate --device {device} --precision {precision}"
+    what = f"xtrain-worker generate --device {device} --precision {precision} --num-samples {samples}"
     try:
         p = subprocess.run(cmd, capture_output=True, timeout=max(1.0, timeout), env=programs_env())
     except subprocess.TimeoutExpired:
@@ -116,8 +118,9 @@ def agreeing_prefix(text, tokens, table):
 
 
 def measure(bin_dir, work, vocab, new_tokens=256, timeout_s=120.0, device="cuda", make_model=gpt2_model,
-            peer=transformers_peer, precisions=("bf16", "fp32")):
-    """Every row; a row that fails has "error" (the others still run)."""
+            peer=transformers_peer, precisions=("bf16", "fp32"), samples=16):
+    """Every row; a row that fails has "error" (the others still run). The last row is ours with
+    `samples` samples side by side, in the first precision."""
     start = time.monotonic()
 
     def left():
@@ -145,6 +148,13 @@ def measure(bin_dir, work, vocab, new_tokens=256, timeout_s=120.0, device="cuda"
         except Exception as e:  # noqa: BLE001  (the peer's failure is a row's, not the script's)
             row["error"] = f"{type(e).__name__}: {e}"
         rows.append(row)
+    row = {"impl": f"xtrain (KV cache), {samples} samples side by side", "precision": precisions[0]}
+    try:
+        _, row["tokens"], seconds = ours(bin_dir, directory, vocab, new_tokens, precisions[0], device, left(), samples)
+        row["ms_per_token"] = 1000.0 * seconds
+    except StepFailed as e:
+        row["error"] = str(e)
+    rows.append(row)
     result = {"model": model["name"], "device": device, "new_tokens": new_tokens, "rows": rows}
     if "fp32" in texts and "fp32" in peer_tokens:
         result["fp32_agreeing_tokens"] = agreeing_prefix(texts["fp32"], peer_tokens["fp32"], table)
@@ -153,7 +163,8 @@ def measure(bin_dir, work, vocab, new_tokens=256, timeout_s=120.0, device="cuda"
 
 
 def report(r):
-    lines = [f"{r['model']}, greedy from one token, {r['new_tokens']} new tokens, on {r['device']}", "",
+    lines = [f"{r['model']}, greedy from one token, {r['new_tokens']} new tokens a sample, on {r['device']} "
+             "(side by side: ms per token of all samples)", "",
              "| impl | precision | ms/token | tokens/s | tokens |", "| --- | --- | ---: | ---: | ---: |"]
     for row in r["rows"]:
         if "error" in row:

@@ -8,6 +8,10 @@
 //   token could differ only at a step whose best two logits are that close.
 // - generate in bf16: 40 tokens, the device line says bf16 on the GPU, and --threads (the CPU
 //   decoder's) gets a warning there.
+// - generate, sampled, fp32, 4 samples side by side on the GPU (rows of one batch, each its own
+//   seed, ended by a stop text at different tokens) against the CPU's one after another: the same
+//   stdout. A draw could differ only where a sample's uniform number falls within the logits'
+//   1e-6 of a boundary between two tokens' shares.
 // - a head size the GPU's attention does not take: exit 2, one line naming the model.
 // - eval, fp32: the CPU's loss within 1e-5 relative and the same multiple-choice predictions; bf16:
 //   the CPU's bf16 emulation (the same rounding points) within 1e-3 relative: the two differ only
@@ -16,6 +20,7 @@
 //   a wrong row or position moves the loss by far more than either bound.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -65,6 +70,30 @@ TEST_CASE("generate --device cuda: greedy fp32 is the CPU's text, bf16 runs on t
   CHECK(bf16.err.find("; bf16") != std::string::npos);
   CHECK(bf16.err.find("--threads 2: not used on a GPU") != std::string::npos);
   CHECK(gpu.err.find("--threads") == std::string::npos);
+}
+
+TEST_CASE("generate --device cuda: samples side by side are the CPU's samples one after another", "[gpu][commands]") {
+  test::ScratchDir dir;
+  const test::TestCheckpoint ckpt(dir / "run", "", test::model_spec(2, 2, 32, 16, 256), 0.3f);
+  const auto samples = [&](const std::string& device) {
+    return run_command("generate", {ckpt.dir, "--prompt", "ab", "--max-new-tokens", "40", "--top-k", "20",
+                                    "--temperature", "1.2", "--seed", "3", "--num-samples", "4", "--stop", "$",
+                                    "--device", device, "--precision", "fp32"});
+  };
+  const Finished cpu = samples("cpu");
+  const Finished gpu = samples("cuda");
+  INFO(cpu.out);
+  CHECK(gpu.out == cpu.out);
+  CHECK(gpu.err.find("4 sample(s) of up to 40 tokens, 4 side by side") != std::string::npos);
+  CHECK(cpu.err.find("side by side") == std::string::npos);
+  // The stop text ended samples at different tokens, so rows finished while others went on.
+  std::vector<size_t> lengths;
+  for (size_t at = cpu.out.find("---\n"); at != std::string::npos; at = cpu.out.find("---\n", at + 4)) {
+    const size_t next = cpu.out.find("\n--- sample", at);
+    lengths.push_back((next == std::string::npos ? cpu.out.size() : next) - (at + 4));
+  }
+  REQUIRE(lengths.size() == 4);
+  CHECK(*std::min_element(lengths.begin(), lengths.end()) < *std::max_element(lengths.begin(), lengths.end()));
 }
 
 TEST_CASE("eval --device cuda: the CPU's loss and multiple-choice answers, in fp32 and in bf16", "[gpu][commands]") {

@@ -59,16 +59,17 @@ class GenerateGpu(unittest.TestCase):
         return generate_gpu.measure(BIN, self.work, None, NEW, 120, "cpu", make_model=exported_model(self.work), **kw)
 
     def test_every_row_runs_and_the_fp32_texts_agree(self):
-        r = self.measure(peer=reference_peer, precisions=("fp32",))  # the CPU's generate is fp32 only
+        r = self.measure(peer=reference_peer, precisions=("fp32",), samples=3)  # the CPU's generate is fp32 only
         self.assertEqual([(row["impl"].split()[0], row["precision"]) for row in r["rows"]],
-                         [("xtrain", "fp32"), ("transformers", "fp32")])
+                         [("xtrain", "fp32"), ("transformers", "fp32"), ("xtrain", "fp32")])
         for row in r["rows"]:
             self.assertNotIn("error", row, row)
-            self.assertEqual(row["tokens"], NEW)
             self.assertGreater(row["ms_per_token"], 0.0)
+        self.assertEqual([row["tokens"] for row in r["rows"]], [NEW, NEW, 3 * NEW])  # greedy: no early end
         self.assertEqual(r["fp32_agreeing_tokens"], NEW)
         table = generate_gpu.report(r)
         self.assertIn("| xtrain (KV cache) | fp32 | ", table)
+        self.assertIn("| xtrain (KV cache), 3 samples side by side | fp32 | ", table)
         self.assertIn(f"greedy fp32: the first {NEW} of {NEW} tokens agree", table)
 
     def test_a_different_text_and_failures_are_reported_in_their_rows(self):
@@ -90,6 +91,7 @@ class GenerateGpu(unittest.TestCase):
                                  make_model=exported_model(again), peer=reference_peer)
         self.assertIn("cannot start", r["rows"][0]["error"])
         self.assertNotIn("error", r["rows"][3])
+        self.assertIn("cannot start", r["rows"][4]["error"])
 
     def test_the_token_table_undoes_gpt2s_byte_characters(self):
         vocab = os.path.join(self.work, "vocab")

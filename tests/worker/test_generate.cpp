@@ -106,18 +106,24 @@ TEST_CASE("generate: the same seed gives the same text, --stop and --num-samples
   CHECK(stopped.code == 0);
   CHECK(stopped.out == a.out.substr(0, a.out.find(stop)));
 
-  // Two samples, one after the other from the same generator: the first is the single sample.
+  // Samples each from a seed of their own: the first is the single sample, the second the same for
+  // any count, and not the first sample of the next seed.
   const CliRun two = with({"--seed", "5", "--num-samples", "2"});
+  const CliRun three = with({"--seed", "5", "--num-samples", "3"});
   CHECK(two.code == 0);
   const std::string first = "--- sample 1 of 2 ---\n" + a.out + "\n--- sample 2 of 2 ---\n";
   CHECK(two.out.rfind(first, 0) == 0);
   CHECK(two.out.size() == first.size() + 30);
+  const std::string second = two.out.substr(first.size());
+  CHECK(three.out.find("--- sample 2 of 3 ---\n" + second + "\n--- sample 3 of 3 ---\n") != std::string::npos);
+  CHECK(second != a.out);
+  CHECK(second != c.out);
 
   // Any number of threads: the same text, and the log says how many and why.
-  const CliRun three = with({"--seed", "5", "--threads", "3"});
-  CHECK(three.code == 0);
-  CHECK(three.out == a.out);
-  CHECK(three.output.find("3 threads (--threads)") != std::string::npos);
+  const CliRun threads = with({"--seed", "5", "--threads", "3"});
+  CHECK(threads.code == 0);
+  CHECK(threads.out == a.out);
+  CHECK(threads.output.find("3 threads (--threads)") != std::string::npos);
   // The default for a model this small is one thread, whatever OMP_NUM_THREADS or the machine
   // offers; the log says why.
   const char* before = std::getenv("OMP_NUM_THREADS");

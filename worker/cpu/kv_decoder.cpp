@@ -14,7 +14,7 @@
 namespace xtrain {
 
 KvDecoder::KvDecoder(const ParamLayout& layout, std::vector<float> params, int threads)
-    : TokenDecoder(layout.dims()), layout_(layout), params_(layout.total()), team_(threads) {
+    : TokenDecoder(layout.dims(), 1), layout_(layout), params_(layout.total()), team_(threads) {
   if (params.size() != layout.total()) {
     throw std::invalid_argument("KvDecoder: " + std::to_string(params.size()) + " parameters for a layout of " +
                                 std::to_string(layout.total()));

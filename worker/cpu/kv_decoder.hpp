@@ -5,8 +5,8 @@
 // matrices repacked for them (worker/cpu/packed_matmul.hpp). The products' rows and the attention
 // heads are split over a team of threads (worker/cpu/thread_team.hpp), the calling thread among
 // them; every output is the same sum whatever the split, so the logits have the same bits at any
-// thread count. The window and its slide past the context are TokenDecoder's: after a slide the
-// cache is filled again from position 0.
+// thread count. One row (one sequence at a time). The window and its slide past the context are
+// TokenDecoder's: after a slide the cache is filled again from position 0.
 #pragma once
 
 #include <cstdint>

@@ -9,13 +9,6 @@ namespace {
 
 std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
-std::uint64_t splitmix64(std::uint64_t& x) {
-  std::uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 // Windows of T + 1 tokens fit at starts 0 .. count - T - 1.
 std::uint64_t window_positions(const TokenSpan& tokens, int seq_len) {
   const auto window = static_cast<std::uint64_t>(seq_len) + 1;
@@ -27,6 +20,13 @@ std::uint64_t window_positions(const TokenSpan& tokens, int seq_len) {
 }
 
 }  // namespace
+
+std::uint64_t splitmix64(std::uint64_t& x) {
+  std::uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
 
 Xoshiro256::Xoshiro256(std::uint64_t seed) {
   for (auto& w : state_.words) w = splitmix64(seed);

@@ -21,6 +21,9 @@ struct SamplerState {
   bool operator==(const SamplerState&) const = default;
 };
 
+// splitmix64 (Steele, Lea and Flood): advances x and returns its next output, a 64-bit mix of it.
+std::uint64_t splitmix64(std::uint64_t& x);
+
 // xoshiro256** (Blackman and Vigna), seeded through splitmix64: small, fast, and its state is
 // plain data. Fixed here so that batches do not change with the standard library.
 class Xoshiro256 {

@@ -92,7 +92,7 @@ GPT::GPT(const ModelSpec& spec, Backend& backend, int max_batch, ModelUse use)
 // Nothing here throws: the backend's free and drop_recordings never do (worker/model/backend.hpp).
 GPT::~GPT() {
   drop_recordings();
-  backend_.free(step_.token_position);
+  backend_.free(step_.position);
   backend_.free(step_.float_memory);
   backend_.free(step_.act_memory);
   backend_.free(int_memory_);
@@ -348,7 +348,8 @@ void GPT::set_replay(Replay mode) {
   drop_recordings();
   replay_ = mode;
   layers_.assign(2 * static_cast<size_t>(layout_.dims().L + 2), RecordedLayer{});
-  logits_head_ = step_work_ = RecordedLayer{};
+  logits_head_ = RecordedLayer{};
+  step_work_.clear();
 }
 
 void GPT::drop_recordings() noexcept {
@@ -359,7 +360,7 @@ void GPT::drop_recordings() noexcept {
   };
   for (RecordedLayer& r : layers_) drop(r);
   drop(logits_head_);
-  drop(step_work_);
+  for (RecordedLayer& r : step_work_) drop(r);
   if (any) backend_.drop_recordings();
 }
 

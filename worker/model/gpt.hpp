@@ -17,8 +17,8 @@
 // straight into the bf16 copy (nothing updates them). GPT-2 XL at 4 sequences of 1024 in bf16:
 // 5.3 GiB, where a GPT built for training holds 24.5 (the trainer's plan less AdamW's moments).
 //
-// A decoder's step (forward_step) runs one new position of sequence 0 with GPT's own qkv
-// activations as its KV cache: a forward writes every row of them, a step the row of its position.
+// A decoder's step (forward_step) runs one new position of sequences [0, B) with GPT's own qkv
+// activations as their KV cache: a forward writes every row of them, a step the row of its position.
 //
 // Recorded layers (CUDA graphs, where the backend records: Backend::can_record). With replay on,
 // the work of each layer in each pass (forward: the embeddings, every block, the head with the
@@ -27,7 +27,7 @@
 // on: one launch per layer instead of one per operation. Forwards at the full batch replay, with
 // targets (training, validation) and without (a decoder's logits: the same layers, a head of its
 // own), and so do backwards at the full batch; a smaller batch runs eagerly. A decoder's step is
-// one recording of its own, at any batch and position (read from backend memory). The tokens are
+// one recording of its own per number of sequences, at any position (read from backend memory). The tokens are
 // uploaded into fixed backend buffers before the replays; the layer observer and on_bucket_ready
 // run on the host between the layers as before, so each gradient bucket's all-reduce stays outside
 // the recordings and still overlaps the rest of backward.
@@ -36,6 +36,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -110,17 +111,20 @@ class GPT {
   // logits. Nothing here waits for the backend.
   void forward(const int32_t* tokens, const int32_t* targets, int B);
 
-  // A decoder's step (worker/model/gpt_decoder.hpp): `token` at `position` of sequence 0, in one
-  // position of work. Its keys and values are those in sequence 0's qkv activations at the rows
-  // [0, position), as the forwards and steps before left them (a forward writes every row, a step
-  // the row of its position): the caller keeps track of what those rows hold, with forwards().
-  // So the step's logits, step_logits() (Vp), are forward()'s at that position on the same tokens,
-  // up to the order of the sums (and in bf16 their rounding: Backend::attention_step). token
-  // outside [0, V) or position outside [0, T): std::out_of_range. Nothing here waits for the
-  // backend. A backward needs a forward with targets after the last step (std::logic_error). The
-  // step's own rows (15 C + Vp activations) are allocated at the first step; training never
-  // steps, so the memory plan leaves them out.
-  void forward_step(std::int32_t token, int position);
+  // A decoder's step (worker/model/gpt_decoder.hpp): tokens[b] at `position` of sequence b, for
+  // B = tokens.size() sequences, all at the same position, in one position of work each. Their
+  // keys and values are those in sequences [0, B)'s qkv activations at the rows [0, position), as
+  // the forwards and steps before left them (a forward writes every row, a step the row of its
+  // position): the caller keeps track of what those rows hold, with forwards(). So the step's
+  // logits, step_logits() (B,Vp), are forward()'s at that position on the same tokens, up to the
+  // order of the sums (and in bf16 their rounding: Backend::attention_step). B outside
+  // [1, max_batch]: std::invalid_argument; a token outside [0, V) or position outside [0, T):
+  // std::out_of_range. Nothing here waits for the backend. A backward needs a forward with targets
+  // after the last step (std::logic_error). The step's own rows (max_batch x (15 C + Vp)
+  // activations) are allocated at the first step; training never steps, so the memory plan
+  // leaves them out.
+  void forward_step(std::span<const std::int32_t> tokens, int position);
+  void forward_step(std::int32_t token, int position) { forward_step(std::span(&token, 1), position); }
   ConstActPtr step_logits() const { return step_.logits; }
   // forward() and forward_step() calls so far: a decoder that saw the count unchanged since its
   // own last call knows the qkv rows are still its tokens'.
@@ -199,12 +203,14 @@ class GPT {
     ActPtr residual3;       // (rows,C) the block's output
     NextNorm next;
   };
-  // A decoder step's rows (forward_step), carved from one allocation of each kind.
+  // A decoder step's rows (forward_step), max_batch of each, carved from one allocation of each
+  // kind.
   struct StepRows {
-    ActPtr x, ln, qkv, atty, proj_out, fch, fch_gelu, logits;  // (C) (C) (3C) (C) (C) (4C) (4C) (Vp)
-    float* mean = nullptr;                                      // (1)
-    float* rstd = nullptr;                                      // (1)
-    std::int32_t* token_position = nullptr;                     // (2) the step's token, its position
+    ActPtr x, ln, qkv, atty, proj_out, fch, fch_gelu, logits;  // (C) (C) (3C) (C) (C) (4C) (4C) (Vp) a row
+    float* mean = nullptr;                                      // (max_batch)
+    float* rstd = nullptr;                                      // (max_batch)
+    std::int32_t* position = nullptr;                           // (1) the step's position, then
+    std::int32_t* tokens = nullptr;                             // (max_batch) its tokens
     void* act_memory = nullptr;
     void* float_memory = nullptr;
   };
@@ -254,7 +260,7 @@ class GPT {
   Replay replay_ = Replay::kOff;
   std::vector<RecordedLayer> layers_;  // (2, L+2): forward then backward, by layer + 1
   RecordedLayer logits_head_;          // the head of a forward without targets
-  RecordedLayer step_work_;            // forward_step, whole
+  std::vector<RecordedLayer> step_work_;  // forward_step, whole, by number of sequences - 1
   float recorded_scale_ = 0.0f;        // backward's loss scale in the recordings
 };
 

@@ -2,29 +2,39 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 namespace xtrain {
 
-GptDecoder::GptDecoder(GPT& model)
-    : TokenDecoder(model.dims()),
+GptDecoder::GptDecoder(GPT& model, int rows)
+    : TokenDecoder(model.dims(), rows),
       model_(model),
-      tokens_(static_cast<size_t>(model.dims().T), 0),
-      logits_(static_cast<size_t>(model.dims().Vp)) {
-  if (model.max_batch() < 1) throw std::invalid_argument("GptDecoder: the model holds no sequence");
+      tokens_(static_cast<size_t>(rows) * static_cast<size_t>(model.dims().T), 0),
+      logits_(static_cast<size_t>(rows) * static_cast<size_t>(model.dims().Vp)) {
+  if (rows > model.max_batch()) {
+    throw std::invalid_argument("GptDecoder: " + std::to_string(rows) + " rows, but the model holds " +
+                                std::to_string(model.max_batch()) + " sequence(s)");
+  }
 }
 
 std::span<const float> GptDecoder::run(int first) {
+  const size_t T = static_cast<size_t>(dims_.T), Vp = static_cast<size_t>(dims_.Vp);
   const bool cached = forwards_seen_ != 0 && forwards_seen_ == model_.forwards();
   if (cached && first > 0 && position() - first == 1) {
-    model_.forward_step(window().back(), first);
+    std::vector<std::int32_t> last(static_cast<size_t>(rows()));
+    for (int r = 0; r < rows(); ++r) last[static_cast<size_t>(r)] = window(r).back();
+    model_.forward_step(last, first);
     count_positions(1);
     model_.backend().download(logits_.data(), model_.step_logits(), logits_.size());
   } else {
-    std::copy(window().begin(), window().end(), tokens_.begin());
-    model_.forward(tokens_.data(), nullptr, 1);
+    for (int r = 0; r < rows(); ++r) std::copy(window(r).begin(), window(r).end(), tokens_.begin() + r * T);
+    model_.forward(tokens_.data(), nullptr, rows());
     count_positions(dims_.T);
-    const size_t last = static_cast<size_t>(position() - 1) * static_cast<size_t>(dims_.Vp);
-    model_.backend().download(logits_.data(), model_.logits() + last, logits_.size());
+    // Each row's last position: rows downloads of Vp, once a window (the prompt, a slide).
+    const size_t last = static_cast<size_t>(position() - 1);
+    for (int r = 0; r < rows(); ++r) {
+      model_.backend().download(logits_.data() + r * Vp, model_.logits() + (r * T + last) * Vp, Vp);
+    }
   }
   forwards_seen_ = model_.forwards();
   return {logits_.data(), logits_.size()};

@@ -1,12 +1,13 @@
 // A TokenDecoder (worker/model/token_decoder.hpp) on GPT itself, on any backend: the way
-// `generate` decodes on a GPU, and the trainer's samples on either device.
-//   - A window that is new (the prompt, after a slide past the context, or tokens appended after
-//     other work ran on the model) goes through GPT's forward: one sequence of T positions, the
-//     ones past the window filler that a causal model never lets the window's own positions see.
-//   - A token appended after the decoder's own last call is one step (GPT::forward_step): one
-//     position of work, its attention reading the keys and values that the forward and steps
-//     before left in GPT's qkv activations. A KV cache without memory of its own.
-// The logits of the window's last position are downloaded (Vp floats, from the backend's
+// `generate` decodes on a GPU, and the trainer's samples on either device. Its rows are GPT's
+// sequences [0, rows): the samples of one prompt, side by side.
+//   - Windows that are new (the prompt, after a slide past the context, or tokens appended after
+//     other work ran on the model) go through GPT's forward: rows sequences of T positions, the
+//     ones past the windows filler that a causal model never lets the windows' own positions see.
+//   - A token a row appended after the decoder's own last call is one step (GPT::forward_step):
+//     one position of work a row, its attention reading the keys and values that the forward and
+//     steps before left in GPT's qkv activations. A KV cache without memory of its own.
+// The logits of each window's last position are downloaded (rows x Vp floats, from the backend's
 // activation dtype).
 #pragma once
 
@@ -21,16 +22,17 @@ namespace xtrain {
 
 class GptDecoder : public TokenDecoder {
  public:
-  // `model` (max_batch >= 1, std::invalid_argument otherwise) must outlive the decoder.
-  explicit GptDecoder(GPT& model);
+  // `model` must outlive the decoder; rows in [1, model.max_batch()] (std::invalid_argument
+  // otherwise).
+  explicit GptDecoder(GPT& model, int rows = 1);
 
  private:
   std::span<const float> run(int first) override;
 
   GPT& model_;
   std::uint64_t forwards_seen_ = 0;   // model_.forwards() after this decoder's last call; 0: none
-  std::vector<std::int32_t> tokens_;  // (1,T) the window, then filler
-  std::vector<float> logits_;         // (Vp)
+  std::vector<std::int32_t> tokens_;  // (rows,T) the windows, then filler
+  std::vector<float> logits_;         // (rows,Vp)
 };
 
 }  // namespace xtrain

@@ -1,23 +1,28 @@
-// GPT::forward_step: a decoder's one position of work, with the forward's qkv activations of
-// sequence 0 as the KV cache (worker/model/gpt.hpp). The blocks are the forward's
-// (GPT::block_forward) on one row; only the embedding and the attention differ, both reading the
-// position from backend memory, so that one recording replays every step.
+// GPT::forward_step: a decoder's one position of work for B sequences, with the forward's qkv
+// activations of sequences [0, B) as the KV cache (worker/model/gpt.hpp). The blocks are the
+// forward's (GPT::block_forward) on B rows; only the embedding and the attention differ, both
+// reading the position from backend memory, so that one recording per B replays every step.
+#include <span>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "worker/model/gpt.hpp"
 #include "worker/model/memory_plan.hpp"
 
 namespace xtrain {
 
-// The step's rows carved as GPT's activations are (worker/model/memory_plan.hpp's Carver).
+// The step's rows, max_batch of each, carved as GPT's activations are (worker/model/memory_plan.hpp's
+// Carver).
 void GPT::allocate_step_rows() {
+  const size_t rows = static_cast<size_t>(max_batch_);
   const size_t C = static_cast<size_t>(layout_.dims().C), Vp = static_cast<size_t>(layout_.dims().Vp);
   Carver acts(dtype_bytes(backend_.act_dtype()));
-  const size_t x = acts.take(C), ln = acts.take(C), qkv = acts.take(3 * C), atty = acts.take(C),
-               proj_out = acts.take(C), fch = acts.take(4 * C), fch_gelu = acts.take(4 * C), logits = acts.take(Vp);
+  const size_t x = acts.take(rows * C), ln = acts.take(rows * C), qkv = acts.take(rows * 3 * C),
+               atty = acts.take(rows * C), proj_out = acts.take(rows * C), fch = acts.take(rows * 4 * C),
+               fch_gelu = acts.take(rows * 4 * C), logits = acts.take(rows * Vp);
   Carver floats(sizeof(float));
-  const size_t mean = floats.take(1), rstd = floats.take(1);
+  const size_t mean = floats.take(rows), rstd = floats.take(rows);
   StepRows s;
   const ActPtr a = backend_.alloc_acts(acts.total());
   float* f = backend_.alloc_floats(floats.total());
@@ -33,15 +38,23 @@ void GPT::allocate_step_rows() {
   s.logits = a + logits;
   s.mean = f + mean;
   s.rstd = f + rstd;
-  s.token_position = backend_.alloc_ints(2);
+  s.position = backend_.alloc_ints(1 + rows);
+  s.tokens = s.position + 1;
   step_ = s;
 }
 
-void GPT::forward_step(std::int32_t token, int position) {
+void GPT::forward_step(std::span<const std::int32_t> tokens, int position) {
   const ModelDims& d = layout_.dims();
-  if (token < 0 || token >= d.V) {
-    throw std::out_of_range("GPT::forward_step: token " + std::to_string(token) + " is outside the vocabulary [0, " +
-                            std::to_string(d.V) + ")");
+  const int B = static_cast<int>(tokens.size());
+  if (B < 1 || B > max_batch_) {
+    throw std::invalid_argument("GPT::forward_step: " + std::to_string(tokens.size()) + " sequences, expected 1 to " +
+                                std::to_string(max_batch_));
+  }
+  for (const std::int32_t token : tokens) {
+    if (token < 0 || token >= d.V) {
+      throw std::out_of_range("GPT::forward_step: token " + std::to_string(token) + " is outside the vocabulary [0, " +
+                              std::to_string(d.V) + ")");
+    }
   }
   if (position < 0 || position >= d.T) {
     throw std::out_of_range("GPT::forward_step: position " + std::to_string(position) + " is outside the context [0, " +
@@ -53,14 +66,15 @@ void GPT::forward_step(std::int32_t token, int position) {
   Backend& k = backend_;
   const StepRows& s = step_;
   const ConstActPtr p = weights();
-  const std::int32_t token_position[2] = {token, position};
-  k.upload(s.token_position, token_position, 2);
+  std::vector<std::int32_t> position_tokens{position};  // one upload: the position, then the tokens
+  position_tokens.insert(position_tokens.end(), tokens.begin(), tokens.end());
+  k.upload(s.position, position_tokens.data(), position_tokens.size());
   auto work = [&] {
-    k.embedding_forward_at(s.x, s.token_position, p + layout_.wte(), p + layout_.wpe(), s.token_position + 1, 1, 1, C);
+    k.embedding_forward_at(s.x, s.tokens, p + layout_.wte(), p + layout_.wpe(), s.position, B, 1, C);
     const NextNorm first = norm_after(-1);
-    k.layernorm_forward(s.ln, s.mean, s.rstd, s.x, first.weight, first.bias, 1, C);
+    k.layernorm_forward(s.ln, s.mean, s.rstd, s.x, first.weight, first.bias, B, C);
     for (int l = 0; l < d.L; ++l) {
-      const ActPtr cache = acts_.qkv + 3 * l * btc;  // sequence 0's rows of layer l
+      const ActPtr cache = acts_.qkv + 3 * l * btc;  // (B,T,3C) sequences [0, B) of layer l
       NextNorm next = norm_after(l);
       next.out = s.ln;
       next.mean = s.mean;
@@ -78,14 +92,18 @@ void GPT::forward_step(std::int32_t token, int position) {
                         .proj_out = s.proj_out,
                         .residual3 = s.x,
                         .next = next};
-      block_forward(l, 1, r, [&] { k.attention_step(s.atty, cache, s.qkv, s.token_position + 1, 1, d.T, C, d.NH); });
+      block_forward(l, B, r, [&] { k.attention_step(s.atty, cache, s.qkv, s.position, B, d.T, C, d.NH); });
     }
-    k.matmul_forward(s.logits, s.ln, p + layout_.wte(), nullptr, 1, C, d.Vp);
+    k.matmul_forward(s.logits, s.ln, p + layout_.wte(), nullptr, B, C, d.Vp);
   };
   ++forwards_;
-  backward_ready_ = false;  // the step wrote a row of qkv that backward would read
+  backward_ready_ = false;  // the step wrote rows of qkv that backward would read
   if (replay_ == Replay::kOff) return work();
-  run_recorded(step_work_, [] { return std::string("decoder's step"); }, work);
+  if (step_work_.size() < static_cast<size_t>(B)) step_work_.resize(static_cast<size_t>(B));
+  const auto part = [B] {
+    return "decoder's step" + (B > 1 ? " of " + std::to_string(B) + " sequences" : std::string());
+  };
+  run_recorded(step_work_[static_cast<size_t>(B) - 1], part, work);
 }
 
 }  // namespace xtrain

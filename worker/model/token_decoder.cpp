@@ -6,11 +6,23 @@
 
 namespace xtrain {
 
-TokenDecoder::TokenDecoder(const ModelDims& dims) : dims_(dims) { window_.reserve(static_cast<size_t>(dims.T)); }
+TokenDecoder::TokenDecoder(const ModelDims& dims, int rows) : dims_(dims) {
+  if (rows < 1) throw std::invalid_argument("decoder: " + std::to_string(rows) + " rows, expected at least 1");
+  windows_.resize(static_cast<size_t>(rows));
+  for (std::vector<std::int32_t>& w : windows_) w.reserve(static_cast<size_t>(dims.T));
+}
+
+void TokenDecoder::reset() {
+  for (std::vector<std::int32_t>& w : windows_) w.clear();
+}
 
 std::span<const float> TokenDecoder::append(std::span<const std::int32_t> tokens) {
-  const int n = static_cast<int>(tokens.size());
-  if (n == 0) throw std::out_of_range("decoder: no tokens to append");
+  if (tokens.empty()) throw std::out_of_range("decoder: no tokens to append");
+  if (tokens.size() % windows_.size() != 0) {
+    throw std::invalid_argument("decoder: " + std::to_string(tokens.size()) + " tokens for " +
+                                std::to_string(windows_.size()) + " rows, not the same number for each");
+  }
+  const int n = static_cast<int>(tokens.size() / windows_.size());
   if (n > dims_.T) {
     throw std::length_error(std::to_string(n) + " tokens at once, more than the model's context of " +
                             std::to_string(dims_.T));
@@ -21,14 +33,18 @@ std::span<const float> TokenDecoder::append(std::span<const std::int32_t> tokens
                               std::to_string(dims_.V) + ")");
     }
   }
-  int first = position();
-  if (position() + n > dims_.T) {  // slide: keep the newest half (at most what leaves room), run it again
-    const int keep = std::min({position(), dims_.T / 2, dims_.T - n});
-    window_.erase(window_.begin(), window_.end() - keep);
-    first = 0;
+  // Slide: keep the newest half (at most what leaves room) and run it again. Every window has the
+  // same length, so all slide together.
+  const int before = position();
+  const bool slide = before + n > dims_.T;
+  const int keep = slide ? std::min({before, dims_.T / 2, dims_.T - n}) : before;
+  for (size_t r = 0; r < windows_.size(); ++r) {
+    std::vector<std::int32_t>& w = windows_[r];
+    if (slide) w.erase(w.begin(), w.end() - keep);
+    const auto row = tokens.begin() + static_cast<std::ptrdiff_t>(r) * n;
+    w.insert(w.end(), row, row + n);
   }
-  window_.insert(window_.end(), tokens.begin(), tokens.end());
-  return run(first);
+  return run(slide ? 0 : before);
 }
 
 }  // namespace xtrain

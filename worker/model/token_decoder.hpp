@@ -5,6 +5,10 @@
 // one rule, so that the same model, prompt and seed give the same text on either, up to the
 // rounding of their sums.
 //
+// Rows: a decoder may run several sequences side by side (GptDecoder: the samples of one prompt
+// in one batch on a GPU), each with its own window, all of the same length: every call appends
+// the same number of tokens to each.
+//
 // The window past the context: GPT-2's positions are learned absolute embeddings, so a token
 // belongs to its position and the window cannot shift by one. When new tokens do not fit, the
 // newest half of the window (at most what leaves them room) is kept and run again from position
@@ -26,26 +30,28 @@ class TokenDecoder {
   TokenDecoder& operator=(const TokenDecoder&) = delete;
 
   int context() const { return dims_.T; }
-  int position() const { return static_cast<int>(window_.size()); }  // tokens in the window
-  const std::vector<std::int32_t>& window() const { return window_; }
+  int rows() const { return static_cast<int>(windows_.size()); }
+  int position() const { return static_cast<int>(windows_[0].size()); }  // tokens in each window
+  const std::vector<std::int32_t>& window(int row = 0) const { return windows_.at(static_cast<size_t>(row)); }
 
-  void reset() { window_.clear(); }
+  void reset();
 
   // Positions run through the model since construction, slides and refills included (what the
-  // cache saves shows here).
+  // cache saves shows here), counted once for all rows.
   std::uint64_t positions_computed() const { return positions_computed_; }
 
-  // Puts `tokens` at the next positions (sliding first, above, when they do not fit) and returns
-  // the logits of the last one: Vp floats, the first V the vocabulary's, valid until the next
-  // call. More tokens than the context is std::length_error; an id outside [0, V), or no tokens,
-  // std::out_of_range; the window is unchanged then.
+  // Puts `tokens`, (rows, n) row-major, at each window's next n positions (sliding first, above,
+  // when they do not fit) and returns the logits of each row's last one: (rows, Vp) floats, the
+  // first V of a row the vocabulary's, valid until the next call. More than the context per row
+  // is std::length_error; an id outside [0, V), or no tokens, std::out_of_range; a count that is
+  // not a multiple of rows(), std::invalid_argument; the windows are unchanged then.
   std::span<const float> append(std::span<const std::int32_t> tokens);
 
  protected:
-  explicit TokenDecoder(const ModelDims& dims);
+  TokenDecoder(const ModelDims& dims, int rows);
 
-  // Runs the window's positions [first, position()) through the model (the ones before `first`
-  // ran in earlier calls, since the last slide) and returns the last one's logits (Vp floats).
+  // Runs every window's positions [first, position()) through the model (the ones before `first`
+  // ran in earlier calls, since the last slide) and returns each row's last logits (rows, Vp).
   virtual std::span<const float> run(int first) = 0;
 
   void count_positions(int n) { positions_computed_ += static_cast<std::uint64_t>(n); }
@@ -53,7 +59,7 @@ class TokenDecoder {
   ModelDims dims_;
 
  private:
-  std::vector<std::int32_t> window_;
+  std::vector<std::vector<std::int32_t>> windows_;  // (rows) of position() tokens each
   std::uint64_t positions_computed_ = 0;
 };
 

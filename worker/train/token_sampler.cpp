@@ -88,4 +88,10 @@ std::int32_t TokenSampler::next(std::span<const float> logits) {
   return candidates_.back().second;  // u within rounding of the total
 }
 
+std::uint64_t sample_seed(std::uint64_t seed, int index) {
+  if (index == 0) return seed;
+  std::uint64_t x = static_cast<std::uint64_t>(index);
+  return seed ^ splitmix64(x);
+}
+
 }  // namespace xtrain

@@ -36,4 +36,10 @@ class TokenSampler {
   std::vector<std::pair<float, std::int32_t>> candidates_;  // (logit, id)
 };
 
+// The seed of sample `index` (from 0) of a command's `seed`: the seed itself for the first, so
+// that one sample's text does not depend on how many were asked; for each further one the seed
+// mixed with a splitmix64 output of its index, its own stream whether the samples run one after
+// another or side by side. (Sample 2 of seed S is not sample 1 of seed S + 1.)
+std::uint64_t sample_seed(std::uint64_t seed, int index);
+
 }  // namespace xtrain

@@ -9,6 +9,8 @@
 // - eval scores 4 windows one per forward, says so on stderr, and gets the loss of the full
 //   machine's 4 windows per forward within 1e-6 relative (the same sums per window; the products'
 //   shapes differ with the batch, so their sums may run in another order);
+// - generate's 2 samples go one at a time there, says so, and print the full machine's stdout,
+//   where they went side by side;
 // - on 64 MiB (less than the headroom the check keeps free) its multiple-choice set, whose 4
 //   completions of an example go in one forward, and generate: exit 2, one line naming --device,
 //   what the model needs and the way out, nothing on stdout.
@@ -85,6 +87,18 @@ TEST_CASE("eval and generate on a GPU too small for the model: fewer windows per
   CHECK(a.at("tokens") == 4 * 1024);
   CHECK(a.at("tokens") == b.at("tokens"));
   CHECK(a.at("loss").get<double>() == Approx(b.at("loss").get<double>()).epsilon(1e-6));
+
+  const std::vector<std::string> samples = {"generate", ckpt.dir, "--prompt", "Hi", "--max-new-tokens", "6",
+                                            "--num-samples", "2", "--device", "cuda", "--precision", "fp32"};
+  const Finished one_by_one = run_command(samples, small);
+  const Finished side_by_side = run_command(samples, full);
+  INFO(one_by_one.err << side_by_side.err);
+  REQUIRE(one_by_one.exit_code == 0);
+  REQUIRE(side_by_side.exit_code == 0);
+  CHECK_THAT(one_by_one.err, Contains("1 sample side by side: as many as the free memory of GPU 0 ("));
+  CHECK_THAT(side_by_side.err, Contains("2 sample(s) of up to 6 tokens, 2 side by side"));
+  CHECK_THAT(one_by_one.out, Contains("--- sample 2 of 2 ---"));
+  CHECK(one_by_one.out == side_by_side.out);
 
   std::vector<std::string> choices = eval;
   choices[2] = "--multiple-choice";

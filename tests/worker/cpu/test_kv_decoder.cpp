@@ -3,7 +3,8 @@
 // prompt; the work it saves (one position per token) and the slide past the context. And the
 // GPT decoder (worker/model/gpt_decoder.hpp, GPT's forward and steps on any backend, what runs on
 // a GPU): the same window as the KV decoder's through prompts and slides, the same logits, one
-// position of work per token, and a forward of the window again when other work ran on the model.
+// position of work per token, and a forward of the window again when other work ran on the model;
+// with several rows (samples side by side), each row the logits of a one-row decoder on its tokens.
 //
 // Tolerance: both are fp32 with the same per-element math; they differ in summation order only
 // (sgemv against sgemm, a direct softmax against flash attention's online one, expf against
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -194,4 +196,42 @@ TEST_CASE("The GPT decoder keeps the KV decoder's window through prompts and sli
   CHECK_THROWS_AS(window.append(std::span<const int32_t>()), std::out_of_range);
   CHECK_THROWS_AS(window.append(std::vector<int32_t>(static_cast<size_t>(d.T) + 1, 0)), std::length_error);
   CHECK(window.position() == d.T);
+}
+
+TEST_CASE("The GPT decoder's rows are sequences side by side, each a KV decoder's logits on its tokens", "[kv]") {
+  Model m;
+  const ModelDims& d = m.gpt.dims();
+  constexpr int kRows = 3;
+  GPT wide(m.spec, m.backend, kRows, ModelUse::kInference);
+  wide.set_params(m.params.data());
+  GptDecoder rows(wide, kRows);
+  std::vector<std::unique_ptr<KvDecoder>> singles;
+  std::vector<std::vector<int32_t>> streams;
+  for (int r = 0; r < kRows; ++r) {
+    singles.push_back(std::make_unique<KvDecoder>(m.gpt.layout(), m.params));
+    streams.push_back(test::random_tokens(3 * static_cast<size_t>(d.T), d.V, 20 + static_cast<unsigned>(r)));
+  }
+  // A prompt, steps, several tokens at once, steps past a slide, a prompt that slides at once.
+  const std::vector<std::pair<size_t, size_t>> calls = {{0, 5}, {5, 1}, {6, 1}, {7, 4}, {11, 1}, {12, 1},
+                                                        {13, 1}, {14, 1}, {15, 1}, {16, 1}, {17, 12}, {29, 1}};
+  for (const auto& [from, count] : calls) {
+    std::vector<int32_t> piece;
+    for (const std::vector<int32_t>& s : streams) piece.insert(piece.end(), s.begin() + from, s.begin() + from + count);
+    const std::span<const float> got = rows.append(piece);
+    REQUIRE(got.size() == static_cast<size_t>(kRows) * d.Vp);
+    for (int r = 0; r < kRows; ++r) {
+      INFO("tokens [" << from << ", " << from + count << ") of row " << r);
+      const std::span<const float> want = singles[static_cast<size_t>(r)]->append(
+          std::span(streams[static_cast<size_t>(r)]).subspan(from, count));
+      REQUIRE(rows.window(r) == singles[static_cast<size_t>(r)]->window());
+      CHECK(relative_error(got.subspan(static_cast<size_t>(r) * d.Vp, static_cast<size_t>(d.Vp)), want.data(), d.V) <
+            kTolerance);
+    }
+  }
+  CHECK(rows.position() < d.T);  // the calls slid
+  // The same count for every row, and no more rows than the model holds sequences.
+  CHECK_THROWS_AS(rows.append(std::vector<int32_t>(kRows + 1, 1)), std::invalid_argument);
+  CHECK_THROWS_AS(GptDecoder(wide, kRows + 1), std::invalid_argument);
+  CHECK_THROWS_AS(GptDecoder(wide, 0), std::invalid_argument);
+  CHECK_THROWS_AS(wide.forward_step(std::vector<int32_t>(kRows + 1, 1), 0), std::invalid_argument);
 }
