@@ -41,6 +41,15 @@ Outcome xlaunch(const std::string& env, const std::string& backend, const std::s
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str()};
 }
 
+// xlaunch --check under `env`: exit 2, one line with `message`, no rank started.
+void check_refused(const std::string& env, const std::string& backend, const std::string& message) {
+  const Outcome o = xlaunch(env, backend, "--check");
+  INFO(env);
+  CHECK(o.code == 2);
+  CHECK_THAT(o.output, Catch::Contains(message));
+  CHECK(o.output.find("[rank") == std::string::npos);
+}
+
 }  // namespace
 
 TEST_CASE("interpret mode: device cuda without a GPU plans two ranks that reduce with Gloo", "[interp][switch]") {
@@ -52,27 +61,19 @@ TEST_CASE("interpret mode: device cuda without a GPU plans two ranks that reduce
 
 TEST_CASE("interpret mode refuses NCCL, a bad switch value and a build without it, before any rank starts",
           "[interp][switch]") {
-  const Outcome nccl = xlaunch("XTRAIN_CUDA_INTERPRET=1", "nccl", "--check");
-  CHECK(nccl.code == 2);
-  CHECK_THAT(nccl.output, Catch::Contains("backend: \"nccl\" needs GPUs; in CUDA interpret mode (XTRAIN_CUDA_INTERPRET=1)"));
-  const Outcome bad = xlaunch("XTRAIN_CUDA_INTERPRET=yes", "auto", "--check");
-  CHECK(bad.code == 2);
-  CHECK_THAT(bad.output, Catch::Contains("XTRAIN_CUDA_INTERPRET: expected 1 (interpret mode) or 0, got \"yes\""));
-  const Outcome missing = xlaunch("XTRAIN_CUDA_INTERPRET=1 XTRAIN_CUDA_PLUGIN=/nonexistent/libx.so", "auto", "--check");
-  CHECK(missing.code == 2);
-  CHECK_THAT(missing.output, Catch::Contains("XTRAIN_CUDA_INTERPRET: 1 asks for CUDA interpret mode, but "
-                                             "/nonexistent/libx.so is not there"));
-  CHECK(missing.output.find("[rank") == std::string::npos);
+  check_refused("XTRAIN_CUDA_INTERPRET=1", "nccl",
+                "backend: \"nccl\" needs GPUs; in CUDA interpret mode (XTRAIN_CUDA_INTERPRET=1)");
+  check_refused("XTRAIN_CUDA_INTERPRET=yes", "auto",
+                "XTRAIN_CUDA_INTERPRET: expected 1 (interpret mode) or 0, got \"yes\"");
+  check_refused("XTRAIN_CUDA_INTERPRET=1 XTRAIN_CUDA_PLUGIN=/nonexistent/libx.so", "auto",
+                "XTRAIN_CUDA_INTERPRET: 1 asks for CUDA interpret mode, but /nonexistent/libx.so is not there");
 }
 
 TEST_CASE("interpret mode refuses a setting that is not a whole number in range, naming it", "[interp][switch]") {
-  const Outcome schedules = xlaunch("XTRAIN_CUDA_INTERPRET=1 XTRAIN_INTERP_SCHEDULES=three", "auto", "--check");
-  CHECK(schedules.code == 2);
-  CHECK_THAT(schedules.output, Catch::Contains("XTRAIN_INTERP_SCHEDULES: expected a whole number from 1 to 64, got \"three\""));
-  const Outcome memory = xlaunch("XTRAIN_CUDA_INTERPRET=1 XTRAIN_INTERP_DEVICE_MIB=0", "auto", "--check");
-  CHECK(memory.code == 2);
-  CHECK_THAT(memory.output, Catch::Contains("XTRAIN_INTERP_DEVICE_MIB: expected a whole number from 1 to 1048576, got \"0\""));
-  CHECK(memory.output.find("[rank") == std::string::npos);
+  check_refused("XTRAIN_CUDA_INTERPRET=1 XTRAIN_INTERP_SCHEDULES=three", "auto",
+                "XTRAIN_INTERP_SCHEDULES: expected a whole number from 1 to 64, got \"three\"");
+  check_refused("XTRAIN_CUDA_INTERPRET=1 XTRAIN_INTERP_DEVICE_MIB=0", "auto",
+                "XTRAIN_INTERP_DEVICE_MIB: expected a whole number from 1 to 1048576, got \"0\"");
   // Without the switch the settings are not read: interpret mode is off.
   CHECK(xlaunch("XTRAIN_INTERP_DEVICE_MIB=0", "auto", "--dry-run").output.find("XTRAIN_INTERP_DEVICE_MIB") ==
         std::string::npos);
