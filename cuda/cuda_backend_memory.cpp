@@ -70,8 +70,7 @@ CudaBackend::CudaBackend(int device, Precision precision, bool deterministic)
       gemm_(stream_, precision == Precision::tf32),
       scratch_(stream_),
       pinned_(stream_, [this] { wait_for_stream("the pinned staging ring's drain"); }) {
-  XTRAIN_CUDA_CHECK(
-      cudaMalloc(reinterpret_cast<void**>(&sum_partials_), (cuda_buffers::kSumSquaresBlocks + 1) * sizeof(double)));
+  XTRAIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sum_partials_), cuda_buffers::kSumSquaresPartialsBytes));
 }
 
 CudaBackend::~CudaBackend() {
@@ -90,7 +89,7 @@ void CudaBackend::refuse_while_recording(const char* what) const {
 }
 
 size_t CudaBackend::own_bytes() const {
-  return cuda_buffers::kGemmWorkspaceBytes + scratch_.capacity() + (cuda_buffers::kSumSquaresBlocks + 1) * sizeof(double);
+  return cuda_buffers::kGemmWorkspaceBytes + scratch_.capacity() + cuda_buffers::kSumSquaresPartialsBytes;
 }
 
 // Growing moves the buffer: not while recording (it waits for the stream), and not under

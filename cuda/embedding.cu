@@ -41,9 +41,9 @@ size_t CudaBackend::embedding_sort_reserve(int BT) const {
 }
 
 Backend::OwnMemory CudaBackend::own_memory(int rows, int cols) const {
-  return {cuda_buffers::kGemmWorkspaceBytes,
-          cuda_buffers::scratch_bytes(rows, cols, embedding_sort_reserve(rows)) +
-              (cuda_buffers::kSumSquaresBlocks + 1) * sizeof(double)};
+  return {.workspace_bytes = cuda_buffers::kGemmWorkspaceBytes,
+          .partials_bytes = cuda_buffers::kSumSquaresPartialsBytes,
+          .scratch_bytes = cuda_buffers::scratch_bytes(rows, cols, embedding_sort_reserve(rows))};
 }
 
 void CudaBackend::reserve_scratch(int rows, int cols) {

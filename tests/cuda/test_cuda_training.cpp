@@ -31,7 +31,8 @@
 // Memory: GPT, AdamW and the trainer's step scalars allocate exactly the memory plan's bytes
 // (worker/model/memory_plan.hpp), the backend's own buffers (cuBLASLt's workspace, the norm's partials,
 // the scratch) are the plan's too, CUB's radix sort fits the plan's allowance on this GPU, and
-// nothing grows during a step; a GPT built for inference holds the inference plan.
+// nothing grows during a step; a GPT built for inference holds the inference plan (no scratch for
+// backward), and a forward grows none.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -339,5 +340,6 @@ TEST_CASE_METHOD(Seeded, "the CUDA backend holds what the memory plan counts, an
     gpt.forward(b.tokens.data(), b.targets.data(), kBatch);
     gpu.synchronize();
     CHECK(gpu.allocated_bytes() == element_bytes);
+    CHECK(gpu.own_bytes() == plan.backend_bytes);  // no operation of a forward grew the scratch
   }
 }

@@ -77,10 +77,13 @@ class Backend {
   // Sizes the backend's private scratch for every operation on up to `rows` positions of up to
   // `cols` channels (GPT: B*T and 4C), so that none allocates during a step.
   virtual void reserve_scratch(int rows, int cols) = 0;
-  // Memory the backend holds for itself once reserve_scratch(rows, cols) has run (a products'
-  // workspace, reduction partials, its private scratch), as worker/model/memory_plan.hpp counts it.
+  // Memory the backend holds for itself, as worker/model/memory_plan.hpp counts it: from its
+  // construction, a products' workspace and reduction partials; once reserve_scratch(rows, cols)
+  // has run, its private scratch too. Only a GPT built for training reserves it: the scratch
+  // serves backward (and forwards and decoder steps need none).
   struct OwnMemory {
     size_t workspace_bytes = 0;
+    size_t partials_bytes = 0;
     size_t scratch_bytes = 0;
   };
   virtual OwnMemory own_memory(int /*rows*/, int /*cols*/) const { return {}; }

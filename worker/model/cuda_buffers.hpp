@@ -15,6 +15,7 @@ namespace xtrain::cuda_buffers {
 constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
 // The gradient norm's reduction: a fixed grid of blocks, one double partial each, plus the sum.
 constexpr int kSumSquaresBlocks = 1024;
+constexpr size_t kSumSquaresPartialsBytes = (kSumSquaresBlocks + 1) * sizeof(double);
 // Deterministic column sums (bias and layernorm-parameter gradients): the rows are cut into at
 // most kColumnMaxGroups groups, by blocks of kColumnRowThreads row threads. Layernorm backward's
 // one-pass kernel runs one block per group: 256 fill a 132-SM GPU about twice over, for partials

@@ -85,7 +85,7 @@ GPT::GPT(const ModelSpec& spec, Backend& backend, int max_batch, ModelUse use)
   if (bf16) weight_copy_ = backend_.alloc_acts(layout_.total());
   if (training) grads_ = backend_.alloc_floats(layout_.total());
   allocate_activations();
-  backend_.reserve_scratch(max_batch_ * d.T, 4 * d.C);
+  if (training) backend_.reserve_scratch(max_batch_ * d.T, 4 * d.C);  // backward's: forwards need none
   host_losses_.resize(static_cast<size_t>(max_batch_) * d.T);
 }
 

@@ -27,10 +27,10 @@
 // on: one launch per layer instead of one per operation. Forwards at the full batch replay, with
 // targets (training, validation) and without (a decoder's logits: the same layers, a head of its
 // own), and so do backwards at the full batch; a smaller batch runs eagerly. A decoder's step is
-// one recording of its own per number of sequences, at any position (read from backend memory). The tokens are
-// uploaded into fixed backend buffers before the replays; the layer observer and on_bucket_ready
-// run on the host between the layers as before, so each gradient bucket's all-reduce stays outside
-// the recordings and still overlaps the rest of backward.
+// one recording of its own per number of sequences, at any position (read from backend memory).
+// The tokens are uploaded into fixed backend buffers before the replays; the layer observer and
+// on_bucket_ready run on the host between the layers as before, so each gradient bucket's
+// all-reduce stays outside the recordings and still overlaps the rest of backward.
 #pragma once
 
 #include <cstddef>

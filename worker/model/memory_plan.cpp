@@ -17,13 +17,15 @@ std::string format_count(double n) {
   return text;
 }
 
-// A plan's fields that come from the backend alone.
-MemoryPlan plan_on(const BackendMemory& backend) {
+// A plan's fields that come from the backend alone. The backend's scratch serves backward: a GPT
+// built for inference never reserves it.
+MemoryPlan plan_on(const BackendMemory& backend, ModelUse use) {
   MemoryPlan p;
   p.device = backend.device;
   p.act_dtype = backend.act_dtype;
   p.complete = backend.attention_scratch_floats.has_value();
-  p.backend_bytes = backend.workspace_bytes + backend.scratch_bytes;
+  p.backend_bytes = backend.workspace_bytes + backend.partials_bytes +
+                    (use == ModelUse::kTraining ? backend.scratch_bytes : 0);
   return p;
 }
 
@@ -49,12 +51,13 @@ std::string bf16_copy_words(DType act_dtype) {
 
 std::string sequences(int n) { return std::to_string(n) + " sequence" + (n == 1 ? "" : "s"); }
 
-// The backend's own buffers, the plan's last item.
-void add_backend_buffers(MemoryPlan& p, const BackendMemory& backend) {
+// The backend's own buffers (plan_on counted them), the plan's last item.
+void add_backend_buffers(MemoryPlan& p, const BackendMemory& backend, ModelUse use) {
   if (p.backend_bytes == 0) return;
   p.items.push_back({"backend buffers", p.backend_bytes,
-                     "products' workspace " + format_bytes(backend.workspace_bytes) + ", scratch " +
-                         format_bytes(backend.scratch_bytes)});
+                     "products' workspace " + format_bytes(backend.workspace_bytes) + ", reduction partials " +
+                         format_bytes(backend.partials_bytes) +
+                         (use == ModelUse::kTraining ? ", scratch " + format_bytes(backend.scratch_bytes) : "")});
 }
 
 }  // namespace
@@ -113,8 +116,8 @@ BackendMemory cuda_backend_memory(const ModelDims& d, int B, Precision precision
       B, d.T, d.C, d.NH, cuda_buffers::attention_dq_by_atomics(precision, deterministic));
   m.workspace_bytes = cuda_buffers::kGemmWorkspaceBytes;
   const int rows = B * d.T;
-  m.scratch_bytes = cuda_buffers::scratch_bytes(rows, 4 * d.C, cuda_buffers::embedding_sort_allowance_bytes(rows)) +
-                    (cuda_buffers::kSumSquaresBlocks + 1) * sizeof(double);
+  m.partials_bytes = cuda_buffers::kSumSquaresPartialsBytes;
+  m.scratch_bytes = cuda_buffers::scratch_bytes(rows, 4 * d.C, cuda_buffers::embedding_sort_allowance_bytes(rows));
   return m;
 }
 
@@ -136,6 +139,7 @@ BackendMemory backend_memory(const Backend& backend, const ModelDims& d, int B) 
   m.attention_scratch_floats = backend.attention_scratch_floats(B, d.T, d.C, d.NH);
   const Backend::OwnMemory own = backend.own_memory(B * d.T, 4 * d.C);
   m.workspace_bytes = own.workspace_bytes;
+  m.partials_bytes = own.partials_bytes;
   m.scratch_bytes = own.scratch_bytes;
   return m;
 }
@@ -158,7 +162,7 @@ MemoryPlan plan_memory(const ModelSpec& model, int micro_batch, int world_size, 
   const bool weight_copy = backend.precision == Precision::bf16;
   const size_t scalars = step_scalar_floats(world_size);
 
-  MemoryPlan p = plan_on(backend);
+  MemoryPlan p = plan_on(backend, ModelUse::kTraining);
   p.floats = 4 * P + a.floats + scalars;
   p.acts = (weight_copy ? P : 0) + a.acts;
   p.ints = a.ints;
@@ -183,7 +187,7 @@ MemoryPlan plan_memory(const ModelSpec& model, int micro_batch, int world_size, 
                      std::string("one layer's activation gradients, shared by the layers, ") + act +
                          (p.complete ? "; attention scratch fp32" : "; the CPU attention's scratch not counted")});
   p.items.push_back({"tokens and step scalars", a.ints * sizeof(int32_t) + scalars * sizeof(float), "int32, fp32"});
-  add_backend_buffers(p, backend);
+  add_backend_buffers(p, backend, ModelUse::kTraining);
   // Before the first step, ranks broadcast rank 0's weights into a copy and compare (world > 1).
   p.startup_bytes = world_size > 1 ? P * sizeof(float) : 0;
   return p;
@@ -198,7 +202,7 @@ MemoryPlan plan_inference_memory(const ModelSpec& model, int batch, const Backen
   const char* act = dtype_name(backend.act_dtype);
   const bool master = backend.precision != Precision::bf16;
 
-  MemoryPlan p = plan_on(backend);
+  MemoryPlan p = plan_on(backend, ModelUse::kInference);
   p.floats = (master ? P : 0) + a.floats;
   p.acts = (master ? 0 : P) + a.acts;
   p.ints = a.ints;
@@ -217,7 +221,7 @@ MemoryPlan plan_inference_memory(const ModelSpec& model, int batch, const Backen
                          (p.complete ? "" : "; the CPU attention's scratch not counted")});
   p.items.push_back({"logits", logits, std::string(act) + " (B*T, Vp); fp32 loss sums"});
   p.items.push_back({"tokens", a.ints * sizeof(int32_t), "int32 tokens and targets"});
-  add_backend_buffers(p, backend);
+  add_backend_buffers(p, backend, ModelUse::kInference);
   return p;
 }
 

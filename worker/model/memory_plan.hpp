@@ -47,7 +47,7 @@ class Carver {
 // What a GPT is built for. Training keeps every layer's activations for backward, and backward's
 // scratch. Inference (the eval and generate commands) runs forwards and a decoder's steps only: one
 // layer's activations, reused by the next, except the attention's q, k and v of every layer (the
-// decoder's KV cache), and no backward scratch.
+// decoder's KV cache), and no backward scratch, GPT's or the backend's.
 enum class ModelUse { kTraining, kInference };
 
 // Offsets, in elements, of every tensor GPT keeps for micro-batches of up to B sequences, within
@@ -80,8 +80,9 @@ struct BackendMemory {
   DType act_dtype = DType::f32;                   // the CPU stores fp32 even in bf16
   size_t attention_saved_floats = 0;              // per layer, kept from forward to backward
   std::optional<size_t> attention_scratch_floats; // shared by the layers; unknown to xlaunch for CPU ranks
-  size_t workspace_bytes = 0;                     // the backend's own buffers: the products' workspace
-  size_t scratch_bytes = 0;                       // and its private scratch and reduction partials
+  size_t workspace_bytes = 0;                     // the backend's own buffers: the products' workspace,
+  size_t partials_bytes = 0;                      // its reduction partials
+  size_t scratch_bytes = 0;                       // and its private scratch for backward (training only)
 };
 
 // The CUDA backend's figures for micro-batches of B sequences (its own queries return these);
@@ -138,7 +139,8 @@ MemoryPlan plan_memory(const ModelSpec& model, int micro_batch, int world_size, 
 // The plan of a GPT built for inference (ModelUse::kInference: the eval and generate commands) on
 // `batch` sequences: the weights (in bf16 the operations' copy only: nothing updates them, so no
 // fp32 master), the KV cache, one layer's activations, the logits, the tokens and the backend's
-// buffers. A decoder's step adds its own rows (15 C + Vp activations) at the first step.
+// buffers but its scratch (backward's). A decoder's step adds its own rows (batch x (15 C + Vp)
+// activations) at the first step, within the fit's headroom.
 MemoryPlan plan_inference_memory(const ModelSpec& model, int batch, const BackendMemory& backend);
 
 // Device memory the fit check keeps free beyond the plan: cudaMalloc's rounding to 2 MiB pages,

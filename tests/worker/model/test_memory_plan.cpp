@@ -245,7 +245,7 @@ TEST_CASE("the inference plan is what a GPT built for inference allocates, eleme
 }
 
 // What the eval command holds for GPT-2 XL (4 windows of 1024 per forward, bf16, on a GPU): the
-// inference plan (5.28 GiB: bf16 weights 2.90, KV cache 1.76, the logits 0.38, one layer 0.20)
+// inference plan (5.27 GiB: bf16 weights 2.90, KV cache 1.76, the logits 0.38, one layer 0.20)
 // against a GPT built for training (the trainer's plan less AdamW's moments), which eval and
 // generate held before (24.48 GiB).
 TEST_CASE("GPT-2 XL's eval fits in under a quarter of the training model's memory", "[memory]") {
