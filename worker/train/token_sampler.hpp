@@ -2,11 +2,18 @@
 // (nucleus) filtering, from the training data's seeded generator (xoshiro256**,
 // worker/data/batch_sampler.hpp), so that the same seed gives the same tokens with any compiler
 // and standard library.
+//
+// A draw runs once per token of every sample, on the host, between a GPU's steps: over GPT-2's
+// 50,257 logits it has to cost well under a step (about 0.5 ms on a GPU). So the weights are one
+// vectorised pass of worker/math's exp in fp32 (about 1 ulp; glibc's exp in double, which a draw
+// took before, was a scalar call per token), the walk to the drawn token skips whole chunks by
+// their sums, top-k selects on the logits alone, and a nucleus is found by a radix selection on
+// the weights' bits, not a sort. Tokens are walked by id, so the draws do not depend on the order the standard library's
+// partitions leave.
 #pragma once
 
 #include <cstdint>
 #include <span>
-#include <utility>
 #include <vector>
 
 #include "worker/data/batch_sampler.hpp"
@@ -31,9 +38,18 @@ class TokenSampler {
   double uniform();
 
  private:
+  void keep_top_k(std::span<const float> logits);
+  std::int32_t draw_by_id(double total);
+  std::int32_t draw_from_nucleus(double total);
+
   SamplingOptions options_;
   Xoshiro256 rng_;
-  std::vector<std::pair<float, std::int32_t>> candidates_;  // (logit, id)
+  std::vector<float> logits_;         // (kept) the kept tokens' logits, by id
+  std::vector<std::int32_t> ids_;     // (kept) their ids
+  std::vector<float> weights_;        // (kept) exp((logit - max) / temperature)
+  std::vector<double> chunk_sums_;    // (kept / kChunk) sums of the weights, chunk by chunk
+  std::vector<float> selection_;      // top-k's working copy of the logits
+  std::vector<std::uint32_t> order_;  // a nucleus's search: the kept tokens (indices) still candidates, by id
 };
 
 // The seed of sample `index` (from 0) of a command's `seed`: the seed itself for the first, so
