@@ -68,7 +68,9 @@ double TokenSampler::uniform() { return static_cast<double>(rng_.next() >> 11) *
 std::int32_t TokenSampler::next(std::span<const float> logits) {
   if (logits.empty()) throw std::invalid_argument("TokenSampler::next: no logits");
   if (options_.temperature == 0.0) {  // the first of equal values: the lower id
-    return static_cast<std::int32_t>(std::find(logits.begin(), logits.end(), largest(logits)) - logits.begin());
+    const auto best = std::find(logits.begin(), logits.end(), largest(logits));
+    if (best == logits.end()) throw std::runtime_error("TokenSampler::next: the first logit is NaN");
+    return static_cast<std::int32_t>(best - logits.begin());
   }
   if (options_.top_k > 0 && static_cast<size_t>(options_.top_k) < logits.size()) {
     keep_top_k(logits);
