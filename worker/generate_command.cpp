@@ -250,6 +250,7 @@ void generate_rows(TokenDecoder& decoder, int first, const Vocabulary& vocab, co
                        .held = {},
                        .done = false});
   }
+  const auto row = [&](int r) -> SampleRow& { return samples[static_cast<size_t>(r)]; };
   int printing = 0;  // the row whose text goes straight to stdout
   const auto header = [&](int r) {
     if (o.num_samples == 1) return;
@@ -260,18 +261,18 @@ void generate_rows(TokenDecoder& decoder, int first, const Vocabulary& vocab, co
     if (r == printing) {
       out.print(text);
     } else {
-      samples[static_cast<size_t>(r)].held += text;
+      row(r).held += text;
     }
   };
   const auto finish = [&](int r) {
-    SampleRow& s = samples[static_cast<size_t>(r)];
+    SampleRow& s = row(r);
     emit(r, s.stream.finish());
     s.done = true;
-    while (printing < rows && samples[static_cast<size_t>(printing)].done) {
+    while (printing < rows && row(printing).done) {
       if (++printing == rows) break;
       header(printing);
-      out.print(samples[static_cast<size_t>(printing)].held);
-      samples[static_cast<size_t>(printing)].held.clear();
+      out.print(row(printing).held);
+      row(printing).held.clear();
     }
   };
 
@@ -286,7 +287,7 @@ void generate_rows(TokenDecoder& decoder, int first, const Vocabulary& vocab, co
   for (int n = 0; n < o.max_new_tokens; ++n) {
     bool any = false;  // a row still generating after this token
     for (int r = 0; r < rows; ++r) {
-      SampleRow& s = samples[static_cast<size_t>(r)];
+      SampleRow& s = row(r);
       if (s.done) continue;
       const std::int32_t token = s.sampler.next(logits.subspan(static_cast<size_t>(r) * Vp, static_cast<size_t>(V)));
       ++totals.tokens;
@@ -302,7 +303,7 @@ void generate_rows(TokenDecoder& decoder, int first, const Vocabulary& vocab, co
     logits = decoder.append(next);
   }
   for (int r = 0; r < rows; ++r) {
-    if (!samples[static_cast<size_t>(r)].done) finish(r);
+    if (!row(r).done) finish(r);
   }
   totals.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }

@@ -256,6 +256,7 @@ class GPT {
   std::vector<float> host_losses_;  // (max_batch*T) staging for take_loss
   LayerObserver layer_observer_;
   StepRows step_;
+  std::vector<std::int32_t> step_upload_;  // (1 + B) host staging: a step's position, then its tokens
   std::uint64_t forwards_ = 0;
   Replay replay_ = Replay::kOff;
   std::vector<RecordedLayer> layers_;  // (2, L+2): forward then backward, by layer + 1

@@ -10,6 +10,7 @@ GptDecoder::GptDecoder(GPT& model, int rows)
     : TokenDecoder(model.dims(), rows),
       model_(model),
       tokens_(static_cast<size_t>(rows) * static_cast<size_t>(model.dims().T), 0),
+      step_tokens_(static_cast<size_t>(rows)),
       logits_(static_cast<size_t>(rows) * static_cast<size_t>(model.dims().Vp)) {
   if (rows > model.max_batch()) {
     throw std::invalid_argument("GptDecoder: " + std::to_string(rows) + " rows, but the model holds " +
@@ -21,9 +22,8 @@ std::span<const float> GptDecoder::run(int first) {
   const size_t T = static_cast<size_t>(dims_.T), Vp = static_cast<size_t>(dims_.Vp);
   const bool cached = forwards_seen_ != 0 && forwards_seen_ == model_.forwards();
   if (cached && first > 0 && position() - first == 1) {
-    std::vector<std::int32_t> last(static_cast<size_t>(rows()));
-    for (int r = 0; r < rows(); ++r) last[static_cast<size_t>(r)] = window(r).back();
-    model_.forward_step(last, first);
+    for (int r = 0; r < rows(); ++r) step_tokens_[static_cast<size_t>(r)] = window(r).back();
+    model_.forward_step(step_tokens_, first);
     count_positions(1);
     model_.backend().download(logits_.data(), model_.step_logits(), logits_.size());
   } else {

@@ -32,6 +32,7 @@ class GptDecoder : public TokenDecoder {
   GPT& model_;
   std::uint64_t forwards_seen_ = 0;   // model_.forwards() after this decoder's last call; 0: none
   std::vector<std::int32_t> tokens_;  // (rows,T) the windows, then filler
+  std::vector<std::int32_t> step_tokens_;  // (rows) a step's new tokens
   std::vector<float> logits_;         // (rows,Vp)
 };
 

@@ -66,9 +66,9 @@ void GPT::forward_step(std::span<const std::int32_t> tokens, int position) {
   Backend& k = backend_;
   const StepRows& s = step_;
   const ConstActPtr p = weights();
-  std::vector<std::int32_t> position_tokens{position};  // one upload: the position, then the tokens
-  position_tokens.insert(position_tokens.end(), tokens.begin(), tokens.end());
-  k.upload(s.position, position_tokens.data(), position_tokens.size());
+  step_upload_.assign(1, position);  // one upload: the position, then the tokens
+  step_upload_.insert(step_upload_.end(), tokens.begin(), tokens.end());
+  k.upload(s.position, step_upload_.data(), step_upload_.size());
   auto work = [&] {
     k.embedding_forward_at(s.x, s.tokens, p + layout_.wte(), p + layout_.wpe(), s.position, B, 1, C);
     const NextNorm first = norm_after(-1);

@@ -103,9 +103,9 @@ std::int32_t TokenSampler::next(std::span<const float> logits) {
 void TokenSampler::keep_top_k(std::span<const float> logits) {
   constexpr size_t kHeapLargest = 1024;
   const size_t k = static_cast<size_t>(options_.top_k);
-  selection_.assign(logits.begin(), logits.begin() + static_cast<std::ptrdiff_t>(k));
   float kth = 0.0f;
   if (k <= kHeapLargest) {
+    selection_.assign(logits.begin(), logits.begin() + static_cast<std::ptrdiff_t>(k));
     std::make_heap(selection_.begin(), selection_.end(), std::greater<float>());  // the least on top
     for (size_t j = k; j < logits.size(); ++j) {
       if (!(logits[j] > selection_.front())) continue;
