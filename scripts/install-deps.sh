@@ -4,7 +4,8 @@
 #   --test   also install what the test suite needs (PyTorch for reference checks and the torchrun
 #            comparison; node and npm, which fetch the GPT-2 tokenizer's reference:
 #            scripts/fetch-gpt2-reference.sh; Chromium to render the run report headless; iproute2
-#            for the network-namespace tests; python3-yaml to parse docs/kubernetes.md's manifests)
+#            for the network-namespace tests; python3-yaml to parse docs/kubernetes.md's manifests;
+#            qemu-user to run xlaunch and the worker on emulated CPUs without x86-64-v3)
 set -euo pipefail
 
 packages=(
@@ -17,7 +18,7 @@ packages=(
   time
 )
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(python3-torch python3-numpy python3-yaml chromium iproute2)
+  packages+=(python3-torch python3-numpy python3-yaml chromium iproute2 qemu-user)
   # Any node will do (a newer one may come from elsewhere): Debian's only where there is none.
   command -v node >/dev/null || packages+=(nodejs)
   command -v npm >/dev/null || packages+=(npm)

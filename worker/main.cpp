@@ -9,7 +9,8 @@
 //   1  "failed", a runtime failure: a peer died or timed out, a checkpoint could not be written,
 //      replicas disagreed
 //   2  "failed", bad input given to the worker: command line, environment, job spec, data,
-//      checkpoint, or a device that is not there; retrying cannot help
+//      checkpoint, or a device that is not there (a CPU without x86-64-v3 too, said on stderr
+//      only); retrying cannot help
 // SIGTERM and SIGINT keep their default action: the rank dies at once (the launcher's way to stop
 // a gang). SIGUSR2 makes the receiving thread write its backtrace (worker/train/backtrace.hpp). Every
 // failure prints one line "error: <field or file>: <what>" on stderr, and the result file says
@@ -32,6 +33,7 @@
 #include "common/job_spec.hpp"
 #include "common/log.hpp"
 #include "common/model_file.hpp"
+#include "common/worker_cpu.hpp"
 #include "common/worker_env.hpp"
 #include "worker/train/backtrace.hpp"
 #include "worker/train/checkpoint.hpp"
@@ -85,6 +87,11 @@ bool is_bad_input(const std::exception& e) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before any code that may be compiled for x86-64-v3 runs (common/worker_cpu.hpp).
+  if (const auto missing = missing_worker_cpu_features(); !missing.empty()) {
+    std::fprintf(stderr, "error: CPU: %s\n", describe_missing_cpu_features(missing).c_str());
+    return exit_code::kBadInput;
+  }
   if (argc > 1 && std::string(argv[1]) == "export") return run_export(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "generate") return run_generate(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "eval") return run_eval(argc - 1, argv + 1);

@@ -11,6 +11,7 @@
 #include "common/exit_codes.hpp"
 #include "common/model_file.hpp"
 #include "common/slurm.hpp"
+#include "common/worker_cpu.hpp"
 #include "common/store/kv_protocol.hpp"
 #include "launcher/cli/torchrun.hpp"
 #include "launcher/plan/nccl.hpp"
@@ -228,6 +229,15 @@ void require_interpret_plugin(const Plan& plan, const CliOptions& options) {
   }
 }
 
+// Our worker on a CPU it cannot execute on (common/worker_cpu.hpp) would die of SIGILL in every
+// rank: refused as a program the kernel cannot execute, before any rank starts.
+void require_worker_cpu(const Plan& plan) {
+  const std::vector<std::string> missing = missing_worker_cpu_features();
+  if (missing.empty()) return;
+  throw LaunchError(exit_code::kNotExecutable,
+                    "the worker (" + plan.worker_argv.front() + ") cannot run here: " + describe_missing_cpu_features(missing));
+}
+
 }  // namespace
 
 bool is_own_worker(const JobSpec& spec) {
@@ -291,6 +301,7 @@ Plan make_plan(const CliOptions& options, const HostInfo& host) {
   }
   resolve_worker(plan, options);  // spec errors (2) come first, then the command (126/127), then NCCL (125)
   if (plan.own_worker && plan.device == "cuda" && cuda_interpret_requested()) require_interpret_plugin(plan, options);
+  if (plan.own_worker) require_worker_cpu(plan);
   if (plan.backend == "nccl") {
     std::map<std::string, std::string> rank_env = plan.host.environment;
     for (const auto& [name, value] : plan.spec.worker.env) rank_env[name] = value;
