@@ -2,9 +2,15 @@
 // vocabulary: generate draws once per token of every sample, on the host, between a GPU's steps.
 // The logits are Zipf-like, as a language model's are (p ~ 1 / (rank + 1)^1.1 over a random
 // permutation of the 50,257 ids), the same every draw. Prints a Markdown table: per setting, the
-// median of --runs runs (5 unless given) of the mean over --draws draws (300 unless given), us.
+// median of --runs runs (5 unless given) of the mean over --draws draws (300 unless given), us:
+//   - one draw;
+//   - a step of 16 samples side by side (generate's most rows), each row drawing from its own
+//     sampler: one row after another, and on a ThreadTeam of one member a row up to the usable
+//     CPUs, as generate draws them. Between two steps the thread waits --gap-us (500 unless
+//     given: a GPU's step of 16), untimed, so the team's helpers have gone to sleep as they have
+//     in generate, and each timed step includes waking them.
 //
-// Usage: xtrain-bench-sampler [--draws N] [--runs N]
+// Usage: xtrain-bench-sampler [--draws N] [--runs N] [--gap-us N]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,27 +19,56 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
+#include "common/usable_cpus.hpp"
+#include "worker/cpu/thread_team.hpp"
 #include "worker/train/token_sampler.hpp"
 
 using namespace xtrain;
 
+namespace {
+
+constexpr int kRows = 16;
+
+// The median of `runs` means over `steps` calls of `step`, us, with `gap` waited (untimed) before each.
+template <typename Step>
+double median_us(int runs, int steps, std::chrono::microseconds gap, Step&& step) {
+  std::vector<double> means;
+  for (int r = 0; r < runs; ++r) {
+    double total = 0.0;
+    for (int n = 0; n < steps; ++n) {
+      if (gap.count() > 0) std::this_thread::sleep_for(gap);
+      const auto t0 = std::chrono::steady_clock::now();
+      step();
+      total += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    }
+    means.push_back(total / steps);
+  }
+  std::sort(means.begin(), means.end());
+  return means[means.size() / 2];
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  int draws = 300, runs = 5;
+  int draws = 300, runs = 5, gap_us = 500;
   for (int i = 1; i < argc; ++i) {
     const bool value = i + 1 < argc;
     if (std::strcmp(argv[i], "--draws") == 0 && value) {
       draws = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--runs") == 0 && value) {
       runs = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--gap-us") == 0 && value) {
+      gap_us = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: xtrain-bench-sampler [--draws N (300)] [--runs N (5)]\n");
+      std::fprintf(stderr, "usage: xtrain-bench-sampler [--draws N (300)] [--runs N (5)] [--gap-us N (500)]\n");
       return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
     }
   }
-  if (draws < 1 || runs < 1) {
-    std::fprintf(stderr, "xtrain-bench-sampler: --draws and --runs must be at least 1\n");
+  if (draws < 1 || runs < 1 || gap_us < 0) {
+    std::fprintf(stderr, "xtrain-bench-sampler: --draws and --runs must be at least 1, --gap-us at least 0\n");
     return 2;
   }
   constexpr int kVocabulary = 50257;
@@ -52,19 +87,25 @@ int main(int argc, char** argv) {
                               {"temperature 0.8, top-k 40", {0.8, 40, 1.0}},
                               {"temperature 0.8, top-p 0.95", {0.8, 0, 0.95}},
                               {"temperature 1, top-p 0.9", {1.0, 0, 0.9}}};
-  std::printf("| setting | us per draw (GPT-2's 50,257 logits) |\n| --- | ---: |\n");
+  const int members = std::min(kRows, static_cast<int>(usable_cpus()));
+  ThreadTeam team(members);
+  const std::chrono::microseconds gap(gap_us);
+  std::printf("| setting | us per draw (GPT-2's 50,257 logits) | us per step of %d rows, one after another | "
+              "us per step of %d rows, on %d thread%s |\n| --- | ---: | ---: | ---: |\n",
+              kRows, kRows, members, members == 1 ? "" : "s");
+  long checksum = 0;  // keeps the draws from being optimised away
   for (const Setting& s : settings) {
     TokenSampler sampler(s.options, 1);
-    std::vector<double> means;
-    long checksum = 0;
-    for (int r = 0; r < runs; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int d = 0; d < draws; ++d) checksum += sampler.next(logits);
-      means.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / draws);
-    }
-    std::sort(means.begin(), means.end());
-    std::printf("| %s | %.1f |\n", s.name, means[means.size() / 2]);
-    if (checksum < 0) return 1;  // keeps the draws from being optimised away
+    const double one = median_us(runs, draws, std::chrono::microseconds(0), [&] { checksum += sampler.next(logits); });
+    std::vector<TokenSampler> rows;
+    for (int r = 0; r < kRows; ++r) rows.emplace_back(s.options, sample_seed(1, r));
+    const auto draw = [&](size_t first, size_t last) {
+      for (size_t r = first; r < last; ++r) checksum += rows[r].next(logits);
+    };
+    const int steps = std::max(1, draws / kRows);
+    const double in_turn = median_us(runs, steps, gap, [&] { draw(0, kRows); });
+    const double on_team = median_us(runs, steps, gap, [&] { team.split(kRows, 1, 1, draw); });
+    std::printf("| %s | %.1f | %.0f | %.0f |\n", s.name, one, in_turn, on_team);
   }
-  return 0;
+  return checksum < 0 ? 1 : 0;
 }
