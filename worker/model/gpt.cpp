@@ -181,10 +181,62 @@ void GPT::refresh_weights() {
 
 void GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
   const ModelDims& d = layout_.dims();
+  const int BT = B * d.T;
+  check_batch(B, "GPT::forward");
+  check_token_range(tokens, BT, d.V, "tokens");
+  if (targets != nullptr) check_token_range(targets, BT, d.V, "targets");
+  Backend& k = backend_;
+  const Activations& a = acts_;
+  if (targets != nullptr) k.upload(a.targets, targets, BT);
+  // Forwards of the full batch replay recorded layers: with targets (training, validation) and
+  // without (logits for a caller). Their layers are the same work; their heads are not.
+  const bool recordable = B == max_batch_;
+  forward_layers(tokens, B, recordable);
+  run_layer(Pass::kForward, d.L, recordable, /*logits_only=*/targets == nullptr, [&] {
+    k.matmul_forward(a.logits, a.lnf, weights() + layout_.wte(), nullptr, BT, d.C, d.Vp);
+    // Gradient of the mean loss; backward folds in the caller's loss scale.
+    if (targets != nullptr) {
+      k.softmax_cross_entropy(a.logits, a.losses, a.targets, 1.0f / static_cast<float>(BT), BT, d.V, d.Vp);
+    }
+  });
+  last_B_ = B;
+  ++forwards_;
+  backward_ready_ = targets != nullptr;
+  if (targets != nullptr) loss_positions_ += static_cast<size_t>(BT);
+}
+
+void GPT::forward_window(const int32_t* tokens, int B, int last) {
+  const ModelDims& d = layout_.dims();
+  check_batch(B, "GPT::forward_window");
+  if (last < 0 || last >= d.T) {
+    throw std::out_of_range("GPT::forward_window: position " + std::to_string(last) + " is outside the context [0, " +
+                            std::to_string(d.T) + ")");
+  }
+  check_token_range(tokens, B * d.T, d.V, "tokens");
+  if (step_.act_memory == nullptr) allocate_step_rows();
+  forward_layers(tokens, B, /*recordable=*/B == max_batch_);
+  // One row a sequence: its own product, each reading the weights once. Eager, as `last` moves
+  // the rows; a window is run once per prompt or slide.
+  run_layer(Pass::kForward, d.L, /*recordable=*/false, /*logits_only=*/true, [&] {
+    for (int b = 0; b < B; ++b) {
+      const size_t row = static_cast<size_t>(b) * d.T + static_cast<size_t>(last);
+      backend_.matmul_forward(step_.logits + static_cast<size_t>(b) * d.Vp, acts_.lnf + row * d.C,
+                              weights() + layout_.wte(), nullptr, 1, d.C, d.Vp);
+    }
+  });
+  ++forwards_;
+  backward_ready_ = false;  // the logits' rows hold no gradient
+}
+
+void GPT::check_batch(int B, const char* who) const {
   if (B < 1 || B > max_batch_) {
-    throw std::invalid_argument("GPT::forward: batch " + std::to_string(B) + " outside [1, " +
+    throw std::invalid_argument(std::string(who) + ": batch " + std::to_string(B) + " outside [1, " +
                                 std::to_string(max_batch_) + "]");
   }
+}
+
+void GPT::forward_layers(const int32_t* tokens, int B, bool recordable) {
+  const ModelDims& d = layout_.dims();
   const int T = d.T, C = d.C, NH = d.NH, BT = B * T;
   // Per-layer activations are strided by the allocated batch, so one layout serves every B.
   const size_t btc = static_cast<size_t>(max_batch_) * T * C;
@@ -192,16 +244,7 @@ void GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
   Backend& k = backend_;
   const Activations& a = acts_;
   const ConstActPtr p = weights();
-
-  check_token_range(tokens, BT, d.V, "tokens");
   k.upload(a.tokens, tokens, BT);
-  if (targets != nullptr) {
-    check_token_range(targets, BT, d.V, "targets");
-    k.upload(a.targets, targets, BT);
-  }
-  // Forwards of the full batch replay recorded layers: with targets (training, validation) and
-  // without (a decoder's logits). Their layers are the same work; their heads are not.
-  const bool recordable = B == max_batch_;
   run_layer(Pass::kForward, -1, recordable, /*logits_only=*/false, [&] {
     k.embedding_forward(a.encoded, a.tokens, p + layout_.wte(), p + layout_.wpe(), B, T, C);
     const NextNorm n = norm_after(-1);
@@ -230,17 +273,6 @@ void GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
       });
     });
   }
-  run_layer(Pass::kForward, d.L, recordable, /*logits_only=*/targets == nullptr, [&] {
-    k.matmul_forward(a.logits, a.lnf, p + layout_.wte(), nullptr, BT, C, d.Vp);
-    // Gradient of the mean loss; backward folds in the caller's loss scale.
-    if (targets != nullptr) {
-      k.softmax_cross_entropy(a.logits, a.losses, a.targets, 1.0f / static_cast<float>(BT), BT, d.V, d.Vp);
-    }
-  });
-  last_B_ = B;
-  ++forwards_;
-  backward_ready_ = targets != nullptr;
-  if (targets != nullptr) loss_positions_ += static_cast<size_t>(BT);
 }
 
 // Each block ends with its residual add fused into the next layernorm (layer l + 1's ln1, or lnf

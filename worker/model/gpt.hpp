@@ -110,6 +110,11 @@ class GPT {
   // backward (logits() then holds the logits' gradient). Without targets (nullptr): keeps the
   // logits. Nothing here waits for the backend.
   void forward(const int32_t* tokens, const int32_t* targets, int B);
+  // A decoder's window (worker/model/gpt_decoder.hpp): forward() without targets, but the head
+  // runs on position `last` of each sequence only, into step_logits() (B,Vp), where forward()
+  // would compute and keep all B x T positions' logits for one row of each to be read. The same
+  // exceptions as forward(); `last` outside [0, T): std::out_of_range.
+  void forward_window(const int32_t* tokens, int B, int last);
 
   // A decoder's step (worker/model/gpt_decoder.hpp): tokens[b] at `position` of sequence b, for
   // B = tokens.size() sequences, all at the same position, in one position of work each. Their
@@ -224,6 +229,11 @@ class GPT {
   // its own in training, one shared by all for inference.
   size_t kept_layer(int layer) const { return use_ == ModelUse::kTraining ? static_cast<size_t>(layer) : 0; }
   void allocate_step_rows();
+  // std::invalid_argument naming `who` where B is outside [1, max_batch].
+  void check_batch(int B, const char* who) const;
+  // The embeddings and the blocks of forward() on B sequences of tokens (host, (B,T), checked):
+  // everything up to lnf, recorded layer by layer where `recordable`.
+  void forward_layers(const int32_t* tokens, int B, bool recordable);
   NextNorm norm_after(int layer) const;  // the layernorm of the forward's residual3[layer] (-1: encoded)
   // The block's work: the attention's q, k, v product, `attend` (qkv to atty), the projection,
   // the residual add fused into ln2, the MLP, the residual add fused into the next norm.

@@ -19,23 +19,18 @@ GptDecoder::GptDecoder(GPT& model, int rows)
 }
 
 std::span<const float> GptDecoder::run(int first) {
-  const size_t T = static_cast<size_t>(dims_.T), Vp = static_cast<size_t>(dims_.Vp);
+  const size_t T = static_cast<size_t>(dims_.T);
   const bool cached = forwards_seen_ != 0 && forwards_seen_ == model_.forwards();
   if (cached && first > 0 && position() - first == 1) {
     for (int r = 0; r < rows(); ++r) step_tokens_[static_cast<size_t>(r)] = window(r).back();
     model_.forward_step(step_tokens_, first);
     count_positions(1);
-    model_.backend().download(logits_.data(), model_.step_logits(), logits_.size());
   } else {
     for (int r = 0; r < rows(); ++r) std::copy(window(r).begin(), window(r).end(), tokens_.begin() + r * T);
-    model_.forward(tokens_.data(), nullptr, rows());
+    model_.forward_window(tokens_.data(), rows(), position() - 1);
     count_positions(dims_.T);
-    // Each row's last position: rows downloads of Vp, once a window (the prompt, a slide).
-    const size_t last = static_cast<size_t>(position() - 1);
-    for (int r = 0; r < rows(); ++r) {
-      model_.backend().download(logits_.data() + r * Vp, model_.logits() + (r * T + last) * Vp, Vp);
-    }
   }
+  model_.backend().download(logits_.data(), model_.step_logits(), logits_.size());
   forwards_seen_ = model_.forwards();
   return {logits_.data(), logits_.size()};
 }

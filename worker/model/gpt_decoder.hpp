@@ -2,8 +2,9 @@
 // `generate` decodes on a GPU, and the trainer's samples on either device. Its rows are GPT's
 // sequences [0, rows): the samples of one prompt, side by side.
 //   - Windows that are new (the prompt, after a slide past the context, or tokens appended after
-//     other work ran on the model) go through GPT's forward: rows sequences of T positions, the
-//     ones past the windows filler that a causal model never lets the windows' own positions see.
+//     other work ran on the model) go through GPT's forward (GPT::forward_window): rows sequences
+//     of T positions, the ones past the windows filler that a causal model never lets the windows'
+//     own positions see, and the head on each window's last position only.
 //   - A token a row appended after the decoder's own last call is one step (GPT::forward_step):
 //     one position of work a row, its attention reading the keys and values that the forward and
 //     steps before left in GPT's qkv activations. A KV cache without memory of its own.

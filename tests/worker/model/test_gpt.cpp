@@ -237,6 +237,55 @@ TEST_CASE("a decoder's step gives the forward's logits at its position, from the
   }
 }
 
+// A decoder's window runs forward()'s layers and the head on one position a sequence, each its
+// own one-row product (sgemv on the CPU, where forward() multiplies all rows at once): the sums
+// in another order only. fp32: 1e-5 of max(1, the largest |logit|); bf16 (the CPU's emulation):
+// both round the same products to bf16, so an order-sized difference can cross one rounding
+// boundary: 1e-2, about 2 ulps at the logits' scale.
+TEST_CASE("a decoder's window gives forward()'s logits at its last position, for every sequence", "[model]") {
+  for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+    INFO(precision_name(precision));
+    const double tolerance = precision == Precision::fp32 ? 1e-5 : 1e-2;
+    CpuBackend k(precision);
+    GPT gpt(tiny_model(), k, 3, ModelUse::kInference);
+    gpt.init_weights(5);
+    const ModelDims& d = gpt.dims();
+    const auto tokens = random_tokens(3 * static_cast<size_t>(d.T), d.V, 17);
+    gpt.forward(tokens.data(), nullptr, 3);
+    std::vector<float> full(3 * static_cast<size_t>(d.T) * d.Vp);
+    k.download(full.data(), gpt.logits(), full.size());
+    // The largest difference over the vocabulary of row `row` of step_logits() from forward()'s
+    // logits of sequence b at `position`, relative to max(1, the largest |logit|).
+    const auto relative_error = [&](int row, int b, int position) {
+      std::vector<float> got(static_cast<size_t>(row + 1) * d.Vp);
+      k.download(got.data(), gpt.step_logits(), got.size());
+      double worst = 0.0, scale = 1.0;
+      for (int v = 0; v < d.V; ++v) {
+        const float want = full[(static_cast<size_t>(b) * d.T + position) * d.Vp + static_cast<size_t>(v)];
+        worst = std::max(worst, static_cast<double>(std::fabs(got[static_cast<size_t>(row) * d.Vp + v] - want)));
+        scale = std::max(scale, static_cast<double>(std::fabs(want)));
+      }
+      return worst / scale;
+    };
+    for (const int B : {2, 3}) {
+      for (const int last : {0, 6, d.T - 1}) {
+        INFO(B << " sequences, position " << last);
+        const std::uint64_t forwards = gpt.forwards();
+        gpt.forward_window(tokens.data(), B, last);
+        CHECK(gpt.forwards() == forwards + 1);
+        for (int b = 0; b < B; ++b) CHECK(relative_error(b, b, last) < tolerance);
+      }
+    }
+    // Its steps read the window's qkv rows, as after forward() (the step's test's tolerance).
+    gpt.forward_window(tokens.data(), 1, 6);
+    gpt.forward_step(tokens[7], 7);
+    CHECK(relative_error(0, 0, 7) < tolerance);
+    CHECK_THROWS_AS(gpt.forward_window(tokens.data(), 4, 0), std::invalid_argument);
+    CHECK_THROWS_AS(gpt.forward_window(tokens.data(), 1, d.T), std::out_of_range);
+    CHECK_THROWS_AS(gpt.forward_window(tokens.data(), 1, -1), std::out_of_range);
+  }
+}
+
 // A GPT built for inference runs the same operations on the same values as the training model,
 // only in other memory (one layer's activations reused, no master in bf16, the weights uploaded
 // straight into their copy with the same rounding): every logit, loss and step the same bits.
