@@ -358,9 +358,10 @@ DecoderPlace place_decoder(const GenerateOptions& o, const ModelFileInfo& model)
   }
   if (o.precision != "auto") place.device = choose_command_device(o.device, o.precision, "generating", probe);
   // Before anything is allocated there: the samples side by side that the GPU's memory takes.
-  place.rows = fit_command_batch(place.device, spec_of(model, model.n_positions), wanted_rows(o));
+  place.rows = fit_command_batch(place.device, spec_of(model, model.n_positions), wanted_rows(o), 1, ModelUse::kDecoding);
   try {
-    place.loaded = std::make_unique<LoadedModel>(model, model.n_positions, place.rows, place.device);
+    place.loaded =
+        std::make_unique<LoadedModel>(model, model.n_positions, place.rows, place.device, ModelUse::kDecoding);
   } catch (const std::invalid_argument& e) {  // a shape the GPU's kernels do not take
     throw BadInput(model.path + ": " + e.what());
   }

@@ -20,10 +20,12 @@ struct LoadedModel {
   ParamLayout layout;
   std::unique_ptr<Backend> backend;
   GPT gpt;
-  LoadedModel(const ModelFileInfo& model, int T, int max_batch, const DeviceChoice& device = {})
+  // `use`: kInference (eval, the logits tool) or kDecoding (generate).
+  LoadedModel(const ModelFileInfo& model, int T, int max_batch, const DeviceChoice& device = {},
+              ModelUse use = ModelUse::kInference)
       : layout(ModelDims::from(spec_of(model, T))),
         backend(make_backend(device)),
-        gpt(spec_of(model, T), *backend, max_batch, ModelUse::kInference) {
+        gpt(spec_of(model, T), *backend, max_batch, use) {
     std::vector<float> params(layout.total());
     import_model(model, layout, params.data());
     gpt.set_params(params.data());

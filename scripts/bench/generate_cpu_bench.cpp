@@ -143,14 +143,14 @@ int main(int argc, char** argv) try {
   const size_t read_floats = layout.total() - static_cast<size_t>(d.T - 1) * d.C;
   const double floor_ms = 1000.0 * static_cast<double>(read_floats * sizeof(float)) / bandwidth;
 
-  // GPT's decoder: the model built for inference on the CPU backend, OpenBLAS on `threads`.
+  // GPT's decoder: the model built for decoding (as generate's) on the CPU backend, OpenBLAS on `threads`.
   std::unique_ptr<CpuBackend> backend;
   std::unique_ptr<GPT> gpt;
   std::unique_ptr<TokenDecoder> decoder_owner;
   if (decoder_name == "gpt") {
     openblas_set_num_threads(threads);
     backend = std::make_unique<CpuBackend>(Precision::fp32);
-    gpt = std::make_unique<GPT>(shape.model(), *backend, 1, ModelUse::kInference);
+    gpt = std::make_unique<GPT>(shape.model(), *backend, 1, ModelUse::kDecoding);
     gpt->set_params(params.data());
     decoder_owner = std::make_unique<GptDecoder>(*gpt);
   } else {

@@ -149,9 +149,9 @@ void require_memory_fit(const DeviceChoice& device, const JobSpec& spec, int wor
                    spec.train.deterministic, device.gpu_memory);
 }
 
-int fit_command_batch(const DeviceChoice& device, const ModelSpec& model, int batch, int needed) {
+int fit_command_batch(const DeviceChoice& device, const ModelSpec& model, int batch, int needed, ModelUse use) {
   if (device.cuda == nullptr) return batch;
-  return fit_inference_batch(model, batch, needed, device.precision, device.deterministic, device.gpu_memory);
+  return fit_inference_batch(model, batch, needed, device.precision, device.deterministic, device.gpu_memory, use);
 }
 
 std::unique_ptr<Backend> make_backend(const DeviceChoice& device) {

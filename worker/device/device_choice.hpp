@@ -72,8 +72,10 @@ void require_memory_fit(const DeviceChoice& device, const JobSpec& spec, int wor
 
 // For a command's model (generate, eval: a GPT built for inference) on a GPU: the most sequences,
 // up to `batch`, that fit the GPU's free memory (worker/model/memory_plan.hpp's
-// fit_inference_batch), BadInput naming --device when fewer than `needed` do. On the CPU: `batch`.
-int fit_command_batch(const DeviceChoice& device, const ModelSpec& model, int batch, int needed = 1);
+// fit_inference_batch for `use`), BadInput naming --device when fewer than `needed` do. On the
+// CPU: `batch`.
+int fit_command_batch(const DeviceChoice& device, const ModelSpec& model, int batch, int needed = 1,
+                      ModelUse use = ModelUse::kInference);
 
 std::unique_ptr<Backend> make_backend(const DeviceChoice& device);
 

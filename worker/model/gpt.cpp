@@ -86,7 +86,11 @@ GPT::GPT(const ModelSpec& spec, Backend& backend, int max_batch, ModelUse use)
   if (training) grads_ = backend_.alloc_floats(layout_.total());
   allocate_activations();
   if (training) backend_.reserve_scratch(max_batch_ * d.T, 4 * d.C);  // backward's: forwards need none
-  host_losses_.resize(static_cast<size_t>(max_batch_) * d.T);
+  if (use_ == ModelUse::kDecoding) {
+    allocate_step_rows();  // its plan counts them
+  } else {
+    host_losses_.resize(static_cast<size_t>(max_batch_) * d.T);
+  }
 }
 
 // Nothing here throws: the backend's free and drop_recordings never do (worker/model/backend.hpp).
@@ -182,6 +186,10 @@ void GPT::refresh_weights() {
 void GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
   const ModelDims& d = layout_.dims();
   const int BT = B * d.T;
+  if (use_ == ModelUse::kDecoding) {
+    throw std::logic_error("GPT::forward: this model was built for a decoder, whose windows have no logits "
+                           "but their last positions' (forward_window)");
+  }
   check_batch(B, "GPT::forward");
   check_token_range(tokens, BT, d.V, "tokens");
   if (targets != nullptr) check_token_range(targets, BT, d.V, "targets");

@@ -11,11 +11,13 @@
 // Activations for up to `max_batch` sequences are allocated once, at construction, laid out by
 // worker/model/memory_plan.hpp (which counts them for the memory plan).
 //
-// A GPT built for inference (ModelUse::kInference: the eval and generate commands) keeps what
-// forwards and steps need only: no gradients, no backward scratch, one layer of each activation
-// reused by the next (all but qkv, the KV cache), and in bf16 no fp32 master, its weights uploaded
-// straight into the bf16 copy (nothing updates them). GPT-2 XL at 4 sequences of 1024 in bf16:
-// 5.3 GiB, where a GPT built for training holds 24.5 (the trainer's plan less AdamW's moments).
+// A GPT built for inference (ModelUse::kInference: the eval command) keeps what forwards and steps
+// need only: no gradients, no backward scratch, one layer of each activation reused by the next
+// (all but qkv, the KV cache), and in bf16 no fp32 master, its weights uploaded straight into the
+// bf16 copy (nothing updates them). GPT-2 XL at 4 sequences of 1024 in bf16: 5.3 GiB, where a GPT
+// built for training holds 24.5 (the trainer's plan less AdamW's moments). One built for decoding
+// (ModelUse::kDecoding: the generate command) keeps no logits of every position either: its
+// windows' and steps' logits are the step's rows.
 //
 // A decoder's step (forward_step) runs one new position of sequences [0, B) with GPT's own qkv
 // activations as their KV cache: a forward writes every row of them, a step the row of its position.
@@ -108,7 +110,8 @@ class GPT {
   // token in [0, V) (std::out_of_range otherwise; std::invalid_argument for a bad B). With
   // targets: adds each position's cross-entropy to the loss sums (take_loss) and prepares
   // backward (logits() then holds the logits' gradient). Without targets (nullptr): keeps the
-  // logits. Nothing here waits for the backend.
+  // logits. Nothing here waits for the backend. A model built for decoding (ModelUse::kDecoding)
+  // keeps no logits of every position: std::logic_error.
   void forward(const int32_t* tokens, const int32_t* targets, int B);
   // A decoder's window (worker/model/gpt_decoder.hpp): forward() without targets, but the head
   // runs on position `last` of each sequence only, into step_logits() (B,Vp), where forward()
@@ -126,8 +129,8 @@ class GPT {
   // [1, max_batch]: std::invalid_argument; a token outside [0, V) or position outside [0, T):
   // std::out_of_range. Nothing here waits for the backend. A backward needs a forward with targets
   // after the last step (std::logic_error). The step's own rows (max_batch x (15 C + Vp)
-  // activations) are allocated at the first step; training never steps, so the memory plan
-  // leaves them out.
+  // activations) are allocated with a model built for decoding, whose plan counts them, else at
+  // the first step or window (the trainer's samples: its plan leaves them out).
   void forward_step(std::span<const std::int32_t> tokens, int position);
   void forward_step(std::int32_t token, int position) { forward_step(std::span(&token, 1), position); }
   ConstActPtr step_logits() const { return step_.logits; }

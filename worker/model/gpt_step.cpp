@@ -12,33 +12,25 @@
 
 namespace xtrain {
 
-// The step's rows, max_batch of each, carved as GPT's activations are (worker/model/memory_plan.hpp's
-// Carver).
+// The step's rows, max_batch of each, by worker/model/memory_plan.hpp's StepRowsLayout.
 void GPT::allocate_step_rows() {
-  const size_t rows = static_cast<size_t>(max_batch_);
-  const size_t C = static_cast<size_t>(layout_.dims().C), Vp = static_cast<size_t>(layout_.dims().Vp);
-  Carver acts(dtype_bytes(backend_.act_dtype()));
-  const size_t x = acts.take(rows * C), ln = acts.take(rows * C), qkv = acts.take(rows * 3 * C),
-               atty = acts.take(rows * C), proj_out = acts.take(rows * C), fch = acts.take(rows * 4 * C),
-               fch_gelu = acts.take(rows * 4 * C), logits = acts.take(rows * Vp);
-  Carver floats(sizeof(float));
-  const size_t mean = floats.take(rows), rstd = floats.take(rows);
+  const StepRowsLayout at = StepRowsLayout::of(layout_.dims(), max_batch_, backend_.act_dtype());
   StepRows s;
-  const ActPtr a = backend_.alloc_acts(acts.total());
-  float* f = backend_.alloc_floats(floats.total());
+  const ActPtr a = backend_.alloc_acts(at.acts);
+  float* f = backend_.alloc_floats(at.floats);
   s.act_memory = a.data();
   s.float_memory = f;
-  s.x = a + x;
-  s.ln = a + ln;
-  s.qkv = a + qkv;
-  s.atty = a + atty;
-  s.proj_out = a + proj_out;
-  s.fch = a + fch;
-  s.fch_gelu = a + fch_gelu;
-  s.logits = a + logits;
-  s.mean = f + mean;
-  s.rstd = f + rstd;
-  s.position = backend_.alloc_ints(1 + rows);
+  s.x = a + at.x;
+  s.ln = a + at.ln;
+  s.qkv = a + at.qkv;
+  s.atty = a + at.atty;
+  s.proj_out = a + at.proj_out;
+  s.fch = a + at.fch;
+  s.fch_gelu = a + at.fch_gelu;
+  s.logits = a + at.logits;
+  s.mean = f + at.mean;
+  s.rstd = f + at.rstd;
+  s.position = backend_.alloc_ints(at.ints);
   s.tokens = s.position + 1;
   step_ = s;
 }

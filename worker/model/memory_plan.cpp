@@ -1,6 +1,7 @@
 #include "worker/model/memory_plan.hpp"
 
 #include <cstdio>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
@@ -69,6 +70,7 @@ ActivationLayout ActivationLayout::of(const ModelDims& d, int B, DType act_dtype
   const bool training = use == ModelUse::kTraining;
   const size_t kept = training ? L : 1;       // layers of each activation but qkv
   const size_t backward = training ? BT : 0;  // rows of backward's scratch
+  const size_t scored = use == ModelUse::kDecoding ? 0 : BT;  // rows of logits, losses and targets
   ActivationLayout a;
   Carver acts(dtype_bytes(act_dtype));
   a.encoded = acts.take(BT * C);
@@ -81,7 +83,7 @@ ActivationLayout ActivationLayout::of(const ModelDims& d, int B, DType act_dtype
   a.fch_gelu = acts.take(kept * BT * 4 * C);
   a.residual3 = acts.take(kept * BT * C);
   a.lnf = acts.take(BT * C);
-  a.logits = acts.take(BT * Vp);
+  a.logits = acts.take(scored * Vp);
   a.proj_out = acts.take(BT * C);
   a.dresidual = acts.take(backward * C);
   a.dbtc = acts.take(backward * C);
@@ -96,14 +98,35 @@ ActivationLayout ActivationLayout::of(const ModelDims& d, int B, DType act_dtype
   a.ln2_rstd = floats.take(kept * BT);
   a.lnf_mean = floats.take(BT);
   a.lnf_rstd = floats.take(BT);
-  a.losses = floats.take(BT);
+  a.losses = floats.take(scored);
   a.att_scratch = floats.take(att_scratch_floats);
   a.floats = floats.total();
   Carver ints(sizeof(int32_t));
   a.tokens = ints.take(BT);
-  a.targets = ints.take(BT);
+  a.targets = ints.take(scored);
   a.ints = ints.total();
   return a;
+}
+
+StepRowsLayout StepRowsLayout::of(const ModelDims& d, int rows, DType act_dtype) {
+  const size_t n = static_cast<size_t>(rows), C = d.C, Vp = d.Vp;
+  StepRowsLayout s;
+  Carver acts(dtype_bytes(act_dtype));
+  s.x = acts.take(n * C);
+  s.ln = acts.take(n * C);
+  s.qkv = acts.take(n * 3 * C);
+  s.atty = acts.take(n * C);
+  s.proj_out = acts.take(n * C);
+  s.fch = acts.take(n * 4 * C);
+  s.fch_gelu = acts.take(n * 4 * C);
+  s.logits = acts.take(n * Vp);
+  s.acts = acts.total();
+  Carver floats(sizeof(float));
+  s.mean = floats.take(n);
+  s.rstd = floats.take(n);
+  s.floats = floats.total();
+  s.ints = 1 + n;
+  return s;
 }
 
 BackendMemory cuda_backend_memory(const ModelDims& d, int B, Precision precision, bool deterministic) {
@@ -193,19 +216,22 @@ MemoryPlan plan_memory(const ModelSpec& model, int micro_batch, int world_size, 
   return p;
 }
 
-MemoryPlan plan_inference_memory(const ModelSpec& model, int batch, const BackendMemory& backend) {
+MemoryPlan plan_inference_memory(const ModelSpec& model, int batch, const BackendMemory& backend, ModelUse use) {
+  if (use == ModelUse::kTraining) throw std::invalid_argument("plan_inference_memory: a training model (plan_memory)");
   const ModelDims d = ModelDims::from(model);
   const size_t P = ParamLayout(d).total();
   const ActivationLayout a = ActivationLayout::of(d, batch, backend.act_dtype, backend.attention_saved_floats,
-                                                  backend.attention_scratch_floats.value_or(0), ModelUse::kInference);
+                                                  backend.attention_scratch_floats.value_or(0), use);
+  const bool decoding = use == ModelUse::kDecoding;
+  const StepRowsLayout step = decoding ? StepRowsLayout::of(d, batch, backend.act_dtype) : StepRowsLayout{};
   const size_t ab = dtype_bytes(backend.act_dtype);
   const char* act = dtype_name(backend.act_dtype);
   const bool master = backend.precision != Precision::bf16;
 
-  MemoryPlan p = plan_on(backend, ModelUse::kInference);
-  p.floats = (master ? P : 0) + a.floats;
-  p.acts = (master ? 0 : P) + a.acts;
-  p.ints = a.ints;
+  MemoryPlan p = plan_on(backend, use);
+  p.floats = (master ? P : 0) + a.floats + step.floats;
+  p.acts = (master ? 0 : P) + a.acts + step.acts;
+  p.ints = a.ints + step.ints;
 
   const size_t cache = a.atty - a.qkv;
   const size_t layer = (a.logits - a.encoded - cache + a.acts - a.proj_out) * ab +
@@ -219,9 +245,15 @@ MemoryPlan plan_inference_memory(const ModelSpec& model, int batch, const Backen
                      std::string("one layer's, reused by the next, ") + act +
                          "; layernorm statistics and attention state fp32" +
                          (p.complete ? "" : "; the CPU attention's scratch not counted")});
-  p.items.push_back({"logits", logits, std::string(act) + " (B*T, Vp); fp32 loss sums"});
-  p.items.push_back({"tokens", a.ints * sizeof(int32_t), "int32 tokens and targets"});
-  add_backend_buffers(p, backend, ModelUse::kInference);
+  if (decoding) {
+    p.items.push_back({"decoder rows", step.acts * ab + step.floats * sizeof(float),
+                       std::string("a step's activations and logits (B, 15 C + Vp), ") + act + "; its position"});
+    p.items.push_back({"tokens", (a.ints + step.ints) * sizeof(int32_t), "int32 windows' and a step's tokens"});
+  } else {
+    p.items.push_back({"logits", logits, std::string(act) + " (B*T, Vp); fp32 loss sums"});
+    p.items.push_back({"tokens", a.ints * sizeof(int32_t), "int32 tokens and targets"});
+  }
+  add_backend_buffers(p, backend, use);
   return p;
 }
 
@@ -289,11 +321,11 @@ void check_memory_fit(const ModelSpec& model, int micro_batch, int world_size, P
 }
 
 int fit_inference_batch(const ModelSpec& model, int batch, int needed, Precision precision, bool deterministic,
-                        const GpuMemory& gpu) {
+                        const GpuMemory& gpu, ModelUse use) {
   const ModelDims d = ModelDims::from(model);
   const size_t headroom = memory_headroom_bytes(1);
   auto plan_at = [&](int B) {
-    return plan_inference_memory(model, B, cuda_backend_memory(d, B, precision, deterministic));
+    return plan_inference_memory(model, B, cuda_backend_memory(d, B, precision, deterministic), use);
   };
   for (int B = batch; B >= needed; --B) {
     if (plan_at(B).steady_bytes() + headroom <= gpu.free_bytes) return B;

@@ -45,10 +45,13 @@ class Carver {
 };
 
 // What a GPT is built for. Training keeps every layer's activations for backward, and backward's
-// scratch. Inference (the eval and generate commands) runs forwards and a decoder's steps only: one
-// layer's activations, reused by the next, except the attention's q, k and v of every layer (the
-// decoder's KV cache), and no backward scratch, GPT's or the backend's.
-enum class ModelUse { kTraining, kInference };
+// scratch. Inference (the eval command) runs forwards only: one layer's activations, reused by the
+// next, except the attention's q, k and v of every layer, and no backward scratch, GPT's or the
+// backend's. Decoding (the generate command) is inference whose forwards are a decoder's windows
+// and steps (GPT::forward_window, forward_step): the q, k and v are its KV cache, and its logits
+// are one row a sequence (the step's rows, allocated with the model), never all B x T positions',
+// so it keeps no (B,T,Vp) logits, loss sums or targets.
+enum class ModelUse { kTraining, kInference, kDecoding };
 
 // Offsets, in elements, of every tensor GPT keeps for micro-batches of up to B sequences, within
 // its three allocations: activations (in the backend's activation dtype), fp32 and int32. Every
@@ -71,6 +74,20 @@ struct ActivationLayout {
 
   static ActivationLayout of(const ModelDims& d, int B, DType act_dtype, size_t att_saved_per_layer,
                              size_t att_scratch_floats, ModelUse use = ModelUse::kTraining);
+};
+
+// A decoder step's rows (GPT::forward_step, and forward_window's head), `rows` of each, in three
+// allocations carved as the activations are: in the activation dtype x, ln, qkv, atty, proj_out,
+// fch, fch_gelu and the logits ((C) (C) (3C) (C) (C) (4C) (4C) (Vp) a row); fp32 the layernorm's
+// mean and rstd; int32 the step's position, then its tokens (1 + rows).
+struct StepRowsLayout {
+  size_t x = 0, ln = 0, qkv = 0, atty = 0, proj_out = 0, fch = 0, fch_gelu = 0, logits = 0;
+  size_t acts = 0;  // elements in all
+  size_t mean = 0, rstd = 0;
+  size_t floats = 0;
+  size_t ints = 0;
+
+  static StepRowsLayout of(const ModelDims& d, int rows, DType act_dtype);
 };
 
 // What a backend adds to the model's own tensors, and how it stores activations.
@@ -138,10 +155,12 @@ MemoryPlan plan_memory(const ModelSpec& model, int micro_batch, int world_size, 
 
 // The plan of a GPT built for inference (ModelUse::kInference: the eval and generate commands) on
 // `batch` sequences: the weights (in bf16 the operations' copy only: nothing updates them, so no
-// fp32 master), the KV cache, one layer's activations, the logits, the tokens and the backend's
-// buffers but its scratch (backward's). A decoder's step adds its own rows (batch x (15 C + Vp)
-// activations) at the first step, within the fit's headroom.
-MemoryPlan plan_inference_memory(const ModelSpec& model, int batch, const BackendMemory& backend);
+// fp32 master), the KV cache, one layer's activations, the logits (for `use` kDecoding the step's
+// rows instead), the tokens and the backend's buffers but its scratch (backward's). A decoder's
+// step on a model built for kInference adds its rows (batch x (15 C + Vp) activations) at the
+// first step, within the fit's headroom.
+MemoryPlan plan_inference_memory(const ModelSpec& model, int batch, const BackendMemory& backend,
+                                 ModelUse use = ModelUse::kInference);
 
 // Device memory the fit check keeps free beyond the plan: cudaMalloc's rounding to 2 MiB pages,
 // cuBLASLt's and CUB's small internal buffers and the graphs' upload (256 MiB); and with several
@@ -162,11 +181,11 @@ void check_memory_fit(const ModelSpec& model, int micro_batch, int world_size, P
                       bool deterministic, const GpuMemory& gpu);
 
 // For a command that runs a model forward only (eval, generate) on a GPU: the most sequences, up
-// to `batch`, whose inference plan (plan_inference_memory) plus one process's headroom fits the
+// to `batch`, whose plan (plan_inference_memory for `use`) plus one process's headroom fits the
 // GPU's free memory. BadInput (common/bad_input.hpp) naming --device when fewer than `needed` fit:
 // one line with the plan's numbers, the GPU's memory and what to change.
 int fit_inference_batch(const ModelSpec& model, int batch, int needed, Precision precision, bool deterministic,
-                        const GpuMemory& gpu);
+                        const GpuMemory& gpu, ModelUse use = ModelUse::kInference);
 
 // "1.53 GiB", "474.8 MiB", "12.0 KiB", "96 B"
 std::string format_bytes(size_t bytes);

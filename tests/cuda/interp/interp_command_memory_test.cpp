@@ -2,15 +2,16 @@
 // the emulated device's memory cut (XTRAIN_INTERP_DEVICE_MIB): what a GPU's free memory admits is
 // decided before anything is allocated there (worker/model/memory_plan.hpp's fit_inference_batch).
 //
-// The model is byte-level, 2 layers of 32 at a context of 1024, so that each window of eval adds
-// more than a MiB to the plan (its logits alone are 1 MiB of fp32): the device's memory, set in
-// MiB, can admit exactly one window per forward.
+// The model is byte-level, 2 layers of 32 at a context of 1024, so that each window adds more
+// than a MiB to the plan (eval's logits alone are 1 MiB of fp32; generate keeps no logits, but
+// its KV cache and one layer's activations are more): the device's memory, set in MiB, can admit
+// exactly one window per forward.
 //
 // - eval scores 4 windows one per forward, says so on stderr, and gets the loss of the full
 //   machine's 4 windows per forward within 1e-6 relative (the same sums per window; the products'
 //   shapes differ with the batch, so their sums may run in another order);
-// - generate's 2 samples go one at a time there, says so, and print the full machine's stdout,
-//   where they went side by side;
+// - generate's 2 samples go one at a time at a cut of their own (one row), say so, and print the
+//   full machine's stdout, where they went side by side;
 // - on 64 MiB (less than the headroom the check keeps free) its multiple-choice set, whose 4
 //   completions of an example go in one forward, and generate: exit 2, one line naming --device,
 //   what the model needs and the way out, nothing on stdout.
@@ -45,13 +46,13 @@ Finished run_command(std::vector<std::string> args, const std::map<std::string, 
   return *done;
 }
 
-// The emulated device's memory, in MiB, that admits exactly `windows` of the model's windows per
-// forward in fp32, by the plan the worker consults.
-long long device_mib_for(const ModelSpec& m, int windows) {
+// The emulated device's memory, in MiB, that admits `windows` of the model's windows per forward
+// in fp32, by the plan the worker consults for `use` (eval's kInference, generate's kDecoding).
+long long device_mib_for(const ModelSpec& m, int windows, ModelUse use) {
   for (long long mib = 1;; ++mib) {
     const size_t bytes = static_cast<size_t>(mib) << 20;
     try {
-      if (fit_inference_batch(m, 4, 1, Precision::fp32, true, {"GPU", bytes, bytes}) >= windows) return mib;
+      if (fit_inference_batch(m, 4, 1, Precision::fp32, true, {"GPU", bytes, bytes}, use) >= windows) return mib;
     } catch (const BadInput&) {
     }
   }
@@ -69,8 +70,8 @@ TEST_CASE("eval and generate on a GPU too small for the model: fewer windows per
   test::write_bytes(dir / "text.txt", text);
   test::write_bytes(dir / "mc.bin", test::eval_file(test::random_examples(2, 9, 256)));
 
-  const long long one_window = device_mib_for(m, 1);
-  REQUIRE(device_mib_for(m, 2) > one_window);  // the cut admits one window, not two
+  const long long one_window = device_mib_for(m, 1, ModelUse::kInference);
+  REQUIRE(device_mib_for(m, 2, ModelUse::kInference) > one_window);  // the cut admits one window, not two
   const std::map<std::string, std::string> small = {{"XTRAIN_INTERP_DEVICE_MIB", std::to_string(one_window)}};
   const std::map<std::string, std::string> full;
   const std::vector<std::string> eval = {"eval", ckpt.dir, "--data", dir / "text.txt", "--device", "cuda",
@@ -90,7 +91,10 @@ TEST_CASE("eval and generate on a GPU too small for the model: fewer windows per
 
   const std::vector<std::string> samples = {"generate", ckpt.dir, "--prompt", "Hi", "--max-new-tokens", "6",
                                             "--num-samples", "2", "--device", "cuda", "--precision", "fp32"};
-  const Finished one_by_one = run_command(samples, small);
+  // Generate's model keeps no logits of every position: a cut of its own that admits one row.
+  const long long one_row = device_mib_for(m, 1, ModelUse::kDecoding);
+  REQUIRE(device_mib_for(m, 2, ModelUse::kDecoding) > one_row);
+  const Finished one_by_one = run_command(samples, {{"XTRAIN_INTERP_DEVICE_MIB", std::to_string(one_row)}});
   const Finished side_by_side = run_command(samples, full);
   INFO(one_by_one.err << side_by_side.err);
   REQUIRE(one_by_one.exit_code == 0);

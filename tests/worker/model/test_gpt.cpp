@@ -283,6 +283,23 @@ TEST_CASE("a decoder's window gives forward()'s logits at its last position, for
     CHECK_THROWS_AS(gpt.forward_window(tokens.data(), 4, 0), std::invalid_argument);
     CHECK_THROWS_AS(gpt.forward_window(tokens.data(), 1, d.T), std::out_of_range);
     CHECK_THROWS_AS(gpt.forward_window(tokens.data(), 1, -1), std::out_of_range);
+
+    // A GPT built for decoding, without the logits of every position: the same window and step,
+    // the same bits; forward() is refused.
+    GPT decoding(tiny_model(), k, 3, ModelUse::kDecoding);
+    decoding.init_weights(5);
+    const auto window_and_step = [&](GPT& model) {
+      model.forward_window(tokens.data(), 3, 9);
+      std::vector<float> out(3 * static_cast<size_t>(d.Vp));
+      k.download(out.data(), model.step_logits(), out.size());
+      model.forward_step(std::vector<std::int32_t>(3, tokens[10]), 10);
+      std::vector<float> step_out(out.size());
+      k.download(step_out.data(), model.step_logits(), step_out.size());
+      out.insert(out.end(), step_out.begin(), step_out.end());
+      return out;
+    };
+    CHECK(window_and_step(decoding) == window_and_step(gpt));
+    CHECK_THROWS_AS(decoding.forward(tokens.data(), nullptr, 1), std::logic_error);
   }
 }
 

@@ -211,7 +211,8 @@ TEST_CASE("the plan's summary names every part with its units", "[memory]") {
   CHECK(format_bytes(3 * kGiB / 2) == "1.50 GiB");
 }
 
-TEST_CASE("the inference plan is what a GPT built for inference allocates, element by element", "[memory]") {
+TEST_CASE("the inference and decoding plans are what a GPT built for them allocates, element by element",
+          "[memory]") {
   const ModelSpec m = small_model();
   const ModelDims d = ModelDims::from(m);
   constexpr int B = 3;
@@ -219,15 +220,18 @@ TEST_CASE("the inference plan is what a GPT built for inference allocates, eleme
     Precision precision;
     DType reported;  // bf16: the wrapper reports bf16 storage, and no operation may run
   };
+  for (const ModelUse use : {ModelUse::kInference, ModelUse::kDecoding})
   for (const Storage s : {Storage{Precision::fp32, DType::f32}, Storage{Precision::bf16, DType::f32},
                           Storage{Precision::bf16, DType::bf16}}) {
-    INFO(precision_name(s.precision) << " stored as " << dtype_name(s.reported));
+    const bool decoding = use == ModelUse::kDecoding;
+    INFO((decoding ? "decoding, " : "inference, ") << precision_name(s.precision) << " stored as "
+                                                     << dtype_name(s.reported));
     CpuBackend cpu(s.precision);
     WrappedBackend::Options storage;
     storage.reported = s.reported;
     WrappedBackend watched(cpu, storage);
-    GPT gpt(m, watched, B, ModelUse::kInference);
-    const MemoryPlan plan = plan_inference_memory(m, B, backend_memory(watched, d, B));
+    GPT gpt(m, watched, B, use);
+    const MemoryPlan plan = plan_inference_memory(m, B, backend_memory(watched, d, B), use);
     INFO(plan.summary());
     CHECK(watched.live().floats == plan.floats);
     CHECK(watched.live().acts == plan.acts);
@@ -235,13 +239,28 @@ TEST_CASE("the inference plan is what a GPT built for inference allocates, eleme
     CHECK(plan.steady_bytes() == element_bytes(plan));
     CHECK(plan.items.front().name == "weights");
     CHECK(plan.items.front().bytes == gpt.layout().total() * (s.precision == Precision::bf16 ? dtype_bytes(s.reported) : 4));
-    if (s.reported == DType::f32) {  // a forward allocates nothing more
+    if (s.reported == DType::f32) {  // a forward (a decoder's window and step) allocates nothing more
       const auto tokens = xtrain::test::random_tokens(static_cast<size_t>(B) * d.T, m.vocab_size, 4);
-      gpt.forward(tokens.data(), tokens.data(), B);
+      if (decoding) {
+        gpt.forward_window(tokens.data(), B, 5);
+        gpt.forward_step(std::vector<std::int32_t>(B, 1), 6);
+      } else {
+        gpt.forward(tokens.data(), tokens.data(), B);
+      }
       CHECK(watched.live().floats == plan.floats);
       CHECK(watched.live().acts == plan.acts);
+      CHECK(watched.live().ints == plan.ints);
     }
   }
+  // Decoding keeps a step's rows where inference keeps the logits of B x T positions.
+  const BackendMemory gpu = cuda_backend_memory(d, B, Precision::bf16, true);
+  const MemoryPlan inference = plan_inference_memory(m, B, gpu);
+  const MemoryPlan decoding = plan_inference_memory(m, B, gpu, ModelUse::kDecoding);
+  INFO(inference.summary() << "\n" << decoding.summary());
+  REQUIRE(decoding.items[3].name == "decoder rows");
+  CHECK(inference.steady_bytes() - decoding.steady_bytes() + decoding.items[3].bytes >=
+        static_cast<size_t>(B) * d.T * d.Vp * 2);
+  CHECK_THROWS_AS(plan_inference_memory(m, B, gpu, ModelUse::kTraining), std::invalid_argument);
 }
 
 // What the eval command holds for GPT-2 XL (4 windows of 1024 per forward, bf16, on a GPU): the
