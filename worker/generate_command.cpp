@@ -72,7 +72,9 @@ const char* const kUsage =
     "    --precision P         on a GPU: auto (bf16), bf16, tf32 or fp32; on the CPU fp32 (auto)\n"
     "    --threads N           on the CPU, threads sharing each token's work (default: OMP_NUM_THREADS\n"
     "                          when set, else the CPUs this process may use; at most one per 8 MiB of\n"
-    "                          weights); the text is the same for any N. Not used on a GPU (a warning)\n"
+    "                          weights); on a GPU, threads drawing the samples side by side (default:\n"
+    "                          the CPUs this process may use; at most one a sample). The text is the\n"
+    "                          same for any N\n"
     "  Each new token costs one position of work (a KV cache), on either device; past the model's\n"
     "  context the newest half of the window is kept and run again.\n"
     "exit codes: 0 generated; 1 runtime failure; 2 bad input (command line, MODEL, tokenizer, prompt)\n";
@@ -399,10 +401,15 @@ int run_generate(int argc, char** argv) {
     return exit_code::kBadInput;
   }
   const ParamLayout& layout = place.flat ? place.flat->layout : place.loaded->layout;
+  // The threads drawing the rows side by side: one a row, up to --threads or the usable CPUs.
+  const int draw_threads =
+      std::min(place.rows, o.threads > 0 ? o.threads : static_cast<int>(std::min<unsigned>(usable_cpus(), kMaxThreads)));
   spdlog::info("generating from {} ({:.2f}M parameters, context {}): prompt {} tokens, {} sample(s) of up to {} tokens{}",
                describe(model), static_cast<double>(layout.total()) / 1e6, model.n_positions, prompt.size(),
                o.num_samples, o.max_new_tokens,
-               place.rows > 1 ? ", " + std::to_string(place.rows) + " side by side" : std::string());
+               place.rows > 1 ? ", " + std::to_string(place.rows) + " side by side, drawn on " +
+                                    std::to_string(draw_threads) + (draw_threads == 1 ? " thread" : " threads")
+                              : std::string());
   // The decoder, and the device line: on the CPU with the decoder's own threads (not OpenBLAS's).
   std::optional<KvDecoder> kv;
   if (place.flat) {
@@ -413,8 +420,6 @@ int run_generate(int argc, char** argv) {
     kv.emplace(layout, std::move(place.flat->params), threads);
   } else {
     log_device_line(place.device, place.device.summary);
-    // Not an error: a script may pass --threads for the machines where auto lands on the CPU.
-    if (o.threads > 0) spdlog::warn("--threads {}: not used on a GPU (the CPU decoder's threads)", o.threads);
     if (place.rows < wanted_rows(o)) {
       spdlog::info("{} sample{} side by side: as many as the free memory of {} takes", place.rows,
                    place.rows == 1 ? "" : "s", place.device.gpu_memory.name);
@@ -424,10 +429,8 @@ int run_generate(int argc, char** argv) {
   try {
     Totals totals;
     std::optional<GptDecoder> on_gpu;
-    // The rows' draws: one member a row, up to the CPUs this process may use.
     std::optional<ThreadTeam> draws;
-    const int draw_members = std::min<int>(place.rows, static_cast<int>(usable_cpus()));
-    if (draw_members > 1) draws.emplace(draw_members);
+    if (draw_threads > 1) draws.emplace(draw_threads);
     for (int first = 0; first < o.num_samples; first += place.rows) {
       const int rows = std::min(place.rows, o.num_samples - first);
       if (!kv && (!on_gpu || on_gpu->rows() != rows)) on_gpu.emplace(place.loaded->gpt, rows);

@@ -65,26 +65,27 @@ TEST_CASE("generate --device cuda: greedy fp32 is the CPU's text, bf16 runs on t
   CHECK(gpu.err.find("device cuda: generating on GPU 0: ") != std::string::npos);
   CHECK(gpu.err.find("; fp32") != std::string::npos);
 
-  const Finished bf16 = with({"--device", "cuda", "--threads", "2"});  // auto: bf16 on a GPU
+  const Finished bf16 = with({"--device", "cuda"});  // auto: bf16 on a GPU
   CHECK(bf16.out.size() == 40);
   CHECK(bf16.err.find("; bf16") != std::string::npos);
-  CHECK(bf16.err.find("--threads 2: not used on a GPU") != std::string::npos);
-  CHECK(gpu.err.find("--threads") == std::string::npos);
 }
 
 TEST_CASE("generate --device cuda: samples side by side are the CPU's samples one after another", "[gpu][commands]") {
   test::ScratchDir dir;
   const test::TestCheckpoint ckpt(dir / "run", "", test::model_spec(2, 2, 32, 16, 256), 0.3f);
-  const auto samples = [&](const std::string& device) {
+  const auto samples = [&](const std::string& device, const std::string& threads) {
     return run_command("generate", {ckpt.dir, "--prompt", "ab", "--max-new-tokens", "40", "--top-k", "20",
                                     "--temperature", "1.2", "--seed", "3", "--num-samples", "4", "--stop", "$",
-                                    "--device", device, "--precision", "fp32"});
+                                    "--device", device, "--precision", "fp32", "--threads", threads});
   };
-  const Finished cpu = samples("cpu");
-  const Finished gpu = samples("cuda");
+  const Finished cpu = samples("cpu", "1");
+  const Finished gpu = samples("cuda", "3");
+  const Finished gpu_one_thread = samples("cuda", "1");
   INFO(cpu.out);
   CHECK(gpu.out == cpu.out);
-  CHECK(gpu.err.find("4 sample(s) of up to 40 tokens, 4 side by side") != std::string::npos);
+  CHECK(gpu_one_thread.out == cpu.out);  // each row draws from its own generator, on any thread
+  CHECK(gpu.err.find("4 sample(s) of up to 40 tokens, 4 side by side, drawn on 3 threads") != std::string::npos);
+  CHECK(gpu_one_thread.err.find("4 side by side, drawn on 1 thread\n") != std::string::npos);
   CHECK(cpu.err.find("side by side") == std::string::npos);
   // The stop text ended samples at different tokens, so rows finished while others went on.
   std::vector<size_t> lengths;
