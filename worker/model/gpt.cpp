@@ -185,12 +185,12 @@ void GPT::refresh_weights() {
 
 void GPT::forward(const int32_t* tokens, const int32_t* targets, int B) {
   const ModelDims& d = layout_.dims();
-  const int BT = B * d.T;
   if (use_ == ModelUse::kDecoding) {
     throw std::logic_error("GPT::forward: this model was built for a decoder, whose windows have no logits "
                            "but their last positions' (forward_window)");
   }
   check_batch(B, "GPT::forward");
+  const int BT = B * d.T;
   check_token_range(tokens, BT, d.V, "tokens");
   if (targets != nullptr) check_token_range(targets, BT, d.V, "targets");
   Backend& k = backend_;
