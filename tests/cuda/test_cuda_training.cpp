@@ -341,25 +341,26 @@ TEST_CASE_METHOD(Seeded, "the CUDA backend holds what the memory plan counts, an
     gpu.free(scalars);
   }
   // A GPT built for inference (the eval command) or decoding (generate) holds its plan.
-  for (const ModelUse use : {ModelUse::kInference, ModelUse::kDecoding})
-  for (const GpuMode& p : {kStrictFp32, kBf16}) {
-    INFO(p.name << (use == ModelUse::kDecoding ? ", built for decoding" : ", built for inference"));
-    cuda::CudaBackend gpu(0, p.precision, p.deterministic);
-    GPT gpt(m, gpu, kBatch, use);
-    const MemoryPlan plan =
-        plan_inference_memory(m, kBatch, cuda_backend_memory(d, kBatch, p.precision, p.deterministic), use);
-    INFO(plan.summary());
-    const size_t element_bytes = (plan.floats + plan.ints) * 4 + plan.acts * dtype_bytes(plan.act_dtype);
-    CHECK(gpu.allocated_bytes() == element_bytes);
-    CHECK(gpu.own_bytes() == plan.backend_bytes);
-    if (use == ModelUse::kDecoding) {
-      gpt.forward_window(b.tokens.data(), kBatch, 3);
-      gpt.forward_step(std::vector<std::int32_t>(kBatch, 1), 4);
-    } else {
-      gpt.forward(b.tokens.data(), b.targets.data(), kBatch);
+  for (const ModelUse use : {ModelUse::kInference, ModelUse::kDecoding}) {
+    for (const GpuMode& p : {kStrictFp32, kBf16}) {
+      INFO(p.name << (use == ModelUse::kDecoding ? ", built for decoding" : ", built for inference"));
+      cuda::CudaBackend gpu(0, p.precision, p.deterministic);
+      GPT gpt(m, gpu, kBatch, use);
+      const MemoryPlan plan =
+          plan_inference_memory(m, kBatch, cuda_backend_memory(d, kBatch, p.precision, p.deterministic), use);
+      INFO(plan.summary());
+      const size_t element_bytes = (plan.floats + plan.ints) * 4 + plan.acts * dtype_bytes(plan.act_dtype);
+      CHECK(gpu.allocated_bytes() == element_bytes);
+      CHECK(gpu.own_bytes() == plan.backend_bytes);
+      if (use == ModelUse::kDecoding) {
+        gpt.forward_window(b.tokens.data(), kBatch, 3);
+        gpt.forward_step(std::vector<std::int32_t>(kBatch, 1), 4);
+      } else {
+        gpt.forward(b.tokens.data(), b.targets.data(), kBatch);
+      }
+      gpu.synchronize();
+      CHECK(gpu.allocated_bytes() == element_bytes);
+      CHECK(gpu.own_bytes() == plan.backend_bytes);  // no operation of a forward grew the scratch
     }
-    gpu.synchronize();
-    CHECK(gpu.allocated_bytes() == element_bytes);
-    CHECK(gpu.own_bytes() == plan.backend_bytes);  // no operation of a forward grew the scratch
   }
 }

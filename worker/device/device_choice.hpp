@@ -70,10 +70,9 @@ void require_precision_support(Precision precision, const CudaDeviceInfo& gpu);
 // plan's numbers and the largest micro-batch that fits. Run before the backend allocates anything.
 void require_memory_fit(const DeviceChoice& device, const JobSpec& spec, int world_size);
 
-// For a command's model (generate, eval: a GPT built for inference) on a GPU: the most sequences,
-// up to `batch`, that fit the GPU's free memory (worker/model/memory_plan.hpp's
-// fit_inference_batch for `use`), BadInput naming --device when fewer than `needed` do. On the
-// CPU: `batch`.
+// For a command's model on a GPU (eval's GPT built for inference, generate's for decoding: `use`):
+// the most sequences, up to `batch`, that fit the GPU's free memory (worker/model/memory_plan.hpp's
+// fit_inference_batch), BadInput naming --device when fewer than `needed` do. On the CPU: `batch`.
 int fit_command_batch(const DeviceChoice& device, const ModelSpec& model, int batch, int needed = 1,
                       ModelUse use = ModelUse::kInference);
 

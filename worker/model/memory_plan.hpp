@@ -6,7 +6,7 @@
 //   - plan_memory() adds everything up: for the worker's startup line, for check_memory_fit (run
 //     before anything is allocated on the GPU), and for xlaunch --dry-run, which has neither BLAS
 //     nor CUDA (worker/model/ links neither).
-// A GPT built for inference (the eval and generate commands) has a plan of its own,
+// A GPT built for inference or decoding (the eval and generate commands) has a plan of its own,
 // plan_inference_memory, which fit_inference_batch holds against a GPU's free memory.
 // tests/worker/model/test_memory_plan.cpp proves the plans equal to what GPT, AdamW and the trainer
 // allocate, element by element, in both activation dtypes.
@@ -153,8 +153,8 @@ inline size_t step_scalar_floats(int world_size) {
 // `world_size` ranks, on a backend of these figures.
 MemoryPlan plan_memory(const ModelSpec& model, int micro_batch, int world_size, const BackendMemory& backend);
 
-// The plan of a GPT built for inference (ModelUse::kInference: the eval and generate commands) on
-// `batch` sequences: the weights (in bf16 the operations' copy only: nothing updates them, so no
+// The plan of a GPT built for inference (ModelUse::kInference: the eval command) or decoding
+// (kDecoding: generate; kTraining is std::invalid_argument) on `batch` sequences: the weights (in bf16 the operations' copy only: nothing updates them, so no
 // fp32 master), the KV cache, one layer's activations, the logits (for `use` kDecoding the step's
 // rows instead), the tokens and the backend's buffers but its scratch (backward's). A decoder's
 // step on a model built for kInference adds its rows (batch x (15 C + Vp) activations) at the

@@ -220,36 +220,37 @@ TEST_CASE("the inference and decoding plans are what a GPT built for them alloca
     Precision precision;
     DType reported;  // bf16: the wrapper reports bf16 storage, and no operation may run
   };
-  for (const ModelUse use : {ModelUse::kInference, ModelUse::kDecoding})
-  for (const Storage s : {Storage{Precision::fp32, DType::f32}, Storage{Precision::bf16, DType::f32},
-                          Storage{Precision::bf16, DType::bf16}}) {
-    const bool decoding = use == ModelUse::kDecoding;
-    INFO((decoding ? "decoding, " : "inference, ") << precision_name(s.precision) << " stored as "
-                                                     << dtype_name(s.reported));
-    CpuBackend cpu(s.precision);
-    WrappedBackend::Options storage;
-    storage.reported = s.reported;
-    WrappedBackend watched(cpu, storage);
-    GPT gpt(m, watched, B, use);
-    const MemoryPlan plan = plan_inference_memory(m, B, backend_memory(watched, d, B), use);
-    INFO(plan.summary());
-    CHECK(watched.live().floats == plan.floats);
-    CHECK(watched.live().acts == plan.acts);
-    CHECK(watched.live().ints == plan.ints);
-    CHECK(plan.steady_bytes() == element_bytes(plan));
-    CHECK(plan.items.front().name == "weights");
-    CHECK(plan.items.front().bytes == gpt.layout().total() * (s.precision == Precision::bf16 ? dtype_bytes(s.reported) : 4));
-    if (s.reported == DType::f32) {  // a forward (a decoder's window and step) allocates nothing more
-      const auto tokens = xtrain::test::random_tokens(static_cast<size_t>(B) * d.T, m.vocab_size, 4);
-      if (decoding) {
-        gpt.forward_window(tokens.data(), B, 5);
-        gpt.forward_step(std::vector<std::int32_t>(B, 1), 6);
-      } else {
-        gpt.forward(tokens.data(), tokens.data(), B);
-      }
+  for (const ModelUse use : {ModelUse::kInference, ModelUse::kDecoding}) {
+    for (const Storage s : {Storage{Precision::fp32, DType::f32}, Storage{Precision::bf16, DType::f32},
+                            Storage{Precision::bf16, DType::bf16}}) {
+      const bool decoding = use == ModelUse::kDecoding;
+      INFO((decoding ? "decoding, " : "inference, ") << precision_name(s.precision) << " stored as "
+                                                       << dtype_name(s.reported));
+      CpuBackend cpu(s.precision);
+      WrappedBackend::Options storage;
+      storage.reported = s.reported;
+      WrappedBackend watched(cpu, storage);
+      GPT gpt(m, watched, B, use);
+      const MemoryPlan plan = plan_inference_memory(m, B, backend_memory(watched, d, B), use);
+      INFO(plan.summary());
       CHECK(watched.live().floats == plan.floats);
       CHECK(watched.live().acts == plan.acts);
       CHECK(watched.live().ints == plan.ints);
+      CHECK(plan.steady_bytes() == element_bytes(plan));
+      CHECK(plan.items.front().name == "weights");
+      CHECK(plan.items.front().bytes == gpt.layout().total() * (s.precision == Precision::bf16 ? dtype_bytes(s.reported) : 4));
+      if (s.reported == DType::f32) {  // a forward (a decoder's window and step) allocates nothing more
+        const auto tokens = xtrain::test::random_tokens(static_cast<size_t>(B) * d.T, m.vocab_size, 4);
+        if (decoding) {
+          gpt.forward_window(tokens.data(), B, 5);
+          gpt.forward_step(std::vector<std::int32_t>(B, 1), 6);
+        } else {
+          gpt.forward(tokens.data(), tokens.data(), B);
+        }
+        CHECK(watched.live().floats == plan.floats);
+        CHECK(watched.live().acts == plan.acts);
+        CHECK(watched.live().ints == plan.ints);
+      }
     }
   }
   // Decoding keeps a step's rows where inference keeps the logits of B x T positions.
