@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <exception>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <new>
 #include <optional>
@@ -41,6 +42,10 @@ namespace {
 
 constexpr int kByteVocabulary = 256;
 constexpr int kMaxThreads = 1024;
+
+// The CPUs this process may use, as a count of threads (at most kMaxThreads).
+int usable_threads() { return static_cast<int>(std::min<unsigned>(usable_cpus(), kMaxThreads)); }
+
 // Samples side by side on a GPU, at most. A step reads every weight once for all of them, and
 // each sample's keys and values besides: GPT-2 124M's 250 MB of bf16 weights, 57 MB of cache a
 // sample at a full context. At 16 a step reads 1.15 GB, 3.7 times one sample's step, for 16
@@ -104,7 +109,7 @@ struct GenerateOptions {
 constexpr double kMinBytesPerThread = 8.0 * 1024 * 1024;
 
 int default_threads(size_t params, std::string& why) {
-  int wanted = static_cast<int>(std::min<unsigned>(usable_cpus(), kMaxThreads));
+  int wanted = usable_threads();
   why = "the CPUs this process may use";
   if (const char* omp = std::getenv(env::kOmpNumThreads); omp != nullptr && *omp != '\0') {
     char* end = nullptr;
@@ -292,7 +297,7 @@ void generate_rows(TokenDecoder& decoder, int first, const Vocabulary& vocab, co
   const size_t Vp = logits.size() / static_cast<size_t>(rows);
   std::vector<std::int32_t> drawn(static_cast<size_t>(rows));
   std::vector<std::exception_ptr> failed(static_cast<size_t>(rows));  // a team's member must not throw
-  const auto draw = [&](size_t first_row, size_t last_row) {
+  const std::function<void(size_t, size_t)> draw = [&](size_t first_row, size_t last_row) {  // built once, not per token
     for (size_t r = first_row; r < last_row; ++r) {
       if (samples[r].done) continue;
       try {
@@ -402,8 +407,7 @@ int run_generate(int argc, char** argv) {
   }
   const ParamLayout& layout = place.flat ? place.flat->layout : place.loaded->layout;
   // The threads drawing the rows side by side: one a row, up to --threads or the usable CPUs.
-  const int draw_threads =
-      std::min(place.rows, o.threads > 0 ? o.threads : static_cast<int>(std::min<unsigned>(usable_cpus(), kMaxThreads)));
+  const int draw_threads = std::min(place.rows, o.threads > 0 ? o.threads : usable_threads());
   spdlog::info("generating from {} ({:.2f}M parameters, context {}): prompt {} tokens, {} sample(s) of up to {} tokens{}",
                describe(model), static_cast<double>(layout.total()) / 1e6, model.n_positions, prompt.size(),
                o.num_samples, o.max_new_tokens,

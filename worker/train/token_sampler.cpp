@@ -32,7 +32,9 @@ double sum_weights(const float* w, size_t n) {
 }
 
 // The largest logit, in a loop without branches to mispredict (std::max_element's branch took
-// 4 ns a logit on this project's build VM, this 0.7).
+// 4 ns a logit on this project's build VM, this 0.7). Not worker/math's row_max: its lanes start
+// at -inf and a later logit of the lane replaces a NaN, where greedy must see a NaN first logit
+// (and refuse it).
 float largest(std::span<const float> logits) {
   float top = logits[0];
   for (const float x : logits) top = std::max(top, x);
