@@ -103,6 +103,7 @@ class CudaBackend final : public Backend {
   void download(int32_t* host_dst, const int32_t* src, size_t n) override;
   void upload(ActPtr dst, const float* host_src, size_t n) override;
   void download(float* host_dst, ConstActPtr src, size_t n) override;
+  const void* download_view(ConstActPtr src, size_t n) override;
   void fill_zero(float* p, size_t n) override;
   void fill_zero(ActPtr p, size_t n) override;
   void convert(ActPtr dst, const float* src, size_t n) override;
@@ -173,6 +174,9 @@ class CudaBackend final : public Backend {
   // bf16 conversion. Through the pinned ring when small enough; a large plain one straight from
   // `plain` (pageable).
   void upload_bytes(void* dst, size_t bytes, const void* plain, const std::function<void(void*)>& fill);
+  // A device-to-host copy of `bytes`, waited for; returns where the host reads it: a pinned
+  // buffer when small enough, else `pageable` (at least `bytes`), the copy going straight there.
+  const void* arrive(const void* src, size_t bytes, const char* what, void* pageable);
   // A device-to-host copy of `bytes`, waited for: into `plain`, or (null) handed to
   // `take(buffer)`, the bf16 conversion.
   void download_bytes(const void* src, size_t bytes, const char* what, void* plain,
@@ -193,6 +197,7 @@ class CudaBackend final : public Backend {
   double* sum_partials_ = nullptr;  // (kSumSquaresBlocks + 1) the reduction's fixed partials
   StreamWait stream_wait_;
   PinnedStaging pinned_;  // small transfers
+  std::vector<std::uint8_t> large_view_;  // download_view's host side past the pinned ring's size
   std::unordered_map<void*, size_t> allocations_;  // alloc_* buffers and their sizes
   size_t allocated_bytes_ = 0;
   struct {

@@ -175,29 +175,41 @@ void CudaBackend::upload_bytes(void* dst, size_t bytes, const void* plain, const
   XTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst, plain, bytes, cudaMemcpyHostToDevice, stream_));
 }
 
-void CudaBackend::download_bytes(const void* src, size_t bytes, const char* what, void* plain,
-                                 const std::function<void(const void*)>& take) {
-  refuse_while_recording("a download");
-  if (bytes == 0) return;
-  const void* arrived = plain;
-  std::vector<std::uint8_t> converted;  // a large copy's host side before conversion (as upload_bytes')
+const void* CudaBackend::arrive(const void* src, size_t bytes, const char* what, void* pageable) {
+  refuse_while_recording(what);
+  const void* arrived = pageable;
   if (bytes <= PinnedStaging::kMaxBytes) {
     arrived = pinned_.use(bytes, [&](void* buffer) {
       XTRAIN_CUDA_CHECK(cudaMemcpyAsync(buffer, src, bytes, cudaMemcpyDeviceToHost, stream_));
     });
   } else {
-    if (plain == nullptr) {
-      converted.resize(bytes);
-      arrived = converted.data();
-    }
-    XTRAIN_CUDA_CHECK(cudaMemcpyAsync(const_cast<void*>(arrived), src, bytes, cudaMemcpyDeviceToHost, stream_));
+    XTRAIN_CUDA_CHECK(cudaMemcpyAsync(pageable, src, bytes, cudaMemcpyDeviceToHost, stream_));
   }
   wait_for_stream(what);
+  return arrived;
+}
+
+void CudaBackend::download_bytes(const void* src, size_t bytes, const char* what, void* plain,
+                                 const std::function<void(const void*)>& take) {
+  if (bytes == 0) {
+    refuse_while_recording(what);
+    return;
+  }
+  std::vector<std::uint8_t> converted;  // a large copy's host side before conversion (as upload_bytes')
+  if (plain == nullptr && bytes > PinnedStaging::kMaxBytes) converted.resize(bytes);
+  const void* arrived = arrive(src, bytes, what, plain != nullptr ? plain : converted.data());
   if (plain == nullptr) {
     take(arrived);
   } else if (arrived != plain) {
     std::memcpy(plain, arrived, bytes);
   }
+}
+
+const void* CudaBackend::download_view(ConstActPtr src, size_t n) {
+  const size_t bytes = n * dtype_bytes(src.dtype());
+  // Past the ring's size, into a buffer of the backend's own that the next view reuses.
+  if (bytes > PinnedStaging::kMaxBytes && large_view_.size() < bytes) large_view_.resize(bytes);
+  return arrive(src.data(), bytes, "a download", large_view_.data());
 }
 
 void CudaBackend::upload(float* dst, const float* host_src, size_t n) {

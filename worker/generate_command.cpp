@@ -251,9 +251,10 @@ struct SampleRow {
 // side; rows that finished early carry on with their last token until all have.
 // Each row draws from a generator of its own, so the rows draw side by side on `team` where there
 // is one, and what each draws does not depend on it: a draw over GPT-2's vocabulary takes 40 to
-// 250 us of one core, 16 of them in a row longer than the GPU's step of 16.
+// 250 us of one core, 16 of them in a row longer than the GPU's step of 16. On a GPU in bf16 each
+// member also converts its rows' logits to floats (StepLogits).
 void generate_rows(TokenDecoder& decoder, int first, const Vocabulary& vocab, const std::vector<std::int32_t>& prompt,
-                   const GenerateOptions& o, int V, ThreadTeam* team, Output& out, Totals& totals) {
+                   const GenerateOptions& o, ThreadTeam* team, Output& out, Totals& totals) {
   const int rows = decoder.rows();
   std::vector<SampleRow> samples;
   for (int r = 0; r < rows; ++r) {
@@ -292,16 +293,15 @@ void generate_rows(TokenDecoder& decoder, int first, const Vocabulary& vocab, co
   decoder.reset();
   std::vector<std::int32_t> next;
   for (int r = 0; r < rows; ++r) next.insert(next.end(), prompt.begin(), prompt.end());
-  auto logits = decoder.append(next);
+  StepLogits logits = decoder.append(next);
   next.assign(static_cast<size_t>(rows), prompt.back());
-  const size_t Vp = logits.size() / static_cast<size_t>(rows);
   std::vector<std::int32_t> drawn(static_cast<size_t>(rows));
   std::vector<std::exception_ptr> failed(static_cast<size_t>(rows));  // a team's member must not throw
   const std::function<void(size_t, size_t)> draw = [&](size_t first_row, size_t last_row) {  // built once, not per token
     for (size_t r = first_row; r < last_row; ++r) {
       if (samples[r].done) continue;
       try {
-        drawn[r] = samples[r].sampler.next(logits.subspan(r * Vp, static_cast<size_t>(V)));
+        drawn[r] = samples[r].sampler.next(logits.row(static_cast<int>(r)));
       } catch (...) {
         failed[r] = std::current_exception();
       }
@@ -439,7 +439,7 @@ int run_generate(int argc, char** argv) {
       const int rows = std::min(place.rows, o.num_samples - first);
       if (!kv && (!on_gpu || on_gpu->rows() != rows)) on_gpu.emplace(place.loaded->gpt, rows);
       TokenDecoder& decoder = kv ? static_cast<TokenDecoder&>(*kv) : *on_gpu;
-      generate_rows(decoder, first, vocab, prompt, o, model.vocab_size, draws ? &*draws : nullptr, out, totals);
+      generate_rows(decoder, first, vocab, prompt, o, draws ? &*draws : nullptr, out, totals);
     }
     out.end_line_on_terminal();
     spdlog::info("generated {} tokens in {:.2f} s: {:.1f} tokens/s", totals.tokens, totals.seconds,

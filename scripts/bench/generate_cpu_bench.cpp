@@ -163,14 +163,14 @@ int main(int argc, char** argv) try {
     decoder.reset();
     generated.clear();
     auto t0 = Clock::now();
-    auto logits = decoder.append(prompt);
+    std::span<const float> logits = decoder.append(prompt).row(0);
     prompt_ms.push_back(1000.0 * seconds_since(t0));
     t0 = Clock::now();
     const double cpu0 = thread_cpu_s();
     for (int n = 0; n < new_tokens; ++n) {
-      const auto token = static_cast<int32_t>(std::max_element(logits.begin(), logits.begin() + d.V) - logits.begin());
+      const auto token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       generated.push_back(token);
-      logits = decoder.append(std::span(&token, 1));
+      logits = decoder.append(std::span(&token, 1)).row(0);
     }
     per_token_ms.push_back(1000.0 * seconds_since(t0) / new_tokens);
     per_token_cpu_ms.push_back(1000.0 * (thread_cpu_s() - cpu0) / new_tokens);

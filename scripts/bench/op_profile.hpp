@@ -109,6 +109,11 @@ class OpProfile final : public Backend {
   void download(float* dst, ConstActPtr src, size_t n) override {
     time("download", [&] { k_.download(dst, src, n); });
   }
+  const void* download_view(ConstActPtr src, size_t n) override {
+    const void* view = nullptr;
+    time("download", [&] { view = k_.download_view(src, n); });
+    return view;
+  }
   void fill_zero(float* p, size_t n) override { time("fill_zero", [&] { k_.fill_zero(p, n); }); }
   void fill_zero(ActPtr p, size_t n) override { time("fill_zero", [&] { k_.fill_zero(p, n); }); }
   void convert(ActPtr dst, const float* src, size_t n) override { time("convert", [&] { k_.convert(dst, src, n); }); }

@@ -25,7 +25,8 @@
 // 0 to 2.3e-3 over 26 seeds). And against the same backend's forward of every position (as
 // tests/worker/model/test_gpt.cpp on the CPU): 1e-5 and 1e-2 again, the step's attention not
 // rounding p to bf16. The same for a GPT built for inference (generate's); replayed as one CUDA
-// graph: bitwise eager work's.
+// graph: bitwise eager work's. A GPT decoder's rows (generate's) are those logits, converted
+// from bf16 by the decoder, bit for bit.
 // Profile: xtrain-bench-gpu --profile's wrapper (scripts/bench/op_profile.hpp with CUDA events)
 // changes no bit of a step, counts every operation, and its times fit in the steps' wall time.
 // Memory: GPT, AdamW and the trainer's step scalars allocate exactly the memory plan's bytes
@@ -37,6 +38,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -47,6 +49,7 @@
 #include "worker/train/adamw.hpp"
 #include "worker/cpu/cpu_backend.hpp"
 #include "worker/model/gpt.hpp"
+#include "worker/model/gpt_decoder.hpp"
 #include "worker/model/memory_plan.hpp"
 #include "tests/worker/gpt_test_util.hpp"
 
@@ -310,6 +313,38 @@ TEST_CASE_METHOD(Seeded, "cuda decoder steps give the CPU's logits, and replayed
     CHECK(steps(*gpu_decoding, GPT::Replay::kOff, ModelUse::kDecoding) == inference);
     auto gpu_decoding_replayed = cuda::make_backend(0, p.precision);
     CHECK(steps(*gpu_decoding_replayed, GPT::Replay::kRequired, ModelUse::kDecoding) == inference);
+  }
+}
+
+TEST_CASE_METHOD(Seeded, "a GPT decoder's rows on the GPU are the step's logits, read where the download left them",
+                 "[gpu][train]") {
+  INFO("seed " << seed);
+  const ModelSpec m = small_model();
+  constexpr int kRows = 2, kPrompt = 5;
+  for (const GpuMode& p : {kStrictFp32, kBf16}) {
+    INFO(p.name);
+    auto gpu = cuda::make_backend(0, p.precision);
+    GPT gpt(m, *gpu, kRows, ModelUse::kDecoding);
+    gpt.init_weights(kInitSeed);
+    const ModelDims& d = gpt.dims();
+    GptDecoder decoder(gpt, kRows);
+    // The rows' floats against the step's logits downloaded and converted by the backend itself,
+    // after a window (the prompt) and after a step.
+    const auto check = [&](const StepLogits& logits) {
+      std::vector<std::vector<float>> rows;
+      for (int r = 0; r < kRows; ++r) rows.emplace_back(logits.row(r).begin(), logits.row(r).end());
+      std::vector<float> want(static_cast<size_t>(kRows) * d.Vp);
+      gpu->download(want.data(), gpt.step_logits(), want.size());
+      for (int r = 0; r < kRows; ++r) {
+        INFO("row " << r);
+        REQUIRE(rows[static_cast<size_t>(r)].size() == static_cast<size_t>(d.V));
+        CHECK(std::memcmp(rows[static_cast<size_t>(r)].data(), want.data() + static_cast<size_t>(r) * d.Vp,
+                          static_cast<size_t>(d.V) * sizeof(float)) == 0);
+      }
+    };
+    check(decoder.append(rnd.ints(static_cast<size_t>(kRows) * kPrompt, m.vocab_size)));
+    check(decoder.append(rnd.ints(kRows, m.vocab_size)));
+    CHECK(decoder.positions_computed() == static_cast<std::uint64_t>(d.T) + 1);  // the second was a step
   }
 }
 

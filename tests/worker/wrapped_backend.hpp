@@ -67,6 +67,9 @@ class WrappedBackend final : public Backend {
   }
   void upload(ActPtr dst, const float* src, size_t n) override { host("upload"), inner_.upload(dst, src, n); }
   void download(float* dst, ConstActPtr src, size_t n) override { host("download"), inner_.download(dst, src, n); }
+  const void* download_view(ConstActPtr src, size_t n) override {
+    return host("download_view"), inner_.download_view(src, n);
+  }
   void synchronize() override { host("synchronize"), inner_.synchronize(); }
   double sum_squares(const float* x, size_t n) override { return host("sum_squares"), inner_.sum_squares(x, n); }
   void reserve_scratch(int rows, int cols) override { host("reserve_scratch"), inner_.reserve_scratch(rows, cols); }

@@ -83,6 +83,7 @@ void CpuBackend::download(int32_t* host_dst, const int32_t* src, size_t n) {
 }
 void CpuBackend::upload(ActPtr dst, const float* host_src, size_t n) { convert(dst, host_src, n); }
 void CpuBackend::download(float* host_dst, ConstActPtr src, size_t n) { download(host_dst, src.as<float>(), n); }
+const void* CpuBackend::download_view(ConstActPtr src, size_t) { return src.as<float>(); }
 void CpuBackend::fill_zero(float* p, size_t n) { std::memset(p, 0, n * sizeof(float)); }
 void CpuBackend::fill_zero(ActPtr p, size_t n) { fill_zero(p.as<float>(), n); }
 void CpuBackend::convert(ActPtr dst, const float* src, size_t n) {

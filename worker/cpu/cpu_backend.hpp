@@ -53,6 +53,7 @@ class CpuBackend final : public Backend {
   void download(int32_t* host_dst, const int32_t* src, size_t n) override;
   void upload(ActPtr dst, const float* host_src, size_t n) override;
   void download(float* host_dst, ConstActPtr src, size_t n) override;
+  const void* download_view(ConstActPtr src, size_t n) override;
   void fill_zero(float* p, size_t n) override;
   void fill_zero(ActPtr p, size_t n) override;
   void convert(ActPtr dst, const float* src, size_t n) override;

@@ -93,7 +93,7 @@ void KvDecoder::attend(int layer, int h, int seen, int i, int member) {
   }
 }
 
-std::span<const float> KvDecoder::run(int first) {
+StepLogits KvDecoder::run(int first) {
   const int C = dims_.C, T = dims_.T, hs = C / dims_.NH;
   const int n = position() - first;
   const std::int32_t* tokens = window().data() + first;
@@ -151,7 +151,7 @@ std::span<const float> KvDecoder::run(int first) {
   std::fill(logits_.begin(), logits_.end(), 0.0f);
   product(logits_.data(), P + layout_.wte(), normed_.data(), 1, dims_.Vp, C);
   count_positions(n);
-  return {logits_.data(), logits_.size()};
+  return StepLogits(logits_.data(), 1, dims_.Vp, dims_.V);
 }
 
 }  // namespace xtrain

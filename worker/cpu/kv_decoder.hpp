@@ -31,7 +31,7 @@ class KvDecoder : public TokenDecoder {
   int threads() const { return team_.members(); }
 
  private:
-  std::span<const float> run(int first) override;
+  StepLogits run(int first) override;
   void matmul(float* out, const float* inp, const float* weight, const float* bias, int n, int in, int out_dim);
   void product(float* out, const float* packed, const float* x, int n, int rows, int cols);  // out += x W^T
   void attention(int layer, int first, int n);

@@ -68,6 +68,11 @@ class Backend {
   // Activations cross as floats, converted to and from act_dtype().
   virtual void upload(ActPtr dst, const float* host_src, size_t n) = 0;
   virtual void download(float* host_dst, ConstActPtr src, size_t n) = 0;
+  // Host memory holding src's n activations as stored (act_dtype(), dtype_bytes of it each), after
+  // every operation issued before; valid until the next call on this backend. No copy where the
+  // host can read them in place: the CPU's own memory, the CUDA backend's pinned buffer. The caller
+  // converts what it reads when it reads it: generate's rows, each on the thread that draws it.
+  virtual const void* download_view(ConstActPtr src, size_t n) = 0;
   virtual void fill_zero(float* p, size_t n) = 0;
   virtual void fill_zero(ActPtr p, size_t n) = 0;
   // dst = src as activations (rounded to bf16 in bf16): the weights' copy from the master.

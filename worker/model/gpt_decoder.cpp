@@ -11,14 +11,16 @@ GptDecoder::GptDecoder(GPT& model, int rows)
       model_(model),
       tokens_(static_cast<size_t>(rows) * static_cast<size_t>(model.dims().T), 0),
       step_tokens_(static_cast<size_t>(rows)),
-      logits_(static_cast<size_t>(rows) * static_cast<size_t>(model.dims().Vp)) {
+      converted_(model.backend().act_dtype() == DType::bf16
+                     ? static_cast<size_t>(rows) * static_cast<size_t>(model.dims().Vp)
+                     : 0) {
   if (rows > model.max_batch()) {
     throw std::invalid_argument("GptDecoder: " + std::to_string(rows) + " rows, but the model holds " +
                                 std::to_string(model.max_batch()) + " sequence(s)");
   }
 }
 
-std::span<const float> GptDecoder::run(int first) {
+StepLogits GptDecoder::run(int first) {
   const size_t T = static_cast<size_t>(dims_.T);
   const bool cached = forwards_seen_ != 0 && forwards_seen_ == model_.forwards();
   if (cached && first > 0 && position() - first == 1) {
@@ -30,9 +32,10 @@ std::span<const float> GptDecoder::run(int first) {
     model_.forward_window(tokens_.data(), rows(), position() - 1);
     count_positions(dims_.T);
   }
-  model_.backend().download(logits_.data(), model_.step_logits(), logits_.size());
+  const void* logits = model_.backend().download_view(model_.step_logits(), static_cast<size_t>(rows()) * dims_.Vp);
   forwards_seen_ = model_.forwards();
-  return {logits_.data(), logits_.size()};
+  if (converted_.empty()) return StepLogits(static_cast<const float*>(logits), rows(), dims_.Vp, dims_.V);
+  return StepLogits(static_cast<const std::uint16_t*>(logits), converted_.data(), rows(), dims_.Vp, dims_.V);
 }
 
 }  // namespace xtrain

@@ -8,8 +8,9 @@
 //   - A token a row appended after the decoder's own last call is one step (GPT::forward_step):
 //     one position of work a row, its attention reading the keys and values that the forward and
 //     steps before left in GPT's qkv activations. A KV cache without memory of its own.
-// The logits of each window's last position are downloaded (rows x Vp floats, from the backend's
-// activation dtype).
+// The logits of each window's last position are read where the backend leaves them on the host
+// (Backend::download_view: no copy), in its activation dtype; bf16 rows become floats as they are
+// asked for (StepLogits).
 #pragma once
 
 #include <cstdint>
@@ -28,13 +29,13 @@ class GptDecoder : public TokenDecoder {
   explicit GptDecoder(GPT& model, int rows = 1);
 
  private:
-  std::span<const float> run(int first) override;
+  StepLogits run(int first) override;
 
   GPT& model_;
   std::uint64_t forwards_seen_ = 0;   // model_.forwards() after this decoder's last call; 0: none
   std::vector<std::int32_t> tokens_;  // (rows,T) the windows, then filler
   std::vector<std::int32_t> step_tokens_;  // (rows) a step's new tokens
-  std::vector<float> logits_;         // (rows,Vp)
+  std::vector<float> converted_;      // (rows,Vp) bf16 logits as floats; empty for fp32 activations
 };
 
 }  // namespace xtrain

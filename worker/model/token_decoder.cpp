@@ -4,7 +4,29 @@
 #include <stdexcept>
 #include <string>
 
+#include "worker/math/bf16.hpp"
+
 namespace xtrain {
+
+StepLogits::StepLogits(const float* floats, int rows, int Vp, int V) : floats_(floats), rows_(rows), Vp_(Vp), V_(V) {}
+
+StepLogits::StepLogits(const std::uint16_t* bf16, float* converted, int rows, int Vp, int V)
+    : floats_(converted), bf16_(bf16), converted_(converted), rows_(rows), Vp_(Vp), V_(V) {}
+
+std::span<const float> StepLogits::row(int r) const {
+  if (r < 0 || r >= rows_) {
+    throw std::out_of_range("logits row " + std::to_string(r) + " of " + std::to_string(rows_));
+  }
+  const size_t offset = static_cast<size_t>(r) * static_cast<size_t>(Vp_);
+  const size_t n = static_cast<size_t>(V_);
+  if (bf16_ != nullptr) {
+    // A plain loop over the bits, which -O3 vectorises (this file's flags: worker/model/CMakeLists.txt).
+    float* out = converted_ + offset;
+    const std::uint16_t* in = bf16_ + offset;
+    for (size_t i = 0; i < n; ++i) out[i] = math::float_from_bf16_bits(in[i]);
+  }
+  return {floats_ + offset, n};
+}
 
 TokenDecoder::TokenDecoder(const ModelDims& dims, int rows) : dims_(dims) {
   if (rows < 1) throw std::invalid_argument("decoder: " + std::to_string(rows) + " rows, expected at least 1");
@@ -16,7 +38,7 @@ void TokenDecoder::reset() {
   for (std::vector<std::int32_t>& w : windows_) w.clear();
 }
 
-std::span<const float> TokenDecoder::append(std::span<const std::int32_t> tokens) {
+StepLogits TokenDecoder::append(std::span<const std::int32_t> tokens) {
   if (tokens.empty()) throw std::out_of_range("decoder: no tokens to append");
   if (tokens.size() % windows_.size() != 0) {
     throw std::invalid_argument("decoder: " + std::to_string(tokens.size()) + " tokens for " +

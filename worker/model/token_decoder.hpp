@@ -23,6 +23,31 @@
 
 namespace xtrain {
 
+// What TokenDecoder::append returns: the logits of each row's last position, (rows, Vp), valid
+// until the decoder's next call or other work on its model. A decoder on a GPU in bf16 hands over
+// the bits it downloaded, and a row becomes floats when it is asked for, on the thread that asks:
+// generate's rows side by side convert on the threads that draw from them, each row while it is
+// in that core's cache. (All 16 rows of a GPT-2 step in one pass on one core took 250-340 us on
+// the build VMs, the order of the GPU's whole step.)
+class StepLogits {
+ public:
+  StepLogits(const float* floats, int rows, int Vp, int V);  // (rows, Vp) floats
+  // (rows, Vp) bf16 bits, each row converted into its row of `converted` (rows, Vp) floats.
+  StepLogits(const std::uint16_t* bf16, float* converted, int rows, int Vp, int V);
+
+  int rows() const { return rows_; }
+  // Row r's first V logits, the vocabulary's (std::out_of_range for r outside [0, rows)).
+  // Different rows may be asked for from different threads at once; a bf16 row is converted at
+  // every call, so ask once a row.
+  std::span<const float> row(int r) const;
+
+ private:
+  const float* floats_;
+  const std::uint16_t* bf16_ = nullptr;
+  float* converted_ = nullptr;  // floats_, written by row() when bf16_ is set
+  int rows_, Vp_, V_;
+};
+
 class TokenDecoder {
  public:
   virtual ~TokenDecoder() = default;
@@ -41,18 +66,17 @@ class TokenDecoder {
   std::uint64_t positions_computed() const { return positions_computed_; }
 
   // Puts `tokens`, (rows, n) row-major, at each window's next n positions (sliding first, above,
-  // when they do not fit) and returns the logits of each row's last one: (rows, Vp) floats, the
-  // first V of a row the vocabulary's, valid until the next call. More than the context per row
+  // when they do not fit) and returns the logits of each row's last one. More than the context per row
   // is std::length_error; an id outside [0, V), or no tokens, std::out_of_range; a count that is
   // not a multiple of rows(), std::invalid_argument; the windows are unchanged then.
-  std::span<const float> append(std::span<const std::int32_t> tokens);
+  StepLogits append(std::span<const std::int32_t> tokens);
 
  protected:
   TokenDecoder(const ModelDims& dims, int rows);
 
   // Runs every window's positions [first, position()) through the model (the ones before `first`
-  // ran in earlier calls, since the last slide) and returns each row's last logits (rows, Vp).
-  virtual std::span<const float> run(int first) = 0;
+  // ran in earlier calls, since the last slide) and returns each row's last logits.
+  virtual StepLogits run(int first) = 0;
 
   void count_positions(int n) { positions_computed_ += static_cast<std::uint64_t>(n); }
 

@@ -23,7 +23,7 @@ std::vector<std::int32_t> sample_tokens(GPT& model, const std::vector<std::int32
 
   GptDecoder decoder(model);
   std::span<const float> logits =
-      decoder.append(std::span(prompt).last(std::min(prompt.size(), static_cast<size_t>(d.T))));
+      decoder.append(std::span(prompt).last(std::min(prompt.size(), static_cast<size_t>(d.T)))).row(0);
   for (int n = 0; n < o.tokens; ++n) {
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + k, order.end(),
@@ -45,7 +45,7 @@ std::vector<std::int32_t> sample_tokens(GPT& model, const std::vector<std::int32
       }
     }
     out.push_back(next);
-    if (n + 1 < o.tokens) logits = decoder.append(std::span(&next, 1));
+    if (n + 1 < o.tokens) logits = decoder.append(std::span(&next, 1)).row(0);
   }
   return out;
 }

@@ -1,9 +1,9 @@
 // Host waits: the polling loop that bounds every wait a lost peer could hang (cuda/host_wait.hpp,
 // with stand-in queries: work that completes, fails, peers that fail, work that stalls past the
-// deadline); the backend's waits going through the wait a communicator installs; pinned memory
-// and the count of host waits in interpret mode's runtime (cuda/interp/host_waits.hpp); and the
-// count of one training step's waits through the real xlaunch and xtrain-worker, which a sync
-// added anywhere in a step makes fail.
+// deadline); the backend's waits going through the wait a communicator installs; a download
+// view's bits where the host reads them; pinned memory and the count of host waits in interpret
+// mode's runtime (cuda/interp/host_waits.hpp); and the count of one training step's waits through
+// the real xlaunch and xtrain-worker, which a sync added anywhere in a step makes fail.
 #include <cuda_runtime.h>
 
 #include <catch2/catch.hpp>
@@ -22,6 +22,7 @@
 #include "cuda/cuda_backend.hpp"
 #include "cuda/host_wait.hpp"
 #include "cuda/interp/host_waits.hpp"
+#include "worker/math/bf16.hpp"
 #include "tests/cuda/training_job.hpp"
 #include "worker/comm/communicator.hpp"
 
@@ -163,6 +164,32 @@ TEST_CASE("transfers past the pinned ring's size go straight from and to the cal
   CHECK(host_waits().pageable_copy == before.pageable_copy + 4);
   gpu.free(params);
   gpu.free(weights.data());
+}
+
+TEST_CASE("a download view is the activations' stored bits where the host reads them, after one wait",
+          "[interp][host_wait]") {
+  auto owned = xtrain::cuda::make_backend(0, xtrain::Precision::bf16);
+  xtrain::cuda::CudaBackend& gpu = cuda_of(*owned);
+  const size_t past_ring = xtrain::cuda::PinnedStaging::kMaxBytes / 2 + 3;  // bf16 past the ring's size
+  for (const size_t n : {size_t{5000}, past_ring, size_t{40}}) {
+    INFO(n << " activations");
+    xtrain::ActPtr acts = gpu.alloc_acts(n);  // (n,) bf16
+    std::vector<float> host(n);
+    for (size_t i = 0; i < n; ++i) host[i] = static_cast<float>(i % 251) * 0.5f - 60.0f;  // exact in bf16
+    gpu.upload(acts, host.data(), n);
+    const xtrain::interp::HostWaits before = host_waits();
+    const auto* bits = static_cast<const std::uint16_t*>(gpu.download_view(acts, n));
+    // Small: a buffer of the pinned ring, so no pageable copy; large: the backend's own memory.
+    const bool pinned = n != past_ring;
+    CHECK(host_waits().total() == before.total() + (pinned ? 1 : 2));  // the wait, and the pageable copy
+    cudaPointerAttributes a{};
+    REQUIRE(cudaPointerGetAttributes(&a, bits) == cudaSuccess);
+    CHECK((a.type == cudaMemoryTypeHost) == pinned);
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; ++i) wrong += bits[i] != xtrain::math::bf16_bits_from_float(host[i]) ? 1 : 0;
+    CHECK(wrong == 0);
+    gpu.free(acts.data());
+  }
 }
 
 TEST_CASE("with copies still in flight the pinned ring grows instead of reusing a buffer, and drains at its limit",

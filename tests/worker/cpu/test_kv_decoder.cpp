@@ -5,6 +5,8 @@
 // a GPU): the same window as the KV decoder's through prompts and slides, the same logits, one
 // position of work per token, and a forward of the window again when other work ran on the model;
 // with several rows (samples side by side), each row the logits of a one-row decoder on its tokens.
+// And what both return (StepLogits): fp32 rows read in place, bf16 rows the floats of their bits,
+// converted a row at a time on whichever threads ask.
 //
 // Tolerance: both are fp32 with the same per-element math; they differ in summation order only
 // (sgemv against sgemm, a direct softmax against flash attention's online one, expf against
@@ -18,11 +20,13 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "tests/worker/gpt_test_util.hpp"
 #include "worker/cpu/cpu_backend.hpp"
 #include "worker/cpu/kv_decoder.hpp"
+#include "worker/math/bf16.hpp"
 #include "worker/model/gpt.hpp"
 #include "worker/model/gpt_decoder.hpp"
 
@@ -81,10 +85,10 @@ TEST_CASE("KV-cached logits equal the full-window forward's, token by token and 
 
   for (const int prompt : {1, 5, d.T}) {
     KvDecoder decoder(m.gpt.layout(), m.params);
-    auto logits = decoder.append(std::span(tokens).first(static_cast<size_t>(prompt)));
+    std::span<const float> logits = decoder.append(std::span(tokens).first(static_cast<size_t>(prompt))).row(0);
     CHECK(relative_error(logits, full.data() + static_cast<size_t>(prompt - 1) * d.Vp, d.V) < kTolerance);
     for (int p = prompt; p < d.T; ++p) {
-      logits = decoder.append(std::span(tokens).subspan(static_cast<size_t>(p), 1));
+      logits = decoder.append(std::span(tokens).subspan(static_cast<size_t>(p), 1)).row(0);
       INFO("prompt " << prompt << ", position " << p);
       CHECK(relative_error(logits, full.data() + static_cast<size_t>(p) * d.Vp, d.V) < kTolerance);
     }
@@ -100,7 +104,7 @@ TEST_CASE("Past the context the decoder keeps the newest half of the window and 
   const std::vector<int32_t> tokens = test::random_tokens(static_cast<size_t>(d.T) + 3, d.V, 8);
   KvDecoder decoder(m.gpt.layout(), m.params);
   decoder.append(std::span(tokens).first(static_cast<size_t>(d.T)));
-  const auto logits = decoder.append(std::span(tokens).subspan(static_cast<size_t>(d.T), 1));
+  const std::span<const float> logits = decoder.append(std::span(tokens).subspan(static_cast<size_t>(d.T), 1)).row(0);
 
   const std::vector<int32_t> kept(tokens.begin() + d.T / 2, tokens.begin() + d.T + 1);
   CHECK(decoder.window() == kept);
@@ -121,7 +125,10 @@ TEST_CASE("The decoder gives the same logits, bit for bit, on any number of thre
     KvDecoder decoder(m.gpt.layout(), m.params, threads);
     REQUIRE(decoder.threads() == threads);
     std::vector<float> all;
-    const auto keep = [&](std::span<const float> logits) { all.insert(all.end(), logits.begin(), logits.end()); };
+    const auto keep = [&](const StepLogits& logits) {
+      const std::span<const float> row = logits.row(0);
+      all.insert(all.end(), row.begin(), row.end());
+    };
     keep(decoder.append(std::span(tokens).first(5)));  // a prompt
     for (size_t p = 5; p < tokens.size(); ++p) keep(decoder.append(std::span(tokens).subspan(p, 1)));  // and a slide
     return all;
@@ -162,16 +169,17 @@ TEST_CASE("The GPT decoder keeps the KV decoder's window through prompts and sli
   int steps = 0;
   for (const auto& [from, count] : calls) {
     const auto piece = std::span(tokens).subspan(from, count);
-    const std::span<const float> want = kv.append(piece);
+    const std::span<const float> want = kv.append(piece).row(0);
     const int before = window.position();
-    const std::span<const float> got = window.append(piece);
+    const StepLogits got = window.append(piece);
     const bool step = count == 1 && before > 0 && window.position() == before + 1;
     positions += step ? 1 : static_cast<std::uint64_t>(d.T);
     steps += step ? 1 : 0;
     INFO("tokens [" << from << ", " << from + count << ")");
     REQUIRE(window.window() == kv.window());
-    REQUIRE(got.size() == static_cast<size_t>(d.Vp));
-    CHECK(relative_error(got, want.data(), d.V) < kTolerance);
+    REQUIRE(got.rows() == 1);
+    REQUIRE(got.row(0).size() == static_cast<size_t>(d.V));
+    CHECK(relative_error(got.row(0), want.data(), d.V) < kTolerance);
     CHECK(window.positions_computed() == positions);
   }
   CHECK(steps >= 4);  // the single tokens that did not slide
@@ -180,14 +188,14 @@ TEST_CASE("The GPT decoder keeps the KV decoder's window through prompts and sli
   // Other work on the model overwrites the rows the steps read: the next token runs the window again.
   m.full_logits(test::random_tokens(static_cast<size_t>(d.T), d.V, 14));
   const auto next = std::span(tokens).subspan(42, 1);
-  const std::span<const float> want_after = kv.append(next);
-  CHECK(relative_error(window.append(next), want_after.data(), d.V) < kTolerance);
+  const std::span<const float> want_after = kv.append(next).row(0);
+  CHECK(relative_error(window.append(next).row(0), want_after.data(), d.V) < kTolerance);
   CHECK(window.positions_computed() == positions + static_cast<std::uint64_t>(d.T));
   kv.reset();
   window.reset();
   const auto full = std::span(tokens).first(static_cast<size_t>(d.T));
-  const std::span<const float> want = kv.append(full);
-  CHECK(relative_error(window.append(full), want.data(), d.V) < kTolerance);
+  const std::span<const float> want = kv.append(full).row(0);
+  CHECK(relative_error(window.append(full).row(0), want.data(), d.V) < kTolerance);
   CHECK(window.position() == d.T);
 
   // The window's own checks are the KV decoder's: nothing appended on a refusal.
@@ -217,15 +225,14 @@ TEST_CASE("The GPT decoder's rows are sequences side by side, each a KV decoder'
   for (const auto& [from, count] : calls) {
     std::vector<int32_t> piece;
     for (const std::vector<int32_t>& s : streams) piece.insert(piece.end(), s.begin() + from, s.begin() + from + count);
-    const std::span<const float> got = rows.append(piece);
-    REQUIRE(got.size() == static_cast<size_t>(kRows) * d.Vp);
+    const StepLogits got = rows.append(piece);
+    REQUIRE(got.rows() == kRows);
     for (int r = 0; r < kRows; ++r) {
       INFO("tokens [" << from << ", " << from + count << ") of row " << r);
-      const std::span<const float> want = singles[static_cast<size_t>(r)]->append(
-          std::span(streams[static_cast<size_t>(r)]).subspan(from, count));
+      const std::span<const float> want =
+          singles[static_cast<size_t>(r)]->append(std::span(streams[static_cast<size_t>(r)]).subspan(from, count)).row(0);
       REQUIRE(rows.window(r) == singles[static_cast<size_t>(r)]->window());
-      CHECK(relative_error(got.subspan(static_cast<size_t>(r) * d.Vp, static_cast<size_t>(d.Vp)), want.data(), d.V) <
-            kTolerance);
+      CHECK(relative_error(got.row(r), want.data(), d.V) < kTolerance);
     }
   }
   CHECK(rows.position() < d.T);  // the calls slid
@@ -234,4 +241,45 @@ TEST_CASE("The GPT decoder's rows are sequences side by side, each a KV decoder'
   CHECK_THROWS_AS(GptDecoder(wide, kRows + 1), std::invalid_argument);
   CHECK_THROWS_AS(GptDecoder(wide, 0), std::invalid_argument);
   CHECK_THROWS_AS(wide.forward_step(std::vector<int32_t>(kRows + 1, 1), 0), std::invalid_argument);
+}
+
+TEST_CASE("A step's logits: fp32 rows read in place, bf16 rows converted bit for bit, each on the thread that asks",
+          "[kv]") {
+  constexpr int kRows = 3, kVp = 24, kV = 19;  // the padding past V is never read or written
+  std::vector<std::uint16_t> bits(static_cast<size_t>(kRows) * kVp);
+  std::mt19937 rng(3);
+  for (std::uint16_t& b : bits) b = static_cast<std::uint16_t>(rng());
+  // The values a logit can hold, and those it should not but might: zero of either sign, a
+  // subnormal, the largest finite, infinities and NaN keep their bits.
+  const std::vector<std::uint16_t> special = {0x0000, 0x8000, 0x0001, 0x7F7F, 0x7F80, 0xFF80, 0x7FC1, 0x3F80};
+  std::copy(special.begin(), special.end(), bits.begin() + kVp);
+  const float kUnwritten = -123.0f;
+  std::vector<float> converted(bits.size(), kUnwritten);
+  const StepLogits logits(bits.data(), converted.data(), kRows, kVp, kV);
+  REQUIRE(logits.rows() == kRows);
+
+  std::vector<std::span<const float>> rows(kRows);
+  std::vector<std::thread> askers;
+  for (int r = 0; r < kRows; ++r) askers.emplace_back([&, r] { rows[static_cast<size_t>(r)] = logits.row(r); });
+  for (std::thread& t : askers) t.join();
+  for (int r = 0; r < kRows; ++r) {
+    INFO("row " << r);
+    const std::span<const float> row = rows[static_cast<size_t>(r)];
+    REQUIRE(row.size() == static_cast<size_t>(kV));
+    CHECK(row.data() == converted.data() + static_cast<size_t>(r) * kVp);
+    for (int j = 0; j < kV; ++j) {
+      const float want = math::float_from_bf16_bits(bits[static_cast<size_t>(r) * kVp + static_cast<size_t>(j)]);
+      CHECK(std::memcmp(&row[static_cast<size_t>(j)], &want, sizeof(float)) == 0);
+    }
+    for (int j = kV; j < kVp; ++j) CHECK(converted[static_cast<size_t>(r) * kVp + static_cast<size_t>(j)] == kUnwritten);
+  }
+  CHECK(std::isnan(rows[1][6]));
+  CHECK(std::isinf(rows[1][4]));
+
+  const std::vector<float> floats(static_cast<size_t>(kRows) * kVp, 0.5f);
+  const StepLogits in_place(floats.data(), kRows, kVp, kV);
+  CHECK(in_place.row(2).data() == floats.data() + 2 * kVp);
+  CHECK(in_place.row(2).size() == static_cast<size_t>(kV));
+  CHECK_THROWS_AS(in_place.row(kRows), std::out_of_range);
+  CHECK_THROWS_AS(logits.row(-1), std::out_of_range);
 }
