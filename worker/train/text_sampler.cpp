@@ -1,49 +1,24 @@
 #include "worker/train/text_sampler.hpp"
 
 #include <algorithm>
-#include <cmath>
-#include <numeric>
-#include <random>
 #include <span>
 #include <vector>
 
 #include "worker/model/gpt.hpp"
 #include "worker/model/gpt_decoder.hpp"
+#include "worker/train/token_sampler.hpp"
 
 namespace xtrain {
 
 std::vector<std::int32_t> sample_tokens(GPT& model, const std::vector<std::int32_t>& prompt, const SampleOptions& o) {
   const ModelDims& d = model.dims();
-  std::mt19937_64 rng(o.seed);
-  std::uniform_real_distribution<double> uniform(0.0, 1.0);
-  std::vector<int> order(static_cast<size_t>(d.V));
-  std::vector<double> probs(static_cast<size_t>(d.V));
-  const int k = o.top_k > 0 ? std::min(o.top_k, d.V) : d.V;
+  TokenSampler sampler({.temperature = o.temperature, .top_k = o.top_k, .top_p = 1.0}, sample_seed(o.seed, 0));
   std::vector<std::int32_t> out;
-
   GptDecoder decoder(model);
   std::span<const float> logits =
       decoder.append(std::span(prompt).last(std::min(prompt.size(), static_cast<size_t>(d.T)))).row(0);
   for (int n = 0; n < o.tokens; ++n) {
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [&](int a, int b) { return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)]; });
-    int next = order[0];
-    if (o.temperature > 0) {
-      // softmax over the k best at the given temperature, shifted by the maximum for stability
-      const double top = logits[static_cast<size_t>(order[0])];
-      double total = 0;
-      for (int i = 0; i < k; ++i) {
-        probs[static_cast<size_t>(i)] = std::exp((logits[static_cast<size_t>(order[static_cast<size_t>(i)])] - top) / o.temperature);
-        total += probs[static_cast<size_t>(i)];
-      }
-      double u = uniform(rng) * total;
-      for (int i = 0; i < k; ++i) {
-        next = order[static_cast<size_t>(i)];
-        u -= probs[static_cast<size_t>(i)];
-        if (u <= 0) break;
-      }
-    }
+    const std::int32_t next = sampler.next(logits);
     out.push_back(next);
     if (n + 1 < o.tokens) logits = decoder.append(std::span(&next, 1)).row(0);
   }

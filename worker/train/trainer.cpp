@@ -378,8 +378,8 @@ std::optional<std::string> Trainer::sample() {
   report_.heartbeat().phase(WorkerPhase::kSampling);
   const auto t0 = std::chrono::steady_clock::now();
   const std::string text = printable(text_.decode(sample_tokens(*model_, prompt_, o)));
-  spdlog::info("sample: {} {} at temperature {}, top-k {}, {:.1f} s:", s.tokens,
-               data_.byte_level ? "bytes" : "tokens", s.temperature, s.top_k, seconds_since(t0));
+  spdlog::info("sample: {} {} at temperature {}, top-k {}, seed {}, {:.1f} s:", s.tokens,
+               data_.byte_level ? "bytes" : "tokens", s.temperature, s.top_k, o.seed, seconds_since(t0));
   // The text itself, unadorned so it reads as text, on the log's stream so it stays in order.
   std::fputs((printable(s.prompt) + text + "\n").c_str(), stderr);
   return text;

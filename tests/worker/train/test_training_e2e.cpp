@@ -1,8 +1,9 @@
 // Training through the real xlaunch and xtrain-worker (XTRAIN_BIN_DIR), on CPU ranks over Gloo:
 // data-parallel runs equal single-process runs, accumulation equals a bigger batch, a tiny model
-// overfits, resume is bit-exact (after a rerun and after an xlaunch restart), SIGUSR1 checkpoints
-// and stops every rank at the same step, and each bad input is one clear error line with a
-// nonzero exit and no checkpoint left behind.
+// overfits, resume is bit-exact (after a rerun and after an xlaunch restart), the closing sample
+// is what generate draws from the run with the same seed, SIGUSR1 checkpoints and stops every rank
+// at the same step, and each bad input is one clear error line with a nonzero exit and no
+// checkpoint left behind.
 //
 // Tolerances: runs with different world sizes or micro-batch splits compute the same batch with
 // the matrix products split differently, so float sums are ordered differently; over 20 AdamW
@@ -87,6 +88,30 @@ TEST_CASE("a tiny model overfits a single sequence to near-zero loss", "[e2e]") 
   INFO("first " << losses.begin()->second << ", last " << losses.rbegin()->second);
   CHECK(losses.begin()->second > 4.0);  // about ln(256) = 5.5 at the start
   CHECK(losses.rbegin()->second < 0.05);
+}
+
+TEST_CASE("the closing sample is what generate draws from the run with the same prompt, seed and settings", "[e2e]") {
+  Job job("sample");
+  const Outcome run =
+      job.launch("s", 1, {"sample.tokens=40", "sample.temperature=0.9", "sample.top_k=20", "sample.prompt=the "});
+  require_ok(run);
+  CHECK(run.output.find("sample: 40 bytes at temperature 0.9, top-k 20, seed 11, ") != std::string::npos);
+  const std::string sample = job.result("s", 0).at("sample").get<std::string>();
+  REQUIRE(sample.size() == 40);  // byte-level: a byte a token
+  // generate on the run's newest checkpoint (the last step's), seeded with train.seed: an fp32 run,
+  // whose logits differ from generate's KV decoder by the order of their sums only.
+  const auto generate = [&](int seed) {
+    const fs::path out = job.dir() / "generate.out";
+    const std::string command = shell_quote(std::string(XTRAIN_BIN_DIR) + "/xtrain-worker") + " generate --device cpu " +
+                                shell_quote(job.run_dir("s").string()) +
+                                " --prompt 'the ' --max-new-tokens 40 --temperature 0.9 --top-k 20 --seed " +
+                                std::to_string(seed) + " > " + shell_quote(out.string()) + " 2> " +
+                                shell_quote((job.dir() / "generate.err").string());
+    REQUIRE(std::system(command.c_str()) == 0);
+    return read_text(out);
+  };
+  CHECK(generate(11) == sample);
+  CHECK(generate(12) != sample);
 }
 
 TEST_CASE("resume is bit-exact: after a rerun and after an xlaunch restart", "[e2e]") {
