@@ -50,6 +50,7 @@ class TokenSampler {
   std::vector<double> chunk_sums_;    // (kept / kChunk) sums of the weights, chunk by chunk
   std::vector<float> selection_;      // top-k's working copy of the logits
   std::vector<std::uint32_t> order_;  // a nucleus's search: the kept tokens (indices) still candidates, by id
+  std::vector<double> digit_sums_;    // a nucleus's search: the candidates' weights summed by their next digit
 };
 
 // The seed of sample `index` (from 0) of a command's `seed`: the seed itself for the first, so
