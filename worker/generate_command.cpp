@@ -250,9 +250,9 @@ struct SampleRow {
 // until their turn. So stdout is the same whether the samples ran one after another or side by
 // side; rows that finished early carry on with their last token until all have.
 // Each row draws from a generator of its own, so the rows draw side by side on `team` where there
-// is one, and what each draws does not depend on it: a draw over GPT-2's vocabulary takes 40 to
-// 250 us of one core, 16 of them in a row longer than the GPU's step of 16. On a GPU in bf16 each
-// member also converts its rows' logits to floats (StepLogits).
+// is one, and what each draws does not depend on it: a draw over GPT-2's vocabulary takes 25 to
+// 200 us of one core, 16 of them in a row about the GPU's step of 16 or more. On a GPU in bf16
+// each member also converts its rows' logits to floats (StepLogits).
 void generate_rows(TokenDecoder& decoder, int first, const Vocabulary& vocab, const std::vector<std::int32_t>& prompt,
                    const GenerateOptions& o, ThreadTeam* team, Output& out, Totals& totals) {
   const int rows = decoder.rows();

@@ -8,8 +8,9 @@
 // vectorised pass of worker/math's exp in fp32 (about 1 ulp; glibc's exp in double, which a draw
 // took before, was a scalar call per token), the walk to the drawn token skips whole chunks by
 // their sums, top-k selects on the logits alone, and a nucleus is found by a radix selection on
-// the weights' bits, not a sort. Tokens are walked by id, so the draws do not depend on the order the standard library's
-// partitions leave.
+// the weights' bits, not a sort; the passes that look for a few tokens among all of them test a
+// chunk at a time as vectors before they look at its tokens one by one. Tokens are walked by id,
+// so the draws do not depend on the order the standard library's partitions leave.
 #pragma once
 
 #include <cstdint>
@@ -44,8 +45,11 @@ class TokenSampler {
 
   SamplingOptions options_;
   Xoshiro256 rng_;
-  std::vector<float> logits_;         // (kept) the kept tokens' logits, by id
-  std::vector<std::int32_t> ids_;     // (kept) their ids
+  // The id of the j-th kept token: without top-k every token is kept, and j is its id.
+  std::int32_t id_of(size_t j) const { return ids_.empty() ? static_cast<std::int32_t>(j) : ids_[j]; }
+
+  std::vector<float> logits_;         // (kept) top-k's kept tokens' logits, by id
+  std::vector<std::int32_t> ids_;     // (kept) their ids; empty without top-k
   std::vector<float> weights_;        // (kept) exp((logit - max) / temperature)
   std::vector<double> chunk_sums_;    // (kept / kChunk) sums of the weights, chunk by chunk
   std::vector<float> selection_;      // top-k's working copy of the logits

@@ -1,4 +1,4 @@
-// The next-token sampler: greedy and its ties, top-k and top-p keep exactly the tokens they name,
+// The next-token sampler: greedy, its ties and NaNs, top-k and top-p keep exactly the tokens they name,
 // draws follow the softmax of logits / temperature, and the same seed gives the same draws. On
 // GPT-2's vocabulary with Zipf-like logits (as a language model's are), against a reference that
 // sorts every token in double: the same kept tokens, and the draws' shares within 0.02 (4
@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <set>
@@ -32,6 +33,33 @@ TEST_CASE("Greedy takes the most likely token, the lower id on a tie", "[sampler
   TokenSampler s({.temperature = 0.0, .top_k = 0, .top_p = 1.0}, 1);
   CHECK(s.next(std::vector<float>{0.1f, 2.0f, -1.0f, 2.0f}) == 1);
   CHECK(s.next(std::vector<float>{3.0f, 2.0f}) == 0);
+}
+
+TEST_CASE("Greedy finds the largest logit anywhere, skips a later NaN and refuses a NaN first logit", "[sampler]") {
+  // Lengths around the search's eight lanes (a tail of 0 to 7 past them) and GPT-2's vocabulary.
+  TokenSampler s({.temperature = 0.0, .top_k = 0, .top_p = 1.0}, 1);
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> uniform(-5.0f, 5.0f);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const size_t n : {1, 2, 7, 8, 9, 15, 16, 17, 50257}) {
+    std::vector<float> logits(n);
+    for (float& x : logits) x = uniform(rng);
+    std::vector<size_t> at = {0, n / 2, n - 1};
+    if (n > 9) at.insert(at.end(), {7, 8, n - 8});
+    for (const size_t best : at) {
+      INFO(n << " logits, the largest at " << best);
+      std::vector<float> v = logits;
+      v[best] = 6.0f;
+      CHECK(s.next(v) == static_cast<std::int32_t>(best));
+      const size_t other = best == n - 1 ? n / 2 : n - 1;  // a NaN after the first logit is no logit at all
+      if (other != best && other != 0) {
+        v[other] = nan;
+        CHECK(s.next(v) == static_cast<std::int32_t>(best));
+      }
+    }
+    logits[0] = nan;
+    CHECK_THROWS_AS(s.next(logits), std::runtime_error);
+  }
 }
 
 TEST_CASE("Draws follow softmax(logits / temperature)", "[sampler]") {
