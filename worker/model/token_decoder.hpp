@@ -27,7 +27,7 @@ namespace xtrain {
 // until the decoder's next call or other work on its model. A decoder on a GPU in bf16 hands over
 // the bits it downloaded, and a row becomes floats when it is asked for, on the thread that asks:
 // generate's rows side by side convert on the threads that draw from them, each row while it is
-// in that core's cache. (All 16 rows of a GPT-2 step in one pass on one core took 250-340 us on
+// in that core's cache. (All 16 rows of a GPT-2 step in one pass on one core took 250-500 us on
 // the build VMs, the order of the GPU's whole step.)
 class StepLogits {
  public:
