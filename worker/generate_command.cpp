@@ -67,19 +67,20 @@ const char* const kUsage =
     "    --top-k K             keep the K most likely tokens (default 0: all)\n"
     "    --top-p P             keep the most likely tokens up to probability P, in (0, 1] (default 1)\n"
     "    --seed S              the same seed gives the same text (default 0)\n"
-    "    --num-samples N       samples from the same prompt (default 1), each from its own seed; on\n"
-    "                          a GPU up to 16 side by side; sample 1 is the same text for any N\n"
+    "    --num-samples N       samples from the same prompt (default 1), each from its own seed, up\n"
+    "                          to 16 side by side (on the CPU as many as a quarter of its memory holds\n"
+    "                          caches for); sample 1 is the same text for any N\n"
     "    --stop TEXT           end a sample where TEXT appears (TEXT is not printed)\n"
     "    --tokenizer PATH      GPT-2 vocabulary files, for a model that comes without them; a model\n"
     "                          of 256 tokens without one is byte-level\n"
     "    --device D            cpu, cuda (GPU 0 of those CUDA sees) or auto (a GPU where there is one,\n"
     "                          else the CPU); default auto\n"
     "    --precision P         on a GPU: auto (bf16), bf16, tf32 or fp32; on the CPU fp32 (auto)\n"
-    "    --threads N           on the CPU, threads sharing each token's work (default: OMP_NUM_THREADS\n"
-    "                          when set, else the CPUs this process may use; at most one per 8 MiB of\n"
-    "                          weights); on a GPU, threads drawing the samples side by side (default:\n"
-    "                          the CPUs this process may use; at most one a sample). The text is the\n"
-    "                          same for any N\n"
+    "    --threads N           on the CPU, threads sharing each token's work and drawing the samples\n"
+    "                          side by side (default: OMP_NUM_THREADS when set, else the CPUs this\n"
+    "                          process may use; at most one per 8 MiB of weights); on a GPU, threads\n"
+    "                          drawing the samples side by side (default: the CPUs this process may\n"
+    "                          use; at most one a sample). The text is the same for any N\n"
     "  Each new token costs one position of work (a KV cache), on either device; past the model's\n"
     "  context the newest half of the window is kept and run again.\n"
     "exit codes: 0 generated; 1 runtime failure; 2 bad input (command line, MODEL, tokenizer, prompt)\n";
@@ -349,6 +350,14 @@ struct DecoderPlace {
 
 int wanted_rows(const GenerateOptions& o) { return std::min(o.num_samples, kMaxSampleRows); }
 
+// On the CPU, the samples side by side whose caches fit in a quarter of the machine's memory
+// (2 L T C floats each: GPT-2 124M's 75 MB, GPT-2 XL's 630 MB).
+int cpu_rows(const GenerateOptions& o, const ModelDims& dims) {
+  const double memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  const double fit = memory / 4 / static_cast<double>(KvDecoder::cache_bytes_per_row(dims));
+  return std::clamp(static_cast<int>(std::min(fit, static_cast<double>(kMaxSampleRows))), 1, wanted_rows(o));
+}
+
 DecoderPlace place_decoder(const GenerateOptions& o, const ModelFileInfo& model) {
   const auto cpu_is_fp32 = [&] {
     return BadInput("--precision: \"" + o.precision + "\" needs a GPU; generation on the CPU is fp32 (its KV cache)");
@@ -361,6 +370,7 @@ DecoderPlace place_decoder(const GenerateOptions& o, const ModelFileInfo& model)
   if (place.device.cuda == nullptr) {
     if (o.precision != "auto" && o.precision != "fp32") throw cpu_is_fp32();
     place.flat = load_flat_model(model);
+    place.rows = cpu_rows(o, place.flat->layout.dims());
     return place;
   }
   if (o.precision != "auto") place.device = choose_command_device(o.device, o.precision, "generating", probe);
@@ -406,40 +416,45 @@ int run_generate(int argc, char** argv) {
     return exit_code::kBadInput;
   }
   const ParamLayout& layout = place.flat ? place.flat->layout : place.loaded->layout;
-  // The threads drawing the rows side by side: one a row, up to --threads or the usable CPUs.
-  const int draw_threads = std::min(place.rows, o.threads > 0 ? o.threads : usable_threads());
+  // On the CPU the decoder's threads (not OpenBLAS's), which also draw the rows side by side; on a
+  // GPU a team of its own draws them. One thread a row at most.
+  std::string threads_from = "--threads";
+  const int cpu_threads = place.flat ? (o.threads > 0 ? o.threads : default_threads(layout.total(), threads_from)) : 0;
+  const int draw_threads =
+      std::min(place.rows, place.flat ? cpu_threads : (o.threads > 0 ? o.threads : usable_threads()));
   spdlog::info("generating from {} ({:.2f}M parameters, context {}): prompt {} tokens, {} sample(s) of up to {} tokens{}",
                describe(model), static_cast<double>(layout.total()) / 1e6, model.n_positions, prompt.size(),
                o.num_samples, o.max_new_tokens,
                place.rows > 1 ? ", " + std::to_string(place.rows) + " side by side, drawn on " +
                                     std::to_string(draw_threads) + (draw_threads == 1 ? " thread" : " threads")
                               : std::string());
-  // The decoder, and the device line: on the CPU with the decoder's own threads (not OpenBLAS's).
+  // The decoder, and the device line.
   std::optional<KvDecoder> kv;
   if (place.flat) {
-    std::string threads_from = "--threads";
-    const int threads = o.threads > 0 ? o.threads : default_threads(layout.total(), threads_from);
-    log_device_line(place.device, place.device.where + "; fp32; " + std::to_string(threads) +
-                                      (threads == 1 ? " thread (" : " threads (") + threads_from + ")");
-    kv.emplace(layout, std::move(place.flat->params), threads);
+    log_device_line(place.device, place.device.where + "; fp32; " + std::to_string(cpu_threads) +
+                                      (cpu_threads == 1 ? " thread (" : " threads (") + threads_from + ")");
+    kv.emplace(layout, std::move(place.flat->params), cpu_threads, place.rows);
   } else {
     log_device_line(place.device, place.device.summary);
-    if (place.rows < wanted_rows(o)) {
-      spdlog::info("{} sample{} side by side: as many as the free memory of {} takes", place.rows,
-                   place.rows == 1 ? "" : "s", place.device.gpu_memory.name);
-    }
+  }
+  if (place.rows < wanted_rows(o)) {
+    spdlog::info("{} sample{} side by side: as many as {}", place.rows, place.rows == 1 ? "" : "s",
+                 kv ? "a quarter of this machine's memory holds caches for"
+                    : "the free memory of " + place.device.gpu_memory.name + " takes");
   }
   Output out;
   try {
     Totals totals;
     std::optional<GptDecoder> on_gpu;
-    std::optional<ThreadTeam> draws;
-    if (draw_threads > 1) draws.emplace(draw_threads);
+    std::optional<ThreadTeam> gpu_draws;
+    if (!kv && draw_threads > 1) gpu_draws.emplace(draw_threads);
+    ThreadTeam* draws = kv ? &kv->team() : gpu_draws ? &*gpu_draws : nullptr;
     for (int first = 0; first < o.num_samples; first += place.rows) {
       const int rows = std::min(place.rows, o.num_samples - first);
+      if (kv && kv->rows() != rows) kv->set_rows(rows);
       if (!kv && (!on_gpu || on_gpu->rows() != rows)) on_gpu.emplace(place.loaded->gpt, rows);
       TokenDecoder& decoder = kv ? static_cast<TokenDecoder&>(*kv) : *on_gpu;
-      generate_rows(decoder, first, vocab, prompt, o, draws ? &*draws : nullptr, out, totals);
+      generate_rows(decoder, first, vocab, prompt, o, draws, out, totals);
     }
     out.end_line_on_terminal();
     spdlog::info("generated {} tokens in {:.2f} s: {:.1f} tokens/s", totals.tokens, totals.seconds,

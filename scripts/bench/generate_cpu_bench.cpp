@@ -14,6 +14,9 @@
 // it writes the weights (params.bin, our flat layout) and config.json for the PyTorch side.
 // --decoder gpt times GPT's own decoder on the CPU backend instead (worker/model/gpt_decoder.hpp:
 // the trainer's samples on CPU ranks; its products through OpenBLAS on as many threads), in fp32.
+// --rows N (kv only) runs N sequences of the same prompt side by side, as generate's samples: a
+// step is a token of each (row 0's greedy, row r's r ids past its greedy one, so that they part),
+// and the per-token times are a step's over N.
 #include <cblas.h>
 #include <immintrin.h>
 #include <time.h>
@@ -100,7 +103,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) try {
   if (const std::string line = choose_openblas_core(argv); !line.empty()) spdlog::info("{}", line);
   bench::BenchShape shape{12, 12, 768, 1024, 50257, 1, 0, 0};
-  int prompt_tokens = 64, new_tokens = 256, runs = 3, threads = 1;
+  int prompt_tokens = 64, new_tokens = 256, runs = 3, threads = 1, rows = 1;
   std::string out, decoder_name = "kv";
   bench::parse_bench_flags("xtrain-bench-generate", argc, argv, shape, [&](int& i) {
     const std::string a = argv[i];
@@ -111,10 +114,12 @@ int main(int argc, char** argv) try {
     else if (a == "--threads") threads = std::atoi(argv[++i]);
     else if (a == "--out") out = argv[++i];
     else if (a == "--decoder") decoder_name = argv[++i];
+    else if (a == "--rows") rows = std::atoi(argv[++i]);
     else return false;
     return true;
-  }, "[--prompt N (64)] [--new N (256)] [--runs N (3)] [--threads N (1)] [--out DIR] [--decoder kv|gpt (kv)]");
+  }, "[--prompt N (64)] [--new N (256)] [--runs N (3)] [--threads N (1)] [--out DIR] [--decoder kv|gpt (kv)] [--rows N (1)]");
   if (decoder_name != "kv" && decoder_name != "gpt") throw std::invalid_argument("--decoder: expected kv or gpt");
+  if (rows < 1 || (rows > 1 && decoder_name != "kv")) throw std::invalid_argument("--rows: at least 1, and above 1 only with --decoder kv");
   const ParamLayout layout(ModelDims::from(shape.model()));
   const ModelDims& d = layout.dims();
   std::vector<float> params(layout.total());
@@ -154,7 +159,7 @@ int main(int argc, char** argv) try {
     gpt->set_params(params.data());
     decoder_owner = std::make_unique<GptDecoder>(*gpt);
   } else {
-    decoder_owner = std::make_unique<KvDecoder>(layout, std::move(params), threads);
+    decoder_owner = std::make_unique<KvDecoder>(layout, std::move(params), threads, rows);
   }
   TokenDecoder& decoder = *decoder_owner;
   std::vector<double> per_token_ms, per_token_cpu_ms, prompt_ms;
@@ -162,23 +167,32 @@ int main(int argc, char** argv) try {
   for (int r = 0; r < runs; ++r) {
     decoder.reset();
     generated.clear();
+    std::vector<int32_t> next;
+    for (int row = 0; row < rows; ++row) next.insert(next.end(), prompt.begin(), prompt.end());
     auto t0 = Clock::now();
-    std::span<const float> logits = decoder.append(prompt).row(0);
+    StepLogits logits = decoder.append(next);
     prompt_ms.push_back(1000.0 * seconds_since(t0));
     t0 = Clock::now();
     const double cpu0 = thread_cpu_s();
     for (int n = 0; n < new_tokens; ++n) {
-      const auto token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-      generated.push_back(token);
-      logits = decoder.append(std::span(&token, 1)).row(0);
+      next.resize(static_cast<size_t>(rows));
+      // Row 0 greedy; row r the token r ids past its greedy one, so that the rows part after the
+      // prompt as sampled ones do (rows with the same window are computed once).
+      for (int row = 0; row < rows; ++row) {
+        const std::span<const float> l = logits.row(row);
+        const auto best = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+        next[static_cast<size_t>(row)] = (best + row) % d.V;
+      }
+      generated.push_back(next[0]);
+      logits = decoder.append(next);
     }
-    per_token_ms.push_back(1000.0 * seconds_since(t0) / new_tokens);
-    per_token_cpu_ms.push_back(1000.0 * (thread_cpu_s() - cpu0) / new_tokens);
+    per_token_ms.push_back(1000.0 * seconds_since(t0) / (new_tokens * rows));
+    per_token_cpu_ms.push_back(1000.0 * (thread_cpu_s() - cpu0) / (new_tokens * rows));
   }
   const double cpu_ms = median(per_token_cpu_ms), wall_ms = median(per_token_ms);
   const double timed_ms = threads == 1 ? cpu_ms : wall_ms;  // what the floor is compared with
   const nlohmann::json result = {
-      {"impl", decoder_name == "kv" ? "xtrain" : "xtrain (GPT decoder)"}, {"threads", threads}, {"timing", threads == 1 ? "cpu" : "wall"}, {"openblas_core", openblas_get_corename()},
+      {"impl", decoder_name == "kv" ? "xtrain" : "xtrain (GPT decoder)"}, {"threads", threads}, {"rows", rows}, {"timing", threads == 1 ? "cpu" : "wall"}, {"openblas_core", openblas_get_corename()},
       {"params", layout.total()}, {"prompt_tokens", prompt_tokens}, {"new_tokens", new_tokens}, {"runs", runs},
       {"ms_per_token", wall_ms}, {"cpu_ms_per_token", cpu_ms}, {"timed_ms_per_token", timed_ms}, {"cpu_ms_per_token_runs", per_token_cpu_ms},
       {"prompt_ms", median(prompt_ms)},

@@ -1,7 +1,8 @@
 // `xtrain-worker generate` (the real binary): greedy decoding of an exported model matches
 // PyTorch's greedy decoding of the same weights token for token (a full forward per token there,
 // past the context too), every kind of MODEL gives the same text, the same seed the same text,
-// --stop and --num-samples, the same text on any number of threads, the closing log line on a line
+// --stop and --num-samples (side by side, the text of one after another), the same text on any
+// number of threads, the closing log line on a line
 // of its own on a terminal, and bad input is one error line, exit 2 and nothing on stdout.
 //
 // The model is byte-level (256 tokens: stdout's bytes are the token ids) with a context of 16, so
@@ -118,6 +119,20 @@ TEST_CASE("generate: the same seed gives the same text, --stop and --num-samples
   CHECK(three.out.find("--- sample 2 of 3 ---\n" + second + "\n--- sample 3 of 3 ---\n") != std::string::npos);
   CHECK(second != a.out);
   CHECK(second != c.out);
+  // On the CPU too the samples run side by side (each row's logits are a one-row decoder's bits),
+  // drawn on the decoder's threads: the same text on any number of them.
+  CHECK(three.output.find("3 side by side, drawn on 1 thread") != std::string::npos);
+  const CliRun three_threads = with({"--seed", "5", "--num-samples", "3", "--threads", "2"});
+  CHECK(three_threads.output.find("3 side by side, drawn on 2 threads") != std::string::npos);
+  CHECK(three_threads.out == three.out);
+  // Past the 16 side by side, the rest after them: sample 17 alone, on a decoder of one row.
+  const CliRun many = with({"--seed", "5", "--num-samples", "17"});
+  CHECK(many.code == 0);
+  CHECK(many.output.find("16 side by side") != std::string::npos);
+  CHECK(many.out.find("--- sample 2 of 17 ---\n" + second + "\n--- sample 3 of 17 ---\n") != std::string::npos);
+  const size_t last = many.out.find("--- sample 17 of 17 ---\n");
+  REQUIRE(last != std::string::npos);
+  CHECK(many.out.size() == last + std::string("--- sample 17 of 17 ---\n").size() + 30);
 
   // Any number of threads: the same text, and the log says how many and why.
   const CliRun threads = with({"--seed", "5", "--threads", "3"});

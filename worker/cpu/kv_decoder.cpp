@@ -13,8 +13,8 @@
 
 namespace xtrain {
 
-KvDecoder::KvDecoder(const ParamLayout& layout, std::vector<float> params, int threads)
-    : TokenDecoder(layout.dims(), 1), layout_(layout), params_(layout.total()), team_(threads) {
+KvDecoder::KvDecoder(const ParamLayout& layout, std::vector<float> params, int threads, int rows)
+    : TokenDecoder(layout.dims(), rows), layout_(layout), params_(layout.total()), max_rows_(rows), team_(threads) {
   if (params.size() != layout.total()) {
     throw std::invalid_argument("KvDecoder: " + std::to_string(params.size()) + " parameters for a layout of " +
                                 std::to_string(layout.total()));
@@ -31,11 +31,28 @@ KvDecoder::KvDecoder(const ParamLayout& layout, std::vector<float> params, int t
     pack_rows(params_.data() + o.fc_proj_w, C, 4 * C, scratch);
   }
   pack_rows(params_.data() + layout.wte(), dims_.Vp, C, scratch);
-  const size_t cache = static_cast<size_t>(dims_.L) * dims_.T * dims_.C;
+  const size_t cache = static_cast<size_t>(rows) * dims_.L * dims_.T * dims_.C;
   keys_.resize(cache);
   values_.resize(cache);
-  logits_.resize(static_cast<size_t>(dims_.Vp));
+  logits_.resize(static_cast<size_t>(rows) * dims_.Vp);
   scores_.resize(static_cast<size_t>(team_.members()) * dims_.T);
+}
+
+// Where position t of head h of layer l of row r starts in keys_ and values_.
+size_t KvDecoder::cache_at(int r, int l, int h, int t) const {
+  return (((static_cast<size_t>(r) * dims_.L + l) * dims_.NH + h) * dims_.T + t) * (dims_.C / dims_.NH);
+}
+
+size_t KvDecoder::cache_bytes_per_row(const ModelDims& dims) {
+  return 2 * static_cast<size_t>(dims.L) * dims.T * dims.C * sizeof(float);
+}
+
+void KvDecoder::set_rows(int rows) {
+  if (rows < 1 || rows > max_rows_) {
+    throw std::invalid_argument("KvDecoder: " + std::to_string(rows) + " rows, but its caches hold 1 to " +
+                                std::to_string(max_rows_));
+  }
+  reset_rows(rows);
 }
 
 // out (n,out_dim) = inp (n,in) @ weight^T + bias, the weight packed (worker/cpu/packed_matmul.hpp).
@@ -52,25 +69,26 @@ void KvDecoder::product(float* out, const float* packed, const float* x, int n, 
   });
 }
 
-// Causal attention of the n new positions [first, first+n) over the cache of `layer`, which
-// already holds their keys and values: softmax(q k^T / sqrt(hs)) v per head, the heads shared out
-// over the team.
-void KvDecoder::attention(int layer, int first, int n) {
+// Causal attention of each of the first `rows` rows' n new positions [first, first+n) over the
+// row's cache of `layer`, which already holds their keys and values: softmax(q k^T / sqrt(hs)) v
+// per head, the rows' heads shared out over the team.
+void KvDecoder::attention(int layer, int first, int n, int rows) {
   team_.run([&](int member, int members) {
-    const TeamShare heads = team_share(dims_.NH, member, members);
-    for (int i = 0; i < n; ++i) {
-      for (int h = heads.first; h < heads.last; ++h) attend(layer, h, first + i + 1, i, member);
+    const TeamShare heads = team_share(rows * dims_.NH, member, members);
+    for (int rh = heads.first; rh < heads.last; ++rh) {
+      const int row = rh / dims_.NH, h = rh % dims_.NH;
+      for (int i = 0; i < n; ++i) attend(layer, row, h, first + i + 1, row * n + i, member);
     }
   });
 }
 
-// One head of one new position (row i of qkv_ and att_), over the cache's first `seen` positions,
-// with member `member`'s row of scores.
-void KvDecoder::attend(int layer, int h, int seen, int i, int member) {
+// One head of one new position of `row` (row i of qkv_ and att_), over the row's cache's first
+// `seen` positions, with member `member`'s row of scores.
+void KvDecoder::attend(int layer, int row, int h, int seen, int i, int member) {
   const int C = dims_.C, NH = dims_.NH, hs = C / NH, T = dims_.T;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   float* scores = scores_.data() + static_cast<size_t>(member) * T;
-  const size_t head = (static_cast<size_t>(layer) * NH + h) * T * hs;
+  const size_t head = cache_at(row, layer, h, 0);
   const float* keys = keys_.data() + head;
   const float* values = values_.data() + head;
   const float* q = qkv_.data() + static_cast<size_t>(i) * 3 * C + h * hs;
@@ -94,64 +112,89 @@ void KvDecoder::attend(int layer, int h, int seen, int i, int member) {
 }
 
 StepLogits KvDecoder::run(int first) {
-  const int C = dims_.C, T = dims_.T, hs = C / dims_.NH;
-  const int n = position() - first;
-  const std::int32_t* tokens = window().data() + first;
-  if (n > rows_) {
-    rows_ = n;
-    const size_t rows = static_cast<size_t>(n);
-    residual_.resize(rows * C);
-    normed_.resize(rows * C);
-    qkv_.resize(rows * 3 * C);
-    att_.resize(rows * C);
-    proj_.resize(rows * C);
-    hidden_.resize(rows * 4 * C);
+  const int C = dims_.C, hs = C / dims_.NH;
+  const int n = position() - first;  // new positions a row
+  // Rows whose windows are the same (generate's prompt, given to every sample) are the same work:
+  // the first runs it, and its new keys, values and logits are copied to the others.
+  bool same = true;
+  for (int r = 1; r < rows() && same; ++r) same = window(r) == window(0);
+  const int computed = same ? 1 : rows();
+  const int m = computed * n;  // work rows: (computed, n)
+  if (m > positions_) {
+    positions_ = m;
+    const size_t all = static_cast<size_t>(m);
+    residual_.resize(all * C);
+    normed_.resize(all * C);
+    qkv_.resize(all * 3 * C);
+    att_.resize(all * C);
+    proj_.resize(all * C);
+    hidden_.resize(all * 4 * C);
   }
   const float* P = params_.data();
-  const auto layernorm = [&](float* out, const float* inp, size_t w, size_t b, int rows) {
-    for (int i = 0; i < rows; ++i) {
+  const auto layernorm = [&](float* out, const float* inp, size_t w, size_t b, int count) {
+    for (int i = 0; i < count; ++i) {
       const float* x = inp + static_cast<size_t>(i) * C;
       math::layernorm_row_forward(out + static_cast<size_t>(i) * C, x, P + w, P + b, math::layernorm_row_stats(x, C),
                                   C);
     }
   };
   const auto add_residual = [&] {
-    for (size_t j = 0; j < static_cast<size_t>(n) * C; ++j) residual_[j] = residual_[j] + proj_[j];
+    for (size_t j = 0; j < static_cast<size_t>(m) * C; ++j) residual_[j] = residual_[j] + proj_[j];
   };
 
-  for (int i = 0; i < n; ++i) {
-    float* o = residual_.data() + static_cast<size_t>(i) * C;
-    packed_row(o, P + layout_.wte(), tokens[i], dims_.Vp, C);
-    const float* p = P + layout_.wpe() + static_cast<size_t>(first + i) * C;
-    for (int k = 0; k < C; ++k) o[k] = o[k] + p[k];
+  for (int r = 0; r < computed; ++r) {
+    const std::int32_t* tokens = window(r).data() + first;
+    for (int i = 0; i < n; ++i) {
+      float* o = residual_.data() + static_cast<size_t>(r * n + i) * C;
+      packed_row(o, P + layout_.wte(), tokens[i], dims_.Vp, C);
+      const float* p = P + layout_.wpe() + static_cast<size_t>(first + i) * C;
+      for (int k = 0; k < C; ++k) o[k] = o[k] + p[k];
+    }
   }
   for (int l = 0; l < dims_.L; ++l) {
     const LayerOffsets& o = layout_.layer(l);
-    layernorm(normed_.data(), residual_.data(), o.ln1_w, o.ln1_b, n);
-    matmul(qkv_.data(), normed_.data(), P + o.qkv_w, P + o.qkv_b, n, C, 3 * C);
-    for (int i = 0; i < n; ++i) {
-      const float* row = qkv_.data() + static_cast<size_t>(i) * 3 * C;
-      for (int h = 0; h < dims_.NH; ++h) {
-        const size_t cached = ((static_cast<size_t>(l) * dims_.NH + h) * T + first + i) * hs;
-        std::memcpy(keys_.data() + cached, row + C + h * hs, hs * sizeof(float));
-        std::memcpy(values_.data() + cached, row + 2 * C + h * hs, hs * sizeof(float));
+    layernorm(normed_.data(), residual_.data(), o.ln1_w, o.ln1_b, m);
+    matmul(qkv_.data(), normed_.data(), P + o.qkv_w, P + o.qkv_b, m, C, 3 * C);
+    for (int r = 0; r < computed; ++r) {
+      for (int i = 0; i < n; ++i) {
+        const float* row = qkv_.data() + static_cast<size_t>(r * n + i) * 3 * C;
+        for (int h = 0; h < dims_.NH; ++h) {
+          const size_t cached = cache_at(r, l, h, first + i);
+          std::memcpy(keys_.data() + cached, row + C + h * hs, hs * sizeof(float));
+          std::memcpy(values_.data() + cached, row + 2 * C + h * hs, hs * sizeof(float));
+        }
       }
     }
-    attention(l, first, n);
-    matmul(proj_.data(), att_.data(), P + o.attn_proj_w, P + o.attn_proj_b, n, C, C);
+    attention(l, first, n, computed);
+    matmul(proj_.data(), att_.data(), P + o.attn_proj_w, P + o.attn_proj_b, m, C, C);
     add_residual();
-    layernorm(normed_.data(), residual_.data(), o.ln2_w, o.ln2_b, n);
-    matmul(hidden_.data(), normed_.data(), P + o.fc_w, P + o.fc_b, n, C, 4 * C);
-    for (size_t j = 0; j < static_cast<size_t>(n) * 4 * C; ++j) hidden_[j] = math::gelu(hidden_[j]);
-    matmul(proj_.data(), hidden_.data(), P + o.fc_proj_w, P + o.fc_proj_b, n, 4 * C, C);
+    layernorm(normed_.data(), residual_.data(), o.ln2_w, o.ln2_b, m);
+    matmul(hidden_.data(), normed_.data(), P + o.fc_w, P + o.fc_b, m, C, 4 * C);
+    for (size_t j = 0; j < static_cast<size_t>(m) * 4 * C; ++j) hidden_[j] = math::gelu(hidden_[j]);
+    matmul(proj_.data(), hidden_.data(), P + o.fc_proj_w, P + o.fc_proj_b, m, 4 * C, C);
     add_residual();
   }
-  // Only the last position's logits are wanted: one row through the final layernorm and wte.
-  layernorm(normed_.data(), residual_.data() + static_cast<size_t>(n - 1) * C, layout_.lnf_w(), layout_.lnf_b(), 1);
-  std::fill(logits_.begin(), logits_.end(), 0.0f);
-  product(logits_.data(), P + layout_.wte(), normed_.data(), 1, dims_.Vp, C);
+  // Only each row's last position's logits are wanted: one row each through the final layernorm
+  // and wte.
+  for (int r = 0; r < computed; ++r) {
+    layernorm(normed_.data() + static_cast<size_t>(r) * C, residual_.data() + static_cast<size_t>(r * n + n - 1) * C,
+              layout_.lnf_w(), layout_.lnf_b(), 1);
+  }
+  const size_t Vp = static_cast<size_t>(dims_.Vp);
+  std::fill(logits_.begin(), logits_.begin() + static_cast<std::ptrdiff_t>(computed * Vp), 0.0f);
+  product(logits_.data(), P + layout_.wte(), normed_.data(), computed, dims_.Vp, C);
+  for (int r = computed; r < rows(); ++r) {
+    for (int l = 0; l < dims_.L; ++l) {
+      for (int h = 0; h < dims_.NH; ++h) {
+        const size_t from = cache_at(0, l, h, first), to = cache_at(r, l, h, first), count = static_cast<size_t>(n) * hs;
+        std::memcpy(keys_.data() + to, keys_.data() + from, count * sizeof(float));
+        std::memcpy(values_.data() + to, values_.data() + from, count * sizeof(float));
+      }
+    }
+    std::memcpy(logits_.data() + r * Vp, logits_.data(), Vp * sizeof(float));
+  }
   count_positions(n);
-  return StepLogits(logits_.data(), 1, dims_.Vp, dims_.V);
+  return StepLogits(logits_.data(), rows(), dims_.Vp, dims_.V);
 }
 
 }  // namespace xtrain

@@ -28,14 +28,17 @@ std::span<const float> StepLogits::row(int r) const {
   return {floats_ + offset, n};
 }
 
-TokenDecoder::TokenDecoder(const ModelDims& dims, int rows) : dims_(dims) {
-  if (rows < 1) throw std::invalid_argument("decoder: " + std::to_string(rows) + " rows, expected at least 1");
-  windows_.resize(static_cast<size_t>(rows));
-  for (std::vector<std::int32_t>& w : windows_) w.reserve(static_cast<size_t>(dims.T));
-}
+TokenDecoder::TokenDecoder(const ModelDims& dims, int rows) : dims_(dims) { reset_rows(rows); }
 
 void TokenDecoder::reset() {
   for (std::vector<std::int32_t>& w : windows_) w.clear();
+}
+
+void TokenDecoder::reset_rows(int rows) {
+  if (rows < 1) throw std::invalid_argument("decoder: " + std::to_string(rows) + " rows, expected at least 1");
+  windows_.resize(static_cast<size_t>(rows));
+  reset();
+  for (std::vector<std::int32_t>& w : windows_) w.reserve(static_cast<size_t>(dims_.T));
 }
 
 StepLogits TokenDecoder::append(std::span<const std::int32_t> tokens) {

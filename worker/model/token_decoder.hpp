@@ -79,6 +79,8 @@ class TokenDecoder {
   virtual StepLogits run(int first) = 0;
 
   void count_positions(int n) { positions_computed_ += static_cast<std::uint64_t>(n); }
+  // Empties the windows and makes `rows` (>= 1) of them.
+  void reset_rows(int rows);
 
   ModelDims dims_;
 

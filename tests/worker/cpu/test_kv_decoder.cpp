@@ -4,7 +4,8 @@
 // GPT decoder (worker/model/gpt_decoder.hpp, GPT's forward and steps on any backend, what runs on
 // a GPU): the same window as the KV decoder's through prompts and slides, the same logits, one
 // position of work per token, and a forward of the window again when other work ran on the model;
-// with several rows (samples side by side), each row the logits of a one-row decoder on its tokens.
+// with several rows (samples side by side), each row the logits of a one-row decoder on its tokens
+// (the KV decoder's rows bit for bit, on any number of threads).
 // And what both return (StepLogits): fp32 rows read in place, bf16 rows the floats of their bits,
 // converted a row at a time on whichever threads ask.
 //
@@ -21,6 +22,7 @@
 #include <memory>
 #include <random>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "tests/worker/gpt_test_util.hpp"
@@ -141,6 +143,70 @@ TEST_CASE("The decoder gives the same logits, bit for bit, on any number of thre
     CHECK(std::memcmp(many.data(), one.data(), one.size() * sizeof(float)) == 0);
   }
   CHECK_THROWS_AS(KvDecoder(m.gpt.layout(), m.params, 0), std::invalid_argument);
+}
+
+TEST_CASE("The decoder's rows side by side are one-row decoders' logits, bit for bit, on any threads", "[kv]") {
+  Model m;
+  const ModelDims& d = m.gpt.dims();
+  constexpr int kRows = 3;
+  std::vector<std::vector<int32_t>> streams;
+  for (int r = 0; r < kRows; ++r) {
+    streams.push_back(test::random_tokens(3 * static_cast<size_t>(d.T), d.V, 40 + static_cast<unsigned>(r)));
+  }
+  // A prompt, steps, several tokens at once, steps past a slide, a prompt that slides at once.
+  const std::vector<std::pair<size_t, size_t>> calls = {{0, 5}, {5, 1}, {6, 1}, {7, 4}, {11, 1}, {12, 1},
+                                                        {13, 1}, {14, 1}, {15, 1}, {16, 1}, {17, 12}, {29, 1}};
+  const auto piece_of = [&](const std::vector<int>& rows, size_t from, size_t count) {
+    std::vector<int32_t> piece;
+    for (const int r : rows) {
+      const std::vector<int32_t>& s = streams[static_cast<size_t>(r)];
+      piece.insert(piece.end(), s.begin() + static_cast<long>(from), s.begin() + static_cast<long>(from + count));
+    }
+    return piece;
+  };
+  for (const int threads : {1, 2, 3}) {
+    INFO(threads << " threads");
+    KvDecoder side_by_side(m.gpt.layout(), m.params, threads, kRows);
+    std::vector<std::unique_ptr<KvDecoder>> singles;
+    for (int r = 0; r < kRows; ++r) singles.push_back(std::make_unique<KvDecoder>(m.gpt.layout(), m.params));
+    for (const auto& [from, count] : calls) {
+      const StepLogits got = side_by_side.append(piece_of({0, 1, 2}, from, count));
+      REQUIRE(got.rows() == kRows);
+      for (int r = 0; r < kRows; ++r) {
+        INFO("tokens [" << from << ", " << from + count << ") of row " << r);
+        const std::span<const float> want = singles[static_cast<size_t>(r)]->append(piece_of({r}, from, count)).row(0);
+        REQUIRE(side_by_side.window(r) == singles[static_cast<size_t>(r)]->window());
+        CHECK(std::memcmp(got.row(r).data(), want.data(), want.size_bytes()) == 0);
+      }
+    }
+    CHECK(side_by_side.position() < d.T);  // the calls slid
+    // Rows with the same window (a prompt given to every sample, then the same tokens) run once
+    // and are copied; rows that part run each their own, from the copied caches.
+    side_by_side.reset();
+    for (const auto& s : singles) s->reset();
+    for (const auto& [from, count, same] : {std::tuple{size_t{0}, size_t{5}, true}, {5, 1, true}, {6, 2, false},
+                                           {8, 1, false}, {9, 1, true}}) {
+      const std::vector<int32_t> piece = same ? piece_of({0, 0, 0}, from, count) : piece_of({0, 1, 2}, from, count);
+      const StepLogits got = side_by_side.append(piece);
+      for (int r = 0; r < kRows; ++r) {
+        INFO("tokens [" << from << ", " << from + count << ") of row " << r << (same ? ", every row's the same" : ""));
+        const auto mine = std::span(piece).subspan(static_cast<size_t>(r) * count, count);
+        const std::span<const float> want = singles[static_cast<size_t>(r)]->append(mine).row(0);
+        CHECK(std::memcmp(got.row(r).data(), want.data(), want.size_bytes()) == 0);
+      }
+    }
+    // Fewer rows from then on, each window empty: a fresh row 1 is the fresh single decoder's.
+    side_by_side.set_rows(2);
+    CHECK(side_by_side.rows() == 2);
+    CHECK(side_by_side.position() == 0);
+    KvDecoder fresh(m.gpt.layout(), m.params);
+    const StepLogits two = side_by_side.append(piece_of({2, 1}, 0, 6));
+    const std::span<const float> want = fresh.append(piece_of({1}, 0, 6)).row(0);
+    CHECK(std::memcmp(two.row(1).data(), want.data(), want.size_bytes()) == 0);
+    CHECK_THROWS_AS(side_by_side.set_rows(kRows + 1), std::invalid_argument);
+    CHECK_THROWS_AS(side_by_side.set_rows(0), std::invalid_argument);
+  }
+  CHECK_THROWS_AS(KvDecoder(m.gpt.layout(), m.params, 1, 0), std::invalid_argument);
 }
 
 TEST_CASE("The decoder refuses ids outside the vocabulary and more tokens than the context", "[kv]") {
