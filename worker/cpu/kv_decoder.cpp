@@ -111,6 +111,21 @@ void KvDecoder::attend(int layer, int row, int h, int seen, int i, int member) {
   }
 }
 
+// Row `to` takes row 0's keys and values of positions [first, first+n) and its logits: the same
+// window gives the same work.
+void KvDecoder::copy_first_row(int to, int first, int n) {
+  const size_t count = static_cast<size_t>(n) * (dims_.C / dims_.NH);
+  for (int l = 0; l < dims_.L; ++l) {
+    for (int h = 0; h < dims_.NH; ++h) {
+      const size_t from = cache_at(0, l, h, first), at = cache_at(to, l, h, first);
+      std::memcpy(keys_.data() + at, keys_.data() + from, count * sizeof(float));
+      std::memcpy(values_.data() + at, values_.data() + from, count * sizeof(float));
+    }
+  }
+  const size_t Vp = static_cast<size_t>(dims_.Vp);
+  std::memcpy(logits_.data() + static_cast<size_t>(to) * Vp, logits_.data(), Vp * sizeof(float));
+}
+
 StepLogits KvDecoder::run(int first) {
   const int C = dims_.C, hs = C / dims_.NH;
   const int n = position() - first;  // new positions a row
@@ -183,16 +198,7 @@ StepLogits KvDecoder::run(int first) {
   const size_t Vp = static_cast<size_t>(dims_.Vp);
   std::fill(logits_.begin(), logits_.begin() + static_cast<std::ptrdiff_t>(computed * Vp), 0.0f);
   product(logits_.data(), P + layout_.wte(), normed_.data(), computed, dims_.Vp, C);
-  for (int r = computed; r < rows(); ++r) {
-    for (int l = 0; l < dims_.L; ++l) {
-      for (int h = 0; h < dims_.NH; ++h) {
-        const size_t from = cache_at(0, l, h, first), to = cache_at(r, l, h, first), count = static_cast<size_t>(n) * hs;
-        std::memcpy(keys_.data() + to, keys_.data() + from, count * sizeof(float));
-        std::memcpy(values_.data() + to, values_.data() + from, count * sizeof(float));
-      }
-    }
-    std::memcpy(logits_.data() + r * Vp, logits_.data(), Vp * sizeof(float));
-  }
+  for (int r = computed; r < rows(); ++r) copy_first_row(r, first, n);
   count_positions(n);
   return StepLogits(logits_.data(), rows(), dims_.Vp, dims_.V);
 }

@@ -50,6 +50,7 @@ class KvDecoder : public TokenDecoder {
   void attention(int layer, int first, int n, int rows);
   void attend(int layer, int row, int h, int seen, int i, int member);
   size_t cache_at(int row, int layer, int h, int position) const;
+  void copy_first_row(int to, int first, int n);
 
   const ParamLayout& layout_;
   HugePageBuffer params_;  // the matrices packed
