@@ -25,6 +25,7 @@
 #include "common/log.hpp"
 #include "common/model_file.hpp"
 #include "common/usable_cpus.hpp"
+#include "common/usable_memory.hpp"
 #include "common/worker_env.hpp"
 #include "common/tokenizer/gpt2_tokenizer.hpp"
 #include "worker/cpu/kv_decoder.hpp"
@@ -68,8 +69,8 @@ const char* const kUsage =
     "    --top-p P             keep the most likely tokens up to probability P, in (0, 1] (default 1)\n"
     "    --seed S              the same seed gives the same text (default 0)\n"
     "    --num-samples N       samples from the same prompt (default 1), each from its own seed, up\n"
-    "                          to 16 side by side (on the CPU as many as a quarter of its memory holds\n"
-    "                          caches for); sample 1 is the same text for any N\n"
+    "                          to 16 side by side (on the CPU as many as a quarter of the memory it\n"
+    "                          may use holds caches for); sample 1 is the same text for any N\n"
     "    --stop TEXT           end a sample where TEXT appears (TEXT is not printed)\n"
     "    --tokenizer PATH      GPT-2 vocabulary files, for a model that comes without them; a model\n"
     "                          of 256 tokens without one is byte-level\n"
@@ -350,10 +351,11 @@ struct DecoderPlace {
 
 int wanted_rows(const GenerateOptions& o) { return std::min(o.num_samples, kMaxSampleRows); }
 
-// On the CPU, the samples side by side whose caches fit in a quarter of the machine's memory
-// (2 L T C floats each: GPT-2 124M's 75 MB, GPT-2 XL's 630 MB).
+// On the CPU, the samples side by side whose caches fit in a quarter of the memory this process
+// may use (a container's or a job's limit where there is one; 2 L T C floats a sample: GPT-2
+// 124M's 75 MB, GPT-2 XL's 630 MB).
 int cpu_rows(const GenerateOptions& o, const ModelDims& dims) {
-  const double memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  const double memory = static_cast<double>(usable_memory_bytes());
   const double fit = memory / 4 / static_cast<double>(KvDecoder::cache_bytes_per_row(dims));
   return std::clamp(static_cast<int>(std::min(fit, static_cast<double>(kMaxSampleRows))), 1, wanted_rows(o));
 }
@@ -446,7 +448,7 @@ int run_generate(int argc, char** argv) {
   }
   if (place.rows < wanted_rows(o)) {
     spdlog::info("{} sample{} side by side: as many as {}", place.rows, place.rows == 1 ? "" : "s",
-                 kv ? "a quarter of this machine's memory holds caches for"
+                 kv ? "a quarter of the memory this process may use holds caches for"
                     : "the free memory of " + place.device.gpu_memory.name + " takes");
   }
   Output out;
