@@ -6,6 +6,7 @@
 
 #include "common/gpu/gpu_probe.hpp"
 #include "common/usable_cpus.hpp"
+#include "common/usable_memory.hpp"
 
 extern char** environ;
 
@@ -61,6 +62,7 @@ HostInfo probe_host() {
     host.cuda_visible_devices = it->second;
   }
   host.cores = usable_cpus();
+  host.memory_bytes = usable_memory_bytes();
   std::error_code ec;
   host.exe_dir = fs::read_symlink("/proc/self/exe", ec).parent_path().string();
   return host;

@@ -2,6 +2,7 @@
 // environment. Tests build a HostInfo by hand to resolve plans for machines they are not on.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -12,6 +13,7 @@ struct HostInfo {
   int physical_gpus = 0;                            // NVIDIA devices the driver exposes
   std::optional<std::string> cuda_visible_devices;  // unset = all visible
   unsigned cores = 1;                               // CPUs this process may run on
+  std::uint64_t memory_bytes = 0;                   // memory this process may use; 0: unknown
   std::string exe_dir;                              // directory of the running xlaunch
   std::map<std::string, std::string> environment;   // xlaunch's own, passed through to ranks
 };

@@ -186,6 +186,14 @@ void plan_rank_memory(Plan& plan, Precision precision) {
                                                   : cpu_backend_memory(dims, B, precision));
 }
 
+// CPU ranks share this machine's memory: all of this node's together must fit in what the
+// processes here may use, or none starts (a GPU's fit is each rank's to check, on its GPU).
+void require_host_memory_fit(const Plan& plan, Precision precision) {
+  if (plan.device != "cpu" || plan.ranks.empty() || plan.host.memory_bytes == 0) return;
+  check_host_memory_fit(plan.spec.model, plan.spec.train.micro_batch_size, plan.ranks.front().world_size,
+                        static_cast<int>(plan.ranks.size()), precision, plan.host.memory_bytes);
+}
+
 // `what` names argv[0] in errors: the spec's field, or the command line's program.
 void resolve_worker(Plan& plan, const CliOptions& options) {
   const auto& command = plan.spec.worker.command;
@@ -293,7 +301,8 @@ Plan make_plan(const CliOptions& options, const HostInfo& host) {
       plan.precision = precision_name(precision);
       plan.cuda_graph = choose_cuda_graphs(plan.spec.train, plan.spec.model, plan.device, precision).why;
       plan_rank_memory(plan, precision);
-      check_training_inputs(plan.spec, plan.resume_from);
+      check_training_inputs(plan.spec, plan.resume_from);  // a missing file first, then the memory
+      require_host_memory_fit(plan, precision);
       warn_about_schedule(plan.spec.train);
     }
   } catch (const SpecError& e) {

@@ -32,6 +32,7 @@ struct Fixture {
     std::string pattern = (fs::temp_directory_path() / "xlaunch-plan-XXXXXX").string();
     dir = ::mkdtemp(pattern.data());
     host.cores = 8;
+    host.memory_bytes = std::uint64_t{1} << 40;  // 1 TiB: every test's CPU ranks fit
     host.exe_dir = dir.string();
     host.environment = {{"PATH", "/usr/bin:/bin"}, {"HOME", "/home/u"}};
   }
@@ -223,6 +224,18 @@ TEST_CASE("launcher/plan: --dry-run shows each rank's memory plan and the CUDA g
   CHECK(cpu["memory_per_rank"]["device"] == "cpu");
   CHECK(cpu["memory_per_rank"]["complete"] == false);
   CHECK_THROWS_WITH(f.plan(spec, {"train.cuda_graph=on"}), Contains("train.cuda_graph: \"on\""));
+  // The node's CPU ranks together against the memory its processes may use: two ranks' plans fit
+  // in exactly that much, not in a byte less (refused before any rank starts); unknown is unchecked.
+  const std::uint64_t both = 2 * (cpu["memory_per_rank"]["total_bytes"].get<std::uint64_t>() +
+                                  cpu["memory_per_rank"]["startup_bytes"].get<std::uint64_t>());
+  f.host.memory_bytes = both;
+  CHECK_NOTHROW(f.plan(spec));
+  f.host.memory_bytes = both - 1;
+  CHECK_THROWS_WITH(f.plan(spec), Contains("train.micro_batch_size: 16 sequences of 1024 tokens per micro-step do "
+                                           "not fit this machine's memory") &&
+                                      Contains("needs 2 CPU ranks x "));
+  f.host.memory_bytes = 0;
+  CHECK_NOTHROW(f.plan(spec));
   // GPUs: bf16, the whole plan, under 40 GiB at GPT-2 124M, 16 sequences of 1024 tokens.
   f.host.physical_gpus = 2;
   const nlohmann::json gpu = plan_to_json(f.plan(spec));

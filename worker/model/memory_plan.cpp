@@ -1,6 +1,7 @@
 #include "worker/model/memory_plan.hpp"
 
 #include <cstdio>
+#include <functional>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -286,6 +287,41 @@ size_t memory_headroom_bytes(int world_size) {
   return (size_t{256} << 20) + (world_size > 1 ? size_t{1} << 30 : 0);
 }
 
+namespace {
+
+// The refusal of a micro-batch whose plan does not fit: `where` (what it does not fit), `needs`
+// (what the plan asks, given the plan), `has` (what there is), and the largest micro-batch that
+// would fit, or what else to change.
+[[noreturn]] void refuse_micro_batch(const ModelSpec& model, int micro_batch, Precision precision,
+                                     const std::function<MemoryPlan(int)>& plan_at,
+                                     const std::function<bool(const MemoryPlan&)>& fits, const std::string& where,
+                                     const std::function<std::string(const MemoryPlan&)>& needs,
+                                     const std::string& has) {
+  const ModelDims d = ModelDims::from(model);
+  std::string advice;
+  for (int B = micro_batch - 1; B >= 1; --B) {
+    const MemoryPlan smaller = plan_at(B);
+    if (fits(smaller)) {
+      advice = "; " + sequences(B) + " would fit (" + needs(smaller) +
+               "), or make the model smaller (model.n_layer, n_embd, seq_len, vocab_size)";
+      break;
+    }
+  }
+  if (advice.empty()) {
+    advice = "; not even 1 sequence fits: make the model smaller (model.n_layer, n_embd, seq_len, vocab_size)" +
+             std::string(precision == Precision::bf16 ? "" : " or train in bf16 (train.precision)");
+  }
+  const MemoryPlan plan = plan_at(micro_batch);
+  std::string parts = item_list(plan);
+  if (plan.startup_bytes > 0) parts += ", the replica check's copy " + format_bytes(plan.startup_bytes);
+  throw SpecError("train.micro_batch_size", sequences(micro_batch) + " of " + std::to_string(d.T) +
+                                                " tokens per micro-step do not fit " + where + ": " +
+                                                model_words(d, precision) + " needs " + needs(plan) + " (" + parts +
+                                                "), and " + has + advice);
+}
+
+}  // namespace
+
 void check_memory_fit(const ModelSpec& model, int micro_batch, int world_size, Precision precision,
                       bool deterministic, const GpuMemory& gpu) {
   const ModelDims d = ModelDims::from(model);
@@ -294,30 +330,27 @@ void check_memory_fit(const ModelSpec& model, int micro_batch, int world_size, P
     return plan_memory(model, B, world_size, cuda_backend_memory(d, B, precision, deterministic));
   };
   auto fits = [&](const MemoryPlan& p) { return p.peak_bytes() + headroom <= gpu.free_bytes; };
-  const MemoryPlan plan = plan_at(micro_batch);
-  if (fits(plan)) return;
+  if (fits(plan_at(micro_batch))) return;
+  refuse_micro_batch(
+      model, micro_batch, precision, plan_at, fits, gpu.name,
+      [&](const MemoryPlan& p) { return format_bytes(p.peak_bytes()) + " + " + format_bytes(headroom) + " headroom"; },
+      "the GPU has " + format_bytes(gpu.free_bytes) + " free of " + format_bytes(gpu.total_bytes));
+}
 
-  std::string parts = item_list(plan);
-  if (plan.startup_bytes > 0) parts += ", the replica check's copy " + format_bytes(plan.startup_bytes);
-  std::string advice;
-  for (int B = micro_batch - 1; B >= 1; --B) {
-    const MemoryPlan smaller = plan_at(B);
-    if (fits(smaller)) {
-      advice = "; " + sequences(B) + " would fit (" +
-               format_bytes(smaller.peak_bytes()) + "), or make the model smaller (model.n_layer, n_embd, seq_len, "
-               "vocab_size)";
-      break;
-    }
-  }
-  if (advice.empty()) {
-    advice = "; not even 1 sequence fits: make the model smaller (model.n_layer, n_embd, seq_len, vocab_size)" +
-             std::string(precision == Precision::bf16 ? "" : " or train in bf16 (train.precision)");
-  }
-  throw SpecError("train.micro_batch_size",
-                  sequences(micro_batch) + " of " + std::to_string(d.T) + " tokens per micro-step do not fit " +
-                      gpu.name + ": " + model_words(d, precision) + " needs " + format_bytes(plan.peak_bytes()) + " (" +
-                      parts + ") + " + format_bytes(headroom) + " headroom, and the GPU has " +
-                      format_bytes(gpu.free_bytes) + " free of " + format_bytes(gpu.total_bytes) + advice);
+void check_host_memory_fit(const ModelSpec& model, int micro_batch, int world_size, int local_ranks,
+                           Precision precision, size_t usable_bytes) {
+  const ModelDims d = ModelDims::from(model);
+  auto plan_at = [&](int B) { return plan_memory(model, B, world_size, cpu_backend_memory(d, B, precision)); };
+  const auto ranks = static_cast<size_t>(local_ranks);
+  auto fits = [&](const MemoryPlan& p) { return p.peak_bytes() * ranks <= usable_bytes; };
+  if (fits(plan_at(micro_batch))) return;
+  refuse_micro_batch(
+      model, micro_batch, precision, plan_at, fits, "this machine's memory",
+      [&](const MemoryPlan& p) {
+        return local_ranks == 1 ? format_bytes(p.peak_bytes())
+                                : std::to_string(local_ranks) + " CPU ranks x " + format_bytes(p.peak_bytes());
+      },
+      "the processes here may use " + format_bytes(usable_bytes));
 }
 
 int fit_inference_batch(const ModelSpec& model, int batch, int needed, Precision precision, bool deterministic,

@@ -180,6 +180,14 @@ struct GpuMemory {
 void check_memory_fit(const ModelSpec& model, int micro_batch, int world_size, Precision precision,
                       bool deterministic, const GpuMemory& gpu);
 
+// CPU ranks: `local_ranks` of them on this machine, each holding the plan of `micro_batch`
+// sequences, within the `usable_bytes` the machine (or its cgroup: common/usable_memory.hpp)
+// allows; SpecError on train.micro_batch_size otherwise, as check_memory_fit's. The CPU plan
+// leaves out the attention's per-head scratch and OpenBLAS's buffers, so a job refused here
+// would not have fitted; one that passes may still come close.
+void check_host_memory_fit(const ModelSpec& model, int micro_batch, int world_size, int local_ranks,
+                           Precision precision, size_t usable_bytes);
+
 // For a command that runs a model forward only (eval, generate) on a GPU: the most sequences, up
 // to `batch`, whose plan (plan_inference_memory for `use`) plus one process's headroom fits the
 // GPU's free memory. BadInput (common/bad_input.hpp) naming --device when fewer than `needed` fit:

@@ -193,6 +193,32 @@ TEST_CASE("a model that does not fit the GPU is refused with the field, the plan
   CHECK(memory_headroom_bytes(8) > memory_headroom_bytes(1));
 }
 
+TEST_CASE("CPU ranks that do not fit the machine's memory together are refused with the plan and the ranks",
+          "[memory]") {
+  const ModelSpec m = gpt2_124m();
+  const ModelDims d = ModelDims::from(m);
+  const auto peak = [&](int B) { return plan_memory(m, B, 4, cpu_backend_memory(d, B, Precision::fp32)).peak_bytes(); };
+  // Four ranks of 8 sequences: room for exactly that passes, a byte less does not.
+  CHECK_NOTHROW(check_host_memory_fit(m, 8, 4, 4, Precision::fp32, 4 * peak(8)));
+  try {
+    check_host_memory_fit(m, 8, 4, 4, Precision::fp32, 4 * peak(8) - 1);
+    FAIL("no error");
+  } catch (const SpecError& e) {
+    const std::string what = e.what();
+    CHECK(e.path() == "train.micro_batch_size");
+    CHECK_THAT(what, Contains("8 sequences of 1024 tokens per micro-step do not fit this machine's memory"));
+    CHECK_THAT(what, Contains("needs 4 CPU ranks x " + format_bytes(peak(8))));
+    CHECK_THAT(what, Contains("parameters 474."));
+    CHECK_THAT(what, Contains("the processes here may use " + format_bytes(4 * peak(8) - 1)));
+    CHECK_THAT(what, Contains("; 7 sequences would fit (4 CPU ranks x " + format_bytes(peak(7)) + ")"));
+    CHECK(what.find('\n') == std::string::npos);  // one line
+  }
+  // One rank says no "ranks"; a machine too small for even one sequence says what to change.
+  CHECK_THROWS_WITH(check_host_memory_fit(m, 2, 1, 1, Precision::fp32, peak(1) / 2),
+                    Contains("needs " + format_bytes(plan_memory(m, 2, 1, cpu_backend_memory(d, 2, Precision::fp32)).peak_bytes()) + " (") &&
+                        Contains("not even 1 sequence fits") && Contains("train.precision"));
+}
+
 TEST_CASE("the plan's summary names every part with its units", "[memory]") {
   const ModelSpec m = gpt2_124m();
   const MemoryPlan plan = plan_memory(m, 16, 2, cuda_backend_memory(ModelDims::from(m), 16, Precision::bf16, true));

@@ -388,6 +388,11 @@ TEST_CASE("bad input: one error line naming the field or file, nonzero exit, no 
                    {"data.train=" + (dir / "recorded.bin").string()},
                    "recorded.bin: the data needs vocab_size >= 301 (its largest token is 300), but model.vocab_size "
                    "is 256"});
+  // 20B parameters, 320 GB a rank in fp32 before any activation: no machine this runs on has that
+  // for two ranks, so it is refused before any rank starts (an OOM kill, before this check).
+  cases.push_back({"CPU ranks whose memory plan passes what this machine allows",
+                   {"model.n_layer=96", "model.n_embd=4096", "model.n_head=32"},
+                   "train.micro_batch_size: 2 sequences of 16 tokens per micro-step do not fit this machine's memory"});
   // init_from: the header (config.json) fits the spec, the tensors do not load.
   fs::create_directories(dir / "hf");
   std::ofstream(dir / "hf/config.json")
