@@ -15,9 +15,8 @@ namespace {
 std::optional<std::uint64_t> read_limit(const std::filesystem::path& file) {
   std::ifstream in(file);
   std::string text;
-  if (!(in >> text) || text.empty() || !std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); })) {
-    return std::nullopt;
-  }
+  const auto digit = [](unsigned char c) { return std::isdigit(c) != 0; };
+  if (!(in >> text) || !std::all_of(text.begin(), text.end(), digit)) return std::nullopt;
   try {
     return std::stoull(text);
   } catch (const std::out_of_range&) {  // beyond 64 bits: no limit
@@ -66,7 +65,8 @@ std::optional<std::uint64_t> cgroup_memory_limit(const std::string& proc_self_cg
 
 std::uint64_t usable_memory_bytes() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-  const std::uint64_t physical = pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
+  const std::uint64_t physical =
+      pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
   std::ifstream in("/proc/self/cgroup");
   std::stringstream text;
   text << in.rdbuf();

@@ -438,7 +438,9 @@ int run_generate(int argc, char** argv) {
     try {
       kv.emplace(layout, std::move(place.flat->params), cpu_threads, place.rows);
     } catch (const std::bad_alloc&) {
-      std::fprintf(stderr, "error: out of memory for the decoder of %s: %.0f MB of weights and %.0f MB of caches for %d sample(s) side by side\n",
+      std::fprintf(stderr,
+                   "error: out of memory for the decoder of %s: %.0f MB of weights and %.0f MB of caches for %d "
+                   "sample(s) side by side\n",
                    o.model.c_str(), static_cast<double>(layout.total()) * sizeof(float) / 1e6,
                    static_cast<double>(KvDecoder::cache_bytes_per_row(layout.dims())) * place.rows / 1e6, place.rows);
       return exit_code::kRuntimeFailure;

@@ -289,11 +289,11 @@ size_t memory_headroom_bytes(int world_size) {
 
 namespace {
 
-// The refusal of a micro-batch whose plan does not fit: `where` (what it does not fit), `needs`
-// (what the plan asks, given the plan), `has` (what there is), and the largest micro-batch that
-// would fit, or what else to change.
-[[noreturn]] void refuse_micro_batch(const ModelSpec& model, int micro_batch, Precision precision,
-                                     const std::function<MemoryPlan(int)>& plan_at,
+// The refusal of `plan`, a micro-batch's that does not fit: `where` (what it does not fit),
+// `needs` (what a plan asks), `has` (what there is), and the largest micro-batch that would fit,
+// or what else to change.
+[[noreturn]] void refuse_micro_batch(const ModelSpec& model, int micro_batch, const MemoryPlan& plan,
+                                     Precision precision, const std::function<MemoryPlan(int)>& plan_at,
                                      const std::function<bool(const MemoryPlan&)>& fits, const std::string& where,
                                      const std::function<std::string(const MemoryPlan&)>& needs,
                                      const std::string& has) {
@@ -311,7 +311,6 @@ namespace {
     advice = "; not even 1 sequence fits: make the model smaller (model.n_layer, n_embd, seq_len, vocab_size)" +
              std::string(precision == Precision::bf16 ? "" : " or train in bf16 (train.precision)");
   }
-  const MemoryPlan plan = plan_at(micro_batch);
   std::string parts = item_list(plan);
   if (plan.startup_bytes > 0) parts += ", the replica check's copy " + format_bytes(plan.startup_bytes);
   throw SpecError("train.micro_batch_size", sequences(micro_batch) + " of " + std::to_string(d.T) +
@@ -330,9 +329,10 @@ void check_memory_fit(const ModelSpec& model, int micro_batch, int world_size, P
     return plan_memory(model, B, world_size, cuda_backend_memory(d, B, precision, deterministic));
   };
   auto fits = [&](const MemoryPlan& p) { return p.peak_bytes() + headroom <= gpu.free_bytes; };
-  if (fits(plan_at(micro_batch))) return;
+  const MemoryPlan plan = plan_at(micro_batch);
+  if (fits(plan)) return;
   refuse_micro_batch(
-      model, micro_batch, precision, plan_at, fits, gpu.name,
+      model, micro_batch, plan, precision, plan_at, fits, gpu.name,
       [&](const MemoryPlan& p) { return format_bytes(p.peak_bytes()) + " + " + format_bytes(headroom) + " headroom"; },
       "the GPU has " + format_bytes(gpu.free_bytes) + " free of " + format_bytes(gpu.total_bytes));
 }
@@ -343,9 +343,10 @@ void check_host_memory_fit(const ModelSpec& model, int micro_batch, int world_si
   auto plan_at = [&](int B) { return plan_memory(model, B, world_size, cpu_backend_memory(d, B, precision)); };
   const auto ranks = static_cast<size_t>(local_ranks);
   auto fits = [&](const MemoryPlan& p) { return p.peak_bytes() * ranks <= usable_bytes; };
-  if (fits(plan_at(micro_batch))) return;
+  const MemoryPlan plan = plan_at(micro_batch);
+  if (fits(plan)) return;
   refuse_micro_batch(
-      model, micro_batch, precision, plan_at, fits, "this machine's memory",
+      model, micro_batch, plan, precision, plan_at, fits, "this machine's memory",
       [&](const MemoryPlan& p) {
         return local_ranks == 1 ? format_bytes(p.peak_bytes())
                                 : std::to_string(local_ranks) + " CPU ranks x " + format_bytes(p.peak_bytes());

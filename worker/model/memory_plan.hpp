@@ -154,8 +154,8 @@ inline size_t step_scalar_floats(int world_size) {
 MemoryPlan plan_memory(const ModelSpec& model, int micro_batch, int world_size, const BackendMemory& backend);
 
 // The plan of a GPT built for inference (ModelUse::kInference: the eval command) or decoding
-// (kDecoding: generate; kTraining is std::invalid_argument) on `batch` sequences: the weights (in bf16 the operations' copy only: nothing updates them, so no
-// fp32 master), the KV cache, one layer's activations, the logits (for `use` kDecoding the step's
+// (kDecoding: generate; kTraining is std::invalid_argument) on `batch` sequences: the weights (in
+// bf16 the operations' copy only: nothing updates them, so no fp32 master), the KV cache, one layer's activations, the logits (for `use` kDecoding the step's
 // rows instead), the tokens and the backend's buffers but its scratch (backward's). A decoder's
 // step on a model built for kInference adds its rows (batch x (15 C + Vp) activations) at the
 // first step, within the fit's headroom.

@@ -11,7 +11,7 @@ namespace xtrain {
 StepLogits::StepLogits(const float* floats, int rows, int Vp, int V) : floats_(floats), rows_(rows), Vp_(Vp), V_(V) {}
 
 StepLogits::StepLogits(const std::uint16_t* bf16, float* converted, int rows, int Vp, int V)
-    : floats_(converted), bf16_(bf16), converted_(converted), rows_(rows), Vp_(Vp), V_(V) {}
+    : bf16_(bf16), converted_(converted), rows_(rows), Vp_(Vp), V_(V) {}
 
 std::span<const float> StepLogits::row(int r) const {
   if (r < 0 || r >= rows_) {
@@ -19,13 +19,12 @@ std::span<const float> StepLogits::row(int r) const {
   }
   const size_t offset = static_cast<size_t>(r) * static_cast<size_t>(Vp_);
   const size_t n = static_cast<size_t>(V_);
-  if (bf16_ != nullptr) {
-    // A plain loop over the bits, which -O3 vectorises (this file's flags: worker/model/CMakeLists.txt).
-    float* out = converted_ + offset;
-    const std::uint16_t* in = bf16_ + offset;
-    for (size_t i = 0; i < n; ++i) out[i] = math::float_from_bf16_bits(in[i]);
-  }
-  return {floats_ + offset, n};
+  if (bf16_ == nullptr) return {floats_ + offset, n};
+  // A plain loop over the bits, which -O3 vectorises (this file's flags: worker/model/CMakeLists.txt).
+  float* out = converted_ + offset;
+  const std::uint16_t* in = bf16_ + offset;
+  for (size_t i = 0; i < n; ++i) out[i] = math::float_from_bf16_bits(in[i]);
+  return {out, n};
 }
 
 TokenDecoder::TokenDecoder(const ModelDims& dims, int rows) : dims_(dims) { reset_rows(rows); }

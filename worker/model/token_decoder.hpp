@@ -42,9 +42,9 @@ class StepLogits {
   std::span<const float> row(int r) const;
 
  private:
-  const float* floats_;
-  const std::uint16_t* bf16_ = nullptr;
-  float* converted_ = nullptr;  // floats_, written by row() when bf16_ is set
+  const float* floats_ = nullptr;        // fp32 rows, read in place
+  const std::uint16_t* bf16_ = nullptr;  // or bf16 rows, converted by row() into converted_
+  float* converted_ = nullptr;
   int rows_, Vp_, V_;
 };
 
@@ -66,9 +66,9 @@ class TokenDecoder {
   std::uint64_t positions_computed() const { return positions_computed_; }
 
   // Puts `tokens`, (rows, n) row-major, at each window's next n positions (sliding first, above,
-  // when they do not fit) and returns the logits of each row's last one. More than the context per row
-  // is std::length_error; an id outside [0, V), or no tokens, std::out_of_range; a count that is
-  // not a multiple of rows(), std::invalid_argument; the windows are unchanged then.
+  // when they do not fit) and returns the logits of each row's last one. More than the context
+  // per row is std::length_error; an id outside [0, V), or no tokens, std::out_of_range; a count
+  // that is not a multiple of rows(), std::invalid_argument; the windows are unchanged then.
   StepLogits append(std::span<const std::int32_t> tokens);
 
  protected:
