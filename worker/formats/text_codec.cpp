@@ -38,6 +38,11 @@ std::string TextCodec::name() const {
   return byte_level_ ? "bytes" : "none";
 }
 
+std::optional<std::int32_t> TextCodec::end_of_text() const {
+  if (tokenizer_) return tokenizer_->eot();
+  return std::nullopt;
+}
+
 std::vector<std::int32_t> TextCodec::encode(std::string_view text) const {
   if (tokenizer_) return tokenizer_->encode(text);
   std::vector<std::int32_t> bytes;

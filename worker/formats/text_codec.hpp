@@ -24,6 +24,8 @@ class TextCodec {
 
   bool has_text() const { return byte_level_ || tokenizer_.has_value(); }
   std::string name() const;  // "bytes", or the tokenizer's files
+  // The token that ends a document (<|endoftext|>), where the vocabulary has one: not bytes.
+  std::optional<std::int32_t> end_of_text() const;
 
   // Need has_text(). encode: every id below the vocabulary; decode: the exact bytes.
   std::vector<std::int32_t> encode(std::string_view text) const;

@@ -19,6 +19,7 @@ std::vector<std::int32_t> sample_tokens(GPT& model, const std::vector<std::int32
       decoder.append(std::span(prompt).last(std::min(prompt.size(), static_cast<size_t>(d.T)))).row(0);
   for (int n = 0; n < o.tokens; ++n) {
     const std::int32_t next = sampler.next(logits);
+    if (next == o.end_token) break;
     out.push_back(next);
     if (n + 1 < o.tokens) logits = decoder.append(std::span(&next, 1)).row(0);
   }

@@ -4,11 +4,13 @@
 // newest half, as generate's). The draws are generate's (worker/train/token_sampler.hpp, seeded as
 // generate's first sample), so `xtrain-worker generate` on the run's last checkpoint with the same
 // prompt, seed, temperature, top-k and number of tokens draws the same tokens wherever the two
-// models' logits agree (an fp32 run: they differ in the order of their sums only). The caller
-// turns text into tokens and back: bytes for byte-level data, the GPT-2 tokenizer for token shards.
+// models' logits agree (an fp32 run: they differ in the order of their sums only), and ends where
+// generate ends a sample: at the end-of-text token, if the vocabulary has one. The caller turns
+// text into tokens and back: bytes for byte-level data, the GPT-2 tokenizer for token shards.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,9 +23,11 @@ struct SampleOptions {
   double temperature = 0.8;  // >= 0; 0: always the most likely token
   int top_k = 40;            // >= 0; 0: the whole vocabulary
   std::uint64_t seed = 0;
+  std::optional<std::int32_t> end_token;  // drawn: the sample ends, without it (<|endoftext|>)
 };
 
-// Returns the generated tokens (without the prompt), each below the model's vocabulary V.
+// Returns the generated tokens (without the prompt), each below the model's vocabulary V: `tokens`
+// of them, or fewer where the end token was drawn (it is not returned).
 // `prompt` must be non-empty with every token in [0, V) (std::out_of_range otherwise, from the
 // decoder's TokenDecoder::append, before any work); only its last T tokens are seen. A negative
 // temperature or top-k is std::invalid_argument (the job spec refuses them first).

@@ -375,11 +375,15 @@ std::optional<std::string> Trainer::sample() {
   o.temperature = s.temperature;
   o.top_k = s.top_k;
   o.seed = static_cast<std::uint64_t>(spec_.train.seed);
+  o.end_token = text_.end_of_text();
   report_.heartbeat().phase(WorkerPhase::kSampling);
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string text = printable(text_.decode(sample_tokens(*model_, prompt_, o)));
-  spdlog::info("sample: {} {} at temperature {}, top-k {}, seed {}, {:.1f} s:", s.tokens,
-               data_.byte_level ? "bytes" : "tokens", s.temperature, s.top_k, o.seed, seconds_since(t0));
+  const std::vector<std::int32_t> tokens = sample_tokens(*model_, prompt_, o);
+  const std::string text = printable(text_.decode(tokens));
+  const bool ended = static_cast<int>(tokens.size()) < s.tokens;
+  spdlog::info("sample: {} {}{} at temperature {}, top-k {}, seed {}, {:.1f} s:", tokens.size(),
+               data_.byte_level ? "bytes" : "tokens", ended ? " (then <|endoftext|>)" : "", s.temperature, s.top_k,
+               o.seed, seconds_since(t0));
   // The text itself, unadorned so it reads as text, on the log's stream so it stays in order.
   std::fputs((printable(s.prompt) + text + "\n").c_str(), stderr);
   return text;

@@ -42,6 +42,7 @@ TEST_CASE("byte-level text is one token per byte, every byte", "[text]") {
   CHECK(tokens == std::vector<std::int32_t>{'a', 255, 0, 'z'});
   CHECK(bytes.decode(tokens) == text);
   CHECK(bytes.text_bytes(tokens) == 4);
+  CHECK_FALSE(bytes.end_of_text().has_value());  // every byte is text
   CHECK_FALSE(TextCodec::for_run(spec_with("", 50257), /*byte_level=*/false).has_text());  // shards, no tokenizer
 }
 
@@ -53,6 +54,7 @@ TEST_CASE("token shards with the GPT-2 tokenizer: encode, decode, and the bytes 
     CHECK(gpt2.decode(tokens) == "Hello world");
     const std::vector<std::int32_t> with_eot = {15496, 995, 50256, 15496};
     CHECK(gpt2.text_bytes(with_eot) == 5 + 6 + 0 + 5);  // <|endoftext|> separates, stands for no text
+    CHECK(gpt2.end_of_text() == 50256);
   }
 }
 
