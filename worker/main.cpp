@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
     check_data_files(spec.data, spec.model, spec.train.eval_every > 0);  // a missing file first, not the memory plan
     device = choose_device(spec, env.where.local_rank, DeviceProbe::of_this_machine());
     log_device_line(device, device.summary);
-    require_memory_fit(device, spec, env.where.world_size);
+    require_memory_fit(device, spec, env.where.world_size, env.where.local_world_size);
     if (!openblas_choice.empty() && device.cuda == nullptr) spdlog::info("{}", openblas_choice);
     if (env.run_dir.empty()) {
       env.run_dir = spec.run_dir;

@@ -7,6 +7,7 @@
 #include "common/bad_input.hpp"
 #include "common/cuda_interpret.hpp"
 #include "common/gpu/gpu_probe.hpp"
+#include "common/usable_memory.hpp"
 #include "worker/cpu/cpu_backend.hpp"
 #include "worker/device/cuda_plugin_loader.hpp"
 #include "worker/model/cuda_buffers.hpp"
@@ -143,8 +144,15 @@ DeviceChoice choose_command_device(const std::string& device, const std::string&
   }
 }
 
-void require_memory_fit(const DeviceChoice& device, const JobSpec& spec, int world_size) {
-  if (device.cuda == nullptr) return;
+void require_memory_fit(const DeviceChoice& device, const JobSpec& spec, int world_size, int local_ranks) {
+  if (device.cuda == nullptr) {
+    const std::uint64_t usable = usable_memory_bytes();  // 0: not known, nothing to check against
+    if (usable > 0) {
+      check_host_memory_fit(spec.model, spec.train.micro_batch_size, world_size, local_ranks, device.precision,
+                            static_cast<size_t>(usable));
+    }
+    return;
+  }
   check_memory_fit(spec.model, spec.train.micro_batch_size, world_size, device.precision,
                    spec.train.deterministic, device.gpu_memory);
 }

@@ -65,10 +65,13 @@ void check_command_device_flags(const std::string& device, const std::string& pr
 // sm_80 cuBLAS computes those products in fp32.
 void require_precision_support(Precision precision, const CudaDeviceInfo& gpu);
 
-// On a GPU: throws SpecError naming train.micro_batch_size when the memory plan of this rank
-// (worker/model/memory_plan.hpp, with `world_size` ranks) does not fit the GPU's free memory, with the
-// plan's numbers and the largest micro-batch that fits. Run before the backend allocates anything.
-void require_memory_fit(const DeviceChoice& device, const JobSpec& spec, int world_size);
+// Throws SpecError naming train.micro_batch_size when the memory plan of this rank
+// (worker/model/memory_plan.hpp, with `world_size` ranks) does not fit, with the plan's numbers and
+// the largest micro-batch that fits. On a GPU: its free memory. On the CPU: the plans of the
+// `local_ranks` ranks on this machine together, against what its processes may use (physical
+// memory or the cgroup's limit); xlaunch checks the same before it starts them, this is for a
+// worker run by hand or by another launcher. Run before the backend allocates anything.
+void require_memory_fit(const DeviceChoice& device, const JobSpec& spec, int world_size, int local_ranks);
 
 // For a command's model on a GPU (eval's GPT built for inference, generate's for decoding: `use`):
 // the most sequences, up to `batch`, that fit the GPU's free memory (worker/model/memory_plan.hpp's

@@ -321,6 +321,25 @@ TEST_CASE("xtrain-worker run alone names a missing data file before it prints th
   CHECK(output.find("memory plan") == std::string::npos);
 }
 
+TEST_CASE("xtrain-worker run alone refuses a model its machine cannot hold, before it writes anything", "[e2e]") {
+  Job job("alone-memory");
+  // 20B parameters: 320 GB in fp32 with gradients and AdamW moments (as xlaunch's case below).
+  job.spec()["model"]["n_layer"] = 96;
+  job.spec()["model"]["n_embd"] = 4096;
+  job.spec()["model"]["n_head"] = 32;
+  job.spec()["run_dir"] = (job.dir() / "run").string();
+  const fs::path spec = job.dir() / "alone.json";
+  std::ofstream(spec) << job.spec().dump();
+  const pid_t pid = spawn({std::string(XTRAIN_BIN_DIR) + "/xtrain-worker", "--job", spec.string()},
+                          job.dir() / "alone.out", {});
+  CHECK(wait_for(pid, 60s) == 2);
+  const std::string output = read_text(job.dir() / "alone.out");
+  INFO(output);
+  CHECK(error_line(output).find("error: train.micro_batch_size: 2 sequences of 16 tokens per micro-step do not fit "
+                                "this machine's memory") == 0);
+  CHECK_FALSE(fs::exists(job.dir() / "run"));
+}
+
 TEST_CASE("bad input: one error line naming the field or file, nonzero exit, no checkpoint", "[e2e]") {
   Job job("bad");
   const fs::path dir = job.dir();
