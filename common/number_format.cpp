@@ -1,5 +1,6 @@
 #include "common/number_format.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace xtrain {
@@ -19,6 +20,18 @@ std::string format_duration(double seconds) {
   char out[32];
   std::snprintf(out, sizeof out, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
   return out;
+}
+
+std::string progress_text(std::uint64_t done, std::uint64_t total, double seconds, const std::string& unit) {
+  const auto as_count = [](std::uint64_t n) { return with_thousands(static_cast<long long>(n)); };
+  const double share = total > 0 ? static_cast<double>(std::min(done, total)) / static_cast<double>(total) : 1.0;
+  std::string out = as_count(done) + " of " + as_count(total) + " " + unit + " (" +
+                    std::to_string(static_cast<int>(100.0 * share)) + "%)";
+  if (done == 0 || seconds <= 0) return out;
+  const double rate = static_cast<double>(done) / seconds;
+  const double left = static_cast<double>(total - std::min(done, total)) / rate;
+  return out + " | " + with_thousands(static_cast<long long>(rate + 0.5)) + " " + unit + "/s | ETA " +
+         format_duration(left);
 }
 
 }  // namespace xtrain

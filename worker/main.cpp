@@ -94,7 +94,9 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::string(argv[1]) == "export") return run_export(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "generate") return run_generate(argc - 1, argv + 1);
-  if (argc > 1 && std::string(argv[1]) == "eval") return run_eval(argc - 1, argv + 1);
+  // eval's forwards are OpenBLAS's products, as training's are (below); export and generate (its own
+  // kernels on the CPU) run none, so they start without executing themselves again.
+  if (argc > 1 && std::string(argv[1]) == "eval") return run_eval(argc - 1, argv + 1, choose_openblas_core(argv));
   // Declared in dependency order: the trainer refers to the spec, the report and the backend, so
   // it must be destroyed first.
   int rank = 0;

@@ -11,6 +11,8 @@
 #include <mutex>
 #include <thread>
 
+#include "common/number_format.hpp"
+
 namespace xtrain::data_tool {
 
 std::atomic<int> g_stop_signal{0};
@@ -18,15 +20,6 @@ std::atomic<int> g_stop_signal{0};
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string with_thousands(std::uint64_t n) {
-  std::string digits = std::to_string(n), out;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
 
 // "12.3 MB of 45.6 MB (27%), 21.0 MB/s, 1,234 documents, 3,456,789 tokens, ETA 0:02"; on a
 // terminal rewritten in place up to four times a second, in a log one line every ten seconds.
@@ -46,7 +39,8 @@ class ProgressLine {
     std::snprintf(line, sizeof line, "xtrain-data: %.1f MB of %.1f MB (%.0f%%), %.1f MB/s, %s documents, %s tokens, ETA %d:%02d",
                   static_cast<double>(bytes) / 1e6, static_cast<double>(total_) / 1e6,
                   total_ ? 100.0 * static_cast<double>(bytes) / static_cast<double>(total_) : 100.0, rate / 1e6,
-                  with_thousands(documents).c_str(), with_thousands(tokens).c_str(), static_cast<int>(eta) / 60,
+                  with_thousands(static_cast<long long>(documents)).c_str(),
+                  with_thousands(static_cast<long long>(tokens)).c_str(), static_cast<int>(eta) / 60,
                   static_cast<int>(eta) % 60);
     if (tty_) {
       std::fprintf(stderr, "\r%-130s%s", line, final ? "\n" : "");

@@ -14,7 +14,7 @@ int choice_positions(const ChoiceExample& x) {
 }
 
 ChoiceScore score_choices(GPT& gpt, std::span<const ChoiceExample> examples,
-                          const std::function<void()>& progress) {
+                          const std::function<void(std::uint64_t done, std::uint64_t total)>& progress) {
   const int T = gpt.dims().T;
   const int B = gpt.max_batch();
   struct Row {
@@ -61,7 +61,7 @@ ChoiceScore score_choices(GPT& gpt, std::span<const ChoiceExample> examples,
       for (size_t t = from; t < from + count; ++t) sum += losses[static_cast<size_t>(r) * T + t];
       means[first + static_cast<size_t>(r)] = sum / static_cast<double>(count);
     }
-    if (progress) progress();
+    if (progress) progress(first + static_cast<size_t>(n), rows.size());
   }
   ChoiceScore score;
   score.examples = examples.size();

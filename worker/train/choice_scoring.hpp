@@ -29,10 +29,11 @@ struct ChoiceScore {
 
 // Scores `examples` with `gpt`'s forward with targets: every example's completions one row each,
 // padded to the model's T (its dims().T), max_batch() rows per forward (across examples), with
-// `progress` called after each forward (a heartbeat). std::invalid_argument when an example's rows
+// `progress` called after each forward with the rows scored so far and all rows (a heartbeat, a
+// progress line). std::invalid_argument when an example's rows
 // do not fit T. Leaves the model's loss sums empty, as take_loss does.
 ChoiceScore score_choices(GPT& gpt, std::span<const ChoiceExample> examples,
-                          const std::function<void()>& progress = {});
+                          const std::function<void(std::uint64_t done, std::uint64_t total)>& progress = {});
 
 // train.eval_multiple_choice, read and checked for this spec's model: every token below
 // model.vocab_size and every example within model.seq_len positions. Keeps the first

@@ -44,6 +44,23 @@ Outcome run_worker(const char* name, const std::map<std::string, std::string>& e
   return job.launch("r", 1, {}, all);
 }
 
+// The kernels `output` shows loaded: OpenBLAS's own choice, then the worker's where OpenBLAS fell
+// back to Prescott, with the line that says so; otherwise once, and no such line.
+void check_auto_choice(const std::string& output) {
+  const std::vector<std::string> cores = cores_loaded(output);
+  REQUIRE(!cores.empty());
+  const std::string expected =
+      openblas_core_to_choose(cores[0], openblas_get_config(), nullptr, CpuFeatures::of_this_cpu());
+  if (expected.empty()) {
+    CHECK(cores.size() == 1);
+    CHECK(output.find("running with OPENBLAS_CORETYPE") == std::string::npos);
+  } else {
+    REQUIRE(cores.size() == 2);
+    CHECK(cores[1] == expected);
+    CHECK(output.find("running with OPENBLAS_CORETYPE=" + expected) != std::string::npos);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("a core is chosen only for OpenBLAS's Prescott fallback on a CPU with better kernels") {
@@ -70,19 +87,20 @@ TEST_CASE("the worker runs with the chosen core, said in one line, and the user'
     const Outcome o = run_worker("openblas-auto", {});
     INFO(o.output);
     REQUIRE(o.exit_code == 0);
-    const std::vector<std::string> cores = cores_loaded(o.output);
-    REQUIRE(!cores.empty());
-    const std::string expected =
-        openblas_core_to_choose(cores[0], openblas_get_config(), nullptr, CpuFeatures::of_this_cpu());
-    const bool said = o.output.find("running with OPENBLAS_CORETYPE=" + expected) != std::string::npos;
-    if (expected.empty()) {
-      CHECK(cores.size() == 1);
-      CHECK(o.output.find("running with OPENBLAS_CORETYPE") == std::string::npos);
-    } else {
-      REQUIRE(cores.size() == 2);
-      CHECK(cores[1] == expected);
-      CHECK(said);
-    }
+    check_auto_choice(o.output);
+  }
+
+  SECTION("eval chooses as training does: its forwards are OpenBLAS's products too") {
+    Job job("openblas-eval");
+    job.spec()["train"]["steps"] = 1;
+    require_ok(job.launch("r", 1));
+    const pid_t pid = spawn({std::string(XTRAIN_BIN_DIR) + "/xtrain-worker", "eval", job.run_dir("r").string(),
+                             "--data", job.spec()["data"]["train"].get<std::string>(), "--device", "cpu"},
+                            job.dir() / "eval.out", {{"OPENBLAS_VERBOSE", "2"}});
+    CHECK(wait_for(pid, 60s) == 0);
+    const std::string output = read_text(job.dir() / "eval.out");
+    INFO(output);
+    check_auto_choice(output);
   }
 
   SECTION("the user's OPENBLAS_CORETYPE, even Prescott, is kept") {
