@@ -28,6 +28,10 @@ inline constexpr std::uint64_t kLlmcHeaderBytes = 256 * sizeof(std::int32_t);
 
 enum class ModelFormat { kHuggingFace, kCheckpoint, kLlmc };
 
+// A model of this many tokens with no tokenizer reads and writes bytes, one token each (xtrain's
+// byte-level text runs): there is no vocabulary to load or ship.
+inline constexpr int kByteVocabulary = 256;
+
 struct ModelFileInfo {
   ModelFormat format = ModelFormat::kHuggingFace;
   std::string path;           // as given: the directory or the llm.c file

@@ -131,7 +131,10 @@ int run_export(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return exit_code::kBadInput;
   }
-  if (!vocab) {
+  if (!vocab && source.vocab_size == kByteVocabulary) {
+    spdlog::info("{} is byte-level ({} tokens, one per byte): there is no tokenizer to ship", describe(source),
+                 kByteVocabulary);
+  } else if (!vocab) {
     spdlog::warn("{} comes with no tokenizer: {} (give --tokenizer PATH to ship GPT-2's)", describe(source),
                  o.format == "hf" ? o.out + " gets no vocabulary files"
                                   : "no " + std::string(kLlmcTokenizerFile) + " is written beside " + o.out);

@@ -41,7 +41,6 @@
 namespace xtrain {
 namespace {
 
-constexpr int kByteVocabulary = 256;
 constexpr int kMaxThreads = 1024;
 
 // The CPUs this process may use, as a count of threads (at most kMaxThreads).

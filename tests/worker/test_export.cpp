@@ -329,4 +329,13 @@ TEST_CASE("export: a run directory is its newest checkpoint, a Hugging Face expo
   CHECK_FALSE(fs::exists(dir / "bare/vocab.json"));
   CHECK_FALSE(fs::exists(dir / "bare/tokenizer_config.json"));
   CHECK_FALSE(fs::exists(dir / "bare/generation_config.json"));
+
+  // A byte-level model (256 tokens, a byte each) has no tokenizer to ship: one info line, no warning.
+  const Checkpoint bytes(dir / "bytes-run", "", xtrain::test::model_spec(2, 2, 16, 8, 256));
+  const Run byte_level = export_cli(dir, {bytes.dir, "--format", "hf", dir / "bytes"});
+  CHECK(byte_level.code == 0);
+  INFO(byte_level.output);
+  CHECK(byte_level.output.find("warn") == std::string::npos);
+  CHECK(byte_level.output.find("is byte-level (256 tokens, one per byte): there is no tokenizer to ship") !=
+        std::string::npos);
 }
