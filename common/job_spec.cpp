@@ -1,5 +1,6 @@
 #include "common/job_spec.hpp"
 
+#include "common/number_format.hpp"
 #include "common/worker_env.hpp"
 
 #include <algorithm>
@@ -22,12 +23,6 @@ using nlohmann::json;
 std::string show(const json& value) {
   std::string s = value.dump();
   return s.size() > 60 ? s.substr(0, 57) + "..." : s;
-}
-
-std::string format_number(double x) {
-  std::ostringstream out;
-  out << x;
-  return out.str();
 }
 
 std::string join_path(const std::string& parent, const std::string& key) {

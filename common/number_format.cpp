@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <sstream>
 
 namespace xtrain {
 
@@ -13,6 +14,12 @@ std::string with_thousands(long long n) {
     out += digits[i];
   }
   return n < 0 ? "-" + out : out;
+}
+
+std::string format_number(double x) {
+  std::ostringstream out;
+  out << x;
+  return out.str();
 }
 
 std::string format_duration(double seconds) {

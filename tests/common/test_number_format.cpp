@@ -6,7 +6,7 @@
 
 using namespace xtrain;
 
-TEST_CASE("counts carry thousands separators and durations read h:mm:ss", "[format]") {
+TEST_CASE("counts carry thousands separators, durations read h:mm:ss, settings as they are written", "[format]") {
   CHECK(with_thousands(0) == "0");
   CHECK(with_thousands(999) == "999");
   CHECK(with_thousands(1000) == "1,000");
@@ -16,6 +16,10 @@ TEST_CASE("counts carry thousands separators and durations read h:mm:ss", "[form
   CHECK(format_duration(59.6) == "0:01:00");  // rounded to the second
   CHECK(format_duration(3723) == "1:02:03");
   CHECK(format_duration(-5) == "0:00:00");
+  CHECK(format_number(0.3) == "0.3");
+  CHECK(format_number(-1) == "-1");
+  CHECK(format_number(1e-9) == "1e-09");
+  CHECK(format_number(1.5) == "1.5");
 }
 
 TEST_CASE("progress says how much of the work is done, how fast, and how long the rest takes", "[format]") {

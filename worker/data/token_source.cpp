@@ -9,6 +9,8 @@
 #include <optional>
 #include <sstream>
 
+#include "common/number_format.hpp"
+
 namespace xtrain {
 namespace {
 
@@ -61,12 +63,6 @@ MappedFile map_data_file(const std::string& path, const std::string& field) {
     std::error_code ec;
     throw DataError(field, e.what() + (std::filesystem::exists(path, ec) ? "" : relative_note(path)));
   }
-}
-
-std::string format_number(double x) {
-  std::ostringstream out;
-  out << x;
-  return out.str();
 }
 
 std::int32_t read_int32(const std::uint8_t* p) {

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/number_format.hpp"
 #include "worker/math/bf16.hpp"  // float_bits
 #include "worker/math/exp.hpp"
 
@@ -85,13 +86,13 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) void exp_weights(con
 TokenSampler::TokenSampler(const SamplingOptions& options, std::uint64_t seed) : options_(options), rng_(seed) {
   if (!(options.temperature >= 0.0) || !std::isfinite(options.temperature)) {
     throw std::invalid_argument("--temperature: expected a number >= 0 (0: greedy), got " +
-                                std::to_string(options.temperature));
+                                format_number(options.temperature));
   }
   if (options.top_k < 0) {
     throw std::invalid_argument("--top-k: expected an integer >= 0 (0: no limit), got " + std::to_string(options.top_k));
   }
   if (!(options.top_p > 0.0 && options.top_p <= 1.0)) {
-    throw std::invalid_argument("--top-p: expected a number in (0, 1], got " + std::to_string(options.top_p));
+    throw std::invalid_argument("--top-p: expected a number in (0, 1], got " + format_number(options.top_p));
   }
 }
 
