@@ -51,6 +51,19 @@ void flip_byte(const fs::path& path, std::uintmax_t from_end) {
   f.write(&c, 1);
 }
 
+// `xtrain-worker --job` on the job's spec, without xlaunch (a world of one), run dir DIR/run.
+Outcome run_alone(Job& job) {
+  job.spec()["run_dir"] = (job.dir() / "run").string();
+  const fs::path spec = job.dir() / "alone.json";
+  std::ofstream(spec) << job.spec().dump();
+  const pid_t pid = spawn({std::string(XTRAIN_BIN_DIR) + "/xtrain-worker", "--job", spec.string()},
+                          job.dir() / "alone.out", {});
+  Outcome o;
+  o.exit_code = wait_for(pid, 60s);
+  o.output = read_text(job.dir() / "alone.out");
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("1, 2 and 4 ranks train the same global batch to the same losses", "[e2e]") {
@@ -309,16 +322,11 @@ TEST_CASE("SIGUSR1 to one rank: every rank checkpoints the same step and exits 0
 TEST_CASE("xtrain-worker run alone names a missing data file before it prints the memory plan", "[e2e]") {
   Job job("alone");
   job.spec()["data"]["train"] = (job.dir() / "nope.txt").string();
-  job.spec()["run_dir"] = (job.dir() / "run").string();
-  const fs::path spec = job.dir() / "alone.json";
-  std::ofstream(spec) << job.spec().dump();
-  const pid_t pid = spawn({std::string(XTRAIN_BIN_DIR) + "/xtrain-worker", "--job", spec.string()},
-                          job.dir() / "alone.out", {});
-  CHECK(wait_for(pid, 60s) == 2);
-  const std::string output = read_text(job.dir() / "alone.out");
-  INFO(output);
-  CHECK(output.find("error: data.train: " + (job.dir() / "nope.txt").string()) != std::string::npos);
-  CHECK(output.find("memory plan") == std::string::npos);
+  const Outcome o = run_alone(job);
+  INFO(o.output);
+  CHECK(o.exit_code == 2);
+  CHECK(o.output.find("error: data.train: " + (job.dir() / "nope.txt").string()) != std::string::npos);
+  CHECK(o.output.find("memory plan") == std::string::npos);
 }
 
 TEST_CASE("xtrain-worker run alone refuses a model its machine cannot hold, before it writes anything", "[e2e]") {
@@ -327,16 +335,11 @@ TEST_CASE("xtrain-worker run alone refuses a model its machine cannot hold, befo
   job.spec()["model"]["n_layer"] = 96;
   job.spec()["model"]["n_embd"] = 4096;
   job.spec()["model"]["n_head"] = 32;
-  job.spec()["run_dir"] = (job.dir() / "run").string();
-  const fs::path spec = job.dir() / "alone.json";
-  std::ofstream(spec) << job.spec().dump();
-  const pid_t pid = spawn({std::string(XTRAIN_BIN_DIR) + "/xtrain-worker", "--job", spec.string()},
-                          job.dir() / "alone.out", {});
-  CHECK(wait_for(pid, 60s) == 2);
-  const std::string output = read_text(job.dir() / "alone.out");
-  INFO(output);
-  CHECK(error_line(output).find("error: train.micro_batch_size: 2 sequences of 16 tokens per micro-step do not fit "
-                                "this machine's memory") == 0);
+  const Outcome o = run_alone(job);
+  INFO(o.output);
+  CHECK(o.exit_code == 2);
+  CHECK(error_line(o.output).find("error: train.micro_batch_size: 2 sequences of 16 tokens per micro-step do not "
+                                  "fit this machine's memory") == 0);
   CHECK_FALSE(fs::exists(job.dir() / "run"));
 }
 
