@@ -108,6 +108,7 @@ class CudaBackend final : public Backend {
   void fill_zero(ActPtr p, size_t n) override;
   void convert(ActPtr dst, const float* src, size_t n) override;
   void copy(float* dst, const float* src, size_t n) override;
+  void copy(ActPtr dst, ConstActPtr src, size_t n) override;
   void synchronize() override;
   void reserve_scratch(int rows, int cols) override;
   OwnMemory own_memory(int rows, int cols) const override;

@@ -249,6 +249,10 @@ void CudaBackend::fill_zero(ActPtr p, size_t n) {
 void CudaBackend::copy(float* dst, const float* src, size_t n) {
   XTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
 }
+void CudaBackend::copy(ActPtr dst, ConstActPtr src, size_t n) {
+  XTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), n * dtype_bytes(dst.dtype()), cudaMemcpyDeviceToDevice,
+                                    stream_));
+}
 void CudaBackend::synchronize() {
   refuse_while_recording("synchronize");
   wait_for_stream("synchronize");

@@ -118,6 +118,7 @@ class OpProfile final : public Backend {
   void fill_zero(ActPtr p, size_t n) override { time("fill_zero", [&] { k_.fill_zero(p, n); }); }
   void convert(ActPtr dst, const float* src, size_t n) override { time("convert", [&] { k_.convert(dst, src, n); }); }
   void copy(float* dst, const float* src, size_t n) override { time("copy", [&] { k_.copy(dst, src, n); }); }
+  void copy(ActPtr dst, ConstActPtr src, size_t n) override { time("copy", [&] { k_.copy(dst, src, n); }); }
   void synchronize() override { k_.synchronize(); }
   void reserve_scratch(int rows, int cols) override { k_.reserve_scratch(rows, cols); }
   OwnMemory own_memory(int rows, int cols) const override { return k_.own_memory(rows, cols); }

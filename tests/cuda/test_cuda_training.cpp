@@ -26,7 +26,9 @@
 // tests/worker/model/test_gpt.cpp on the CPU): 1e-5 and 1e-2 again, the step's attention not
 // rounding p to bf16. The same for a GPT built for inference (generate's); replayed as one CUDA
 // graph: bitwise eager work's. A GPT decoder's rows (generate's) are those logits, converted
-// from bf16 by the decoder, bit for bit.
+// from bf16 by the decoder, bit for bit; a prompt its rows share runs once and is copied (device
+// to device), and each row's steps then give a one-row decoder's logits on its tokens (1e-5, 1e-2:
+// the rows' products differ from one row's in their shapes only).
 // Profile: xtrain-bench-gpu --profile's wrapper (scripts/bench/op_profile.hpp with CUDA events)
 // changes no bit of a step, counts every operation, and its times fit in the steps' wall time.
 // Memory: GPT, AdamW and the trainer's step scalars allocate exactly the memory plan's bytes
@@ -40,6 +42,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "cuda/cuda_api.hpp"
@@ -345,6 +348,49 @@ TEST_CASE_METHOD(Seeded, "a GPT decoder's rows on the GPU are the step's logits,
     check(decoder.append(rnd.ints(static_cast<size_t>(kRows) * kPrompt, m.vocab_size)));
     check(decoder.append(rnd.ints(kRows, m.vocab_size)));
     CHECK(decoder.positions_computed() == static_cast<std::uint64_t>(d.T) + 1);  // the second was a step
+  }
+}
+
+TEST_CASE_METHOD(Seeded, "a prompt the GPU decoder's rows share runs once, and each row then steps as a one-row decoder",
+                 "[gpu][train]") {
+  INFO("seed " << seed);
+  const ModelSpec m = small_model();
+  constexpr int kRows = 3, kPrompt = 5, kSteps = 4;
+  for (const GpuMode& p : {kStrictFp32, kBf16}) {
+    INFO(p.name);
+    const double tolerance = p.precision == Precision::bf16 ? 1e-2 : 1e-5;
+    auto gpu = cuda::make_backend(0, p.precision);
+    GPT wide(m, *gpu, kRows, ModelUse::kDecoding);
+    wide.init_weights(kInitSeed);
+    GptDecoder rows(wide, kRows);
+    std::vector<std::unique_ptr<GPT>> models;
+    std::vector<std::unique_ptr<GptDecoder>> singles;
+    for (int r = 0; r < kRows; ++r) {
+      models.push_back(std::make_unique<GPT>(m, *gpu, 1, ModelUse::kDecoding));
+      models.back()->init_weights(kInitSeed);
+      singles.push_back(std::make_unique<GptDecoder>(*models.back()));
+    }
+    // A step's logits are valid until the next call on the backend: each row is copied out first.
+    const auto compare = [&](const StepLogits& got, const std::vector<std::int32_t>& tokens, int each) {
+      std::vector<std::vector<float>> mine;
+      for (int r = 0; r < kRows; ++r) mine.emplace_back(got.row(r).begin(), got.row(r).end());
+      for (int r = 0; r < kRows; ++r) {
+        INFO("row " << r);
+        const StepLogits one =
+            singles[static_cast<size_t>(r)]->append(std::span(tokens).subspan(static_cast<size_t>(r * each), each));
+        CHECK(rel_err(mine[static_cast<size_t>(r)], std::vector<float>(one.row(0).begin(), one.row(0).end())) <
+              tolerance);
+      }
+    };
+    const std::vector<std::int32_t> prompt = rnd.ints(kPrompt, m.vocab_size);
+    std::vector<std::int32_t> shared;
+    for (int r = 0; r < kRows; ++r) shared.insert(shared.end(), prompt.begin(), prompt.end());
+    compare(rows.append(shared), shared, kPrompt);
+    for (int n = 0; n < kSteps; ++n) {
+      const std::vector<std::int32_t> step = rnd.ints(kRows, m.vocab_size);
+      compare(rows.append(step), step, 1);
+    }
+    CHECK(rows.positions_computed() == static_cast<std::uint64_t>(m.seq_len) + kSteps);  // one window, then steps
   }
 }
 

@@ -1,5 +1,5 @@
 // A Backend for tests that passes every call on to another one (the CPU backend) and watches:
-//   - allocations, counted by kind (floats, ints, activations), live and in all;
+//   - allocations, counted by kind (floats, ints, activations), live and in all; operations by name;
 //   - with `reported` set, it tells its users another activation dtype than the inner backend
 //     stores (the CPU's fp32 passed off as bf16), so that GPT lays its buffers out for that
 //     dtype: for allocation tests only, where no operation runs;
@@ -40,6 +40,11 @@ class WrappedBackend final : public Backend {
   Counts live() const { return live_; }     // allocated and not freed
   Counts total() const { return total_; }   // allocated in all
   int replays() const { return replays_; }
+  // Calls of the operation `what` ("copy", "embedding_forward", ...) so far, run or recorded.
+  int calls(const std::string& what) const {
+    const auto found = calls_.find(what);
+    return found == calls_.end() ? 0 : found->second;
+  }
 
   std::string name() const override { return inner_.name(); }
   Precision precision() const override { return inner_.precision(); }
@@ -92,6 +97,9 @@ class WrappedBackend final : public Backend {
     op("convert", [=, this] { inner_.convert(dst, src, n); });
   }
   void copy(float* dst, const float* src, size_t n) override {
+    op("copy", [=, this] { inner_.copy(dst, src, n); });
+  }
+  void copy(ActPtr dst, ConstActPtr src, size_t n) override {
     op("copy", [=, this] { inner_.copy(dst, src, n); });
   }
   void embedding_forward(ActPtr out, const int32_t* tokens, ConstActPtr wte, ConstActPtr wpe, int B, int T,
@@ -225,6 +233,7 @@ class WrappedBackend final : public Backend {
     return 0;
   }
   void op(const std::string& what, std::function<void()> work) {
+    ++calls_[what];
     if (!recording_) return work();
     if (what == options_.fail_recording_at) throw std::runtime_error(what + " cannot be recorded (test)");
     recordings_.back().push_back(std::move(work));
@@ -237,6 +246,7 @@ class WrappedBackend final : public Backend {
   bool recording_ = false;
   std::vector<std::vector<std::function<void()>>> recordings_;
   int replays_ = 0;
+  std::map<std::string, int> calls_;
 };
 
 }  // namespace xtrain::test

@@ -92,6 +92,7 @@ void CpuBackend::convert(ActPtr dst, const float* src, size_t n) {
   store(d, n);
 }
 void CpuBackend::copy(float* dst, const float* src, size_t n) { std::memcpy(dst, src, n * sizeof(float)); }
+void CpuBackend::copy(ActPtr dst, ConstActPtr src, size_t n) { copy(dst.as<float>(), src.as<float>(), n); }
 
 void CpuBackend::embedding_forward(ActPtr out, const int32_t* tokens, ConstActPtr wte, ConstActPtr wpe, int B, int T,
                                    int C) {

@@ -58,6 +58,7 @@ class CpuBackend final : public Backend {
   void fill_zero(ActPtr p, size_t n) override;
   void convert(ActPtr dst, const float* src, size_t n) override;
   void copy(float* dst, const float* src, size_t n) override;
+  void copy(ActPtr dst, ConstActPtr src, size_t n) override;
   void synchronize() override {}
   void reserve_scratch(int /*rows*/, int /*cols*/) override {}  // no private scratch
 

@@ -78,6 +78,7 @@ class Backend {
   // dst = src as activations (rounded to bf16 in bf16): the weights' copy from the master.
   virtual void convert(ActPtr dst, const float* src, size_t n) = 0;
   virtual void copy(float* dst, const float* src, size_t n) = 0;  // no overlap
+  virtual void copy(ActPtr dst, ConstActPtr src, size_t n) = 0;   // as stored; no overlap
   virtual void synchronize() = 0;
   // Sizes the backend's private scratch for every operation on up to `rows` positions of up to
   // `cols` channels (GPT: B*T and 4C), so that none allocates during a step.

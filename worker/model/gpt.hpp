@@ -133,6 +133,11 @@ class GPT {
   // the first step or window (the trainer's samples: its plan leaves them out).
   void forward_step(std::span<const std::int32_t> tokens, int position);
   void forward_step(std::int32_t token, int position) { forward_step(std::span(&token, 1), position); }
+  // After a window of sequence 0 alone (forward_window with B = 1): sequences [1, B) become its
+  // copies, their qkv activations (every layer's KV cache) and their step_logits() rows, as if
+  // the same window had run in each. generate's samples all start from the prompt: it runs once,
+  // not B times. B outside [1, max_batch]: std::invalid_argument. Nothing here waits.
+  void copy_first_sequence(int B);
   ConstActPtr step_logits() const { return step_.logits; }
   // forward() and forward_step() calls so far: a decoder that saw the count unchanged since its
   // own last call knows the qkv rows are still its tokens'.

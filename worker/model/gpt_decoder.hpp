@@ -4,7 +4,9 @@
 //   - Windows that are new (the prompt, after a slide past the context, or tokens appended after
 //     other work ran on the model) go through GPT's forward (GPT::forward_window): rows sequences
 //     of T positions, the ones past the windows filler that a causal model never lets the windows'
-//     own positions see, and the head on each window's last position only.
+//     own positions see, and the head on each window's last position only. Rows whose windows
+//     are all the same (generate's prompt, before the samples part) run as one sequence, then
+//     copied (GPT::copy_first_sequence).
 //   - A token a row appended after the decoder's own last call is one step (GPT::forward_step):
 //     one position of work a row, its attention reading the keys and values that the forward and
 //     steps before left in GPT's qkv activations. A KV cache without memory of its own.

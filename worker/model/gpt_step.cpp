@@ -2,6 +2,8 @@
 // activations of sequences [0, B) as the KV cache (worker/model/gpt.hpp). The blocks are the
 // forward's (GPT::block_forward) on B rows; only the embedding and the attention differ, both
 // reading the position from backend memory, so that one recording per B replays every step.
+// GPT::copy_first_sequence: the cache and logits of one sequence's window, handed to the others.
+#include <algorithm>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -33,6 +35,25 @@ void GPT::allocate_step_rows() {
   s.position = backend_.alloc_ints(at.ints);
   s.tokens = s.position + 1;
   step_ = s;
+}
+
+void GPT::copy_first_sequence(int B) {
+  check_batch(B, "GPT::copy_first_sequence");
+  if (step_.act_memory == nullptr) allocate_step_rows();
+  const ModelDims& d = layout_.dims();
+  const size_t sequence = static_cast<size_t>(d.T) * 3 * d.C;           // one sequence's qkv in a layer
+  const size_t layer = static_cast<size_t>(max_batch_) * sequence;       // (max_batch,T,3C) a layer
+  const size_t logits = static_cast<size_t>(d.Vp);                       // one row of the step's logits
+  // Sequences [0, n) onto [n, 2n): a layer takes ceil(log2 B) copies, not B - 1 (the sequences
+  // of a layer are adjacent).
+  for (int n = 1; n < B; n *= 2) {
+    const auto count = static_cast<size_t>(std::min(n, B - n));
+    for (int l = 0; l < d.L; ++l) {
+      const ActPtr first = acts_.qkv + static_cast<size_t>(l) * layer;
+      backend_.copy(first + static_cast<size_t>(n) * sequence, first, count * sequence);
+    }
+    backend_.copy(step_.logits + static_cast<size_t>(n) * logits, step_.logits, count * logits);
+  }
 }
 
 void GPT::forward_step(std::span<const std::int32_t> tokens, int position) {

@@ -5,7 +5,8 @@
 // a GPU): the same window as the KV decoder's through prompts and slides, the same logits, one
 // position of work per token, and a forward of the window again when other work ran on the model;
 // with several rows (samples side by side), each row the logits of a one-row decoder on its tokens
-// (the KV decoder's rows bit for bit, on any number of threads).
+// (the KV decoder's rows bit for bit, on any number of threads); a prompt every row shares runs
+// once and is copied to the others, which then part as one-row decoders would.
 // And what both return (StepLogits): fp32 rows read in place, bf16 rows the floats of their bits,
 // converted a row at a time on whichever threads ask.
 //
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "tests/worker/gpt_test_util.hpp"
+#include "tests/worker/wrapped_backend.hpp"
 #include "worker/cpu/cpu_backend.hpp"
 #include "worker/cpu/kv_decoder.hpp"
 #include "worker/math/bf16.hpp"
@@ -307,6 +309,46 @@ TEST_CASE("The GPT decoder's rows are sequences side by side, each a KV decoder'
   CHECK_THROWS_AS(GptDecoder(wide, kRows + 1), std::invalid_argument);
   CHECK_THROWS_AS(GptDecoder(wide, 0), std::invalid_argument);
   CHECK_THROWS_AS(wide.forward_step(std::vector<int32_t>(kRows + 1, 1), 0), std::invalid_argument);
+}
+
+TEST_CASE("The GPT decoder runs a prompt its rows share once, and the rows then part as one-row decoders", "[kv]") {
+  Model m;
+  const ModelDims& d = m.gpt.dims();
+  constexpr int kRows = 3;
+  test::WrappedBackend watched(m.backend);
+  GPT wide(m.spec, watched, kRows, ModelUse::kInference);
+  wide.set_params(m.params.data());
+  GptDecoder rows(wide, kRows);
+  const std::vector<int32_t> prompt = test::random_tokens(6, d.V, 30);
+  std::vector<int32_t> shared;
+  for (int r = 0; r < kRows; ++r) shared.insert(shared.end(), prompt.begin(), prompt.end());
+  const StepLogits first = rows.append(shared);
+  // Sequence 0 alone ran; its cache (each layer's qkv) and its logits went to sequences 1 and 2
+  // in ceil(log2 3) doubling copies each.
+  CHECK(watched.calls("copy") == (d.L + 1) * 2);
+  CHECK(rows.positions_computed() == static_cast<std::uint64_t>(d.T));
+  std::vector<std::unique_ptr<KvDecoder>> singles;
+  for (int r = 0; r < kRows; ++r) {
+    singles.push_back(std::make_unique<KvDecoder>(m.gpt.layout(), m.params));
+    const std::span<const float> want = singles.back()->append(prompt).row(0);
+    INFO("row " << r);
+    CHECK(std::memcmp(first.row(r).data(), first.row(0).data(), static_cast<size_t>(d.V) * sizeof(float)) == 0);
+    CHECK(relative_error(first.row(r), want.data(), d.V) < kTolerance);
+  }
+  // Each row its own tokens: steps that read the copied caches, then past the context a slide,
+  // where the windows differ and all three sequences run.
+  const std::vector<int32_t> own = test::random_tokens(static_cast<size_t>(kRows) * d.T, d.V, 31);
+  for (int n = 0; n < d.T; ++n) {
+    const std::span<const int32_t> step = std::span(own).subspan(static_cast<size_t>(n) * kRows, kRows);
+    const StepLogits got = rows.append(step);
+    for (int r = 0; r < kRows; ++r) {
+      INFO("step " << n << " of row " << r);
+      const std::span<const float> want = singles[static_cast<size_t>(r)]->append(step.subspan(r, 1)).row(0);
+      REQUIRE(rows.window(r) == singles[static_cast<size_t>(r)]->window());
+      CHECK(relative_error(got.row(r), want.data(), d.V) < kTolerance);
+    }
+  }
+  CHECK(watched.calls("copy") == (d.L + 1) * 2);  // no window since was shared
 }
 
 TEST_CASE("A step's logits: fp32 rows read in place, bf16 rows converted bit for bit, each on the thread that asks",
