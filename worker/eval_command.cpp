@@ -37,6 +37,8 @@ constexpr int kPositionsPerForward = 4096;
 // A long scoring run shows that it moves: one line every ten seconds, "scored 1,234,567 of
 // 2,576,192 tokens (48%) | 26,431 tokens/s | ETA 0:00:50"; none for work done within ten seconds.
 class ScoringProgress {
+  using Clock = std::chrono::steady_clock;
+
  public:
   explicit ScoringProgress(std::string unit) : unit_(std::move(unit)) {}
   void update(std::uint64_t done, std::uint64_t total) {
@@ -47,7 +49,6 @@ class ScoringProgress {
   }
 
  private:
-  using Clock = std::chrono::steady_clock;
   std::string unit_;
   Clock::time_point start_ = Clock::now(), last_ = start_;
 };
@@ -117,7 +118,8 @@ struct DataPlan {
   std::uint64_t windows = 0;
   int batch = 0;  // windows per forward: up to wanted_batch(), as many as the device's memory takes
   int wanted_batch() const {
-    return static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(std::max(1, kPositionsPerForward / T)), windows));
+    const auto per_forward = static_cast<std::uint64_t>(std::max(1, kPositionsPerForward / T));
+    return static_cast<int>(std::min(per_forward, windows));
   }
 };
 

@@ -351,7 +351,8 @@ TEST_CASE_METHOD(Seeded, "a GPT decoder's rows on the GPU are the step's logits,
   }
 }
 
-TEST_CASE_METHOD(Seeded, "a prompt the GPU decoder's rows share runs once, and each row then steps as a one-row decoder",
+TEST_CASE_METHOD(Seeded,
+                 "a prompt the GPU decoder's rows share runs once, and each row then steps as a one-row decoder",
                  "[gpu][train]") {
   INFO("seed " << seed);
   const ModelSpec m = small_model();

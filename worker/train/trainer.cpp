@@ -315,7 +315,8 @@ double Trainer::evaluate(Communicator& comm) {
 }
 
 ChoiceAccuracy Trainer::score_multiple_choice(Communicator& comm) {
-  const ChoiceScore mine = score_choices(*model_, choices_, [this](std::uint64_t, std::uint64_t) { report_.heartbeat().beat(); });
+  const ChoiceScore mine =
+      score_choices(*model_, choices_, [this](std::uint64_t, std::uint64_t) { report_.heartbeat().beat(); });
   // The collectives average floats: the average of the ranks' counts times the world size is their
   // sum. fp32 holds each count exactly (below 2^24) and the average to a few parts in 1e7, so
   // rounding recovers the exact sum for any file of fewer than a million examples.
