@@ -104,6 +104,7 @@ class CudaBackend final : public Backend {
   void upload(ActPtr dst, const float* host_src, size_t n) override;
   void download(float* host_dst, ConstActPtr src, size_t n) override;
   const void* download_view(ConstActPtr src, size_t n) override;
+  bool host_reads_in_place() const override { return false; }
   void fill_zero(float* p, size_t n) override;
   void fill_zero(ActPtr p, size_t n) override;
   void convert(ActPtr dst, const float* src, size_t n) override;

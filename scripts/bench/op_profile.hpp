@@ -109,6 +109,7 @@ class OpProfile final : public Backend {
   void download(float* dst, ConstActPtr src, size_t n) override {
     time("download", [&] { k_.download(dst, src, n); });
   }
+  bool host_reads_in_place() const override { return k_.host_reads_in_place(); }
   const void* download_view(ConstActPtr src, size_t n) override {
     const void* view = nullptr;
     time("download", [&] { view = k_.download_view(src, n); });

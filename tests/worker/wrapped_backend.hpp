@@ -72,6 +72,7 @@ class WrappedBackend final : public Backend {
   }
   void upload(ActPtr dst, const float* src, size_t n) override { host("upload"), inner_.upload(dst, src, n); }
   void download(float* dst, ConstActPtr src, size_t n) override { host("download"), inner_.download(dst, src, n); }
+  bool host_reads_in_place() const override { return inner_.host_reads_in_place(); }
   const void* download_view(ConstActPtr src, size_t n) override {
     return host("download_view"), inner_.download_view(src, n);
   }

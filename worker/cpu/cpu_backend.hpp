@@ -54,6 +54,7 @@ class CpuBackend final : public Backend {
   void upload(ActPtr dst, const float* host_src, size_t n) override;
   void download(float* host_dst, ConstActPtr src, size_t n) override;
   const void* download_view(ConstActPtr src, size_t n) override;
+  bool host_reads_in_place() const override { return true; }
   void fill_zero(float* p, size_t n) override;
   void fill_zero(ActPtr p, size_t n) override;
   void convert(ActPtr dst, const float* src, size_t n) override;

@@ -58,19 +58,9 @@ nlohmann::json hf_config(const ModelDims& d) {
 }
 
 FileChecksum write_hf_model(const std::string& path, const ParamLayout& layout, const float* params) {
-  size_t transposed_floats = 0;
-  for (const auto& t : layout.tensors()) transposed_floats += t.hf_transposed ? t.count : 0;
-  std::vector<float> transposed(transposed_floats);  // Conv1D weights in (in, out)
-  std::vector<SafetensorsTensor> tensors;
-  size_t at = 0;
+  std::vector<SafetensorsTensor> tensors;  // Conv1D weights transposed as they are written
   for (const auto& t : layout.tensors()) {
-    const float* data = params + t.offset;
-    if (t.hf_transposed) {
-      transpose(data, static_cast<size_t>(t.shape[0]), static_cast<size_t>(t.shape[1]), transposed.data() + at);
-      data = transposed.data() + at;
-      at += t.count;
-    }
-    tensors.push_back({t.name, hf_shape(layout, t), data});
+    tensors.push_back({t.name, hf_shape(layout, t), params + t.offset, t.hf_transposed});
   }
   return write_safetensors(path, tensors, {{"format", "pt"}});  // transformers refuses files without "format"
 }

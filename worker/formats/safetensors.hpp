@@ -22,6 +22,9 @@ struct SafetensorsTensor {
   std::string name;
   std::vector<std::int64_t> shape;
   const float* data = nullptr;  // prod(shape) floats
+  // `data` holds the (shape[1], shape[0]) matrix, and the file its transpose (Hugging Face's
+  // Conv1D weights): written a block of rows at a time, never a transposed copy of the whole.
+  bool transposed = false;
 };
 
 // Writes the tensors in the given order; fsyncs the file. Not atomic by itself: checkpoints

@@ -73,6 +73,10 @@ class Backend {
   // host can read them in place: the CPU's own memory, the CUDA backend's pinned buffer. The caller
   // converts what it reads when it reads it: generate's rows, each on the thread that draws it.
   virtual const void* download_view(ConstActPtr src, size_t n) = 0;
+  // Whether the host reads this backend's memory in place (the CPU backend's is its own), after
+  // synchronize(): then what it holds needs no download to be read (a checkpoint's parameters and
+  // moments).
+  virtual bool host_reads_in_place() const = 0;
   virtual void fill_zero(float* p, size_t n) = 0;
   virtual void fill_zero(ActPtr p, size_t n) = 0;
   // dst = src as activations (rounded to bf16 in bf16): the weights' copy from the master.
