@@ -59,6 +59,36 @@ TEST_CASE("safetensors round-trips tensors and metadata in the documented layout
   CHECK(c2 == c);
 }
 
+TEST_CASE("a transposed tensor is written as its transpose, block by block, around plain ones", "[safetensors]") {
+  ScratchDir dir;
+  // (1000, 300) in the file, from a (300, 1000) matrix: 300 floats a row, so the writer's 1 MiB
+  // blocks hold 873 rows, and the last block is short (127 rows).
+  constexpr int kRows = 1000, kCols = 300;
+  std::vector<float> source(static_cast<size_t>(kRows) * kCols);  // (kCols, kRows)
+  for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<float>(i) * 0.5f - 7.0f;
+  const std::vector<float> before = {1.5f, -2.0f}, after = {3.25f};
+  write_safetensors(dir / "t.safetensors",
+                    {{"before", {2}, before.data()},
+                     {"w", {kRows, kCols}, source.data(), /*transposed=*/true},
+                     {"after", {1}, after.data()}},
+                    {});
+  SafetensorsFile file(dir / "t.safetensors");
+  file.load();  // verifies the digest, computed over the same blocks
+  std::vector<float> w(source.size()), b(2), a(1);
+  file.copy("w", {kRows, kCols}, w.data());
+  file.copy("before", {2}, b.data());
+  file.copy("after", {1}, a.data());
+  bool transposed = true;
+  for (int r = 0; r < kRows; ++r) {
+    for (int c = 0; c < kCols; ++c) {
+      transposed = transposed && w[static_cast<size_t>(r) * kCols + c] == source[static_cast<size_t>(c) * kRows + r];
+    }
+  }
+  CHECK(transposed);
+  CHECK(b == before);
+  CHECK(a == after);
+}
+
 TEST_CASE("the safetensors reader rejects damaged files, naming the file and the tensor", "[safetensors][errors]") {
   ScratchDir dir;
   const std::string path = dir / "bad.safetensors";
