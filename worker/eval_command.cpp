@@ -141,14 +141,18 @@ DataPlan plan_data(const EvalOptions& o, const ModelFileInfo& model) {
   return p;
 }
 
-// The multiple-choice scores' shape: a context of the longest example, every completion of an
-// example in one forward.
+// The multiple-choice scores' shape: a context of the longest example, rows (completions, of any
+// examples) per forward up to kPositionsPerForward positions, and at least every completion of an
+// example.
 struct ChoicePlan {
-  int T = 1, B = 1;
+  int T = 1;
+  int needed = 1;  // the most completions an example has
+  int B = 1;       // rows per forward: as many as the device's memory takes, down to `needed`
 };
 
 ChoicePlan plan_choices(const std::vector<ChoiceExample>& examples, const ModelFileInfo& model, const std::string& path) {
   ChoicePlan p;
+  size_t rows = 0;
   for (size_t e = 0; e < examples.size(); ++e) {
     const int length = choice_positions(examples[e]);
     if (length > model.n_positions) {
@@ -157,8 +161,11 @@ ChoicePlan plan_choices(const std::vector<ChoiceExample>& examples, const ModelF
                      std::to_string(model.n_positions));
     }
     p.T = std::max(p.T, length);
-    p.B = std::max(p.B, static_cast<int>(examples[e].completions.size()));
+    p.needed = std::max(p.needed, static_cast<int>(examples[e].completions.size()));
+    rows += examples[e].completions.size();
   }
+  const auto per_forward = static_cast<size_t>(kPositionsPerForward / p.T);
+  p.B = std::max(p.needed, static_cast<int>(std::min(rows, per_forward)));
   return p;
 }
 
@@ -229,7 +236,9 @@ int run_eval(int argc, char** argv, const std::string& openblas_choice) {
     device = choose_command_device(o.device, o.precision, "scoring", DeviceProbe::of_this_machine());
     // On a GPU, what fits its free memory is known before anything is allocated there.
     if (data) data->batch = fit_command_batch(device, spec_of(model, data->T), data->batch);
-    if (!examples.empty()) fit_command_batch(device, spec_of(model, choices.T), choices.B, choices.B);
+    if (!examples.empty()) {
+      choices.B = fit_command_batch(device, spec_of(model, choices.T), choices.B, choices.needed);
+    }
   } catch (const std::exception& e) {  // everything so far is about the input
     std::fprintf(stderr, "error: %s\n", e.what());
     return exit_code::kBadInput;
