@@ -46,6 +46,24 @@ class HostFloats {
   std::vector<float> copy_;  // empty where the host reads the backend's memory in place
 };
 
+// Backend floats for the host to fill: in place where it can, else a copy that upload() sends.
+// A resume loads the parameters and both moments this way.
+class HostFill {
+ public:
+  HostFill(Backend& backend, float* dst, size_t n) : backend_(backend), dst_(dst) {
+    if (!backend.host_reads_in_place()) copy_.resize(n);
+  }
+  float* data() { return copy_.empty() ? dst_ : copy_.data(); }
+  void upload() {
+    if (!copy_.empty()) backend_.upload(dst_, copy_.data(), copy_.size());
+  }
+
+ private:
+  Backend& backend_;
+  float* dst_;
+  std::vector<float> copy_;  // empty where the host writes the backend's memory in place
+};
+
 }  // namespace
 
 Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_size, Backend& backend,
@@ -111,12 +129,13 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
   // else the seed.
   const size_t n = model_->layout().total();
   if (auto dir = find_resume_checkpoint(run_dir_, spec_.checkpoint.resume)) {
-    std::vector<float> params(n), m(n), v(n);
+    HostFill params(backend_, model_->params(), n), m(backend_, adamw_->m(), n), v(backend_, adamw_->v(), n);
     const TrainState state = load_checkpoint(*dir, spec_, model_->layout(), data_.train.count, params.data(),
                                              m.data(), v.data());
-    model_->set_params(params.data());
-    backend_.upload(adamw_->m(), m.data(), n);
-    backend_.upload(adamw_->v(), v.data(), n);
+    params.upload();
+    model_->refresh_weights();
+    m.upload();
+    v.upload();
     adamw_->set_step_count(state.adam_t);
     sampler_->set_state(state.sampler);
     start_step_ = state.step;
