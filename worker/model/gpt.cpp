@@ -1,50 +1,21 @@
 #include "worker/model/gpt.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <iterator>
-#include <numbers>
-#include <random>
 #include <stdexcept>
 #include <string>
 
 #include <spdlog/spdlog.h>
 
+#include "common/usable_cpus.hpp"
 #include "worker/model/memory_plan.hpp"
+#include "worker/model/weight_init.hpp"
 
 namespace xtrain {
 
 namespace {
-
-// Standard normal samples from a fixed engine and our own Box-Muller transform, so the
-// initialisation is the same with every standard library (std::normal_distribution is not).
-class NormalSampler {
- public:
-  explicit NormalSampler(std::int64_t seed) : engine_(static_cast<std::uint64_t>(seed)) {}
-
-  float next() {
-    if (has_spare_) {
-      has_spare_ = false;
-      return static_cast<float>(spare_);
-    }
-    const double u1 = uniform_open();
-    const double u2 = uniform_open();
-    const double r = std::sqrt(-2.0 * std::log(u1));
-    const double a = 2.0 * std::numbers::pi * u2;
-    spare_ = r * std::sin(a);
-    has_spare_ = true;
-    return static_cast<float>(r * std::cos(a));
-  }
-
- private:
-  double uniform_open() {  // in (0, 1], from the top 53 bits
-    return (static_cast<double>(engine_() >> 11) + 1.0) * 0x1.0p-53;
-  }
-
-  std::mt19937_64 engine_;
-  double spare_ = 0.0;
-  bool has_spare_ = false;
-};
 
 // Tokens index wte rows and targets index logits: one outside [0, V) would read or write past
 // them, so check on the host before uploading.
@@ -55,10 +26,6 @@ void check_token_range(const int32_t* ids, int n, int V, const char* what) {
                               std::to_string(ids[i]) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
     }
   }
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -154,22 +121,8 @@ void GPT::allocate_activations() {
 }
 
 void GPT::init_weights(std::int64_t seed) {
-  const ModelDims& d = layout_.dims();
-  std::vector<float> host(layout_.total(), 0.0f);
-  NormalSampler normal(seed);
-  const float std_dev = 0.02f;
-  const float residual_std = std_dev / std::sqrt(2.0f * static_cast<float>(d.L));
-  for (const ParamTensor& t : layout_.tensors()) {
-    float* p = host.data() + t.offset;
-    if (t.shape.size() == 2) {
-      const float s = ends_with(t.name, "c_proj.weight") ? residual_std : std_dev;
-      // wte's padded rows (V..Vp-1) stay zero: they never see a token and never get gradient.
-      const size_t n = t.offset == layout_.wte() ? static_cast<size_t>(d.V) * d.C : t.count;
-      for (size_t i = 0; i < n; ++i) p[i] = s * normal.next();
-    } else if (ends_with(t.name, ".weight")) {  // layernorm gains
-      for (size_t i = 0; i < t.count; ++i) p[i] = 1.0f;
-    }
-  }
+  std::vector<float> host(layout_.total());
+  draw_initial_weights(layout_, seed, host.data(), static_cast<int>(std::min(usable_cpus(), 16u)));
   set_params(host.data());
 }
 
