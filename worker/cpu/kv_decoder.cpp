@@ -129,11 +129,9 @@ void KvDecoder::copy_first_row(int to, int first, int n) {
 StepLogits KvDecoder::run(int first) {
   const int C = dims_.C, hs = C / dims_.NH;
   const int n = position() - first;  // new positions a row
-  // Rows whose windows are the same (generate's prompt, given to every sample) are the same work:
-  // the first runs it, and its new keys, values and logits are copied to the others.
-  bool same = true;
-  for (int r = 1; r < rows() && same; ++r) same = window(r) == window(0);
-  const int computed = same ? 1 : rows();
+  // Rows whose windows are the same are the same work: the first runs it, and its new keys,
+  // values and logits are copied to the others.
+  const int computed = rows_share_window() ? 1 : rows();
   const int m = computed * n;  // work rows: (computed, n)
   if (m > positions_) {
     positions_ = m;

@@ -28,11 +28,9 @@ StepLogits GptDecoder::run(int first) {
     model_.forward_step(step_tokens_, first);
     count_positions(1);
   } else {
-    // Rows whose windows are all the same (the prompt, which every sample starts from) run as one
-    // sequence, whose keys, values and logits are then copied to the others.
-    int same = 1;
-    while (same < rows() && window(same) == window(0)) ++same;
-    const int distinct = same == rows() ? 1 : rows();
+    // Rows whose windows are the same run as one sequence, whose keys, values and logits are then
+    // copied to the others.
+    const int distinct = rows_share_window() ? 1 : rows();
     for (int r = 0; r < distinct; ++r) std::copy(window(r).begin(), window(r).end(), tokens_.begin() + r * T);
     model_.forward_window(tokens_.data(), distinct, position() - 1);
     if (distinct < rows()) model_.copy_first_sequence(rows());

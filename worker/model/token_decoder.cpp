@@ -29,6 +29,10 @@ std::span<const float> StepLogits::row(int r) const {
 
 TokenDecoder::TokenDecoder(const ModelDims& dims, int rows) : dims_(dims) { reset_rows(rows); }
 
+bool TokenDecoder::rows_share_window() const {
+  return std::all_of(windows_.begin() + 1, windows_.end(), [&](const auto& w) { return w == windows_[0]; });
+}
+
 void TokenDecoder::reset() {
   for (std::vector<std::int32_t>& w : windows_) w.clear();
 }

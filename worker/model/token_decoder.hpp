@@ -79,6 +79,9 @@ class TokenDecoder {
   virtual StepLogits run(int first) = 0;
 
   void count_positions(int n) { positions_computed_ += static_cast<std::uint64_t>(n); }
+  // Whether every row's window is row 0's (generate's prompt, before the samples part): both
+  // decoders then run one row and copy its keys, values and logits to the others.
+  bool rows_share_window() const;
   // Empties the windows and makes `rows` (>= 1) of them.
   void reset_rows(int rows);
 

@@ -51,7 +51,11 @@ class HostFloats {
 class HostFill {
  public:
   HostFill(Backend& backend, float* dst, size_t n) : backend_(backend), dst_(dst) {
-    if (!backend.host_reads_in_place()) copy_.resize(n);
+    if (backend.host_reads_in_place()) {
+      backend.synchronize();
+      return;
+    }
+    copy_.resize(n);
   }
   float* data() { return copy_.empty() ? dst_ : copy_.data(); }
   void upload() {
