@@ -317,9 +317,33 @@ json job_document(const CliOptions& options, const HostInfo& host) {
   return doc;
 }
 
+namespace {
+
+// `--set sample.prompt=123` gives the number 123 (VALUE is JSON where it parses), and the field
+// wants a string: the error then shows how to write the string. The last --set of the key is
+// the one that took effect.
+std::string quoting_hint(const SpecError& error, const CliOptions& options) {
+  if (std::string(error.what()).find("string") == std::string::npos) return "";
+  for (auto it = options.overrides.rbegin(); it != options.overrides.rend(); ++it) {
+    const auto eq = it->find('=');
+    if (eq == std::string::npos || it->compare(0, eq, error.path()) != 0 || eq != error.path().size()) continue;
+    const std::string text = it->substr(eq + 1);
+    const json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (value.is_discarded() || value.is_string() || !value.is_primitive()) return "";
+    return " (--set reads VALUE as JSON where it parses; for the string write --set '" + error.path() + "=\"" +
+           text + "\"')";
+  }
+  return "";
+}
+
+}  // namespace
+
 SpecError attributed(const SpecError& error, const CliOptions& options) {
   const auto flag = options.flag_of.find(error.path());
-  if (flag == options.flag_of.end()) return error;
+  if (flag == options.flag_of.end()) {
+    const std::string hint = quoting_hint(error, options);
+    return hint.empty() ? error : SpecError(error.path(), std::string(error.what()).substr(error.path().size() + 2) + hint);
+  }
   const std::string what = error.what();
   return SpecError("", flag->second + ": " + what.substr(std::min(what.size(), error.path().size() + 2)));
 }

@@ -60,6 +60,9 @@ TEST_CASE("launcher/specs: at least 20 kinds of invalid spec exit 2 naming the f
       {"bad --nproc-per-node", nullptr, "", {"--nproc-per-node", "many"},
        "--nproc-per-node: expected a number >= 1, auto, gpu or cpu"},
       {"bad --set value", nullptr, "", {"--set", "launcher.term_timeout_s=-1"}, "launcher.term_timeout_s: expected"},
+      {"--set of a number where a string goes", nullptr, "", {"--set", "name=7", "--set", "name=123"},
+       "name: expected a non-empty string, got 123 (--set reads VALUE as JSON where it parses; "
+       "for the string write --set 'name=\"123\"')"},
   };
   REQUIRE(cases.size() >= 20);
   for (const InvalidSpec& c : cases) {
