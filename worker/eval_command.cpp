@@ -68,7 +68,7 @@ const char* const kUsage =
     "                     over its tokens is the model's answer\n"
     "    --device D       cpu, cuda (GPU 0 of those CUDA sees) or auto (a GPU where there is one,\n"
     "                     else the CPU); default auto. 4,096 positions per forward (4 windows of\n"
-    "                     1,024), on a GPU fewer where its free memory takes fewer\n"
+    "                     1,024), fewer where the device's memory takes fewer\n"
     "    --precision P    as a job's train.precision: auto (bf16 on a GPU, fp32 on the CPU), fp32,\n"
     "                     tf32 (GPU) or bf16 (on the CPU emulated); default auto\n"
     "    --json           one JSON object on stdout instead of a line of text\n"
@@ -234,7 +234,7 @@ int run_eval(int argc, char** argv, const std::string& openblas_choice) {
       choices = plan_choices(examples, model, o.multiple_choice);
     }
     device = choose_command_device(o.device, o.precision, "scoring", DeviceProbe::of_this_machine());
-    // On a GPU, what fits its free memory is known before anything is allocated there.
+    // What fits the device's memory is known before anything is allocated there.
     if (data) data->batch = fit_command_batch(device, spec_of(model, data->T), data->batch);
     if (!examples.empty()) {
       choices.B = fit_command_batch(device, spec_of(model, choices.T), choices.B, choices.needed);
@@ -246,8 +246,9 @@ int run_eval(int argc, char** argv, const std::string& openblas_choice) {
   log_device_line(device, device.summary);
   if (!openblas_choice.empty() && device.cuda == nullptr) spdlog::info("{}", openblas_choice);
   if (data && data->batch < data->wanted_batch()) {
-    spdlog::info("{} window{} of {} tokens per forward: as many as the free memory of {} takes", data->batch,
-                 data->batch == 1 ? "" : "s", data->T, device.gpu_memory.name);
+    spdlog::info("{} window{} of {} tokens per forward: as many as {} takes", data->batch,
+                 data->batch == 1 ? "" : "s", data->T,
+                 device.cuda ? "the free memory of " + device.gpu_memory.name : "the memory this process may use");
   }
   nlohmann::json out = {{"model", model.path}, {"device", device.cuda ? "cuda" : "cpu"},
                         {"precision", precision_name(device.precision)}};

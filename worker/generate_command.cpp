@@ -35,6 +35,7 @@
 #include "worker/formats/text_stream.hpp"
 #include "worker/loaded_model.hpp"
 #include "worker/model/gpt_decoder.hpp"
+#include "worker/model/memory_plan.hpp"
 #include "worker/train/token_sampler.hpp"
 #include "worker/train/model_argument.hpp"
 
@@ -343,19 +344,34 @@ void generate_rows(TokenDecoder& decoder, int first, const Vocabulary& vocab, co
 // forward and steps (GptDecoder) on the model loaded on a GPU.
 struct DecoderPlace {
   DeviceChoice device;
-  std::optional<FlatModel> flat;        // on the CPU: the layout, and the weights until the decoder takes them
+  std::optional<ParamLayout> cpu_layout;  // on the CPU, where the decoder reads the weights straight from the file
   std::unique_ptr<LoadedModel> loaded;  // on a GPU
   int rows = 1;                         // samples side by side
 };
 
 int wanted_rows(const GenerateOptions& o) { return std::min(o.num_samples, kMaxSampleRows); }
 
-// On the CPU, the samples side by side whose caches fit in a quarter of the memory this process
-// may use (a container's or a job's limit where there is one; 2 L T C floats a sample: GPT-2
-// 124M's 75 MB, GPT-2 XL's 630 MB).
-int cpu_rows(const GenerateOptions& o, const ModelDims& dims) {
+// On the CPU: one copy of the fp32 weights (the decoder's; the file is read straight into it) and
+// the samples side by side whose caches (2 L T C floats a sample: GPT-2 124M's 75 MB, GPT-2 XL's
+// 630 MB) fit in a quarter of the memory this process may use (a container's or a job's limit
+// where there is one) and beside the weights. BadInput naming --device where not even one
+// sample's fits: the kernel's out-of-memory killer would otherwise end the process unexplained.
+int cpu_rows(const GenerateOptions& o, const ModelFileInfo& model, const ParamLayout& layout) {
+  const ModelDims& dims = layout.dims();
+  const double cache = static_cast<double>(KvDecoder::cache_bytes_per_row(dims));
   const double memory = static_cast<double>(usable_memory_bytes());
-  const double fit = memory / 4 / static_cast<double>(KvDecoder::cache_bytes_per_row(dims));
+  if (memory <= 0) return wanted_rows(o);  // not known: nothing to hold it to
+  const double weights = static_cast<double>(layout.total() * sizeof(float));
+  if (weights + cache > memory) {
+    throw BadInput("--device: the memory this process may use (the machine's, or its cgroup's limit) is " +
+                   format_bytes(static_cast<size_t>(memory)) + ", and " + model.path + " (" + std::to_string(dims.L) +
+                   " x " + std::to_string(dims.C) + ", vocabulary " + std::to_string(dims.V) + ") needs " +
+                   format_bytes(static_cast<size_t>(weights)) + " of fp32 weights and " +
+                   format_bytes(static_cast<size_t>(cache)) +
+                   " of KV cache for one sample on the CPU: run it on a GPU (--device cuda) or a machine with more "
+                   "memory");
+  }
+  const double fit = std::min(memory / 4, memory - weights) / cache;
   return std::clamp(static_cast<int>(std::min(fit, static_cast<double>(kMaxSampleRows))), 1, wanted_rows(o));
 }
 
@@ -370,8 +386,8 @@ DecoderPlace place_decoder(const GenerateOptions& o, const ModelFileInfo& model)
   place.device = choose_command_device(o.device, "auto", "generating", probe);
   if (place.device.cuda == nullptr) {
     if (o.precision != "auto" && o.precision != "fp32") throw cpu_is_fp32();
-    place.flat = load_flat_model(model);
-    place.rows = cpu_rows(o, place.flat->layout.dims());
+    place.cpu_layout.emplace(dims_of(model));
+    place.rows = cpu_rows(o, model, *place.cpu_layout);
     return place;
   }
   if (o.precision != "auto") place.device = choose_command_device(o.device, o.precision, "generating", probe);
@@ -406,23 +422,20 @@ int run_generate(int argc, char** argv) {
                      ": at most " + std::to_string(model.n_positions - 1) + " leave room to generate");
     }
     place = place_decoder(o, model);
-  } catch (const ModelOutOfMemory& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return exit_code::kRuntimeFailure;
-  } catch (const std::bad_alloc&) {
+  } catch (const std::bad_alloc&) {  // on the CPU nothing is allocated yet
     std::fprintf(stderr, "error: out of GPU memory for the model %s\n", o.model.c_str());
     return exit_code::kRuntimeFailure;
   } catch (const std::exception& e) {  // everything so far is about the input
     std::fprintf(stderr, "error: %s\n", e.what());
     return exit_code::kBadInput;
   }
-  const ParamLayout& layout = place.flat ? place.flat->layout : place.loaded->layout;
+  const ParamLayout& layout = place.cpu_layout ? *place.cpu_layout : place.loaded->layout;
   // On the CPU the decoder's threads (not OpenBLAS's), which also draw the rows side by side; on a
   // GPU a team of its own draws them. One thread a row at most.
   std::string threads_from = "--threads";
-  const int cpu_threads = place.flat ? (o.threads > 0 ? o.threads : default_threads(layout.total(), threads_from)) : 0;
+  const int cpu_threads = place.cpu_layout ? (o.threads > 0 ? o.threads : default_threads(layout.total(), threads_from)) : 0;
   const int draw_threads =
-      std::min(place.rows, place.flat ? cpu_threads : (o.threads > 0 ? o.threads : usable_threads()));
+      std::min(place.rows, place.cpu_layout ? cpu_threads : (o.threads > 0 ? o.threads : usable_threads()));
   spdlog::info("generating from {} ({:.2f}M parameters, context {}): prompt {} tokens, {} sample(s) of up to {} tokens{}",
                describe(model), static_cast<double>(layout.total()) / 1e6, model.n_positions, prompt.size(),
                o.num_samples, o.max_new_tokens,
@@ -431,11 +444,11 @@ int run_generate(int argc, char** argv) {
                               : std::string());
   // The decoder, and the device line.
   std::optional<KvDecoder> kv;
-  if (place.flat) {
+  if (place.cpu_layout) {
     log_device_line(place.device, place.device.where + "; fp32; " + std::to_string(cpu_threads) +
                                       (cpu_threads == 1 ? " thread (" : " threads (") + threads_from + ")");
     try {
-      kv.emplace(layout, std::move(place.flat->params), cpu_threads, place.rows);
+      kv.emplace(layout, [&](float* params) { import_model(model, layout, params); }, cpu_threads, place.rows);
     } catch (const std::bad_alloc&) {
       std::fprintf(stderr,
                    "error: out of memory for the decoder of %s: %.0f MB of weights and %.0f MB of caches for %d "
@@ -443,6 +456,9 @@ int run_generate(int argc, char** argv) {
                    o.model.c_str(), static_cast<double>(layout.total()) * sizeof(float) / 1e6,
                    static_cast<double>(KvDecoder::cache_bytes_per_row(layout.dims())) * place.rows / 1e6, place.rows);
       return exit_code::kRuntimeFailure;
+    } catch (const std::exception& e) {  // the file's data: import_model checks it as it reads
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return exit_code::kBadInput;
     }
   } else {
     log_device_line(place.device, place.device.summary);

@@ -162,7 +162,7 @@ int main(int argc, char** argv) try {
     gpt->set_params(params.data());
     decoder_owner = std::make_unique<GptDecoder>(*gpt);
   } else {
-    decoder_owner = std::make_unique<KvDecoder>(layout, std::move(params), threads, rows);
+    decoder_owner = std::make_unique<KvDecoder>(layout, params, threads, rows);
   }
   TokenDecoder& decoder = *decoder_owner;
   std::vector<double> per_token_ms, per_token_cpu_ms, prompt_ms;

@@ -15,6 +15,7 @@
 
 #include "tests/common/tokenizer/gpt2_reference.hpp"
 #include "tests/worker/gpt_test_util.hpp"
+#include "tests/worker/huge_model_file.hpp"
 #include "tests/worker/multiple_choice_file.hpp"
 #include "tests/worker/test_files.hpp"
 #include "tests/worker/worker_cli.hpp"
@@ -122,6 +123,10 @@ TEST_CASE("eval: bad input is one error line, exit 2, nothing on stdout", "[eval
        "--precision: \"tf32\" is a tensor-core mode of CUDA GPUs"},
       {{small.dir, "--data", dir / "ok.txt", "--device", "cuda"},
        "--device: \"cuda\" asked for, but the CUDA plugin " + dir / "none.so", no_plugin},
+      // Refused before anything is allocated, where the allocation would fail or the kernel's
+      // out-of-memory killer end the process.
+      {{test::write_huge_llmc_model(dir / "huge.bin"), "--data", dir / "ok.txt", "--device", "cpu"},
+       "--device: the memory this process may use (the machine's, or its cgroup's limit) is "},
   };
   for (const Case& c : cases) {
     const CliRun run = test::run_model_command(dir, "eval", c.args, c.env);

@@ -19,6 +19,7 @@
 
 #include "tests/common/tokenizer/gpt2_reference.hpp"
 #include "tests/worker/gpt_test_util.hpp"
+#include "tests/worker/huge_model_file.hpp"
 #include "tests/worker/test_files.hpp"
 #include "tests/worker/worker_cli.hpp"
 #include "common/tokenizer/gpt2_tokenizer.hpp"
@@ -218,6 +219,10 @@ TEST_CASE("generate: bad input is one error line, exit 2, nothing on stdout", "[
       {{bytes.dir, "--threads", "two"}, "--threads: expected an integer"},
       {{bytes.dir, "--bogus"}, "command line: unknown option \"--bogus\""},
       {{no_tokenizer.dir}, no_tokenizer.dir + ": no tokenizer comes with this model (70 tokens): give --tokenizer"},
+      // Refused before anything is allocated, where the allocation would fail or the kernel's
+      // out-of-memory killer end the process.
+      {{test::write_huge_llmc_model(dir / "huge.bin"), "--device", "cpu"},
+       "--device: the memory this process may use (the machine's, or its cgroup's limit) is "},
   };
   for (const Case& c : cases) {
     const CliRun run = generate(dir, c.args, c.env);

@@ -13,14 +13,9 @@
 
 namespace xtrain {
 
-KvDecoder::KvDecoder(const ParamLayout& layout, std::vector<float> params, int threads, int rows)
+KvDecoder::KvDecoder(const ParamLayout& layout, const std::function<void(float* params)>& load, int threads, int rows)
     : TokenDecoder(layout.dims(), rows), layout_(layout), params_(layout.total()), max_rows_(rows), team_(threads) {
-  if (params.size() != layout.total()) {
-    throw std::invalid_argument("KvDecoder: " + std::to_string(params.size()) + " parameters for a layout of " +
-                                std::to_string(layout.total()));
-  }
-  std::memcpy(params_.data(), params.data(), params.size() * sizeof(float));
-  params = std::vector<float>();  // the caller's copy goes now, before the decoder allocates more
+  load(params_.data());
   std::vector<float> scratch;
   const int C = dims_.C;
   for (int l = 0; l < dims_.L; ++l) {
@@ -37,6 +32,18 @@ KvDecoder::KvDecoder(const ParamLayout& layout, std::vector<float> params, int t
   logits_.resize(static_cast<size_t>(rows) * dims_.Vp);
   scores_.resize(static_cast<size_t>(team_.members()) * dims_.T);
 }
+
+KvDecoder::KvDecoder(const ParamLayout& layout, std::span<const float> params, int threads, int rows)
+    : KvDecoder(
+          layout,
+          [&](float* into) {
+            if (params.size() != layout.total()) {
+              throw std::invalid_argument("KvDecoder: " + std::to_string(params.size()) +
+                                          " parameters for a layout of " + std::to_string(layout.total()));
+            }
+            std::memcpy(into, params.data(), params.size() * sizeof(float));
+          },
+          threads, rows) {}
 
 // Where position t of head h of layer l of row r starts in keys_ and values_.
 size_t KvDecoder::cache_at(int r, int l, int h, int t) const {

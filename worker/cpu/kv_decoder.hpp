@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -26,12 +27,16 @@ namespace xtrain {
 
 class KvDecoder : public TokenDecoder {
  public:
-  // `params`: laid out by `layout` (layout.total() floats; std::invalid_argument otherwise), copied
-  // into huge pages (worker/cpu/huge_page_buffer.hpp) with the matrices repacked, then released.
-  // `layout` must outlive the decoder; the context is layout.dims().T. `threads` >= 1 (the team's
-  // members, the calling thread included) and `rows` >= 1 (std::invalid_argument otherwise): a
-  // cache of 2 L T C floats a row is allocated for them.
-  KvDecoder(const ParamLayout& layout, std::vector<float> params, int threads = 1, int rows = 1);
+  // `load` writes the parameters, laid out by `layout` (layout.total() floats), into the buffer it
+  // is given: the decoder's own huge pages (worker/cpu/huge_page_buffer.hpp), where the matrices
+  // are then repacked, so no second copy of the weights is ever held (generate reads a model file
+  // straight into them). `layout` must outlive the decoder; the context is layout.dims().T.
+  // `threads` >= 1 (the team's members, the calling thread included) and `rows` >= 1
+  // (std::invalid_argument otherwise): a cache of 2 L T C floats a row is allocated for them.
+  KvDecoder(const ParamLayout& layout, const std::function<void(float* params)>& load, int threads = 1,
+            int rows = 1);
+  // The parameters copied from memory (layout.total() floats; std::invalid_argument otherwise).
+  KvDecoder(const ParamLayout& layout, std::span<const float> params, int threads = 1, int rows = 1);
 
   int threads() const { return team_.members(); }
   // The team the decoder works on, idle between calls: generate draws its rows on it.

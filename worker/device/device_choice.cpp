@@ -158,7 +158,11 @@ void require_memory_fit(const DeviceChoice& device, const JobSpec& spec, int wor
 }
 
 int fit_command_batch(const DeviceChoice& device, const ModelSpec& model, int batch, int needed, ModelUse use) {
-  if (device.cuda == nullptr) return batch;
+  if (device.cuda == nullptr) {
+    const std::uint64_t usable = usable_memory_bytes();  // 0: not known, nothing to hold it to
+    if (usable == 0) return batch;
+    return fit_host_inference_batch(model, batch, needed, device.precision, static_cast<size_t>(usable), use);
+  }
   return fit_inference_batch(model, batch, needed, device.precision, device.deterministic, device.gpu_memory, use);
 }
 

@@ -73,9 +73,10 @@ void require_precision_support(Precision precision, const CudaDeviceInfo& gpu);
 // worker run by hand or by another launcher. Run before the backend allocates anything.
 void require_memory_fit(const DeviceChoice& device, const JobSpec& spec, int world_size, int local_ranks);
 
-// For a command's model on a GPU (eval's GPT built for inference, generate's for decoding: `use`):
-// the most sequences, up to `batch`, that fit the GPU's free memory (worker/model/memory_plan.hpp's
-// fit_inference_batch), BadInput naming --device when fewer than `needed` do. On the CPU: `batch`.
+// For a command's model (eval's GPT built for inference, generate's for decoding: `use`): the most
+// sequences, up to `batch`, that fit the GPU's free memory, or on the CPU the memory this process
+// may use (worker/model/memory_plan.hpp's fit_inference_batch, fit_host_inference_batch); BadInput
+// naming --device when fewer than `needed` do.
 int fit_command_batch(const DeviceChoice& device, const ModelSpec& model, int batch, int needed = 1,
                       ModelUse use = ModelUse::kInference);
 

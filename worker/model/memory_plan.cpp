@@ -373,6 +373,23 @@ int fit_inference_batch(const ModelSpec& model, int batch, int needed, Precision
                  (precision == Precision::bf16 ? std::string() : std::string(" or in bf16 (--precision bf16)")));
 }
 
+int fit_host_inference_batch(const ModelSpec& model, int batch, int needed, Precision precision,
+                             size_t usable_bytes, ModelUse use) {
+  const ModelDims d = ModelDims::from(model);
+  const size_t load_copy = precision == Precision::fp32 ? 0 : ParamLayout(d).total() * sizeof(float);
+  auto plan_at = [&](int B) { return plan_inference_memory(model, B, cpu_backend_memory(d, B, precision), use); };
+  for (int B = batch; B >= needed; --B) {
+    if (plan_at(B).steady_bytes() + load_copy <= usable_bytes) return B;
+  }
+  const MemoryPlan plan = plan_at(needed);
+  throw BadInput("--device: the memory this process may use (the machine's, or its cgroup's limit) is " +
+                 format_bytes(usable_bytes) + ", and " + model_words(d, precision) + " needs " +
+                 format_bytes(plan.steady_bytes() + load_copy) + " for " + sequences(needed) + " of " +
+                 std::to_string(d.T) + " tokens at once on the CPU (" + item_list(plan) +
+                 (load_copy > 0 ? ", the weights' fp32 copy while they load " + format_bytes(load_copy) : "") +
+                 "): run it on a GPU (--device cuda) or a machine with more memory");
+}
+
 std::string format_bytes(size_t bytes) {
   char text[32];
   const double b = static_cast<double>(bytes);

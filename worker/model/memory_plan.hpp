@@ -195,6 +195,13 @@ void check_host_memory_fit(const ModelSpec& model, int micro_batch, int world_si
 int fit_inference_batch(const ModelSpec& model, int batch, int needed, Precision precision, bool deterministic,
                         const GpuMemory& gpu, ModelUse use = ModelUse::kInference);
 
+// The same on the CPU, within the `usable_bytes` this process may use (common/usable_memory.hpp):
+// the plan on the CPU backend, plus in bf16 the fp32 copy the weights load through (in fp32 they
+// are read into the backend's memory in place). BadInput naming --device when fewer than
+// `needed` fit.
+int fit_host_inference_batch(const ModelSpec& model, int batch, int needed, Precision precision,
+                             size_t usable_bytes, ModelUse use = ModelUse::kInference);
+
 // "1.53 GiB", "474.8 MiB", "12.0 KiB", "96 B"
 std::string format_bytes(size_t bytes);
 
