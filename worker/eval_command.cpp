@@ -1,11 +1,13 @@
 #include "worker/eval_command.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <new>
 #include <optional>
 #include <stdexcept>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -19,10 +21,12 @@
 #include "worker/data/multiple_choice.hpp"
 #include "worker/device/device_choice.hpp"
 #include "worker/data/token_source.hpp"
+#include "worker/formats/file_io.hpp"
 #include "worker/formats/model_io.hpp"
 #include "worker/formats/text_codec.hpp"
 #include "worker/loaded_model.hpp"
 #include "worker/model/gpt.hpp"
+#include "worker/model/memory_plan.hpp"
 #include "worker/train/choice_scoring.hpp"
 #include "worker/train/model_argument.hpp"
 
@@ -57,9 +61,10 @@ const char* const kUsage =
     "usage: xtrain-worker eval MODEL [--data GLOB [--max-tokens N]] [--multiple-choice FILE] [--tokenizer PATH]\n"
     "         [--device cpu|cuda|auto] [--precision auto|fp32|tf32|bf16] [--json]\n"
     "  The loss of MODEL (a run directory: its newest intact checkpoint; a checkpoint, a Hugging Face\n"
-    "  GPT-2 directory or an llm.c model file) on GLOB (a text file, one token per byte, or llm.c token\n"
-    "  shards): mean cross-entropy per token, perplexity, bits per byte (with the model's tokenizer or\n"
-    "  --tokenizer, or for text) and the number of tokens scored. The data is cut into windows of the\n"
+    "  GPT-2 directory or an llm.c model file) on GLOB (llm.c token shards, or text: encoded with the\n"
+    "  model's GPT-2 tokenizer or --tokenizer, each file a document as xtrain-data encodes it, or one\n"
+    "  token per byte for a byte-level model): mean cross-entropy per token, perplexity, bits per byte\n"
+    "  (with a tokenizer, or for bytes) and the number of tokens scored. The data is cut into windows of the\n"
     "  model's context (or of N with --max-tokens N below it), each token predicted from the ones\n"
     "  before it in its window; a last piece shorter than a window is left out.\n"
     "    --max-tokens N   score at most N tokens (the first whole windows)\n"
@@ -113,28 +118,62 @@ EvalOptions parse(int argc, char** argv) {
 // The --data scores: whole windows of T tokens from the start of the data.
 struct DataPlan {
   std::shared_ptr<TokenSource> data;
+  std::vector<std::int32_t> encoded;  // text as the model's tokenizer encodes it; empty: the data's tokens
   std::optional<TextCodec> codec;
   int T = 0;
   std::uint64_t windows = 0;
   int batch = 0;  // windows per forward: up to wanted_batch(), as many as the device's memory takes
+  std::uint64_t size() const { return encoded.empty() ? data->size() : encoded.size(); }
+  void copy(std::uint64_t start, std::uint64_t count, std::int32_t* out) const {
+    if (encoded.empty()) return data->copy(start, count, out);
+    std::copy_n(encoded.begin() + static_cast<std::ptrdiff_t>(start), count, out);
+  }
   int wanted_batch() const {
     const auto per_forward = static_cast<std::uint64_t>(std::max(1, kPositionsPerForward / T));
     return static_cast<int>(std::min(per_forward, windows));
   }
 };
 
+// Text for a model with a GPT-2 tokenizer: each file one document, encoded as xtrain-data encodes
+// documents (docs/data.md: EOT doc EOT doc ... EOT, empty files skipped), so that its scores are
+// those of the shards xtrain-data makes of the same files.
+std::vector<std::int32_t> encode_documents(const TokenSource& text, const Gpt2Tokenizer& tokenizer) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::int32_t> tokens;
+  std::uint64_t bytes = 0;
+  for (const std::string& path : text.files()) {
+    const MappedFile file(path);
+    if (file.size() == 0) continue;
+    tokens.push_back(tokenizer.eot());
+    tokenizer.encode(std::string_view(reinterpret_cast<const char*>(file.data()), file.size()), tokens);
+    bytes += file.size();
+  }
+  tokens.push_back(tokenizer.eot());
+  spdlog::info("--data: {} of text encoded with {}: {} tokens, {:.1f} s", format_bytes(bytes), tokenizer.source(),
+               with_thousands(tokens.size()),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return tokens;
+}
+
 DataPlan plan_data(const EvalOptions& o, const ModelFileInfo& model) {
   DataPlan p;
   p.data = std::make_shared<TokenSource>(o.data, "--data");
-  p.data->check_vocab(model.vocab_size, "--data");
-  JobSpec spec;
-  spec.model.vocab_size = model.vocab_size;
-  spec.tokenizer = o.tokenizer.empty() && !p.data->byte_level() ? model.tokenizer : o.tokenizer;
-  p.codec = TextCodec::for_run(spec, p.data->byte_level());
-  if (p.data->size() < 2) {
-    throw BadInput("--data: " + o.data + " has " + std::to_string(p.data->size()) + " tokens; scoring needs at least 2");
+  std::optional<Gpt2Tokenizer> tokenizer = model_tokenizer(model, o.tokenizer);
+  const bool text = p.data->byte_level();
+  if (text && tokenizer) {
+    p.encoded = encode_documents(*p.data, *tokenizer);
+  } else if (text && model.vocab_size > kByteVocabulary) {
+    throw BadInput("--data: " + o.data + " is text, and " + model.path + " (" + std::to_string(model.vocab_size) +
+                   " tokens, not bytes) has no tokenizer to encode it with: give --tokenizer PATH (GPT-2 vocabulary "
+                   "files), or score llm.c token shards (xtrain-data makes them from text)");
+  } else {
+    p.data->check_vocab(model.vocab_size, "--data");
   }
-  const std::uint64_t targets = o.max_tokens ? std::min(o.max_tokens, p.data->size() - 1) : p.data->size() - 1;
+  p.codec = TextCodec::of(std::move(tokenizer), text);
+  if (p.size() < 2) {
+    throw BadInput("--data: " + o.data + " has " + std::to_string(p.size()) + " tokens; scoring needs at least 2");
+  }
+  const std::uint64_t targets = o.max_tokens ? std::min(o.max_tokens, p.size() - 1) : p.size() - 1;
   p.T = static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(model.n_positions), targets));
   p.windows = targets / static_cast<std::uint64_t>(p.T);
   p.batch = p.wanted_batch();
@@ -180,7 +219,7 @@ nlohmann::json score_data(const DataPlan& p, const ModelFileInfo& model, const D
   for (std::uint64_t w = 0; w < p.windows; w += static_cast<std::uint64_t>(B)) {
     const int b = static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(B), p.windows - w));
     for (int i = 0; i < b; ++i) {
-      p.data->copy((w + static_cast<std::uint64_t>(i)) * static_cast<std::uint64_t>(T), window.size(), window.data());
+      p.copy((w + static_cast<std::uint64_t>(i)) * static_cast<std::uint64_t>(T), window.size(), window.data());
       std::copy(window.begin(), window.end() - 1, tokens.begin() + static_cast<long>(i) * T);
       std::copy(window.begin() + 1, window.end(), targets.begin() + static_cast<long>(i) * T);
       bytes += p.codec->text_bytes(std::span(window).subspan(1));

@@ -181,22 +181,10 @@ struct Vocabulary {
 };
 
 Vocabulary vocabulary_of(const GenerateOptions& o, const ModelFileInfo& model) {
-  const std::string& path = o.tokenizer.empty() ? model.tokenizer : o.tokenizer;
-  const std::string field = o.tokenizer.empty() ? model.path + ": its tokenizer: " : "--tokenizer: ";
-  Vocabulary v;
-  if (path.empty()) {
-    if (model.vocab_size == kByteVocabulary) return v;
+  Vocabulary v{model_tokenizer(model, o.tokenizer)};
+  if (!v.tokenizer && model.vocab_size != kByteVocabulary) {
     throw BadInput(model.path + ": no tokenizer comes with this model (" + std::to_string(model.vocab_size) +
                    " tokens): give --tokenizer PATH (GPT-2 vocabulary files)");
-  }
-  try {
-    v.tokenizer.emplace(Gpt2Tokenizer::load(path));
-  } catch (const TokenizerError& e) {
-    throw BadInput(field + e.what());
-  }
-  if (v.tokenizer->vocab_size() != model.vocab_size) {
-    throw BadInput(field + v.tokenizer->source() + " has " + std::to_string(v.tokenizer->vocab_size()) +
-                   " tokens but the model's vocabulary is " + std::to_string(model.vocab_size));
   }
   return v;
 }

@@ -1,15 +1,17 @@
 // `xtrain-worker eval` (the real binary): loss, perplexity and bits per byte of an exported model
 // on a text file equal PyTorch's on the same weights and windows (all of it, and --max-tokens);
-// --precision bf16 emulated on the CPU; bad input is one error line, exit 2, nothing on stdout.
+// --precision bf16 emulated on the CPU; text for a model with GPT-2's tokenizer scores as the
+// shards xtrain-data makes of it; bad input is one error line, exit 2, nothing on stdout.
 //
 // Tolerance: the same fp32 forward in other summation orders (test_gpt_vs_torch.cpp); PyTorch sums
 // the losses in double. 1e-5 relative.
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <vector>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -19,6 +21,7 @@
 #include "tests/worker/multiple_choice_file.hpp"
 #include "tests/worker/test_files.hpp"
 #include "tests/worker/worker_cli.hpp"
+#include "worker/model/memory_plan.hpp"
 
 using namespace xtrain;
 using xtrain::test::CliRun;
@@ -92,6 +95,53 @@ TEST_CASE("eval: loss, perplexity and bits per byte of a text file are PyTorch's
   CHECK(line.code == 0);
   CHECK(line.out.find("tokens, loss ") != std::string::npos);
   CHECK(line.out.find(" bits per byte\n") != std::string::npos);
+}
+
+TEST_CASE("eval: text for a model with GPT-2's tokenizer is encoded as xtrain-data encodes it: its shards' scores",
+          "[eval]") {
+  ScratchDir dir;
+  const test::TestCheckpoint ckpt(dir / "run", test::gpt2_hf_dir(), test::model_spec(1, 2, 16, 32, 50257), 0.3f);
+  std::filesystem::create_directories(dir / "text");
+  std::string a, b;
+  for (int i = 0; i < 30; ++i) {
+    a += "Line " + std::to_string(i * 37) + ": the caf\xc3\xa9's price rose to $" + std::to_string(i) + ".50 \xe2\x80\x94 why?\n";
+    b += "  indented\tcode(" + std::to_string(i) + "); // <|endoftext|> is text here \xf0\x9f\x99\x82\n";
+  }
+  write_bytes(dir / "text/a.txt", a);
+  write_bytes(dir / "text/b.txt", b);
+  write_bytes(dir / "text/c.txt", "");  // no document, as xtrain-data skips it
+  const std::string make_shards = shell_quote(std::string(XTRAIN_BIN_DIR) + "/xtrain-data") + " --vocab " +
+                                  shell_quote(test::gpt2_hf_dir()) + " --out " + shell_quote(dir / "shards") +
+                                  " --val-tokens 0 --quiet " + shell_quote(dir / "text") + " > /dev/null 2>&1";
+  REQUIRE(std::system(make_shards.c_str()) == 0);
+
+  const CliRun text = test::run_model_command(dir, "eval", {dir / "run", "--data", dir / "text/*.txt", "--json"});
+  const CliRun shards = test::run_model_command(dir, "eval", {dir / "run", "--data", dir / "shards/*.bin", "--json"});
+  INFO(text.output << shards.output);
+  REQUIRE(text.code == 0);
+  REQUIRE(shards.code == 0);
+  CHECK(text.output.find("info: --data: " + format_bytes(a.size() + b.size()) + " of text encoded with ") != std::string::npos);
+  const auto got = nlohmann::json::parse(text.out), want = nlohmann::json::parse(shards.out);
+  CHECK(got.at("window") == 32);
+  CHECK(got.at("tokens").get<int>() > 3 * 32);
+  for (const char* key : {"tokens", "loss", "bits_per_byte", "bytes"}) {
+    INFO(key);
+    CHECK(got.at(key) == want.at(key));  // the same tokens through the same forward: the same bits
+  }
+
+  // An llm.c export has no tokenizer: --tokenizer names one, and without it text is refused.
+  REQUIRE(test::run_worker(dir, "export", {dir / "run", "--format", "llmc", dir / "model.bin"}).code == 0);
+  const CliRun named = test::run_model_command(
+      dir, "eval", {dir / "model.bin", "--data", dir / "text/*.txt", "--tokenizer", test::gpt2_hf_dir(), "--json"});
+  INFO(named.output);
+  REQUIRE(named.code == 0);
+  CHECK(nlohmann::json::parse(named.out).at("loss") == want.at("loss"));
+  const CliRun refused = test::run_model_command(dir, "eval", {dir / "model.bin", "--data", dir / "text/a.txt"});
+  CHECK(refused.code == 2);
+  CHECK(error_line(refused.output) ==
+        "error: --data: " + dir / "text/a.txt" + " is text, and " + dir / "model.bin" +
+            " (50257 tokens, not bytes) has no tokenizer to encode it with: give --tokenizer PATH (GPT-2 vocabulary "
+            "files), or score llm.c token shards (xtrain-data makes them from text)");
 }
 
 TEST_CASE("eval: bad input is one error line, exit 2, nothing on stdout", "[eval][errors]") {

@@ -3,28 +3,36 @@
 namespace xtrain {
 
 TextCodec TextCodec::for_run(const JobSpec& spec, bool byte_level) {
-  TextCodec codec;
-  codec.byte_level_ = byte_level;
-  if (spec.tokenizer.empty()) return codec;
+  if (spec.tokenizer.empty()) return of(std::nullopt, byte_level);
   if (byte_level) {
     throw SpecError("tokenizer", "data.train (" + spec.data.train +
                                      ") is byte-level text, one token per byte; a GPT-2 tokenizer goes with llm.c "
                                      "token shards (xtrain-data makes them from text)");
   }
+  std::optional<Gpt2Tokenizer> tokenizer;
   try {
-    codec.tokenizer_.emplace(Gpt2Tokenizer::load(spec.tokenizer));
+    tokenizer.emplace(Gpt2Tokenizer::load(spec.tokenizer));
   } catch (const TokenizerError& e) {
     throw SpecError("tokenizer", e.what());
   }
-  const int vocab = codec.tokenizer_->vocab_size();
+  const int vocab = tokenizer->vocab_size();
   const int model = spec.model.vocab_size;
   if (vocab != model) {
     const std::string from = spec.model.init_from.empty() ? "" : " (model.init_from's)";
-    throw SpecError("tokenizer", codec.tokenizer_->source() + " has " + std::to_string(vocab) +
+    throw SpecError("tokenizer", tokenizer->source() + " has " + std::to_string(vocab) +
                                      " tokens but model.vocab_size is " + std::to_string(model) + from + ": " +
                                      (model > vocab ? "the model would sample ids the tokenizer cannot decode"
                                                     : "text would encode to ids the model does not have"));
   }
+  return of(std::move(tokenizer), false);
+}
+
+TextCodec TextCodec::of(std::optional<Gpt2Tokenizer> tokenizer, bool byte_level) {
+  TextCodec codec;
+  codec.byte_level_ = byte_level && !tokenizer;
+  codec.tokenizer_ = std::move(tokenizer);
+  if (!codec.tokenizer_) return codec;
+  const int vocab = codec.tokenizer_->vocab_size();
   codec.token_bytes_.resize(static_cast<size_t>(vocab));
   for (std::int32_t id = 0; id < vocab; ++id) {
     codec.token_bytes_[static_cast<size_t>(id)] =

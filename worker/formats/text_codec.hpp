@@ -21,6 +21,9 @@ class TextCodec {
   // spec.tokenizer, which must have exactly model.vocab_size tokens and go with token shards.
   // Throws SpecError("tokenizer", ...) naming the files and the mismatch.
   static TextCodec for_run(const JobSpec& spec, bool byte_level);
+  // The codec of data that is bytes (`byte_level`: one token per byte, and then no tokenizer) or
+  // tokens of `tokenizer` (none: tokens without text).
+  static TextCodec of(std::optional<Gpt2Tokenizer> tokenizer, bool byte_level);
 
   bool has_text() const { return byte_level_ || tokenizer_.has_value(); }
   std::string name() const;  // "bytes", or the tokenizer's files

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <optional>
 
+#include "common/bad_input.hpp"
 #include "worker/train/checkpoint.hpp"
 
 namespace xtrain {
@@ -51,6 +52,23 @@ ModelFileInfo open_model_argument(const std::string& path) {
     }
   }
   return read_model_file_info(path);
+}
+
+std::optional<Gpt2Tokenizer> model_tokenizer(const ModelFileInfo& model, const std::string& flag_path) {
+  const std::string& path = flag_path.empty() ? model.tokenizer : flag_path;
+  if (path.empty()) return std::nullopt;
+  const std::string field = flag_path.empty() ? model.path + ": its tokenizer: " : "--tokenizer: ";
+  std::optional<Gpt2Tokenizer> tokenizer;
+  try {
+    tokenizer.emplace(Gpt2Tokenizer::load(path));
+  } catch (const TokenizerError& e) {
+    throw BadInput(field + e.what());
+  }
+  if (tokenizer->vocab_size() != model.vocab_size) {
+    throw BadInput(field + tokenizer->source() + " has " + std::to_string(tokenizer->vocab_size()) +
+                   " tokens but the model's vocabulary is " + std::to_string(model.vocab_size));
+  }
+  return tokenizer;
 }
 
 }  // namespace xtrain

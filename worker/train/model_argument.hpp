@@ -1,11 +1,13 @@
-// MODEL as the worker's commands take it (generate, export): a run directory (its newest complete
+// MODEL as the worker's commands take it (generate, eval, export): a run directory (its newest complete
 // and intact checkpoint, the one checkpoint.resume: auto would continue from), one of our
 // checkpoints, a Hugging Face GPT-2 directory or an llm.c model file.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "common/model_file.hpp"
+#include "common/tokenizer/gpt2_tokenizer.hpp"
 
 namespace xtrain {
 
@@ -13,5 +15,11 @@ namespace xtrain {
 // that is none of the four kinds, one message naming each kind and what it would need; for a run
 // directory without an intact checkpoint, or a model file that is malformed, what is wrong.
 ModelFileInfo open_model_argument(const std::string& path);
+
+// The GPT-2 tokenizer a command uses with `model`: the files of --tokenizer (`flag_path`) where
+// given, else the model's own (its directory's, or its run's); nullopt where neither names one.
+// BadInput naming where it came from when it cannot be loaded or its vocabulary is not the
+// model's.
+std::optional<Gpt2Tokenizer> model_tokenizer(const ModelFileInfo& model, const std::string& flag_path);
 
 }  // namespace xtrain
