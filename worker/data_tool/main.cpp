@@ -5,6 +5,7 @@
 // Exit codes: 0 the shards are in place; 1 runtime failure (the file system failed); 2 bad input
 // (command line, vocabulary, input files, output directory), with one line "xtrain-data: error:
 // <file[:line]>: <what>"; 128+N stopped by signal N (SIGINT, SIGTERM), leaving nothing behind.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -43,7 +44,8 @@ const char* const kUsage =
     "  --shard-tokens N     tokens per shard (default 100000000, as llm.c)\n"
     "  --val-tokens N       the first documents, whole, until at least N tokens, are the validation\n"
     "                       split (default: a tenth of the input's tokens, estimated at 4 bytes\n"
-    "                       a token, at most --shard-tokens, llm.c's first shard; 0: none)\n"
+    "                       a token, at most --shard-tokens, llm.c's first shard; 0: none); one\n"
+    "                       text file alone is one document: its first N tokens, the rest training\n"
     "  --threads N          encoding threads (default: the CPUs this process may use)\n"
     "  --chunk-bytes N      text per unit of work (default 1048576; changes no output)\n"
     "  --quiet              no progress line\n"
@@ -157,10 +159,19 @@ int main(int argc, char** argv) {
     std::signal(SIGINT, on_stop_signal);
     std::signal(SIGTERM, on_stop_signal);
     choose_val_tokens(o, files);  // said once every input is known good
-    ShardSet shards({o.out, o.prefix, o.shard_tokens, o.val_tokens, tokenizer.eot()});
+    // One text file with text in it is one document, which validation would otherwise take whole.
+    const bool one_document =
+        o.pipeline.jsonl_field.empty() &&
+        std::count_if(files.begin(), files.end(), [](const InputFile& f) { return f.size > 0; }) == 1;
+    ShardSet shards({o.out, o.prefix, o.shard_tokens, o.val_tokens, tokenizer.eot(), one_document});
     run_pipeline(files, tokenizer, shards, o.pipeline);
-    std::fprintf(stderr, "xtrain-data: wrote %s: %s; %s\n", o.out.c_str(), summary("val", shards.val()).c_str(),
-                 summary("train", shards.train()).c_str());
+    const std::string cut =
+        shards.cut_at() == 0
+            ? ""
+            : " (the input is one document: validation is its first " + std::to_string(shards.cut_at()) +
+                  " tokens, training the rest)";
+    std::fprintf(stderr, "xtrain-data: wrote %s: %s; %s%s\n", o.out.c_str(), summary("val", shards.val()).c_str(),
+                 summary("train", shards.train()).c_str(), cut.c_str());
     return 0;
   } catch (const Interrupted& i) {
     std::fprintf(stderr, "xtrain-data: stopped by signal %d; no shard was left behind\n", i.signal);

@@ -166,6 +166,21 @@ void ShardSet::begin_document() {
 }
 
 void ShardSet::append(std::span<const std::int32_t> tokens) {
+  // The input's one document reaching val_tokens is cut there: the rest of it is training data.
+  if (options_.one_document && in_val_ && val_.tokens + tokens.size() > options_.val_tokens) {
+    const std::size_t keep = options_.val_tokens - val_.tokens;
+    write(tokens.first(keep));
+    cut_at_ = val_.tokens;
+    end_split();
+    close_shard();
+    in_val_ = false;
+    ++train_.documents;
+    tokens = tokens.subspan(keep);
+  }
+  write(tokens);
+}
+
+void ShardSet::write(std::span<const std::int32_t> tokens) {
   Split& split = in_val_ ? val_ : train_;
   while (!tokens.empty()) {
     if (!shard_) {
@@ -186,7 +201,7 @@ void ShardSet::end_split() {
   const Split& split = in_val_ ? val_ : train_;
   if (options_.end_token < 0 || split.tokens == 0) return;
   const std::int32_t token = options_.end_token;
-  append(std::span(&token, 1));
+  write(std::span(&token, 1));
 }
 
 void ShardSet::close_shard() {
@@ -203,7 +218,7 @@ void ShardSet::finish() {
                                       : "all " + std::to_string(val_.tokens) +
                                             " tokens went to validation (--val-tokens " +
                                             std::to_string(options_.val_tokens) +
-                                            "), none are left to train on: give a smaller --val-tokens");
+                                            "), none are left to train on: give a smaller --val-tokens (or 0: no validation split)");
   }
   fsync_directory(staging_);
   const fs::path out(options_.out_dir);

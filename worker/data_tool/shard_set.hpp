@@ -3,7 +3,9 @@
 // the largest id lets a launcher check the range from the header) in a directory of their own, named as
 // llm.c names them: PREFIX_val_000000.bin, PREFIX_train_000001.bin, ... (one index across both
 // splits). The first documents, whole, go to validation until it holds at least val_tokens tokens;
-// the rest is training data. Each split ends with `end_token` (EOT), so its last document is closed
+// the rest is training data. A document is never split, except where the input is one document
+// (one text file): then validation is its first val_tokens tokens and training the rest of it, as
+// llm.c's tinyshakespeare.py cuts its one text (kept whole, nothing would be left to train on). Each split ends with `end_token` (EOT), so its last document is closed
 // like every other one ("EOT doc EOT doc ... EOT doc EOT"). Shards hold shard_tokens tokens (the last of each split fewer);
 // training documents run on across shard boundaries, as llm.c's do.
 //
@@ -33,6 +35,7 @@ class ShardSet {
     std::uint64_t shard_tokens = 100'000'000;
     std::uint64_t val_tokens = 0;
     std::int32_t end_token = -1;  // appended once at the end of each split (EOT), -1 = none
+    bool one_document = false;    // the input is one document: cut it after val_tokens tokens
   };
   struct Split {
     int shards = 0;
@@ -56,10 +59,13 @@ class ShardSet {
   void finish();
 
   const Split& val() const { return val_; }
-  const Split& train() const { return train_; }
+  const Split& train() const { return train_; }  // a cut document counts in both
+  // Where the one document was cut: its tokens in validation (its leading EOT included); 0: not cut.
+  std::uint64_t cut_at() const { return cut_at_; }
   const std::string& staging_dir() const { return staging_; }
 
  private:
+  void write(std::span<const std::int32_t> tokens);  // into the current split's shards
   void end_split();  // appends end_token to the current split, if it holds anything
   void close_shard();
   void remove_staging() noexcept;
@@ -72,6 +78,7 @@ class ShardSet {
   int next_index_ = 0;
   std::unique_ptr<ShardFile> shard_;  // the shard being written, if any
   Split val_, train_;
+  std::uint64_t cut_at_ = 0;
 };
 
 }  // namespace xtrain::data_tool

@@ -225,6 +225,36 @@ TEST_CASE("without --val-tokens a small corpus gives a tenth to validation and s
   CHECK_THAT(r.err, Catch::Contains("val 1 shard") && Catch::Contains("1 documents; train 1 shard"));
 }
 
+TEST_CASE("one text file is one document: validation is its first --val-tokens tokens, training the rest",
+          "[data_tool]") {
+  ScratchDir dir;
+  const std::string text = generated_text(300, 5);
+  write_bytes(dir / "book.txt", text);
+  write_bytes(dir / "empty.txt", "");  // no document: the input is still one
+  const Result r = run_tool("--out " + dir / "out --val-tokens 100 --quiet " + dir / "book.txt " + dir / "empty.txt");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.err, Catch::Contains("val 1 shard, 101 tokens, 1 documents; train 1 shard, ") &&
+                        Catch::Contains(" (the input is one document: validation is its first 100 tokens, training "
+                                        "the rest)"));
+  const std::vector<std::int32_t> val = read_tokens(dir / "out/out_val_*.bin");
+  const std::vector<std::int32_t> train = read_tokens(dir / "out/out_train_*.bin");
+  // val: EOT and the document's first 99 tokens, closed by EOT; train: the rest of it, closed by EOT.
+  REQUIRE(val.size() == 101);
+  CHECK(val.back() == gpt2().eot());
+  CHECK(train.back() == gpt2().eot());
+  std::vector<std::int32_t> whole(val.begin(), val.end() - 1);
+  whole.insert(whole.end(), train.begin(), train.end() - 1);
+  std::vector<std::int32_t> expected = {gpt2().eot()};
+  gpt2().encode(text, expected);
+  CHECK(whole == expected);
+  // The cut is where it is whatever the chunks and threads.
+  REQUIRE(run_tool("--out " + dir / "again --prefix out --val-tokens 100 --chunk-bytes 64 --threads 3 --quiet " +
+                   dir / "book.txt").code == 0);
+  CHECK(read_tokens(dir / "again/out_val_*.bin") == val);
+  CHECK(read_tokens(dir / "again/out_train_*.bin") == train);
+}
+
 TEST_CASE("bad inputs, vocabularies and outputs are one error line and exit 2", "[data_tool]") {
   ScratchDir dir;
   write_bytes(dir / "a.txt", "some text");
@@ -232,10 +262,13 @@ TEST_CASE("bad inputs, vocabularies and outputs are one error line and exit 2", 
   CHECK(r.code == 2);
   CHECK(r.err == "xtrain-data: error: " + dir / "missing.txt" + ": no such file or directory\n");
 
-  r = run_tool("--out " + dir / "out " + dir / "a.txt");  // one document: the validation split takes it whole
+  write_bytes(dir / "one.jsonl", "{\"text\": \"a document of a few words\"}\n");
+  // One JSON Lines document: the validation split takes it whole (only one text file is cut).
+  r = run_tool("--out " + dir / "out --jsonl-field text --val-tokens 2 " + dir / "one.jsonl");
   CHECK(r.code == 2);
-  CHECK_THAT(r.err, Catch::Contains("tokens went to validation (--val-tokens 1), none are left to train on"));
-  CHECK(files_in(dir.path()) == std::vector<std::string>{"a.txt"});
+  CHECK_THAT(r.err, Catch::Contains("tokens went to validation (--val-tokens 2), none are left to train on: give a "
+                                    "smaller --val-tokens (or 0: no validation split)"));
+  CHECK(files_in(dir.path()) == std::vector<std::string>{"a.txt", "one.jsonl"});
 
   write_bytes(dir / "x.jsonl", "{}\n");
   r = run_tool("--out " + dir / "out " + dir / "x.jsonl");
@@ -284,7 +317,7 @@ TEST_CASE("bad inputs, vocabularies and outputs are one error line and exit 2", 
   r = run_tool("--out " + dir / "out --vocab " + dir / "big " + dir / "a.txt");
   CHECK(r.code == 2);
   CHECK_THAT(r.err, Catch::StartsWith("xtrain-data: error: " + dir / "big/encoder.json:1: not valid JSON: "));
-  CHECK(files_in(dir.path()) == std::vector<std::string>{"a.txt", "big", "err", "mine", "x.jsonl"});
+  CHECK(files_in(dir.path()) == std::vector<std::string>{"a.txt", "big", "err", "mine", "one.jsonl", "x.jsonl"});
 }
 
 TEST_CASE("a run killed mid-write leaves no shard a training run would pick up, and the next run cleans up", "[data_tool]") {
