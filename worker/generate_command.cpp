@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -31,6 +32,7 @@
 #include "worker/cpu/kv_decoder.hpp"
 #include "worker/cpu/thread_team.hpp"
 #include "worker/device/device_choice.hpp"
+#include "worker/formats/llmc_model.hpp"
 #include "worker/formats/model_io.hpp"
 #include "worker/formats/text_stream.hpp"
 #include "worker/loaded_model.hpp"
@@ -73,7 +75,8 @@ const char* const kUsage =
     "                          may use holds caches for); sample 1 is the same text for any N\n"
     "    --stop TEXT           end a sample where TEXT appears (TEXT is not printed)\n"
     "    --tokenizer PATH      GPT-2 vocabulary files, for a model that comes without them; a model\n"
-    "                          of 256 tokens without one is byte-level\n"
+    "                          of 256 tokens without one is byte-level; an llm.c model file without\n"
+    "                          one decodes with gpt2_tokenizer.bin beside it (no prompt then)\n"
     "    --device D            cpu, cuda (GPU 0 of those CUDA sees) or auto (a GPU where there is one,\n"
     "                          else the CPU); default auto\n"
     "    --precision P         on a GPU: auto (bf16), bf16, tf32 or fp32; on the CPU fp32 (auto)\n"
@@ -165,28 +168,42 @@ GenerateOptions parse(int argc, char** argv) {
   return o;
 }
 
-// The model's text: the GPT-2 tokenizer, or one token per byte.
+// The model's text: the GPT-2 tokenizer, llm.c's tokenizer file (decodes only: no prompt), or one
+// token per byte.
 struct Vocabulary {
   std::optional<Gpt2Tokenizer> tokenizer;
+  std::optional<LlmcTokenizer> table;
 
+  // An empty text is the start of a document: <|endoftext|> (a newline for bytes).
   std::vector<std::int32_t> encode(const std::string& text) const {
     if (tokenizer) return text.empty() ? std::vector<std::int32_t>{tokenizer->eot()} : tokenizer->encode(text);
+    if (table) return {table->eot};  // run_generate refuses a prompt first
     if (text.empty()) return {'\n'};
     return std::vector<std::int32_t>(text.begin(), text.end());
   }
   std::string decode(std::int32_t token) const {
-    return tokenizer ? tokenizer->decode_token(token) : std::string(1, static_cast<char>(token));
+    if (tokenizer) return tokenizer->decode_token(token);
+    if (table) return table->tokens[static_cast<size_t>(token)];
+    return std::string(1, static_cast<char>(token));
   }
-  std::int32_t eot() const { return tokenizer ? tokenizer->eot() : -1; }
+  std::int32_t eot() const { return tokenizer ? tokenizer->eot() : table ? table->eot : -1; }
 };
 
+// The GPT-2 tokenizer (--tokenizer, or the model's own), else for an llm.c model file the
+// tokenizer file llm.c keeps beside it (gpt2_tokenizer.bin, as its sampler reads it and our llm.c
+// export writes it), else bytes for a byte-level model.
 Vocabulary vocabulary_of(const GenerateOptions& o, const ModelFileInfo& model) {
-  Vocabulary v{model_tokenizer(model, o.tokenizer)};
-  if (!v.tokenizer && model.vocab_size != kByteVocabulary) {
-    throw BadInput(model.path + ": no tokenizer comes with this model (" + std::to_string(model.vocab_size) +
-                   " tokens): give --tokenizer PATH (GPT-2 vocabulary files)");
+  Vocabulary v{model_tokenizer(model, o.tokenizer), std::nullopt};
+  if (v.tokenizer || model.vocab_size == kByteVocabulary) return v;
+  const std::filesystem::path table = std::filesystem::path(model.path).parent_path() / kLlmcTokenizerFile;
+  if (model.format == ModelFormat::kLlmc && std::filesystem::exists(table)) {
+    v.table = read_llmc_tokenizer(table.string(), model.vocab_size);
+    spdlog::info("tokenizer: {} (llm.c's tokenizer file: it decodes only, so samples start from <|endoftext|>)",
+                 table.string());
+    return v;
   }
-  return v;
+  throw BadInput(model.path + ": no tokenizer comes with this model (" + std::to_string(model.vocab_size) +
+                 " tokens): give --tokenizer PATH (GPT-2 vocabulary files)");
 }
 
 std::string prompt_text(const GenerateOptions& o) {
@@ -351,13 +368,11 @@ int cpu_rows(const GenerateOptions& o, const ModelFileInfo& model, const ParamLa
   if (memory <= 0) return wanted_rows(o);  // not known: nothing to hold it to
   const double weights = static_cast<double>(layout.total() * sizeof(float));
   if (weights + cache > memory) {
-    throw BadInput("--device: the memory this process may use (the machine's, or its cgroup's limit) is " +
-                   format_bytes(static_cast<size_t>(memory)) + ", and " + model.path + " (" + std::to_string(dims.L) +
-                   " x " + std::to_string(dims.C) + ", vocabulary " + std::to_string(dims.V) + ") needs " +
-                   format_bytes(static_cast<size_t>(weights)) + " of fp32 weights and " +
-                   format_bytes(static_cast<size_t>(cache)) +
-                   " of KV cache for one sample on the CPU: run it on a GPU (--device cuda) or a machine with more "
-                   "memory");
+    throw BadInput("--device: " + host_memory_words(static_cast<size_t>(memory)) + model.path + " (" +
+                   std::to_string(dims.L) + " x " + std::to_string(dims.C) + ", vocabulary " + std::to_string(dims.V) +
+                   ") needs " + format_bytes(static_cast<size_t>(weights)) + " of fp32 weights and " +
+                   format_bytes(static_cast<size_t>(cache)) + " of KV cache for one sample on the CPU" +
+                   kHostMemoryAdvice);
   }
   const double fit = std::min(memory / 4, memory - weights) / cache;
   return std::clamp(static_cast<int>(std::min(fit, static_cast<double>(kMaxSampleRows))), 1, wanted_rows(o));
@@ -403,7 +418,13 @@ int run_generate(int argc, char** argv) {
     o = parse(argc, argv);
     model = open_model_argument(o.model);
     vocab = vocabulary_of(o, model);
-    prompt = vocab.encode(prompt_text(o));
+    const std::string text = prompt_text(o);
+    if (!text.empty() && vocab.table) {
+      throw BadInput(std::string(o.prompt ? "--prompt" : "--prompt-file") + ": " + vocab.table->path +
+                     " (llm.c's tokenizer file) decodes only: give --tokenizer PATH (GPT-2 vocabulary files) to "
+                     "encode a prompt");
+    }
+    prompt = vocab.encode(text);
     if (static_cast<int>(prompt.size()) >= model.n_positions) {
       throw BadInput(std::string(o.prompt ? "--prompt" : "--prompt-file") + ": " + std::to_string(prompt.size()) +
                      " tokens, but the model's context is " + std::to_string(model.n_positions) +

@@ -233,6 +233,49 @@ TEST_CASE("generate: bad input is one error line, exit 2, nothing on stdout", "[
   }
 }
 
+TEST_CASE("generate from an llm.c model file decodes with the gpt2_tokenizer.bin beside it, as llm.c's sampler does",
+          "[generate]") {
+  ScratchDir dir;
+  const test::TestCheckpoint ckpt(dir / "run", test::gpt2_hf_dir(), test::model_spec(1, 2, 16, 32, 50257), 0.3f);
+  REQUIRE(test::run_worker(dir, "export", {ckpt.dir, "--format", "llmc", dir / "llmc/model.bin"}).code == 0);
+  const std::vector<std::string> sampling = {"--max-new-tokens", "24", "--seed", "5", "--num-samples", "2"};
+  const auto run = [&](const std::string& model, std::vector<std::string> more = {}) {
+    std::vector<std::string> args = {model};
+    args.insert(args.end(), sampling.begin(), sampling.end());
+    args.insert(args.end(), more.begin(), more.end());
+    return generate(dir, args);
+  };
+  // The same weights with GPT-2's vocabulary files: the same samples.
+  const CliRun table = run(dir / "llmc/model.bin"), files = run(dir / "run");
+  INFO(table.output);
+  REQUIRE(table.code == 0);
+  REQUIRE(files.code == 0);
+  CHECK(table.out == files.out);
+  CHECK(table.out.find("--- sample 2 of 2 ---") != std::string::npos);
+  CHECK(table.output.find("info: tokenizer: " + dir / "llmc/gpt2_tokenizer.bin" +
+                          " (llm.c's tokenizer file: it decodes only, so samples start from <|endoftext|>)") !=
+        std::string::npos);
+
+  // It cannot encode a prompt: one error line; --tokenizer can.
+  const CliRun prompted = run(dir / "llmc/model.bin", {"--prompt", "Hi"});
+  CHECK(prompted.code == 2);
+  CHECK(error_line(prompted.output) == "error: --prompt: " + dir / "llmc/gpt2_tokenizer.bin" +
+                                           " (llm.c's tokenizer file) decodes only: give --tokenizer PATH (GPT-2 "
+                                           "vocabulary files) to encode a prompt");
+  CHECK(run(dir / "llmc/model.bin", {"--prompt", "Hi", "--tokenizer", test::gpt2_hf_dir()}).code == 0);
+
+  // A table of another vocabulary is refused naming it; without the table, the files are asked for.
+  write_bytes(dir / "llmc/gpt2_tokenizer.bin", "not a table");
+  const CliRun damaged = run(dir / "llmc/model.bin");
+  CHECK(damaged.code == 2);
+  CHECK(error_line(damaged.output) == "error: " + dir / "llmc/gpt2_tokenizer.bin" +
+                                          ": llm.c tokenizer file: shorter than its header of 1024 bytes");
+  std::filesystem::remove(dir / "llmc/gpt2_tokenizer.bin");
+  CHECK(error_line(run(dir / "llmc/model.bin").output) ==
+        "error: " + dir / "llmc/model.bin" +
+            ": no tokenizer comes with this model (50257 tokens): give --tokenizer PATH (GPT-2 vocabulary files)");
+}
+
 TEST_CASE("generate with the GPT-2 tokenizer: the tokens' text, <|endoftext|> starts and ends a sample",
           "[generate]") {
   ScratchDir dir;

@@ -141,4 +141,38 @@ void export_llmc_tokenizer(const std::string& path, const Gpt2Tokenizer& tokeniz
   write_file_atomic(path, file);
 }
 
+LlmcTokenizer read_llmc_tokenizer(const std::string& path, int vocab_size) {
+  const MappedFile file(path);
+  const auto fail = [&](const std::string& what) { return FileError(path, "llm.c tokenizer file: " + what); };
+  std::array<std::uint32_t, 256> header{};
+  if (file.size() < sizeof header) throw fail("shorter than its header of 1024 bytes");
+  std::memcpy(header.data(), file.data(), sizeof header);
+  if (header[0] != kLlmcTokenizerMagic) {
+    throw fail("magic is " + std::to_string(header[0]) + ", expected " + std::to_string(kLlmcTokenizerMagic));
+  }
+  if (header[1] != 1 && header[1] != 2) throw fail("version " + std::to_string(header[1]) + ", expected 1 or 2");
+  if (header[2] != static_cast<std::uint32_t>(vocab_size)) {
+    throw fail(std::to_string(header[2]) + " tokens, but the model's vocabulary is " + std::to_string(vocab_size));
+  }
+  constexpr std::uint32_t kGpt2Eot = 50256;  // what llm.c assumes of a version 1 file
+  LlmcTokenizer out;
+  out.path = path;
+  const std::uint32_t eot = header[1] == 2 ? header[3] : kGpt2Eot;
+  if (eot >= header[2]) throw fail("eot id " + std::to_string(eot) + " is outside its " + std::to_string(header[2]) + " tokens");
+  out.eot = static_cast<std::int32_t>(eot);
+  out.tokens.reserve(header[2]);
+  std::uint64_t at = sizeof header;
+  for (std::uint32_t id = 0; id < header[2]; ++id) {
+    if (at >= file.size()) throw fail("ends after " + std::to_string(id) + " of its " + std::to_string(header[2]) + " tokens");
+    const std::uint8_t length = file.data()[at++];
+    if (length == 0 || at + length > file.size()) {
+      throw fail("token " + std::to_string(id) + (length == 0 ? " has no bytes" : " runs past the end of the file"));
+    }
+    out.tokens.emplace_back(reinterpret_cast<const char*>(file.data() + at), length);
+    at += length;
+  }
+  if (at != file.size()) throw fail(std::to_string(file.size() - at) + " bytes after its last token");
+  return out;
+}
+
 }  // namespace xtrain

@@ -30,6 +30,18 @@ inline constexpr char kLlmcTokenizerFile[] = "gpt2_tokenizer.bin";
 // more than 255 bytes (the format's length is one byte) or none.
 void export_llmc_tokenizer(const std::string& path, const Gpt2Tokenizer& tokenizer);
 
+// That file read back: it decodes only (llm.c's sampler starts from the eot token, so never
+// encodes), enough to print the samples of a model that comes with it and no vocabulary files.
+struct LlmcTokenizer {
+  std::string path;
+  std::vector<std::string> tokens;  // (vocab) each token's bytes
+  std::int32_t eot = 0;             // version 1 files do not name it: GPT-2's 50256
+};
+
+// Throws FileError naming the file: a wrong magic or version, a vocabulary other than
+// `vocab_size`, an eot id outside it, a token of no bytes, or a size other than its tokens'.
+LlmcTokenizer read_llmc_tokenizer(const std::string& path, int vocab_size);
+
 // Our parameter spans in the order llm.c stores them (wte with all Vp rows).
 std::vector<Span> llmc_parameter_order(const ParamLayout& layout);
 

@@ -382,12 +382,16 @@ int fit_host_inference_batch(const ModelSpec& model, int batch, int needed, Prec
     if (plan_at(B).steady_bytes() + load_copy <= usable_bytes) return B;
   }
   const MemoryPlan plan = plan_at(needed);
-  throw BadInput("--device: the memory this process may use (the machine's, or its cgroup's limit) is " +
-                 format_bytes(usable_bytes) + ", and " + model_words(d, precision) + " needs " +
+  throw BadInput("--device: " + host_memory_words(usable_bytes) + model_words(d, precision) + " needs " +
                  format_bytes(plan.steady_bytes() + load_copy) + " for " + sequences(needed) + " of " +
                  std::to_string(d.T) + " tokens at once on the CPU (" + item_list(plan) +
-                 (load_copy > 0 ? ", the weights' fp32 copy while they load " + format_bytes(load_copy) : "") +
-                 "): run it on a GPU (--device cuda) or a machine with more memory");
+                 (load_copy > 0 ? ", the weights' fp32 copy while they load " + format_bytes(load_copy) : "") + ")" +
+                 kHostMemoryAdvice);
+}
+
+std::string host_memory_words(size_t usable_bytes) {
+  return "the memory this process may use (the machine's, or its cgroup's limit) is " + format_bytes(usable_bytes) +
+         ", and ";
 }
 
 std::string format_bytes(size_t bytes) {

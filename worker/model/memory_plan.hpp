@@ -195,6 +195,12 @@ void check_host_memory_fit(const ModelSpec& model, int micro_batch, int world_si
 int fit_inference_batch(const ModelSpec& model, int batch, int needed, Precision precision, bool deterministic,
                         const GpuMemory& gpu, ModelUse use = ModelUse::kInference);
 
+// A CPU refusal's words, around what the model needs: "the memory this process may use (the
+// machine's, or its cgroup's limit) is 23.54 GiB, and " and ": run it on a GPU (--device cuda) or
+// a machine with more memory".
+std::string host_memory_words(size_t usable_bytes);
+inline constexpr const char* kHostMemoryAdvice = ": run it on a GPU (--device cuda) or a machine with more memory";
+
 // The same on the CPU, within the `usable_bytes` this process may use (common/usable_memory.hpp):
 // the plan on the CPU backend, plus in bf16 the fp32 copy the weights load through (in fp32 they
 // are read into the backend's memory in place). BadInput naming --device when fewer than
