@@ -150,9 +150,18 @@ void check_init_from(const JobSpec& spec) {
 // any corpus): a missing, empty, too short, truncated or foreign data file, a bad
 // train.eval_multiple_choice file, or a resume checkpoint
 // whose settings or training split do not fit this spec, fails here, before any rank starts (exit 2).
+// Legal but almost certainly not meant: a vocabulary beyond bytes on byte-level text.
+void warn_about_vocabulary(const JobSpec& spec, bool byte_level) {
+  if (!byte_level || spec.model.vocab_size <= kByteVocabulary) return;
+  spdlog::warn("model.vocab_size is {} but data.train ({}) is text, one token per byte: ids {} and up never occur "
+               "in it; for GPT-2's tokens make llm.c token shards of the text with xtrain-data",
+               spec.model.vocab_size, spec.data.train, kByteVocabulary);
+}
+
 void check_training_inputs(const JobSpec& spec, const std::optional<std::string>& resume_from) {
   const DataFilesInfo data = check_data_files(spec.data, spec.model, spec.train.eval_every > 0);
   TextCodec::for_run(spec, data.byte_level);  // the tokenizer: its files, its vocabulary, the data's kind
+  warn_about_vocabulary(spec, data.byte_level);
   // The whole multiple-choice file (HellaSwag's is a few MB): its header, every example whole, and
   // each within the model's vocabulary and context.
   if (!spec.train.eval_multiple_choice.empty()) read_spec_choices(spec.train, spec.model);

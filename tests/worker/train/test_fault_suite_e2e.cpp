@@ -126,6 +126,19 @@ TEST_CASE("resume settings: a key of the run is refused by --check and the plan,
   }
 }
 
+TEST_CASE("a vocabulary beyond bytes on text is a warning of the plan", "[e2e][faults]") {
+  Job job("vocabwarning");
+  const Outcome o = job.check("vocab", 2, {"model.vocab_size=50257"});
+  INFO(o.output);
+  CHECK(o.exit_code == 0);
+  CHECK(o.output.find("model.vocab_size is 50257 but data.train (" + job.spec()["data"]["train"].get<std::string>() +
+                      ") is text, one token per byte: ids 256 and up never occur in it; for GPT-2's tokens make "
+                      "llm.c token shards of the text with xtrain-data") != std::string::npos);
+  const Outcome bytes = job.check("bytes", 2);
+  CHECK(bytes.exit_code == 0);
+  CHECK(bytes.output.find("never occur") == std::string::npos);
+}
+
 TEST_CASE("a SIGTERM in xlaunch's first moments ends with 143, with a summary once a run dir exists",
           "[e2e][faults]") {
   Job job("earlyterm");
