@@ -22,6 +22,7 @@
 #include "worker/device/device_choice.hpp"
 #include "worker/data/token_source.hpp"
 #include "worker/formats/file_io.hpp"
+#include "worker/formats/llmc_model.hpp"
 #include "worker/formats/model_io.hpp"
 #include "worker/formats/text_codec.hpp"
 #include "worker/loaded_model.hpp"
@@ -169,7 +170,9 @@ DataPlan plan_data(const EvalOptions& o, const ModelFileInfo& model) {
   } else {
     p.data->check_vocab(model.vocab_size, "--data");
   }
-  p.codec = TextCodec::of(std::move(tokenizer), text);
+  // Shards with no tokenizer: llm.c's tokenizer file beside an llm.c model file counts their bytes.
+  const std::optional<LlmcTokenizer> table = tokenizer || text ? std::nullopt : llmc_tokenizer_beside(model);
+  p.codec = table ? TextCodec::counting(table->tokens, table->eot) : TextCodec::of(std::move(tokenizer), text);
   if (p.size() < 2) {
     throw BadInput("--data: " + o.data + " has " + std::to_string(p.size()) + " tokens; scoring needs at least 2");
   }
@@ -231,7 +234,7 @@ nlohmann::json score_data(const DataPlan& p, const ModelFileInfo& model, const D
     progress.update(tokens_scored, p.windows * static_cast<std::uint64_t>(T));
   }
   const double loss = loss_sum / static_cast<double>(tokens_scored);
-  const bool has_bytes = p.codec->has_text() && bytes > 0;
+  const bool has_bytes = p.codec->counts_bytes() && bytes > 0;
   return {{"tokens", tokens_scored},
           {"window", T},
           {"loss", loss},

@@ -195,11 +195,10 @@ struct Vocabulary {
 Vocabulary vocabulary_of(const GenerateOptions& o, const ModelFileInfo& model) {
   Vocabulary v{model_tokenizer(model, o.tokenizer), std::nullopt};
   if (v.tokenizer || model.vocab_size == kByteVocabulary) return v;
-  const std::filesystem::path table = std::filesystem::path(model.path).parent_path() / kLlmcTokenizerFile;
-  if (model.format == ModelFormat::kLlmc && std::filesystem::exists(table)) {
-    v.table = read_llmc_tokenizer(table.string(), model.vocab_size);
+  v.table = llmc_tokenizer_beside(model);
+  if (v.table) {
     spdlog::info("tokenizer: {} (llm.c's tokenizer file: it decodes only, so samples start from <|endoftext|>)",
-                 table.string());
+                 v.table->path);
     return v;
   }
   throw BadInput(model.path + ": no tokenizer comes with this model (" + std::to_string(model.vocab_size) +

@@ -97,7 +97,8 @@ TEST_CASE("eval: loss, perplexity and bits per byte of a text file are PyTorch's
   CHECK(line.out.find(" bits per byte\n") != std::string::npos);
 }
 
-TEST_CASE("eval: text for a model with GPT-2's tokenizer is encoded as xtrain-data encodes it: its shards' scores",
+TEST_CASE("eval: text for a model with GPT-2's tokenizer is encoded as xtrain-data encodes it: its shards' scores; "
+          "llm.c's tokenizer file counts bytes",
           "[eval]") {
   ScratchDir dir;
   const test::TestCheckpoint ckpt(dir / "run", test::gpt2_hf_dir(), test::model_spec(1, 2, 16, 32, 50257), 0.3f);
@@ -129,8 +130,16 @@ TEST_CASE("eval: text for a model with GPT-2's tokenizer is encoded as xtrain-da
     CHECK(got.at(key) == want.at(key));  // the same tokens through the same forward: the same bits
   }
 
-  // An llm.c export has no tokenizer: --tokenizer names one, and without it text is refused.
+  // An llm.c export has no vocabulary files, only llm.c's tokenizer file beside it, which counts the
+  // shards' bytes but cannot encode: --tokenizer names vocabulary files, and without them text is refused.
   REQUIRE(test::run_worker(dir, "export", {dir / "run", "--format", "llmc", dir / "model.bin"}).code == 0);
+  const CliRun counted = test::run_model_command(dir, "eval", {dir / "model.bin", "--data", dir / "shards/*.bin", "--json"});
+  INFO(counted.output);
+  REQUIRE(counted.code == 0);
+  for (const char* key : {"tokens", "loss", "bits_per_byte", "bytes"}) {
+    INFO(key);
+    CHECK(nlohmann::json::parse(counted.out).at(key) == want.at(key));
+  }
   const CliRun named = test::run_model_command(
       dir, "eval", {dir / "model.bin", "--data", dir / "text/*.txt", "--tokenizer", test::gpt2_hf_dir(), "--json"});
   INFO(named.output);

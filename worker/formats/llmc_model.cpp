@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <filesystem>
 
 #include "common/atomic_file.hpp"
 #include "worker/formats/file_io.hpp"
@@ -173,6 +174,13 @@ LlmcTokenizer read_llmc_tokenizer(const std::string& path, int vocab_size) {
   }
   if (at != file.size()) throw fail(std::to_string(file.size() - at) + " bytes after its last token");
   return out;
+}
+
+std::optional<LlmcTokenizer> llmc_tokenizer_beside(const ModelFileInfo& model) {
+  if (model.format != ModelFormat::kLlmc) return std::nullopt;
+  const std::filesystem::path table = std::filesystem::path(model.path).parent_path() / kLlmcTokenizerFile;
+  if (!std::filesystem::exists(table)) return std::nullopt;
+  return read_llmc_tokenizer(table.string(), model.vocab_size);
 }
 
 }  // namespace xtrain

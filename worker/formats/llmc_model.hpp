@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,11 @@ struct LlmcTokenizer {
 // Throws FileError naming the file: a wrong magic or version, a vocabulary other than
 // `vocab_size`, an eot id outside it, a token of no bytes, or a size other than its tokens'.
 LlmcTokenizer read_llmc_tokenizer(const std::string& path, int vocab_size);
+
+// For an llm.c model file, the tokenizer file llm.c keeps beside it (kLlmcTokenizerFile in the same
+// directory), read and checked against its vocabulary; nullopt for other models or where there is
+// none.
+std::optional<LlmcTokenizer> llmc_tokenizer_beside(const ModelFileInfo& model);
 
 // Our parameter spans in the order llm.c stores them (wte with all Vp rows).
 std::vector<Span> llmc_parameter_order(const ParamLayout& layout);

@@ -41,6 +41,14 @@ TextCodec TextCodec::of(std::optional<Gpt2Tokenizer> tokenizer, bool byte_level)
   return codec;
 }
 
+TextCodec TextCodec::counting(const std::vector<std::string>& token_bytes, std::int32_t eot) {
+  TextCodec codec;
+  codec.token_bytes_.reserve(token_bytes.size());
+  for (const std::string& bytes : token_bytes) codec.token_bytes_.push_back(static_cast<std::uint32_t>(bytes.size()));
+  codec.token_bytes_[static_cast<size_t>(eot)] = 0;
+  return codec;
+}
+
 std::string TextCodec::name() const {
   if (tokenizer_) return "the GPT-2 tokenizer " + tokenizer_->source();
   return byte_level_ ? "bytes" : "none";
@@ -64,7 +72,7 @@ std::string TextCodec::decode(std::span<const std::int32_t> tokens) const {
 }
 
 std::uint64_t TextCodec::text_bytes(std::span<const std::int32_t> tokens) const {
-  if (!tokenizer_) return tokens.size();
+  if (token_bytes_.empty()) return tokens.size();  // bytes (or nothing to count)
   std::uint64_t bytes = 0;
   for (const std::int32_t t : tokens) bytes += token_bytes_[static_cast<size_t>(t)];
   return bytes;

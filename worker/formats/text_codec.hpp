@@ -24,8 +24,12 @@ class TextCodec {
   // The codec of data that is bytes (`byte_level`: one token per byte, and then no tokenizer) or
   // tokens of `tokenizer` (none: tokens without text).
   static TextCodec of(std::optional<Gpt2Tokenizer> tokenizer, bool byte_level);
+  // A codec that counts bytes only, from each token's bytes (`eot` stands for none): llm.c's
+  // tokenizer file, which cannot encode.
+  static TextCodec counting(const std::vector<std::string>& token_bytes, std::int32_t eot);
 
-  bool has_text() const { return byte_level_ || tokenizer_.has_value(); }
+  bool has_text() const { return byte_level_ || tokenizer_.has_value(); }  // encodes and decodes
+  bool counts_bytes() const { return byte_level_ || !token_bytes_.empty(); }
   std::string name() const;  // "bytes", or the tokenizer's files
   // The token that ends a document (<|endoftext|>), where the vocabulary has one: not bytes.
   std::optional<std::int32_t> end_of_text() const;
@@ -34,8 +38,8 @@ class TextCodec {
   std::vector<std::int32_t> encode(std::string_view text) const;
   std::string decode(std::span<const std::int32_t> tokens) const;
 
-  // The bytes of text `tokens` stand for, as bits per byte counts them: <|endoftext|> separates
-  // documents and stands for none.
+  // Needs counts_bytes(). The bytes of text `tokens` stand for, as bits per byte counts them:
+  // <|endoftext|> separates documents and stands for none.
   std::uint64_t text_bytes(std::span<const std::int32_t> tokens) const;
 
  private:
