@@ -14,15 +14,19 @@ constexpr size_t kHugePage = size_t{2} << 20;
 
 }  // namespace
 
-HugePageBuffer::HugePageBuffer(size_t floats) : size_(floats) {
-  const size_t bytes = (std::max<size_t>(floats * sizeof(float), 1) + kHugePage - 1) / kHugePage * kHugePage;
-  data_ = static_cast<float*>(std::aligned_alloc(kHugePage, bytes));
-  if (data_ == nullptr) throw std::bad_alloc();
+void* alloc_huge_pages_zeroed(size_t bytes) {
+  const size_t rounded = (std::max<size_t>(bytes, 1) + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = std::aligned_alloc(kHugePage, rounded);
+  if (p == nullptr) throw std::bad_alloc();
   // Advice before the first touch, so the pages are huge from the start; refused advice (no THP)
   // leaves ordinary pages, which work the same, only slower.
-  madvise(data_, bytes, MADV_HUGEPAGE);
-  std::memset(data_, 0, bytes);
+  madvise(p, rounded, MADV_HUGEPAGE);
+  std::memset(p, 0, rounded);
+  return p;
 }
+
+HugePageBuffer::HugePageBuffer(size_t floats)
+    : data_(static_cast<float*>(alloc_huge_pages_zeroed(floats * sizeof(float)))), size_(floats) {}
 
 HugePageBuffer::~HugePageBuffer() { std::free(data_); }
 
