@@ -441,7 +441,8 @@ int run_generate(int argc, char** argv) {
   // On the CPU the decoder's threads (not OpenBLAS's), which also draw the rows side by side; on a
   // GPU a team of its own draws them. One thread a row at most.
   std::string threads_from = "--threads";
-  const int cpu_threads = place.cpu_layout ? (o.threads > 0 ? o.threads : default_threads(layout.total(), threads_from)) : 0;
+  const int cpu_threads =
+      place.cpu_layout ? (o.threads > 0 ? o.threads : default_threads(layout.total(), threads_from)) : 0;
   const int draw_threads =
       std::min(place.rows, place.cpu_layout ? cpu_threads : (o.threads > 0 ? o.threads : usable_threads()));
   spdlog::info("generating from {} ({:.2f}M parameters, context {}): prompt {} tokens, {} sample(s) of up to {} tokens{}",

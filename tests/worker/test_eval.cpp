@@ -97,7 +97,7 @@ TEST_CASE("eval: loss, perplexity and bits per byte of a text file are PyTorch's
   CHECK(line.out.find(" bits per byte\n") != std::string::npos);
 }
 
-TEST_CASE("eval: text for a model with GPT-2's tokenizer is encoded as xtrain-data encodes it: its shards' scores; "
+TEST_CASE("eval: text for a model with GPT-2's tokenizer is encoded as xtrain-data encodes it: its shards' scores, and "
           "llm.c's tokenizer file counts bytes",
           "[eval]") {
   ScratchDir dir;
@@ -121,7 +121,8 @@ TEST_CASE("eval: text for a model with GPT-2's tokenizer is encoded as xtrain-da
   INFO(text.output << shards.output);
   REQUIRE(text.code == 0);
   REQUIRE(shards.code == 0);
-  CHECK(text.output.find("info: --data: " + format_bytes(a.size() + b.size()) + " of text encoded with ") != std::string::npos);
+  CHECK(text.output.find("info: --data: " + format_bytes(a.size() + b.size()) + " of text encoded with ") !=
+        std::string::npos);
   const auto got = nlohmann::json::parse(text.out), want = nlohmann::json::parse(shards.out);
   CHECK(got.at("window") == 32);
   CHECK(got.at("tokens").get<int>() > 3 * 32);

@@ -218,7 +218,8 @@ void ShardSet::finish() {
                                       : "all " + std::to_string(val_.tokens) +
                                             " tokens went to validation (--val-tokens " +
                                             std::to_string(options_.val_tokens) +
-                                            "), none are left to train on: give a smaller --val-tokens (or 0: no validation split)");
+                                            "), none are left to train on: give a smaller --val-tokens (or 0: "
+                                            "no validation split)");
   }
   fsync_directory(staging_);
   const fs::path out(options_.out_dir);

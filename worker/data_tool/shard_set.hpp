@@ -5,9 +5,10 @@
 // splits). The first documents, whole, go to validation until it holds at least val_tokens tokens;
 // the rest is training data. A document is never split, except where the input is one document
 // (one text file): then validation is its first val_tokens tokens and training the rest of it, as
-// llm.c's tinyshakespeare.py cuts its one text (kept whole, nothing would be left to train on). Each split ends with `end_token` (EOT), so its last document is closed
-// like every other one ("EOT doc EOT doc ... EOT doc EOT"). Shards hold shard_tokens tokens (the last of each split fewer);
-// training documents run on across shard boundaries, as llm.c's do.
+// llm.c's tinyshakespeare.py cuts its one text (kept whole, nothing would be left to train on).
+// Each split ends with `end_token` (EOT), so its last document is closed like every other one
+// ("EOT doc EOT doc ... EOT doc EOT"). Shards hold shard_tokens tokens (the last of each split
+// fewer); training documents run on across shard boundaries, as llm.c's do.
 //
 // Nothing partial is ever visible: shards are written into a hidden staging directory beside the
 // output directory (".NAME.xtrain-data-tmp"), each as "FILE.partial" until it is complete and

@@ -159,12 +159,16 @@ LlmcTokenizer read_llmc_tokenizer(const std::string& path, int vocab_size) {
   LlmcTokenizer out;
   out.path = path;
   const std::uint32_t eot = header[1] == 2 ? header[3] : kGpt2Eot;
-  if (eot >= header[2]) throw fail("eot id " + std::to_string(eot) + " is outside its " + std::to_string(header[2]) + " tokens");
+  if (eot >= header[2]) {
+    throw fail("eot id " + std::to_string(eot) + " is outside its " + std::to_string(header[2]) + " tokens");
+  }
   out.eot = static_cast<std::int32_t>(eot);
   out.tokens.reserve(header[2]);
   std::uint64_t at = sizeof header;
   for (std::uint32_t id = 0; id < header[2]; ++id) {
-    if (at >= file.size()) throw fail("ends after " + std::to_string(id) + " of its " + std::to_string(header[2]) + " tokens");
+    if (at >= file.size()) {
+      throw fail("ends after " + std::to_string(id) + " of its " + std::to_string(header[2]) + " tokens");
+    }
     const std::uint8_t length = file.data()[at++];
     if (length == 0 || at + length > file.size()) {
       throw fail("token " + std::to_string(id) + (length == 0 ? " has no bytes" : " runs past the end of the file"));

@@ -254,7 +254,7 @@ TEST_CASE("export replaces the file atomically and leaves no temporary behind", 
         }).rfind(dir / "no/such/dir/model.bin.tmp-", 0) == 0);
 }
 
-TEST_CASE("llm.c's tokenizer file reads back as it was written; a bad one is refused naming the file", "[llmc]") {
+TEST_CASE("llm.c's tokenizer file reads back as it was written, and a bad one is refused naming the file", "[llmc]") {
   ScratchDir dir;
   const Gpt2Tokenizer gpt2 = Gpt2Tokenizer::load(test::gpt2_hf_dir());
   export_llmc_tokenizer(dir / "tok.bin", gpt2);
