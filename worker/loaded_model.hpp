@@ -26,16 +26,9 @@ struct LoadedModel {
       : layout(ModelDims::from(spec_of(model, T))),
         backend(make_backend(device)),
         gpt(spec_of(model, T), *backend, max_batch, use) {
-    if (backend->host_reads_in_place() && gpt.params() != nullptr) {
-      // fp32 weights in host memory (the CPU's): the file is read straight into them, with no
-      // second copy of the weights beside them (fit_command_batch counts one copy).
-      import_model(model, layout, gpt.params());
-      gpt.refresh_weights();
-    } else {
-      std::vector<float> params(layout.total());
-      import_model(model, layout, params.data());
-      gpt.set_params(params.data());
-    }
+    // On the CPU in fp32 the file is read straight into the backend's weights, one copy of them
+    // (fit_command_batch counts one).
+    gpt.fill_params([&](float* params) { import_model(model, layout, params); });
     // On a GPU each forward of the full batch replays one CUDA graph per layer (GPT's recorded
     // layers) from its third run on, and a decoder's step one graph whole: a step is launch-bound.
     if (backend->can_record()) gpt.set_replay(GPT::Replay::kPreferred);

@@ -156,6 +156,19 @@ TEST_CASE("GPT-2 workflow: shards, 2 ranks, export hf and llmc, init_from each: 
   }
   CHECK(losses["from-hf"] == losses["from-checkpoint"]);
   CHECK(losses["from-llmc"] == losses["from-checkpoint"]);
+
+  // In bf16 (a GPU's default, emulated here) the first step runs on the loaded weights' bf16 copy:
+  // its loss is fp32's to bf16's rounding (2e-2 relative, as test_eval's bound), where a copy left
+  // unrefreshed gave ln(50257) = 10.82 of all-zero weights and a zero gradient.
+  json bf16 = w.spec();
+  bf16["model"] = {{"init_from", checkpoint}};
+  bf16["train"]["steps"] = 1;
+  bf16["train"]["precision"] = "bf16";
+  const Finished rounded = w.launch("from-checkpoint-bf16", bf16);
+  INFO(rounded.out << rounded.err);
+  REQUIRE(rounded.exit_code == 0);
+  const double first = read_losses(w.dir / "runs/from-checkpoint-bf16").at(1);
+  CHECK(first == Approx(losses["from-checkpoint"].first).epsilon(2e-2));
 }
 
 TEST_CASE("GPT-2 workflow: a model vocabulary the tokenizer cannot serve, and bad init_from, are one error line",

@@ -121,8 +121,19 @@ void GPT::allocate_activations() {
 }
 
 void GPT::init_weights(std::int64_t seed) {
+  const int threads = static_cast<int>(std::min(usable_cpus(), 16u));
+  fill_params([&](float* host) { draw_initial_weights(layout_, seed, host, threads); });
+}
+
+void GPT::fill_params(const std::function<void(float* host)>& fill) {
+  if (params_ != nullptr && backend_.host_reads_in_place()) {
+    backend_.synchronize();  // nothing queued may still read or write them
+    fill(params_);
+    refresh_weights();
+    return;
+  }
   std::vector<float> host(layout_.total());
-  draw_initial_weights(layout_, seed, host.data(), static_cast<int>(std::min(usable_cpus(), 16u)));
+  fill(host.data());
   set_params(host.data());
 }
 

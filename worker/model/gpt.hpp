@@ -96,8 +96,14 @@ class GPT {
 
   // GPT-2's initialisation, from the seed alone (identical on every rank): weights ~ N(0, 0.02),
   // the two residual projections (attn.c_proj, mlp.c_proj) ~ N(0, 0.02/sqrt(2L)), wpe ~ N(0, 0.02),
-  // biases 0, layernorm weights 1, padded wte rows 0. Generated on the host, then uploaded.
+  // biases 0, layernorm weights 1, padded wte rows 0. Drawn on the host (fill_params).
   void init_weights(std::int64_t seed);
+
+  // The master weights (layout().total() floats) from `fill`, then the copy refreshed, whatever
+  // the weights come from (the seed, a checkpoint, a model file): `fill` writes them in place
+  // where the host reads the backend's memory (the CPU's fp32 weights), else into a host buffer
+  // that set_params uploads. The weights are unchanged where `fill` throws before writing.
+  void fill_params(const std::function<void(float* host)>& fill);
 
   // Uploads the master weights from the host (layout().total() floats) and refreshes the copy
   // (for inference in bf16: uploads them into the copy, rounded as the refresh rounds).

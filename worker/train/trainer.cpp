@@ -47,7 +47,7 @@ class HostFloats {
 };
 
 // Backend floats for the host to fill: in place where it can, else a copy that upload() sends.
-// A resume loads the parameters and both moments this way.
+// A resume loads both AdamW moments this way (and the parameters through GPT::fill_params).
 class HostFill {
  public:
   HostFill(Backend& backend, float* dst, size_t n) : backend_(backend), dst_(dst) {
@@ -133,11 +133,11 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
   // else the seed.
   const size_t n = model_->layout().total();
   if (auto dir = find_resume_checkpoint(run_dir_, spec_.checkpoint.resume)) {
-    HostFill params(backend_, model_->params(), n), m(backend_, adamw_->m(), n), v(backend_, adamw_->v(), n);
-    const TrainState state = load_checkpoint(*dir, spec_, model_->layout(), data_.train.count, params.data(),
-                                             m.data(), v.data());
-    params.upload();
-    model_->refresh_weights();
+    HostFill m(backend_, adamw_->m(), n), v(backend_, adamw_->v(), n);
+    TrainState state;
+    model_->fill_params([&](float* params) {
+      state = load_checkpoint(*dir, spec_, model_->layout(), data_.train.count, params, m.data(), v.data());
+    });
     m.upload();
     v.upload();
     adamw_->set_step_count(state.adam_t);
@@ -146,15 +146,13 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
     completed_steps_ = state.step;
     resumed_from_ = *dir;
   } else if (!spec_.model.init_from.empty()) {
-    std::vector<float> params(n);
     try {
       const ModelFileInfo file = read_model_file_info(spec_.model.init_from);
-      import_model(file, model_->layout(), params.data());
+      model_->fill_params([&](float* params) { import_model(file, model_->layout(), params); });
       initialised_from_ = xtrain::describe(file);
     } catch (const FileError& e) {
       throw SpecError("model.init_from", e.what());
     }
-    backend_.upload(model_->params(), params.data(), n);
   } else {
     model_->init_weights(spec_.model.init_seed);
   }
