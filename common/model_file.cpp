@@ -125,6 +125,16 @@ ModelFileInfo read_directory(const std::string& path) {
   return info;
 }
 
+// True when `table` begins as llm.c's tokenizer file of `vocab_size` tokens: its magic, version
+// and vocabulary (the rest is read, and checked, where it is used).
+bool llmc_tokenizer_header_fits(const fs::path& table, int vocab_size) {
+  std::ifstream in(table, std::ios::binary);
+  std::array<std::uint32_t, 3> words{};
+  if (!in.read(reinterpret_cast<char*>(words.data()), sizeof words)) return false;
+  return words[0] == kLlmcTokenizerMagic && (words[1] == 1 || words[1] == 2) &&
+         words[2] == static_cast<std::uint32_t>(vocab_size);
+}
+
 ModelFileInfo read_llmc(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw FileError(path, std::strerror(errno));
@@ -179,6 +189,10 @@ ModelFileInfo read_llmc(const std::string& path) {
     throw FileError(path, std::string(size < expected ? "truncated: " : "") + "size is " + std::to_string(size) +
                               " bytes but its header's shape needs " + std::to_string(expected));
   }
+  // llm.c keeps its tokenizer file beside its model files (its downloads, our llm.c export); one
+  // whose header is not of this vocabulary belongs to another model in the directory.
+  const fs::path table = fs::path(path).parent_path() / kLlmcTokenizerFile;
+  if (llmc_tokenizer_header_fits(table, info.vocab_size)) info.tokenizer = table.string();
   return info;
 }
 

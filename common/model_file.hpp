@@ -25,6 +25,10 @@ inline constexpr std::int32_t kLlmcModelMagic = 20240326;
 inline constexpr std::int32_t kLlmcVersionFp32 = 3;
 inline constexpr std::int32_t kLlmcVersionBf16 = 5;
 inline constexpr std::uint64_t kLlmcHeaderBytes = 256 * sizeof(std::int32_t);
+// llm.c's tokenizer file (worker/formats/llmc_tokenizer.hpp), which llm.c keeps beside its model
+// files under this name.
+inline constexpr std::uint32_t kLlmcTokenizerMagic = 20240328;
+inline constexpr char kLlmcTokenizerFile[] = "gpt2_tokenizer.bin";
 
 enum class ModelFormat { kHuggingFace, kCheckpoint, kLlmc };
 
@@ -44,7 +48,9 @@ struct ModelFileInfo {
   int vocab_size = 0;         // real tokens (50257 for GPT-2), without padding
   int llmc_version = 0;       // llm.c files: kLlmcVersionFp32 or kLlmcVersionBf16
   int llmc_padded_vocab = 0;  // llm.c files: rows of wte in the file (Vp)
-  std::string tokenizer;      // vocabulary files that come with the weights; empty when none are known
+  std::string tokenizer;      // the tokenizer that comes with the weights: GPT-2's vocabulary files, or the
+                              // llm.c tokenizer file beside an llm.c model file (one whose header is of its
+                              // vocabulary); empty when none is known
 };
 
 // "Hugging Face GPT-2 directory gpt2", "checkpoint runs/x/checkpoints/step-00000100",

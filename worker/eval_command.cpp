@@ -22,7 +22,6 @@
 #include "worker/device/device_choice.hpp"
 #include "worker/data/token_source.hpp"
 #include "worker/formats/file_io.hpp"
-#include "worker/formats/llmc_model.hpp"
 #include "worker/formats/model_io.hpp"
 #include "worker/formats/text_codec.hpp"
 #include "worker/loaded_model.hpp"
@@ -65,7 +64,8 @@ const char* const kUsage =
     "  GPT-2 directory or an llm.c model file) on GLOB (llm.c token shards, or text: encoded with the\n"
     "  model's GPT-2 tokenizer or --tokenizer, each file a document as xtrain-data encodes it, or one\n"
     "  token per byte for a byte-level model): mean cross-entropy per token, perplexity, bits per byte\n"
-    "  (with a tokenizer, llm.c's gpt2_tokenizer.bin beside an llm.c model file, or for bytes) and the\n"
+    "  (with a tokenizer: GPT-2's vocabulary files, or llm.c's gpt2_tokenizer.bin, which an llm.c\n"
+    "  model file has beside it and which cannot encode text; or for bytes) and the\n"
     "  number of tokens scored. The data is cut into windows of the model's context (or of N with\n"
     "  --max-tokens N below it), each token predicted from the ones before it in its window; a last\n"
     "  piece shorter than a window is left out.\n"
@@ -139,19 +139,22 @@ struct DataPlan {
 // Text for a model with a GPT-2 tokenizer: each file one document, encoded as xtrain-data encodes
 // documents (docs/data.md: EOT doc EOT doc ... EOT, empty files skipped), so that its scores are
 // those of the shards xtrain-data makes of the same files.
-std::vector<std::int32_t> encode_documents(const TokenSource& text, const Gpt2Tokenizer& tokenizer) {
+std::vector<std::int32_t> encode_documents(const TokenSource& text, const TextCodec& tokenizer) {
   const auto t0 = std::chrono::steady_clock::now();
+  const std::int32_t eot = *tokenizer.end_of_text();
   std::vector<std::int32_t> tokens;
   std::uint64_t bytes = 0;
   for (const std::string& path : text.files()) {
     const MappedFile file(path);
     if (file.size() == 0) continue;
-    tokens.push_back(tokenizer.eot());
-    tokenizer.encode(std::string_view(reinterpret_cast<const char*>(file.data()), file.size()), tokens);
+    tokens.push_back(eot);
+    const std::vector<std::int32_t> document =
+        tokenizer.encode(std::string_view(reinterpret_cast<const char*>(file.data()), file.size()));
+    tokens.insert(tokens.end(), document.begin(), document.end());
     bytes += file.size();
   }
-  tokens.push_back(tokenizer.eot());
-  spdlog::info("--data: {} of text encoded with {}: {} tokens, {:.1f} s", format_bytes(bytes), tokenizer.source(),
+  tokens.push_back(eot);
+  spdlog::info("--data: {} of text encoded with {}: {} tokens, {:.1f} s", format_bytes(bytes), tokenizer.name(),
                with_thousands(tokens.size()),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return tokens;
@@ -160,8 +163,13 @@ std::vector<std::int32_t> encode_documents(const TokenSource& text, const Gpt2To
 DataPlan plan_data(const EvalOptions& o, const ModelFileInfo& model) {
   DataPlan p;
   p.data = std::make_shared<TokenSource>(o.data, "--data");
-  std::optional<Gpt2Tokenizer> tokenizer = model_tokenizer(model, o.tokenizer);
+  std::optional<TextCodec> tokenizer = model_tokenizer(model, o.tokenizer);
   const bool text = p.data->byte_level();
+  if (text && tokenizer && !tokenizer->encodes()) {
+    throw BadInput("--data: " + o.data + " is text, and " + tokenizer->name() + " decodes only: give --tokenizer " +
+                   "PATH (GPT-2 vocabulary files) to encode it, or score llm.c token shards (xtrain-data makes them " +
+                   "from text)");
+  }
   if (text && tokenizer) {
     p.encoded = encode_documents(*p.data, *tokenizer);
   } else if (text && model.vocab_size > kByteVocabulary) {
@@ -171,9 +179,7 @@ DataPlan plan_data(const EvalOptions& o, const ModelFileInfo& model) {
   } else {
     p.data->check_vocab(model.vocab_size, "--data");
   }
-  // Shards with no tokenizer: llm.c's tokenizer file beside an llm.c model file counts their bytes.
-  const std::optional<LlmcTokenizer> table = tokenizer || text ? std::nullopt : llmc_tokenizer_beside(model);
-  p.codec = table ? TextCodec::counting(table->tokens, table->eot) : TextCodec::of(std::move(tokenizer), text);
+  p.codec = tokenizer ? std::move(*tokenizer) : text ? TextCodec::bytes() : TextCodec();
   if (p.size() < 2) {
     throw BadInput("--data: " + o.data + " has " + std::to_string(p.size()) + " tokens; scoring needs at least 2");
   }
@@ -235,7 +241,7 @@ nlohmann::json score_data(const DataPlan& p, const ModelFileInfo& model, const D
     progress.update(tokens_scored, p.windows * static_cast<std::uint64_t>(T));
   }
   const double loss = loss_sum / static_cast<double>(tokens_scored);
-  const bool has_bytes = p.codec->counts_bytes() && bytes > 0;
+  const bool has_bytes = p.codec->has_text() && bytes > 0;
   return {{"tokens", tokens_scored},
           {"window", T},
           {"loss", loss},
@@ -324,14 +330,15 @@ int run_eval(int argc, char** argv, const std::string& openblas_choice) {
   if (data) {
     char bits[64] = "bits per byte unknown (no tokenizer: give --tokenizer PATH)";
     if (!out["bits_per_byte"].is_null()) std::snprintf(bits, sizeof bits, "%.4f bits per byte", out["bits_per_byte"].get<double>());
-    std::printf("%s on %s: %llu tokens, loss %.4f, perplexity %.2f, %s\n", describe(model).c_str(), o.data.c_str(),
-                static_cast<unsigned long long>(out["tokens"].get<std::uint64_t>()), out["loss"].get<double>(),
+    std::printf("%s on %s: %s tokens, loss %.4f, perplexity %.2f, %s\n", describe(model).c_str(), o.data.c_str(),
+                with_thousands(out["tokens"].get<long long>()).c_str(), out["loss"].get<double>(),
                 out["perplexity"].get<double>(), bits);
   }
   if (!examples.empty()) {
     const auto& mc = out["multiple_choice"];
-    std::printf("%s on %s: accuracy %.4f (%d of %zu)\n", describe(model).c_str(), o.multiple_choice.c_str(),
-                mc["accuracy"].get<double>(), mc["correct"].get<int>(), examples.size());
+    std::printf("%s on %s: accuracy %.4f (%s of %s)\n", describe(model).c_str(), o.multiple_choice.c_str(),
+                mc["accuracy"].get<double>(), with_thousands(mc["correct"].get<long long>()).c_str(),
+                with_thousands(static_cast<long long>(examples.size())).c_str());
   }
   return 0;
 }

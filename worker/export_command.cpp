@@ -12,11 +12,11 @@
 
 #include "common/command_line.hpp"
 #include "common/exit_codes.hpp"
-#include "common/tokenizer/gpt2_tokenizer.hpp"
 #include "common/tokenizer/gpt2_vocabulary.hpp"
 #include "common/log.hpp"
 #include "common/model_file.hpp"
 #include "worker/formats/llmc_model.hpp"
+#include "worker/formats/llmc_tokenizer.hpp"
 #include "worker/formats/model_io.hpp"
 #include "worker/train/model_argument.hpp"
 
@@ -31,10 +31,12 @@ const char* const kUsage =
     "  Writes the weights of SOURCE (a run directory: its newest intact checkpoint; a checkpoint, or\n"
     "  anything model.init_from takes: a Hugging Face GPT-2 directory or an llm.c model file) as\n"
     "    hf    a Hugging Face GPT-2 directory: config.json, model.safetensors (F32) and, when the\n"
-    "          checkpoint's run named a tokenizer (or --tokenizer names one), vocab.json + merges.txt,\n"
-    "          tokenizer_config.json and generation_config.json (a warning says when there is none)\n"
+    "          source comes with GPT-2's vocabulary files (or --tokenizer names them), vocab.json +\n"
+    "          merges.txt, tokenizer_config.json and generation_config.json (a warning says when not)\n"
     "    llmc  an llm.c model file: version 3 (fp32, the default) or version 5 (--dtype bf16), and\n"
     "          with a tokenizer gpt2_tokenizer.bin beside it (the file llm.c's sampler reads)\n"
+    "  --tokenizer PATH: GPT-2's vocabulary files, or llm.c's gpt2_tokenizer.bin (it decodes only,\n"
+    "          so it goes with llmc alone); the source's own is the default\n"
     "  OUT (and the directories above it) is written under a temporary name, fsynced and renamed\n"
     "  into place; an existing OUT (or gpt2_tokenizer.bin) is an error unless --force.\n"
     "exit codes: 0 written; 1 runtime failure (OUT could not be written); 2 bad input (command line,\n"
@@ -77,28 +79,25 @@ ExportOptions parse(int argc, char** argv) {
   return o;
 }
 
-// The vocabulary an export ships: --tokenizer, else the one the source names; loaded, so that
-// only a vocabulary that works, and fits the model, is shipped.
+// The tokenizer an export ships: --tokenizer, else the one the source names, loaded and checked
+// against the model (model_tokenizer), so that only one that works is shipped. An llm.c export
+// ships llm.c's tokenizer file, made from either kind; a Hugging Face directory ships GPT-2's
+// vocabulary files, which llm.c's tokenizer file cannot stand in for (it decodes only).
 struct ShippedVocab {
-  Gpt2Tokenizer tokenizer;
-  ExportVocab files;
+  TextCodec tokenizer;
+  std::optional<ExportVocab> files;  // GPT-2's vocabulary files
 };
 
 std::optional<ShippedVocab> vocabulary(const ExportOptions& o, const ModelFileInfo& source) {
-  const std::string& path = o.tokenizer.empty() ? source.tokenizer : o.tokenizer;
-  if (path.empty()) return std::nullopt;
-  const std::string field = o.tokenizer.empty() ? source.path + ": its tokenizer: " : "--tokenizer: ";
-  try {
-    Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(path);
-    if (tokenizer.vocab_size() != source.vocab_size) {
-      throw BadInput(field + tokenizer.source() + " has " + std::to_string(tokenizer.vocab_size()) +
-                     " tokens but the model's vocabulary is " + std::to_string(source.vocab_size));
-    }
-    ExportVocab files{find_vocabulary_files(path), tokenizer.eot(), tokenizer.decode_token(tokenizer.eot())};
-    return ShippedVocab{std::move(tokenizer), std::move(files)};
-  } catch (const TokenizerError& e) {
-    throw BadInput(field + e.what() + (o.tokenizer.empty() ? " (name the vocabulary with --tokenizer PATH)" : ""));
+  std::optional<TextCodec> tokenizer = model_tokenizer(source, o.tokenizer);
+  if (!tokenizer) return std::nullopt;
+  ShippedVocab vocab{std::move(*tokenizer), std::nullopt};
+  if (vocab.tokenizer.encodes()) {
+    const std::int32_t eot = *vocab.tokenizer.end_of_text();
+    vocab.files = ExportVocab{find_vocabulary_files(o.tokenizer.empty() ? source.tokenizer : o.tokenizer), eot,
+                              vocab.tokenizer.decode(std::span(&eot, 1))};
   }
+  return vocab;
 }
 
 // Where an llm.c export's tokenizer goes: beside OUT, under the name llm.c's sampler opens.
@@ -138,6 +137,9 @@ int run_export(int argc, char** argv) {
     spdlog::warn("{} comes with no tokenizer: {} (give --tokenizer PATH to ship GPT-2's)", describe(source),
                  o.format == "hf" ? o.out + " gets no vocabulary files"
                                   : "no " + std::string(kLlmcTokenizerFile) + " is written beside " + o.out);
+  } else if (o.format == "hf" && !vocab->files) {
+    spdlog::warn("{} gets no vocabulary files: {} decodes only (give --tokenizer PATH to ship GPT-2's)", o.out,
+                 vocab->tokenizer.name());
   }
   try {
     const fs::path parent = fs::path(o.out).parent_path();
@@ -147,11 +149,11 @@ int run_export(int argc, char** argv) {
     }
     if (o.format == "hf") {
       export_hf_directory(o.out, flat->layout, flat->params.data(),
-                          vocab ? std::optional(vocab->files) : std::nullopt, o.force);
+                          vocab ? vocab->files : std::nullopt, o.force);
     } else {
       export_llmc_model(o.out, flat->layout, flat->params.data(),
                         o.dtype == "bf16" ? kLlmcVersionBf16 : kLlmcVersionFp32);
-      if (vocab) export_llmc_tokenizer(llmc_tokenizer_path(o.out), vocab->tokenizer);
+      if (vocab) write_llmc_tokenizer(llmc_tokenizer_path(o.out), vocab->tokenizer.decoding_table());
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
@@ -164,7 +166,10 @@ int run_export(int argc, char** argv) {
                                 : "an llm.c model file (version " +
                                       std::to_string(o.dtype == "bf16" ? kLlmcVersionBf16 : kLlmcVersionFp32) + ", " +
                                       o.dtype + ")",
-               !vocab ? "" : o.format == "hf" ? " with vocab.json + merges.txt" : " with " + llmc_tokenizer_path(o.out),
+               !vocab                          ? ""
+               : o.format == "llmc"            ? " with " + llmc_tokenizer_path(o.out)
+               : vocab->files                  ? " with vocab.json + merges.txt"
+                                               : "",
                seconds);
   return 0;
 }

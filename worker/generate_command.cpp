@@ -28,11 +28,10 @@
 #include "common/usable_cpus.hpp"
 #include "common/usable_memory.hpp"
 #include "common/worker_env.hpp"
-#include "common/tokenizer/gpt2_tokenizer.hpp"
 #include "worker/cpu/kv_decoder.hpp"
 #include "worker/cpu/thread_team.hpp"
 #include "worker/device/device_choice.hpp"
-#include "worker/formats/llmc_model.hpp"
+#include "worker/formats/text_codec.hpp"
 #include "worker/formats/model_io.hpp"
 #include "worker/formats/text_stream.hpp"
 #include "worker/loaded_model.hpp"
@@ -74,9 +73,11 @@ const char* const kUsage =
     "                          to 16 side by side (on the CPU as many as a quarter of the memory it\n"
     "                          may use holds caches for); sample 1 is the same text for any N\n"
     "    --stop TEXT           end a sample where TEXT appears (TEXT is not printed)\n"
-    "    --tokenizer PATH      GPT-2 vocabulary files, for a model that comes without them; a model\n"
-    "                          of 256 tokens without one is byte-level; an llm.c model file without\n"
-    "                          one decodes with gpt2_tokenizer.bin beside it (no prompt then)\n"
+    "    --tokenizer PATH      GPT-2 vocabulary files, or llm.c's gpt2_tokenizer.bin (it decodes\n"
+    "                          only: no prompt then), for a model that comes without them; the\n"
+    "                          default is the model's own (an llm.c model file's is the\n"
+    "                          gpt2_tokenizer.bin beside it); a model of 256 tokens without one is\n"
+    "                          byte-level\n"
     "    --device D            cpu, cuda (GPU 0 of those CUDA sees) or auto (a GPU where there is one,\n"
     "                          else the CPU); default auto\n"
     "    --precision P         on a GPU: auto (bf16), bf16, tf32 or fp32; on the CPU fp32 (auto)\n"
@@ -168,39 +169,16 @@ GenerateOptions parse(int argc, char** argv) {
   return o;
 }
 
-// The model's text: the GPT-2 tokenizer, llm.c's tokenizer file (decodes only: no prompt), or one
-// token per byte.
-struct Vocabulary {
-  std::optional<Gpt2Tokenizer> tokenizer;
-  std::optional<LlmcTokenizer> table;
-
-  // An empty text is the start of a document: <|endoftext|> (a newline for bytes).
-  std::vector<std::int32_t> encode(const std::string& text) const {
-    if (tokenizer) return text.empty() ? std::vector<std::int32_t>{tokenizer->eot()} : tokenizer->encode(text);
-    if (table) return {table->eot};  // run_generate refuses a prompt first
-    if (text.empty()) return {'\n'};
-    return std::vector<std::int32_t>(text.begin(), text.end());
+// The model's text (worker/formats/text_codec.hpp): --tokenizer, else the model's own tokenizer
+// (GPT-2's vocabulary files, or for an llm.c model file the gpt2_tokenizer.bin llm.c keeps beside
+// it, which decodes only, so samples start from <|endoftext|>), else bytes for a byte-level model.
+TextCodec vocabulary_of(const GenerateOptions& o, const ModelFileInfo& model) {
+  if (std::optional<TextCodec> tokenizer = model_tokenizer(model, o.tokenizer)) {
+    if (!tokenizer->encodes()) spdlog::info("tokenizer: {}: it decodes only, so samples start from <|endoftext|>",
+                                            tokenizer->name());
+    return std::move(*tokenizer);
   }
-  std::string decode(std::int32_t token) const {
-    if (tokenizer) return tokenizer->decode_token(token);
-    if (table) return table->tokens[static_cast<size_t>(token)];
-    return std::string(1, static_cast<char>(token));
-  }
-  std::int32_t eot() const { return tokenizer ? tokenizer->eot() : table ? table->eot : -1; }
-};
-
-// The GPT-2 tokenizer (--tokenizer, or the model's own), else for an llm.c model file the
-// tokenizer file llm.c keeps beside it (gpt2_tokenizer.bin, as its sampler reads it and our llm.c
-// export writes it), else bytes for a byte-level model.
-Vocabulary vocabulary_of(const GenerateOptions& o, const ModelFileInfo& model) {
-  Vocabulary v{model_tokenizer(model, o.tokenizer), std::nullopt};
-  if (v.tokenizer || model.vocab_size == kByteVocabulary) return v;
-  v.table = llmc_tokenizer_beside(model);
-  if (v.table) {
-    spdlog::info("tokenizer: {} (llm.c's tokenizer file: it decodes only, so samples start from <|endoftext|>)",
-                 v.table->path);
-    return v;
-  }
+  if (model.vocab_size == kByteVocabulary) return TextCodec::bytes();
   throw BadInput(model.path + ": no tokenizer comes with this model (" + std::to_string(model.vocab_size) +
                  " tokens): give --tokenizer PATH (GPT-2 vocabulary files)");
 }
@@ -259,9 +237,10 @@ struct SampleRow {
 // is one, and what each draws does not depend on it: a draw over GPT-2's vocabulary takes 25 to
 // 200 us of one core, 16 of them in a row about the GPU's step of 16 or more. On a GPU in bf16
 // each member also converts its rows' logits to floats (StepLogits).
-void generate_rows(TokenDecoder& decoder, int first, const Vocabulary& vocab, const std::vector<std::int32_t>& prompt,
+void generate_rows(TokenDecoder& decoder, int first, const TextCodec& vocab, const std::vector<std::int32_t>& prompt,
                    const GenerateOptions& o, ThreadTeam* team, Output& out, Totals& totals) {
   const int rows = decoder.rows();
+  const std::int32_t eot = vocab.end_of_text().value_or(-1);  // bytes: none ends a sample
   std::vector<SampleRow> samples;
   for (int r = 0; r < rows; ++r) {
     samples.push_back({.sampler = TokenSampler(o.sampling, sample_seed(o.seed, first + r)),
@@ -328,8 +307,8 @@ void generate_rows(TokenDecoder& decoder, int first, const Vocabulary& vocab, co
       const std::int32_t token = drawn[static_cast<size_t>(r)];
       ++totals.tokens;
       next[static_cast<size_t>(r)] = token;
-      if (token != vocab.eot()) emit(r, s.stream.push(vocab.decode(token)));
-      if (token == vocab.eot() || s.stream.stopped()) {
+      if (token != eot) emit(r, s.stream.push(vocab.decode(std::span(&token, 1))));
+      if (token == eot || s.stream.stopped()) {
         finish(r);
       } else {
         any = true;
@@ -410,7 +389,7 @@ int run_generate(int argc, char** argv) {
   init_logging("");
   GenerateOptions o;
   ModelFileInfo model;
-  Vocabulary vocab;
+  TextCodec vocab;
   std::vector<std::int32_t> prompt;
   DecoderPlace place;
   try {
@@ -418,12 +397,12 @@ int run_generate(int argc, char** argv) {
     model = open_model_argument(o.model);
     vocab = vocabulary_of(o, model);
     const std::string text = prompt_text(o);
-    if (!text.empty() && vocab.table) {
-      throw BadInput(std::string(o.prompt ? "--prompt" : "--prompt-file") + ": " + vocab.table->path +
-                     " (llm.c's tokenizer file) decodes only: give --tokenizer PATH (GPT-2 vocabulary files) to "
-                     "encode a prompt");
+    if (!text.empty() && !vocab.encodes()) {
+      throw BadInput(std::string(o.prompt ? "--prompt" : "--prompt-file") + ": " + vocab.name() +
+                     " decodes only: give --tokenizer PATH (GPT-2 vocabulary files) to encode a prompt");
     }
-    prompt = vocab.encode(text);
+    // An empty prompt is the start of a document.
+    prompt = text.empty() ? vocab.document_start() : vocab.encode(text);
     if (static_cast<int>(prompt.size()) >= model.n_positions) {
       throw BadInput(std::string(o.prompt ? "--prompt" : "--prompt-file") + ": " + std::to_string(prompt.size()) +
                      " tokens, but the model's context is " + std::to_string(model.n_positions) +

@@ -149,6 +149,13 @@ TEST_CASE("eval: text for a model with GPT-2's tokenizer is encoded as xtrain-da
   const CliRun refused = test::run_model_command(dir, "eval", {dir / "model.bin", "--data", dir / "text/a.txt"});
   CHECK(refused.code == 2);
   CHECK(error_line(refused.output) ==
+        "error: --data: " + dir / "text/a.txt" + " is text, and " + dir / "gpt2_tokenizer.bin" +
+            " (llm.c's tokenizer file) decodes only: give --tokenizer PATH (GPT-2 vocabulary files) to encode it, "
+            "or score llm.c token shards (xtrain-data makes them from text)");
+  std::filesystem::remove(dir / "gpt2_tokenizer.bin");
+  const CliRun no_tokenizer = test::run_model_command(dir, "eval", {dir / "model.bin", "--data", dir / "text/a.txt"});
+  CHECK(no_tokenizer.code == 2);
+  CHECK(error_line(no_tokenizer.output) ==
         "error: --data: " + dir / "text/a.txt" + " is text, and " + dir / "model.bin" +
             " (50257 tokens, not bytes) has no tokenizer to encode it with: give --tokenizer PATH (GPT-2 vocabulary "
             "files), or score llm.c token shards (xtrain-data makes them from text)");

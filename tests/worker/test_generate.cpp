@@ -253,8 +253,10 @@ TEST_CASE("generate from an llm.c model file decodes with the gpt2_tokenizer.bin
   CHECK(table.out == files.out);
   CHECK(table.out.find("--- sample 2 of 2 ---") != std::string::npos);
   CHECK(table.output.find("info: tokenizer: " + dir / "llmc/gpt2_tokenizer.bin" +
-                          " (llm.c's tokenizer file: it decodes only, so samples start from <|endoftext|>)") !=
+                          " (llm.c's tokenizer file): it decodes only, so samples start from <|endoftext|>") !=
         std::string::npos);
+  // --tokenizer takes the same file for any model.
+  CHECK(run(dir / "run", {"--tokenizer", dir / "llmc/gpt2_tokenizer.bin"}).out == files.out);
 
   // It cannot encode a prompt: one error line; --tokenizer can.
   const CliRun prompted = run(dir / "llmc/model.bin", {"--prompt", "Hi"});
@@ -264,16 +266,24 @@ TEST_CASE("generate from an llm.c model file decodes with the gpt2_tokenizer.bin
                                            "vocabulary files) to encode a prompt");
   CHECK(run(dir / "llmc/model.bin", {"--prompt", "Hi", "--tokenizer", test::gpt2_hf_dir()}).code == 0);
 
-  // A table of another vocabulary is refused naming it; without the table, the files are asked for.
-  write_bytes(dir / "llmc/gpt2_tokenizer.bin", "not a table");
+  // A damaged table is refused naming it. A table of another vocabulary (another model's in the
+  // same directory), or none, is not this model's: the files are asked for.
+  const std::string good = read_bytes(dir / "llmc/gpt2_tokenizer.bin");
+  write_bytes(dir / "llmc/gpt2_tokenizer.bin", good.substr(0, good.size() - 1));
   const CliRun damaged = run(dir / "llmc/model.bin");
   CHECK(damaged.code == 2);
-  CHECK(error_line(damaged.output) == "error: " + dir / "llmc/gpt2_tokenizer.bin" +
-                                          ": llm.c tokenizer file: shorter than its header of 1024 bytes");
+  CHECK(error_line(damaged.output) == "error: " + dir / "llmc/model.bin" + ": its tokenizer: " + dir /
+                                          "llmc/gpt2_tokenizer.bin" + ": llm.c tokenizer file: token 50256 runs "
+                                          "past the end of the file (name the vocabulary with --tokenizer PATH)");
+  const std::string no_tokenizer =
+      "error: " + dir / "llmc/model.bin" +
+      ": no tokenizer comes with this model (50257 tokens): give --tokenizer PATH (GPT-2 vocabulary files)";
+  std::string other = good;
+  other[8] = 1;  // the header's vocabulary, 0xC451 (50257), becomes 0xC401 (50177)
+  write_bytes(dir / "llmc/gpt2_tokenizer.bin", other);
+  CHECK(error_line(run(dir / "llmc/model.bin").output) == no_tokenizer);
   std::filesystem::remove(dir / "llmc/gpt2_tokenizer.bin");
-  CHECK(error_line(run(dir / "llmc/model.bin").output) ==
-        "error: " + dir / "llmc/model.bin" +
-            ": no tokenizer comes with this model (50257 tokens): give --tokenizer PATH (GPT-2 vocabulary files)");
+  CHECK(error_line(run(dir / "llmc/model.bin").output) == no_tokenizer);
 }
 
 TEST_CASE("generate with the GPT-2 tokenizer: the tokens' text, <|endoftext|> starts and ends a sample",

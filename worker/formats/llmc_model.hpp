@@ -16,37 +16,9 @@
 #include <vector>
 
 #include "common/model_file.hpp"
-#include "common/tokenizer/gpt2_tokenizer.hpp"
 #include "worker/model/param_layout.hpp"
 
 namespace xtrain {
-
-// llm.c's tokenizer file (what its sampler reads as gpt2_tokenizer.bin): a header of 256 uint32
-// [20240328, 2 (the version that names the eot id), vocab size, eot id, 0...], then each token's
-// bytes as one uint8 length and the bytes.
-inline constexpr std::uint32_t kLlmcTokenizerMagic = 20240328;
-inline constexpr char kLlmcTokenizerFile[] = "gpt2_tokenizer.bin";
-
-// Writes `tokenizer`'s decoding table as that file, atomically. Throws FileError for a token of
-// more than 255 bytes (the format's length is one byte) or none.
-void export_llmc_tokenizer(const std::string& path, const Gpt2Tokenizer& tokenizer);
-
-// That file read back: it decodes only (llm.c's sampler starts from the eot token, so never
-// encodes), enough to print the samples of a model that comes with it and no vocabulary files.
-struct LlmcTokenizer {
-  std::string path;
-  std::vector<std::string> tokens;  // (vocab) each token's bytes
-  std::int32_t eot = 0;             // version 1 files do not name it: GPT-2's 50256
-};
-
-// Throws FileError naming the file: a wrong magic or version, a vocabulary other than
-// `vocab_size`, an eot id outside it, a token of no bytes, or a size other than its tokens'.
-LlmcTokenizer read_llmc_tokenizer(const std::string& path, int vocab_size);
-
-// For an llm.c model file, the tokenizer file llm.c keeps beside it (kLlmcTokenizerFile in the same
-// directory), read and checked against its vocabulary; nullopt for other models or where there is
-// none.
-std::optional<LlmcTokenizer> llmc_tokenizer_beside(const ModelFileInfo& model);
 
 // Our parameter spans in the order llm.c stores them (wte with all Vp rows).
 std::vector<Span> llmc_parameter_order(const ParamLayout& layout);

@@ -1,6 +1,11 @@
-// Text to the model's tokens and back, for the sample after training and for bits per byte:
-// bytes for byte-level data (a text file: one token per byte), the GPT-2 tokenizer (the spec's
-// `tokenizer`) for llm.c token shards. Token shards without a tokenizer have no text.
+// Text to the model's tokens and back, for samples, prompts and bits per byte. A codec is one of:
+//   - bytes: byte-level data (a text file), one token per byte;
+//   - GPT-2's tokenizer (its vocabulary files): encodes and decodes;
+//   - llm.c's tokenizer file (worker/formats/llmc_tokenizer.hpp): decodes only, so samples start
+//     from <|endoftext|> and no prompt can be given;
+//   - none: token shards with no tokenizer named, tokens without text.
+// Wherever a tokenizer is named (the spec's `tokenizer`, --tokenizer, the one a model comes with),
+// either of the two kinds of file is taken, told apart by llm.c's magic or its file name.
 #pragma once
 
 #include <cstdint>
@@ -10,41 +15,53 @@
 #include <string_view>
 #include <vector>
 
-#include "common/tokenizer/gpt2_tokenizer.hpp"
 #include "common/job_spec.hpp"
+#include "common/tokenizer/gpt2_tokenizer.hpp"
+#include "worker/formats/llmc_tokenizer.hpp"
 
 namespace xtrain {
 
 class TextCodec {
  public:
-  // The codec of a run whose training data is byte-level (`byte_level`) or token shards. Loads
-  // spec.tokenizer, which must have exactly model.vocab_size tokens and go with token shards.
-  // Throws SpecError("tokenizer", ...) naming the files and the mismatch.
-  static TextCodec for_run(const JobSpec& spec, bool byte_level);
-  // The codec of data that is bytes (`byte_level`: one token per byte, and then no tokenizer) or
-  // tokens of `tokenizer` (none: tokens without text).
-  static TextCodec of(std::optional<Gpt2Tokenizer> tokenizer, bool byte_level);
-  // A codec that counts bytes only, from each token's bytes (`eot` stands for none): llm.c's
-  // tokenizer file, which cannot encode.
-  static TextCodec counting(const std::vector<std::string>& token_bytes, std::int32_t eot);
+  TextCodec() = default;  // none
+  static TextCodec bytes();
+  // The tokenizer at `path`: llm.c's tokenizer file (a file with its magic, or named
+  // gpt2_tokenizer.bin), else GPT-2's vocabulary files (a directory or one of its files). Throws
+  // TokenizerError naming the file and what is wrong with it.
+  static TextCodec load(const std::string& path);
+  static TextCodec of(Gpt2Tokenizer tokenizer);
 
-  bool has_text() const { return byte_level_ || tokenizer_.has_value(); }  // encodes and decodes
-  bool counts_bytes() const { return byte_level_ || !token_bytes_.empty(); }
-  std::string name() const;  // "bytes", or the tokenizer's files
+  // The codec of a run whose training data is byte-level (`byte_level`) or token shards: bytes,
+  // or spec.tokenizer, which must have exactly model.vocab_size tokens, go with token shards, and
+  // (llm.c's file) leave sample.prompt at its default. Throws SpecError naming the field.
+  static TextCodec for_run(const JobSpec& spec, bool byte_level);
+
+  bool encodes() const { return byte_level_ || tokenizer_.has_value(); }
+  bool has_text() const { return encodes() || table_.has_value(); }  // decodes, and counts bytes
+  int vocab_size() const;  // a tokenizer's tokens; 256 for bytes, 0 for none
+  std::string name() const;    // for logs: "bytes", "none", or the tokenizer's kind and files
+  std::string source() const;  // a tokenizer's files: "DIR/vocab.json + DIR/merges.txt", "DIR/gpt2_tokenizer.bin"
   // The token that ends a document (<|endoftext|>), where the vocabulary has one: not bytes.
   std::optional<std::int32_t> end_of_text() const;
+  // What a sample with no prompt starts from: <|endoftext|>, or a newline for bytes. Needs has_text().
+  std::vector<std::int32_t> document_start() const;
 
-  // Need has_text(). encode: every id below the vocabulary; decode: the exact bytes.
+  // encode needs encodes(): every id below the vocabulary. decode needs has_text(): the exact
+  // bytes, a token at a time as well as all at once. Throws TokenizerError for an id outside it.
   std::vector<std::int32_t> encode(std::string_view text) const;
   std::string decode(std::span<const std::int32_t> tokens) const;
+  // Every token's bytes and the end of text, as llm.c's tokenizer file holds them. Needs a
+  // tokenizer (GPT-2's or llm.c's).
+  LlmcTokenizer decoding_table() const;
 
-  // Needs counts_bytes(). The bytes of text `tokens` stand for, as bits per byte counts them:
+  // Needs has_text(). The bytes of text `tokens` stand for, as bits per byte counts them:
   // <|endoftext|> separates documents and stands for none.
   std::uint64_t text_bytes(std::span<const std::int32_t> tokens) const;
 
  private:
   bool byte_level_ = false;
   std::optional<Gpt2Tokenizer> tokenizer_;
+  std::optional<LlmcTokenizer> table_;
   std::vector<std::uint32_t> token_bytes_;  // (vocab) bytes of each token; 0 for <|endoftext|>
 };
 

@@ -54,15 +54,15 @@ ModelFileInfo open_model_argument(const std::string& path) {
   return read_model_file_info(path);
 }
 
-std::optional<Gpt2Tokenizer> model_tokenizer(const ModelFileInfo& model, const std::string& flag_path) {
+std::optional<TextCodec> model_tokenizer(const ModelFileInfo& model, const std::string& flag_path) {
   const std::string& path = flag_path.empty() ? model.tokenizer : flag_path;
   if (path.empty()) return std::nullopt;
   const std::string field = flag_path.empty() ? model.path + ": its tokenizer: " : "--tokenizer: ";
-  std::optional<Gpt2Tokenizer> tokenizer;
+  std::optional<TextCodec> tokenizer;
   try {
-    tokenizer.emplace(Gpt2Tokenizer::load(path));
+    tokenizer.emplace(TextCodec::load(path));
   } catch (const TokenizerError& e) {
-    throw BadInput(field + e.what());
+    throw BadInput(field + e.what() + (flag_path.empty() ? " (name the vocabulary with --tokenizer PATH)" : ""));
   }
   if (tokenizer->vocab_size() != model.vocab_size) {
     throw BadInput(field + tokenizer->source() + " has " + std::to_string(tokenizer->vocab_size()) +

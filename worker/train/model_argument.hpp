@@ -7,7 +7,7 @@
 #include <string>
 
 #include "common/model_file.hpp"
-#include "common/tokenizer/gpt2_tokenizer.hpp"
+#include "worker/formats/text_codec.hpp"
 
 namespace xtrain {
 
@@ -16,10 +16,11 @@ namespace xtrain {
 // directory without an intact checkpoint, or a model file that is malformed, what is wrong.
 ModelFileInfo open_model_argument(const std::string& path);
 
-// The GPT-2 tokenizer a command uses with `model`: the files of --tokenizer (`flag_path`) where
-// given, else the model's own (its directory's, or its run's); nullopt where neither names one.
-// BadInput naming where it came from when it cannot be loaded or its vocabulary is not the
-// model's.
-std::optional<Gpt2Tokenizer> model_tokenizer(const ModelFileInfo& model, const std::string& flag_path);
+// The tokenizer a command uses with `model` (worker/formats/text_codec.hpp: GPT-2's vocabulary
+// files or llm.c's tokenizer file): the one --tokenizer (`flag_path`) names where given, else the
+// model's own (its directory's, its run's, or the llm.c tokenizer file beside an llm.c model file);
+// nullopt where neither names one. BadInput naming where it came from when it cannot be loaded or
+// its vocabulary is not the model's.
+std::optional<TextCodec> model_tokenizer(const ModelFileInfo& model, const std::string& flag_path);
 
 }  // namespace xtrain

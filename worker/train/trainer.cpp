@@ -88,7 +88,8 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
   report_.heartbeat().beat();
   text_ = TextCodec::for_run(spec_, data_.byte_level);
   if (spec_.sample.tokens > 0 && text_.has_text()) {
-    prompt_ = text_.encode(spec_.sample.prompt);
+    // llm.c's tokenizer file cannot encode: its samples start a document, as llm.c's do.
+    prompt_ = text_.encodes() ? text_.encode(spec_.sample.prompt) : text_.document_start();
     for (const std::int32_t token : prompt_) {
       if (token >= spec_.model.vocab_size) {
         throw SpecError("sample.prompt", "token " + std::to_string(token) + " is outside model.vocab_size " +
@@ -403,7 +404,7 @@ std::optional<std::string> Trainer::sample() {
   const auto& s = spec_.sample;
   if (s.tokens <= 0 || rank_ != 0) return std::nullopt;
   if (!text_.has_text()) {
-    spdlog::info("sample: skipped (the data is token shards: name their vocabulary with the tokenizer key)");
+    spdlog::info("sample: skipped (the data is token shards: name their tokenizer with the tokenizer key)");
     return std::nullopt;
   }
   SampleOptions o;
@@ -421,7 +422,7 @@ std::optional<std::string> Trainer::sample() {
                data_.byte_level ? "bytes" : "tokens", ended ? " (then <|endoftext|>)" : "", s.temperature, s.top_k,
                o.seed, seconds_since(t0));
   // The text itself, unadorned so it reads as text, on the log's stream so it stays in order.
-  std::fputs((printable(s.prompt) + text + "\n").c_str(), stderr);
+  std::fputs(((text_.encodes() ? printable(s.prompt) : "") + text + "\n").c_str(), stderr);
   return text;
 }
 

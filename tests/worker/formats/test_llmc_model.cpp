@@ -1,6 +1,6 @@
 // llm.c's model file: the bytes follow train_gpt2.c's order (checked at offsets computed here
 // from llm.c's own size table), export and import round-trip (fp32 exactly, bf16 to the rounded
-// values), and bad files are refused; its tokenizer file reads back as written.
+// values), and bad files are refused.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <functional>
 
-#include "tests/common/tokenizer/gpt2_reference.hpp"
 #include "tests/worker/test_files.hpp"
 #include "worker/data/batch_sampler.hpp"
 #include "worker/formats/file_io.hpp"
@@ -252,46 +251,4 @@ TEST_CASE("export replaces the file atomically and leaves no temporary behind", 
   CHECK(error_message<FileError>([&] {
           export_llmc_model(dir / "no/such/dir/model.bin", layout, params.data());
         }).rfind(dir / "no/such/dir/model.bin.tmp-", 0) == 0);
-}
-
-TEST_CASE("llm.c's tokenizer file reads back as it was written, and a bad one is refused naming the file", "[llmc]") {
-  ScratchDir dir;
-  const Gpt2Tokenizer gpt2 = Gpt2Tokenizer::load(test::gpt2_hf_dir());
-  export_llmc_tokenizer(dir / "tok.bin", gpt2);
-  const LlmcTokenizer table = read_llmc_tokenizer(dir / "tok.bin", 50257);
-  CHECK(table.path == dir / "tok.bin");
-  CHECK(table.eot == 50256);
-  REQUIRE(table.tokens.size() == 50257);
-  for (std::int32_t id = 0; id < 50257; ++id) {
-    if (table.tokens[static_cast<size_t>(id)] != gpt2.decode_token(id)) FAIL("token " << id);
-  }
-
-  const std::string good = read_bytes(dir / "tok.bin");
-  const auto with_word = [&](size_t word, std::uint32_t value) {
-    std::string bytes = good;
-    std::memcpy(bytes.data() + 4 * word, &value, 4);
-    return bytes;
-  };
-  // Version 1 names no eot: llm.c takes GPT-2's.
-  std::string v1 = with_word(1, 1);
-  std::memset(v1.data() + 12, 0, 4);
-  write_bytes(dir / "v1.bin", v1);
-  CHECK(read_llmc_tokenizer(dir / "v1.bin", 50257).eot == 50256);
-
-  const auto refusal = [&](const std::string& bytes, int vocab) {
-    write_bytes(dir / "bad.bin", bytes);
-    return error_message<FileError>([&] { read_llmc_tokenizer(dir / "bad.bin", vocab); });
-  };
-  const std::string at = dir / "bad.bin" + ": llm.c tokenizer file: ";
-  CHECK(refusal(good.substr(0, 1000), 50257) == at + "shorter than its header of 1024 bytes");
-  CHECK(refusal(with_word(0, 20240326), 50257) == at + "magic is 20240326, expected 20240328");
-  CHECK(refusal(with_word(1, 3), 50257) == at + "version 3, expected 1 or 2");
-  CHECK(refusal(good, 70) == at + "50257 tokens, but the model's vocabulary is 70");
-  CHECK(refusal(with_word(3, 50257), 50257) == at + "eot id 50257 is outside its 50257 tokens");
-  CHECK(refusal(good.substr(0, good.size() - 1), 50257) == at + "token 50256 runs past the end of the file");
-  CHECK(refusal(good.substr(0, 1024 + 1 + good[1024]), 50257) == at + "ends after 1 of its 50257 tokens");
-  CHECK(refusal(good + "xy", 50257) == at + "2 bytes after its last token");
-  std::string empty_token = good;
-  empty_token[1024] = '\0';
-  CHECK(refusal(empty_token, 50257) == at + "token 0 has no bytes");
 }

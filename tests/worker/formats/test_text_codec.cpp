@@ -44,15 +44,8 @@ TEST_CASE("byte-level text is one token per byte, every byte", "[text]") {
   CHECK(bytes.text_bytes(tokens) == 4);
   CHECK_FALSE(bytes.end_of_text().has_value());  // every byte is text
   CHECK_FALSE(TextCodec::for_run(spec_with("", 50257), /*byte_level=*/false).has_text());  // shards, no tokenizer
-  CHECK_FALSE(TextCodec::for_run(spec_with("", 50257), /*byte_level=*/false).counts_bytes());
-  CHECK(bytes.counts_bytes());
-}
-
-TEST_CASE("a table of each token's bytes counts the bytes of tokens, and cannot encode", "[text]") {
-  const TextCodec table = TextCodec::counting({"a", "bc", "<|eot|>", "def"}, 2);
-  CHECK(table.counts_bytes());
-  CHECK_FALSE(table.has_text());
-  CHECK(table.text_bytes(std::vector<std::int32_t>{0, 1, 2, 3, 3}) == 1 + 2 + 0 + 3 + 3);
+  CHECK(bytes.encodes());
+  CHECK(bytes.document_start() == std::vector<std::int32_t>{'\n'});
 }
 
 TEST_CASE("token shards with the GPT-2 tokenizer: encode, decode, and the bytes of the text", "[text]") {
