@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <new>
 #include <optional>
 #include <stdexcept>
@@ -21,7 +23,7 @@
 #include "worker/data/multiple_choice.hpp"
 #include "worker/device/device_choice.hpp"
 #include "worker/data/token_source.hpp"
-#include "worker/formats/file_io.hpp"
+#include "worker/data_tool/documents.hpp"
 #include "worker/formats/model_io.hpp"
 #include "worker/formats/text_codec.hpp"
 #include "worker/loaded_model.hpp"
@@ -38,22 +40,23 @@ namespace {
 // 2.6M tokens in 29-32 s at 64 windows a forward and 33-34 s at 4, on two cores).
 constexpr int kPositionsPerForward = 4096;
 
-// A long scoring run shows that it moves: one line every ten seconds, "scored 1,234,567 of
-// 2,576,192 tokens (48%) | 26,431 tokens/s | ETA 0:00:50"; none for work done within ten seconds.
-class ScoringProgress {
+// Long work shows that it moves: one line every ten seconds, "scored 1,234,567 of 2,576,192 tokens
+// (48%) | 26,431 tokens/s | ETA 0:00:50"; none for work done within ten seconds.
+class ProgressLine {
   using Clock = std::chrono::steady_clock;
 
  public:
-  explicit ScoringProgress(std::string unit) : unit_(std::move(unit)) {}
+  ProgressLine(std::string verb, std::string unit) : verb_(std::move(verb)), unit_(std::move(unit)) {}
   void update(std::uint64_t done, std::uint64_t total) {
     const auto now = Clock::now();
     if (now - last_ < std::chrono::seconds(10)) return;
     last_ = now;
-    spdlog::info("scored {}", progress_text(done, total, std::chrono::duration<double>(now - start_).count(), unit_));
+    spdlog::info("{} {}", verb_,
+                 progress_text(done, total, std::chrono::duration<double>(now - start_).count(), unit_));
   }
 
  private:
-  std::string unit_;
+  std::string verb_, unit_;
   Clock::time_point start_ = Clock::now(), last_ = start_;
 };
 
@@ -69,7 +72,8 @@ const char* const kUsage =
     "  number of tokens scored. The data is cut into windows of the model's context (or of N with\n"
     "  --max-tokens N below it), each token predicted from the ones before it in its window; a last\n"
     "  piece shorter than a window is left out.\n"
-    "    --max-tokens N   score at most N tokens (the first whole windows)\n"
+    "    --max-tokens N   score at most N tokens (the first whole windows; of text only what they\n"
+    "                     need is encoded)\n"
     "    --multiple-choice FILE  accuracy on llm.c's multiple-choice eval file (HellaSwag's, as\n"
     "                     dev/data/hellaswag.py writes it): the completion with the lowest mean loss\n"
     "                     over its tokens is the model's answer\n"
@@ -136,26 +140,34 @@ struct DataPlan {
   }
 };
 
-// Text for a model with a GPT-2 tokenizer: each file one document, encoded as xtrain-data encodes
-// documents (docs/data.md: EOT doc EOT doc ... EOT, empty files skipped), so that its scores are
-// those of the shards xtrain-data makes of the same files.
-std::vector<std::int32_t> encode_documents(const TokenSource& text, const TextCodec& tokenizer) {
+// Text for a model with a GPT-2 tokenizer, through xtrain-data's own reader and chunk encoder
+// (worker/data_tool/documents.hpp): each file a document, EOT doc EOT doc ... EOT, empty files
+// skipped, so that its scores are those of the shards xtrain-data makes of the same files. It
+// stops once `wanted` tokens are in hand (--max-tokens: a chunk of about a megabyte at a time).
+std::vector<std::int32_t> encode_documents(const TokenSource& text, const TextCodec& tokenizer, std::uint64_t wanted) {
   const auto t0 = std::chrono::steady_clock::now();
-  const std::int32_t eot = *tokenizer.end_of_text();
+  std::vector<data_tool::InputFile> files;
+  std::uint64_t total = 0;
+  for (const std::string& path : text.files()) {
+    files.push_back({path, std::filesystem::file_size(path)});
+    total += files.back().size;
+  }
+  data_tool::ChunkReader reader(files, /*jsonl=*/false, data_tool::kChunkBytes);
+  ProgressLine progress("encoded", "bytes");
   std::vector<std::int32_t> tokens;
   std::uint64_t bytes = 0;
-  for (const std::string& path : text.files()) {
-    const MappedFile file(path);
-    if (file.size() == 0) continue;
-    tokens.push_back(eot);
-    const std::vector<std::int32_t> document =
-        tokenizer.encode(std::string_view(reinterpret_cast<const char*>(file.data()), file.size()));
-    tokens.insert(tokens.end(), document.begin(), document.end());
-    bytes += file.size();
+  data_tool::Chunk chunk;
+  while (tokens.size() < wanted && reader.next(chunk)) {
+    if (!chunk.error.empty()) throw BadInput("--data: " + chunk.error);
+    const data_tool::EncodedChunk encoded = data_tool::encode_chunk(chunk, tokenizer.gpt2(), "");
+    tokens.insert(tokens.end(), encoded.tokens.begin(), encoded.tokens.end());
+    bytes += chunk.bytes.size();
+    progress.update(bytes, total);
   }
-  tokens.push_back(eot);
-  spdlog::info("--data: {} of text encoded with {}: {} tokens, {:.1f} s", format_bytes(bytes), tokenizer.name(),
-               with_thousands(tokens.size()),
+  tokens.push_back(*tokenizer.end_of_text());
+  spdlog::info("--data: {} of text{} encoded with {}: {} tokens, {:.1f} s", format_bytes(bytes),
+               bytes < total ? " (of " + format_bytes(total) + ": enough for --max-tokens)" : "", tokenizer.name(),
+               with_thousands(static_cast<long long>(tokens.size())),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return tokens;
 }
@@ -171,7 +183,7 @@ DataPlan plan_data(const EvalOptions& o, const ModelFileInfo& model) {
                    "from text)");
   }
   if (text && tokenizer) {
-    p.encoded = encode_documents(*p.data, *tokenizer);
+    p.encoded = encode_documents(*p.data, *tokenizer, o.max_tokens ? o.max_tokens + 1 : UINT64_MAX);
   } else if (text && model.vocab_size > kByteVocabulary) {
     throw BadInput("--data: " + o.data + " is text, and " + model.path + " (" + std::to_string(model.vocab_size) +
                    " tokens, not bytes) has no tokenizer to encode it with: give --tokenizer PATH (GPT-2 vocabulary "
@@ -224,7 +236,7 @@ nlohmann::json score_data(const DataPlan& p, const ModelFileInfo& model, const D
   const int T = p.T;
   std::uint64_t tokens_scored = 0, bytes = 0;
   double loss_sum = 0.0;  // nats
-  ScoringProgress progress("tokens");
+  ProgressLine progress("scored", "tokens");
   std::vector<std::int32_t> window(static_cast<size_t>(T) + 1), tokens(static_cast<size_t>(B) * T), targets(tokens.size());
   for (std::uint64_t w = 0; w < p.windows; w += static_cast<std::uint64_t>(B)) {
     const int b = static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(B), p.windows - w));
@@ -254,7 +266,7 @@ nlohmann::json score_data(const DataPlan& p, const ModelFileInfo& model, const D
 nlohmann::json multiple_choice(const std::vector<ChoiceExample>& examples, const ChoicePlan& p,
                                const ModelFileInfo& model, const DeviceChoice& device) {
   LoadedModel m(model, p.T, p.B, device);
-  ScoringProgress progress("completions");
+  ProgressLine progress("scored", "completions");
   const ChoiceScore score = score_choices(m.gpt, examples, [&progress](std::uint64_t done, std::uint64_t total) {
     progress.update(done, total);
   });

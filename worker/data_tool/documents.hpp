@@ -18,6 +18,10 @@
 
 namespace xtrain::data_tool {
 
+// Chunks of about a megabyte: large enough that cutting costs nothing, small enough that a few per
+// worker thread in flight hold little memory.
+inline constexpr std::size_t kChunkBytes = 1 << 20;
+
 struct InputFile {
   std::string path;
   std::uint64_t size = 0;

@@ -18,7 +18,7 @@ namespace xtrain::data_tool {
 struct PipelineOptions {
   std::string jsonl_field;          // empty: text files
   int threads = 1;
-  std::size_t chunk_bytes = 1 << 20;
+  std::size_t chunk_bytes = kChunkBytes;
   bool progress = true;             // a progress line on stderr (rewritten in place on a terminal)
 };
 

@@ -50,6 +50,9 @@ class TextCodec {
   // bytes, a token at a time as well as all at once. Throws TokenizerError for an id outside it.
   std::vector<std::int32_t> encode(std::string_view text) const;
   std::string decode(std::span<const std::int32_t> tokens) const;
+  // The GPT-2 tokenizer, for code that takes one (xtrain-data's chunk encoder). Needs encodes() and
+  // not bytes.
+  const Gpt2Tokenizer& gpt2() const { return *tokenizer_; }
   // Every token's bytes and the end of text, as llm.c's tokenizer file holds them. Needs a
   // tokenizer (GPT-2's or llm.c's).
   LlmcTokenizer decoding_table() const;
