@@ -125,12 +125,18 @@ ModelFileInfo read_directory(const std::string& path) {
   return info;
 }
 
+// The first `words.size()` uint32 of `path`; false where it is shorter (or no file).
+template <size_t N>
+bool read_words(const std::filesystem::path& path, std::array<std::uint32_t, N>& words) {
+  std::ifstream in(path, std::ios::binary);
+  return static_cast<bool>(in.read(reinterpret_cast<char*>(words.data()), sizeof words));
+}
+
 // True when `table` begins as llm.c's tokenizer file of `vocab_size` tokens: its magic, version
 // and vocabulary (the rest is read, and checked, where it is used).
 bool llmc_tokenizer_header_fits(const fs::path& table, int vocab_size) {
-  std::ifstream in(table, std::ios::binary);
   std::array<std::uint32_t, 3> words{};
-  if (!in.read(reinterpret_cast<char*>(words.data()), sizeof words)) return false;
+  if (!read_words(table, words)) return false;
   return words[0] == kLlmcTokenizerMagic && (words[1] == 1 || words[1] == 2) &&
          words[2] == static_cast<std::uint32_t>(vocab_size);
 }
@@ -197,6 +203,11 @@ ModelFileInfo read_llmc(const std::string& path) {
 }
 
 }  // namespace
+
+bool is_llmc_tokenizer_file(const std::string& path) {
+  std::array<std::uint32_t, 1> magic{};
+  return fs::path(path).filename() == kLlmcTokenizerFile || (read_words(path, magic) && magic[0] == kLlmcTokenizerMagic);
+}
 
 std::string describe(const ModelFileInfo& file) {
   switch (file.format) {

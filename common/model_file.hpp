@@ -30,6 +30,11 @@ inline constexpr std::uint64_t kLlmcHeaderBytes = 256 * sizeof(std::int32_t);
 inline constexpr std::uint32_t kLlmcTokenizerMagic = 20240328;
 inline constexpr char kLlmcTokenizerFile[] = "gpt2_tokenizer.bin";
 
+// True when `path` is llm.c's tokenizer file: a file that begins with its magic, or that bears its
+// name (so that a damaged one is reported as what it is). What tells it from GPT-2's vocabulary
+// files wherever a tokenizer is named.
+bool is_llmc_tokenizer_file(const std::string& path);
+
 enum class ModelFormat { kHuggingFace, kCheckpoint, kLlmc };
 
 // A model of this many tokens with no tokenizer reads and writes bytes, one token each (xtrain's

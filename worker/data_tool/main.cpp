@@ -15,6 +15,7 @@
 
 #include "common/command_line.hpp"
 #include "common/exit_codes.hpp"
+#include "common/model_file.hpp"
 #include "common/usable_cpus.hpp"
 #include "common/tokenizer/gpt2_tokenizer.hpp"
 #include "worker/data_tool/documents.hpp"
@@ -150,6 +151,10 @@ int main(int argc, char** argv) {
     Options o = parse(argc, argv);
     const std::vector<InputFile> files = list_inputs(o.inputs, !o.pipeline.jsonl_field.empty());
     check_output_outside_inputs(o);
+    if (is_llmc_tokenizer_file(o.vocab)) {
+      throw BadInput("--vocab: " + o.vocab + " is llm.c's tokenizer file, which decodes only: give GPT-2's "
+                     "vocabulary files (encoder.json + vocab.bpe, or vocab.json + merges.txt) to encode text");
+    }
     const Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(o.vocab);
     if (tokenizer.vocab_size() > kMaxUint16Vocab) {
       throw BadInput(tokenizer.source() + ": " + std::to_string(tokenizer.vocab_size()) +

@@ -2,7 +2,6 @@
 
 #include <array>
 #include <cstring>
-#include <fstream>
 
 #include "common/atomic_file.hpp"
 #include "common/model_file.hpp"
@@ -14,12 +13,6 @@ namespace {
 using Header = std::array<std::uint32_t, 256>;
 
 }  // namespace
-
-bool is_llmc_tokenizer_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::uint32_t magic = 0;
-  return in.read(reinterpret_cast<char*>(&magic), sizeof magic) && magic == kLlmcTokenizerMagic;
-}
 
 LlmcTokenizer read_llmc_tokenizer(const std::string& path) {
   const MappedFile file(path);

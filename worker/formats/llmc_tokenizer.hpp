@@ -18,10 +18,6 @@ struct LlmcTokenizer {
   std::int32_t eot = 0;
 };
 
-// True when `path` is a file that begins with llm.c's tokenizer magic: what tells it from GPT-2's
-// vocabulary files wherever a tokenizer is named.
-bool is_llmc_tokenizer_file(const std::string& path);
-
 // Throws FileError naming the file: a wrong magic or version, an eot id outside the vocabulary, a
 // token of no bytes, or a size other than its tokens'.
 LlmcTokenizer read_llmc_tokenizer(const std::string& path);

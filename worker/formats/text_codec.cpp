@@ -1,7 +1,5 @@
 #include "worker/formats/text_codec.hpp"
 
-#include <filesystem>
-
 #include "common/file_error.hpp"
 #include "common/model_file.hpp"
 
@@ -14,10 +12,7 @@ TextCodec TextCodec::bytes() {
 }
 
 TextCodec TextCodec::load(const std::string& path) {
-  // By its magic, or by llm.c's name for it, so that a damaged one is reported as what it is.
-  if (!is_llmc_tokenizer_file(path) && std::filesystem::path(path).filename() != kLlmcTokenizerFile) {
-    return of(Gpt2Tokenizer::load(path));
-  }
+  if (!is_llmc_tokenizer_file(path)) return of(Gpt2Tokenizer::load(path));
   TextCodec codec;
   try {
     codec.table_.emplace(read_llmc_tokenizer(path));

@@ -311,6 +311,14 @@ TEST_CASE("bad inputs, vocabularies and outputs are one error line and exit 2", 
   CHECK(r.code == 2);
   CHECK(r.err == "xtrain-data: error: " + dir / "nowhere" + ": no such file or directory\n");
 
+  // llm.c's tokenizer file (known by its name or its magic) decodes only.
+  write_bytes(dir / "big/gpt2_tokenizer.bin", "a table");
+  r = run_tool("--out " + dir / "out --vocab " + dir / "big/gpt2_tokenizer.bin " + dir / "a.txt");
+  CHECK(r.code == 2);
+  CHECK(r.err == "xtrain-data: error: --vocab: " + dir / "big/gpt2_tokenizer.bin" +
+                     " is llm.c's tokenizer file, which decodes only: give GPT-2's vocabulary files (encoder.json + "
+                     "vocab.bpe, or vocab.json + merges.txt) to encode text\n");
+
   const std::string text = test::read_bytes(test::gpt2_openai_dir() + "/encoder.json");
   write_bytes(dir / "big/encoder.json", text.substr(0, text.size() / 2));  // truncated
   write_bytes(dir / "big/vocab.bpe", test::read_bytes(test::gpt2_openai_dir() + "/vocab.bpe"));

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/file_error.hpp"
+#include "common/model_file.hpp"
 #include "tests/common/tokenizer/gpt2_reference.hpp"
 #include "tests/worker/test_files.hpp"
 #include "worker/formats/llmc_tokenizer.hpp"
@@ -24,6 +25,9 @@ TEST_CASE("llm.c's tokenizer file reads back as it was written, and a bad one is
   write_llmc_tokenizer(dir / "tok.bin", gpt2.decoding_table());
   CHECK(is_llmc_tokenizer_file(dir / "tok.bin"));
   CHECK_FALSE(is_llmc_tokenizer_file(test::gpt2_hf_dir() + "/vocab.json"));
+  write_bytes(dir / "gpt2_tokenizer.bin", "damaged");  // known by its name too, to be reported as what it is
+  CHECK(is_llmc_tokenizer_file(dir / "gpt2_tokenizer.bin"));
+  CHECK_FALSE(is_llmc_tokenizer_file(dir / "none.bin"));
   const LlmcTokenizer table = read_llmc_tokenizer(dir / "tok.bin");
   CHECK(table.path == dir / "tok.bin");
   CHECK(table.eot == 50256);
