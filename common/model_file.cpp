@@ -206,7 +206,8 @@ ModelFileInfo read_llmc(const std::string& path) {
 
 bool is_llmc_tokenizer_file(const std::string& path) {
   std::array<std::uint32_t, 1> magic{};
-  return fs::path(path).filename() == kLlmcTokenizerFile || (read_words(path, magic) && magic[0] == kLlmcTokenizerMagic);
+  return fs::path(path).filename() == kLlmcTokenizerFile ||
+         (read_words(path, magic) && magic[0] == kLlmcTokenizerMagic);
 }
 
 std::string describe(const ModelFileInfo& file) {

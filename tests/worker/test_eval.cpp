@@ -167,13 +167,15 @@ TEST_CASE("eval --max-tokens on text encodes only the chunks it needs, to the sa
   const test::TestCheckpoint ckpt(dir / "run", test::gpt2_hf_dir(), test::model_spec(1, 2, 16, 32, 50257), 0.3f);
   std::string big;
   for (int i = 0; big.size() < (5u << 19); ++i) {
-    big += "Line " + std::to_string(i) + ": the caf\xc3\xa9's price rose to $" + std::to_string(i % 97) + " \xe2\x80\x94 why?\n";
+    big += "Line " + std::to_string(i) + ": the caf\xc3\xa9's price rose to $" + std::to_string(i % 97) +
+           " \xe2\x80\x94 why?\n";
   }
   write_bytes(dir / "big.txt", big);
   // Its beginning, cut before a newline that follows "?": where the tokens cannot change.
   write_bytes(dir / "start.txt", big.substr(0, big.find("?\n", 4000) + 1));
   const auto score = [&](const std::string& file) {
-    const CliRun r = test::run_model_command(dir, "eval", {dir / "run", "--data", file, "--max-tokens", "64", "--json"});
+    const CliRun r =
+        test::run_model_command(dir, "eval", {dir / "run", "--data", file, "--max-tokens", "64", "--json"});
     INFO(r.output);
     REQUIRE(r.code == 0);
     return std::pair{nlohmann::json::parse(r.out), r.output};

@@ -27,14 +27,18 @@ LlmcTokenizer read_llmc_tokenizer(const std::string& path) {
   constexpr std::uint32_t kGpt2Eot = 50256;  // what llm.c assumes of a version 1 file
   const std::uint32_t vocab = header[2];
   const std::uint32_t eot = header[1] == 2 ? header[3] : kGpt2Eot;
-  if (eot >= vocab) throw fail("eot id " + std::to_string(eot) + " is outside its " + std::to_string(vocab) + " tokens");
+  if (eot >= vocab) {
+    throw fail("eot id " + std::to_string(eot) + " is outside its " + std::to_string(vocab) + " tokens");
+  }
   LlmcTokenizer out;
   out.path = path;
   out.eot = static_cast<std::int32_t>(eot);
   out.tokens.reserve(vocab);
   std::uint64_t at = sizeof header;
   for (std::uint32_t id = 0; id < vocab; ++id) {
-    if (at >= file.size()) throw fail("ends after " + std::to_string(id) + " of its " + std::to_string(vocab) + " tokens");
+    if (at >= file.size()) {
+      throw fail("ends after " + std::to_string(id) + " of its " + std::to_string(vocab) + " tokens");
+    }
     const std::uint8_t length = file.data()[at++];
     if (length == 0 || at + length > file.size()) {
       throw fail("token " + std::to_string(id) + (length == 0 ? " has no bytes" : " runs past the end of the file"));

@@ -19,7 +19,9 @@ TextCodec TextCodec::load(const std::string& path) {
   } catch (const FileError& e) {
     throw TokenizerError(e.path(), 0, e.message());
   }
-  for (const std::string& token : codec.table_->tokens) codec.token_bytes_.push_back(static_cast<std::uint32_t>(token.size()));
+  for (const std::string& token : codec.table_->tokens) {
+    codec.token_bytes_.push_back(static_cast<std::uint32_t>(token.size()));
+  }
   codec.token_bytes_[static_cast<size_t>(codec.table_->eot)] = 0;
   return codec;
 }
@@ -40,8 +42,10 @@ TextCodec TextCodec::for_run(const JobSpec& spec, bool byte_level) {
   if (spec.tokenizer.empty()) return byte_level ? bytes() : TextCodec();
   const std::string from = spec.model.init_from.empty() ? "" : " (model.init_from's)";
   if (byte_level) {
+    // The tokenizer may be model.init_from's own, which the spec does not name.
+    const std::string whose = spec.model.init_from.empty() ? "" : " (this key's, or model.init_from's own)";
     throw SpecError("tokenizer", "data.train (" + spec.data.train +
-                                     ") is byte-level text, one token per byte; a GPT-2 tokenizer" + from +
+                                     ") is byte-level text, one token per byte; a GPT-2 tokenizer" + whose +
                                      " goes with llm.c token shards (xtrain-data makes them from text)");
   }
   TextCodec codec;

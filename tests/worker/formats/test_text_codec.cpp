@@ -75,6 +75,11 @@ TEST_CASE("a tokenizer that does not fit the run is a spec error naming both sid
   CHECK(error_of(spec_with(dir, 50257), true) ==
         "tokenizer: data.train (train.bin) is byte-level text, one token per byte; a GPT-2 tokenizer goes with llm.c "
         "token shards (xtrain-data makes them from text)");
+  JobSpec text_from_file = spec_with(dir, 50257);
+  text_from_file.model.init_from = "gpt2";  // whose vocabulary files are the default tokenizer
+  CHECK(error_of(text_from_file, true) ==
+        "tokenizer: data.train (train.bin) is byte-level text, one token per byte; a GPT-2 tokenizer (this key's, or "
+        "model.init_from's own) goes with llm.c token shards (xtrain-data makes them from text)");
   CHECK(error_of(spec_with("/nonexistent/gpt2", 50257), false).rfind("tokenizer: /nonexistent/gpt2", 0) == 0);
 }
 
