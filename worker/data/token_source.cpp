@@ -73,7 +73,8 @@ std::int32_t read_int32(const std::uint8_t* p) {
 
 // A file's kind and token count from its first `available` bytes (at least the shard header's,
 // when the file is that long) and its size: nullopt for text, else the shard's token count.
-// A *.bin file that is not a shard, and a shard whose header disagrees with its size, are errors.
+// A *.bin file that is not a shard, a *.jsonl file, and a shard whose header disagrees with its
+// size, are errors.
 std::optional<std::uint64_t> shard_token_count(const std::uint8_t* bytes, std::uint64_t available,
                                                std::uint64_t size, const std::string& path,
                                                const std::string& field) {
@@ -82,6 +83,11 @@ std::optional<std::uint64_t> shard_token_count(const std::uint8_t* bytes, std::u
     const std::string magic = available >= sizeof(std::int32_t) ? std::to_string(read_int32(bytes)) : "missing";
     throw DataError(
         field, path + ": not an llm.c token shard: magic is " + magic + ", expected " + std::to_string(kShardMagic));
+  }
+  // Read as text, JSON Lines would train on its syntax (quotes, keys, escapes) rather than its text.
+  if (!shard && ends_with(path, ".jsonl")) {
+    throw DataError(field, path + ": JSON Lines, whose JSON syntax would be read as text: make llm.c token shards "
+                                  "of its text field with xtrain-data --jsonl-field NAME");
   }
   if (!shard) return std::nullopt;
   if (size < kShardHeaderBytes) {

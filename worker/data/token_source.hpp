@@ -4,7 +4,8 @@
 //     followed by that many uint16 tokens, or
 //   - a glob of either (expanded with glob(3), sorted by name, concatenated in that order).
 // A file is a shard when it starts with the shard magic; a *.bin file that does not is an error
-// rather than text, since it almost certainly is a damaged or foreign shard. Files are mapped
+// rather than text, since it almost certainly is a damaged or foreign shard, and so is a *.jsonl
+// file (xtrain-data makes shards of its text field). Files are mapped
 // read-only, so a large corpus costs page cache, not heap.
 #pragma once
 

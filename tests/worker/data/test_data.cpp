@@ -148,6 +148,12 @@ TEST_CASE("bad data files give one-line errors naming the field and the file", "
     CHECK(error_message<DataError>([&] { TokenSource(dir / "x.bin", "data.train"); }) ==
           "data.train: " + dir / "x.bin" + ": not an llm.c token shard: magic is 20240326, expected 20240520");
   }
+  SECTION("a JSON Lines file, whose syntax would be read as text") {
+    write_bytes(dir / "d.jsonl", "{\"text\": \"a document\"}\n");
+    CHECK(error_message<DataError>([&] { TokenSource(dir / "d.jsonl", "data.train"); }) ==
+          "data.train: " + dir / "d.jsonl" + ": JSON Lines, whose JSON syntax would be read as text: make llm.c token "
+                                             "shards of its text field with xtrain-data --jsonl-field NAME");
+  }
   SECTION("a shard of another version") {
     write_shard(dir / "x.bin", iota_tokens(10, 0), kShardMagic, 2);
     CHECK(error_message<DataError>([&] { TokenSource(dir / "x.bin", "data.train"); }) ==
@@ -272,6 +278,7 @@ TEST_CASE("the header-only data check refuses what load_data refuses, with the s
   write_shard(dir / "shard.bin", iota_tokens(100, 0));
   write_shard(dir / "wide.bin", iota_tokens(100, 200), kShardMagic, kShardVersion, -1, 299);
   write_bytes(dir / "tiny.txt", std::string(12, 'x'));
+  write_bytes(dir / "lines.jsonl", "{\"text\": \"" + std::string(100, 'x') + "\"}\n");
   struct Case {
     const char* name;
     DataSpec data;
@@ -284,6 +291,7 @@ TEST_CASE("the header-only data check refuses what load_data refuses, with the s
       {"an empty file", data_spec(dir / "empty.txt", "", 0.0), false},
       {"a file shorter than one window", data_spec(dir / "short.txt", "", 0.0), false},
       {"a .bin without the magic", data_spec(dir / "magic.bin"), false},
+      {"JSON Lines", data_spec(dir / "lines.jsonl"), false},
       {"a shard of another version", data_spec(dir / "version.bin"), false},
       {"a shard shorter than its header says", data_spec(dir / "cut.bin"), false},
       {"a shard cut inside its header", data_spec(dir / "stub.bin"), false},
