@@ -9,6 +9,7 @@
 #include <optional>
 #include <sstream>
 
+#include "common/model_file.hpp"
 #include "common/number_format.hpp"
 
 namespace xtrain {
@@ -184,13 +185,20 @@ SplitSizes split_sizes(const DataSpec& data, const ModelSpec& model, bool need_v
   return split;
 }
 
+// The largest byte of a text file (-1: empty), as its tokens under a byte-level vocabulary.
+int largest_byte(const std::string& path, const std::string& field) {
+  const MappedFile file = map_data_file(path, field);
+  return file.size() ? *std::max_element(file.data(), file.data() + file.size()) : -1;
+}
+
 // A source's kind and size from its files' headers and sizes alone, and the recorded token
-// range of its shards against `vocab_size`.
+// range of its shards against `vocab_size` (of text too where `vocab_size` is below bytes').
 SourceSize inspect_source(const std::string& pattern, const std::string& field, int vocab_size) {
   SourceSize out;
   const std::vector<std::string> files = expand(pattern, field);
   for (size_t i = 0; i < files.size(); ++i) {
-    const TokenFileInfo info = inspect_token_file(files[i], field);
+    TokenFileInfo info = inspect_token_file(files[i], field);
+    if (info.text && vocab_size < kByteVocabulary) info.max_token = largest_byte(files[i], field);
     if (i > 0) check_one_kind(pattern, files.front(), out.text, files[i], info.text, field);
     if (info.max_token && *info.max_token >= vocab_size) throw vocab_error(field, files[i], *info.max_token, vocab_size);
     out.text = info.text;

@@ -114,8 +114,9 @@ struct DataFilesInfo {
 // Everything load_data checks, from headers and sizes alone, so it costs the same for a 1 KB file
 // and a 100 GB corpus: the files, their kinds and headers, the split sizes, and the token range
 // against model.vocab_size of every shard whose header records its largest token (xtrain-data's
-// shards; the tokens of text and of other tools' shards are checked by the ranks as they load
-// them). The launcher runs it before any rank starts.
+// shards; the tokens of other tools' shards are checked by the ranks as they load them). Text is
+// read whole only under a vocabulary smaller than bytes' (ASCII's 128, say), where no header can
+// tell whether every byte fits; such corpora are small. The launcher runs it before any rank starts.
 DataFilesInfo check_data_files(const DataSpec& data, const ModelSpec& model, bool need_val);
 
 }  // namespace xtrain

@@ -311,6 +311,17 @@ TEST_CASE("the header-only data check refuses what load_data refuses, with the s
       CHECK(error_message<DataError>([&] { check_data_files(c.data, model, c.need_val); }) == expected);
     }
   }
+  SECTION("text with a byte beyond a vocabulary smaller than bytes', in training or validation data") {
+    write_bytes(dir / "accent.txt", std::string(50, 'x') + "caf\xc3\xa9" + std::string(50, 'x'));
+    for (const DataSpec& data : {data_spec(dir / "accent.txt"), data_spec(dir / "ok.txt", dir / "accent.txt")}) {
+      const ModelSpec ascii = model_spec(8, 128);
+      const std::string expected = error_message<DataError>([&] { load_data(data, ascii, true); });
+      CHECK(expected.find(dir / "accent.txt" + ": the data needs vocab_size >= 196 (its largest token is 195), but "
+                                               "model.vocab_size is 128") != std::string::npos);
+      CHECK(error_message<DataError>([&] { check_data_files(data, ascii, true); }) == expected);
+    }
+    CHECK_NOTHROW(check_data_files(data_spec(dir / "ok.txt", dir / "ok.txt"), model_spec(8, 128), true));
+  }
   SECTION("good data passes both") {
     CHECK_NOTHROW(check_data_files(data_spec(dir / "ok.txt"), model_spec(8, 256), true));
     CHECK_NOTHROW(load_data(data_spec(dir / "ok.txt"), model_spec(8, 256), true));

@@ -405,6 +405,11 @@ TEST_CASE("bad input: one error line naming the field or file, nonzero exit, no 
   write_shard(dir / "vocab.bin", 20240520, 3000, tokens);
   cases.push_back({"token beyond the vocabulary, in a shard of another tool (checked by the ranks)",
                    {"data.train=" + (dir / "vocab.bin").string()}, "vocab.bin", false});
+  std::ofstream(dir / "accents.txt") << std::string(2000, 'a') << "caf\xc3\xa9" << std::string(2000, 'a');
+  cases.push_back({"text with a byte beyond a vocabulary smaller than bytes'",
+                   {"data.train=" + (dir / "accents.txt").string(), "model.vocab_size=128"},
+                   "accents.txt: the data needs vocab_size >= 196 (its largest token is 195), but model.vocab_size "
+                   "is 128"});
   write_shard(dir / "recorded.bin", 20240520, 3000, tokens, 300);
   cases.push_back({"token beyond the vocabulary, recorded in the shard's header",
                    {"data.train=" + (dir / "recorded.bin").string()},
