@@ -147,11 +147,8 @@ struct DataPlan {
 std::vector<std::int32_t> encode_documents(const TokenSource& text, const TextCodec& tokenizer, std::uint64_t wanted) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<data_tool::InputFile> files;
-  std::uint64_t total = 0;
-  for (const std::string& path : text.files()) {
-    files.push_back({path, std::filesystem::file_size(path)});
-    total += files.back().size;
-  }
+  for (const std::string& path : text.files()) files.push_back({path, std::filesystem::file_size(path)});
+  const std::uint64_t total = text.size();  // bytes: one token each
   data_tool::ChunkReader reader(files, /*jsonl=*/false, data_tool::kChunkBytes);
   ProgressLine progress("encoded", "bytes");
   std::vector<std::int32_t> tokens;

@@ -401,8 +401,7 @@ int run_generate(int argc, char** argv) {
       throw BadInput(std::string(o.prompt ? "--prompt" : "--prompt-file") + ": " + vocab.name() +
                      " decodes only: give --tokenizer PATH (GPT-2 vocabulary files) to encode a prompt");
     }
-    // An empty prompt is the start of a document.
-    prompt = text.empty() ? vocab.document_start() : vocab.encode(text);
+    prompt = vocab.prompt_tokens(text);
     if (static_cast<int>(prompt.size()) >= model.n_positions) {
       throw BadInput(std::string(o.prompt ? "--prompt" : "--prompt-file") + ": " + std::to_string(prompt.size()) +
                      " tokens, but the model's context is " + std::to_string(model.n_positions) +

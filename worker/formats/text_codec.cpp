@@ -19,23 +19,24 @@ TextCodec TextCodec::load(const std::string& path) {
   } catch (const FileError& e) {
     throw TokenizerError(e.path(), 0, e.message());
   }
-  for (const std::string& token : codec.table_->tokens) {
-    codec.token_bytes_.push_back(static_cast<std::uint32_t>(token.size()));
-  }
-  codec.token_bytes_[static_cast<size_t>(codec.table_->eot)] = 0;
+  codec.count_token_bytes();
   return codec;
 }
 
 TextCodec TextCodec::of(Gpt2Tokenizer tokenizer) {
   TextCodec codec;
   codec.tokenizer_.emplace(std::move(tokenizer));
-  const int vocab = codec.tokenizer_->vocab_size();
-  codec.token_bytes_.resize(static_cast<size_t>(vocab));
-  for (std::int32_t id = 0; id < vocab; ++id) {
-    codec.token_bytes_[static_cast<size_t>(id)] =
-        id == codec.tokenizer_->eot() ? 0 : static_cast<std::uint32_t>(codec.tokenizer_->decode_token(id).size());
-  }
+  codec.count_token_bytes();
   return codec;
+}
+
+void TextCodec::count_token_bytes() {
+  const std::int32_t eot = *end_of_text();
+  token_bytes_.resize(static_cast<size_t>(vocab_size()));
+  for (std::int32_t id = 0; id < vocab_size(); ++id) {
+    token_bytes_[static_cast<size_t>(id)] =
+        id == eot ? 0 : static_cast<std::uint32_t>(decode(std::span(&id, 1)).size());
+  }
 }
 
 TextCodec TextCodec::for_run(const JobSpec& spec, bool byte_level) {
@@ -96,6 +97,10 @@ std::optional<std::int32_t> TextCodec::end_of_text() const {
 std::vector<std::int32_t> TextCodec::document_start() const {
   if (const auto eot = end_of_text()) return {*eot};
   return {'\n'};
+}
+
+std::vector<std::int32_t> TextCodec::prompt_tokens(std::string_view prompt) const {
+  return prompt.empty() || !encodes() ? document_start() : encode(prompt);
 }
 
 std::vector<std::int32_t> TextCodec::encode(std::string_view text) const {

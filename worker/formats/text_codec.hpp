@@ -45,6 +45,10 @@ class TextCodec {
   std::optional<std::int32_t> end_of_text() const;
   // What a sample with no prompt starts from: <|endoftext|>, or a newline for bytes. Needs has_text().
   std::vector<std::int32_t> document_start() const;
+  // A sample's first tokens: `prompt` encoded, or the start of a document where it is empty or
+  // cannot be encoded (llm.c's tokenizer file: the spec and generate refuse a prompt for it first).
+  // Needs has_text().
+  std::vector<std::int32_t> prompt_tokens(std::string_view prompt) const;
 
   // encode needs encodes(): every id below the vocabulary. decode needs has_text(): the exact
   // bytes, a token at a time as well as all at once. Throws TokenizerError for an id outside it.
@@ -66,6 +70,8 @@ class TextCodec {
   std::optional<Gpt2Tokenizer> tokenizer_;
   std::optional<LlmcTokenizer> table_;
   std::vector<std::uint32_t> token_bytes_;  // (vocab) bytes of each token; 0 for <|endoftext|>
+
+  void count_token_bytes();  // token_bytes_ of a tokenizer, once: validation sums them every time
 };
 
 }  // namespace xtrain

@@ -88,8 +88,7 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
   report_.heartbeat().beat();
   text_ = TextCodec::for_run(spec_, data_.byte_level);
   if (spec_.sample.tokens > 0 && text_.has_text()) {
-    // llm.c's tokenizer file cannot encode: its samples start a document, as llm.c's do.
-    prompt_ = text_.encodes() ? text_.encode(spec_.sample.prompt) : text_.document_start();
+    prompt_ = text_.prompt_tokens(spec_.sample.prompt);
     for (const std::int32_t token : prompt_) {
       if (token >= spec_.model.vocab_size) {
         throw SpecError("sample.prompt", "token " + std::to_string(token) + " is outside model.vocab_size " +
