@@ -89,7 +89,8 @@ void read_config(ModelFileInfo& info, const std::string& path) {
   }
 }
 
-// The tokenizer a checkpoint's run recorded in its state.json ("" when none).
+// The tokenizer a checkpoint written before checkpoints carried their tokenizer's files recorded
+// in its state.json, an absolute path ("" when none).
 std::string recorded_tokenizer(const std::string& state_path) {
   const json state = read_json_object(state_path);
   if (state.value("format", json()) != kCheckpointFormat) {
@@ -117,8 +118,14 @@ ModelFileInfo read_directory(const std::string& path) {
   }
   const fs::path state = dir / kCheckpointStateFile;
   info.format = is_file(state) ? ModelFormat::kCheckpoint : ModelFormat::kHuggingFace;
+  // The directory's own tokenizer: a checkpoint carries its run's (worker/train/checkpoint.hpp),
+  // an exported directory GPT-2's vocabulary files. A table here is the directory's, so a damaged
+  // one is taken, and reported where it is loaded, rather than passed over.
+  const fs::path table = dir / kLlmcTokenizerFile;
   if (holds_vocabulary(path)) {
     info.tokenizer = path;
+  } else if (is_file(table)) {
+    info.tokenizer = table.string();
   } else if (info.format == ModelFormat::kCheckpoint) {
     info.tokenizer = recorded_tokenizer(state.string());
   }
@@ -221,6 +228,12 @@ std::string describe(const ModelFileInfo& file) {
              (file.llmc_version == kLlmcVersionFp32 ? ", fp32)" : ", bf16)");
   }
   return file.path;
+}
+
+std::vector<NamedFile> read_tokenizer_files(const std::string& path) {
+  if (is_llmc_tokenizer_file(path)) return {{kLlmcTokenizerFile, read_text(path)}};
+  const VocabularyFiles files = find_vocabulary_files(path);
+  return {{kHfVocabFile, read_text(files.vocab)}, {kHfMergesFile, read_text(files.merges)}};
 }
 
 bool holds_vocabulary(const std::string& dir) {

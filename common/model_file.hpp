@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -53,9 +54,10 @@ struct ModelFileInfo {
   int vocab_size = 0;         // real tokens (50257 for GPT-2), without padding
   int llmc_version = 0;       // llm.c files: kLlmcVersionFp32 or kLlmcVersionBf16
   int llmc_padded_vocab = 0;  // llm.c files: rows of wte in the file (Vp)
-  std::string tokenizer;      // the tokenizer that comes with the weights: GPT-2's vocabulary files, or the
-                              // llm.c tokenizer file beside an llm.c model file (one whose header is of its
-                              // vocabulary); empty when none is known
+  std::string tokenizer;      // the tokenizer that comes with the weights: a directory's own GPT-2
+                              // vocabulary files or llm.c tokenizer file, that file beside an llm.c model
+                              // file (one whose header is of its vocabulary), or what an older checkpoint
+                              // recorded; empty when none is known
 };
 
 // "Hugging Face GPT-2 directory gpt2", "checkpoint runs/x/checkpoints/step-00000100",
@@ -67,6 +69,19 @@ std::string describe(const ModelFileInfo& file);
 // another activation or layernorm epsilon than GPT-2's), no model.safetensors, an llm.c header
 // with a wrong magic or version, or a file size that disagrees with its header (truncated).
 ModelFileInfo read_model_file_info(const std::string& path);
+
+// A file's name and content.
+struct NamedFile {
+  std::string name;
+  std::string content;
+};
+
+// The tokenizer at `path` (GPT-2's vocabulary files, or llm.c's tokenizer file) read whole, under
+// the names a model directory gives it: vocab.json + merges.txt (Hugging Face's, which
+// transformers loads, whatever they are called at `path`) or gpt2_tokenizer.bin. A checkpoint
+// carries these, so that it needs no file outside itself once the path is gone. Throws FileError
+// naming a file that cannot be read (TokenizerError for a path that is neither kind).
+std::vector<NamedFile> read_tokenizer_files(const std::string& path);
 
 // True when `dir` holds GPT-2 vocabulary files: encoder.json + vocab.bpe (OpenAI's names) or
 // vocab.json + merges.txt (Hugging Face's), as Gpt2Tokenizer::load finds them.

@@ -152,9 +152,9 @@ int main(int argc, char** argv) {
     const nlohmann::json doc = read_job_json(job_path);
     spec = parse_job_spec(doc, std::filesystem::path(job_path).stem().string());
     if (!spec.model.init_from.empty()) {  // the shape comes from the checkpoint the trainer will resume from
-      resolve_model_source(spec, doc,
-                           find_resume_checkpoint(env.run_dir.empty() ? spec.run_dir : env.run_dir,
-                                                  spec.checkpoint.resume));
+      resolve_training_model(spec, doc,
+                             find_resume_checkpoint(env.run_dir.empty() ? spec.run_dir : env.run_dir,
+                                                    spec.checkpoint.resume));
     }
     validate_for_training(spec, env.where.world_size);
     check_data_files(spec.data, spec.model, spec.train.eval_every > 0);  // a missing file first, not the memory plan

@@ -225,8 +225,8 @@ VocabularyFiles find_vocabulary_files(const std::string& path) {
     if (fs::exists(dir / "encoder.json") || fs::exists(dir / "vocab.bpe")) {
       return {(dir / "encoder.json").string(), (dir / "vocab.bpe").string()};
     }
-    if (fs::exists(dir / "vocab.json") || fs::exists(dir / "merges.txt")) {
-      return {(dir / "vocab.json").string(), (dir / "merges.txt").string()};
+    if (fs::exists(dir / kHfVocabFile) || fs::exists(dir / kHfMergesFile)) {
+      return {(dir / kHfVocabFile).string(), (dir / kHfMergesFile).string()};
     }
     throw TokenizerError(path, 0,
                          "holds neither encoder.json + vocab.bpe (OpenAI's GPT-2 vocabulary) nor "
@@ -237,8 +237,8 @@ VocabularyFiles find_vocabulary_files(const std::string& path) {
   const std::string name = file.filename().string();
   if (name == "encoder.json") return {path, (dir / "vocab.bpe").string()};
   if (name == "vocab.bpe") return {(dir / "encoder.json").string(), path};
-  if (name == "vocab.json") return {path, (dir / "merges.txt").string()};
-  if (name == "merges.txt") return {(dir / "vocab.json").string(), path};
+  if (name == kHfVocabFile) return {path, (dir / kHfMergesFile).string()};
+  if (name == kHfMergesFile) return {(dir / kHfVocabFile).string(), path};
   throw TokenizerError(path, 0,
                        "not a GPT-2 vocabulary file: give its directory, or encoder.json, vocab.bpe, vocab.json "
                        "or merges.txt");

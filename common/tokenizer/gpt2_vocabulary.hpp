@@ -118,6 +118,10 @@ struct Gpt2Vocabulary {
   std::int32_t eot = -1;  // <|endoftext|>
 };
 
+// Hugging Face's names for the two files (a model directory's, which transformers loads).
+inline constexpr char kHfVocabFile[] = "vocab.json";
+inline constexpr char kHfMergesFile[] = "merges.txt";
+
 // The two files of the vocabulary at `path` (a directory, or one of the four names and its
 // partner beside it); they need not exist. Throws TokenizerError for a path that is neither.
 struct VocabularyFiles {

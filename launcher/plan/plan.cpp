@@ -304,7 +304,7 @@ Plan make_plan(const CliOptions& options, const HostInfo& host) {
       // The model shape from model.init_from's header (or the checkpoint a resume continues
       // from), so the job.json every rank reads carries the resolved shape.
       plan.resume_from = resume_checkpoint(plan);
-      resolve_model_source(plan.spec, doc, plan.resume_from);
+      resolve_training_model(plan.spec, doc, plan.resume_from);
       validate_for_training(plan.spec, static_cast<int>(plan.ranks.size()));
       const Precision precision = resolve_precision(plan.spec.train, plan.device);
       plan.precision = precision_name(precision);

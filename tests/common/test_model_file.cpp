@@ -102,7 +102,12 @@ TEST_CASE("the three kinds of model file are recognised from their headers", "[m
     write(d / "gpt2/merges.txt", "#version: 0.2\n");
     CHECK(read_model_file_info(d / "gpt2").tokenizer == d / "gpt2");
   }
-  SECTION("one of our checkpoints, with the tokenizer its run recorded") {
+  SECTION("a Hugging Face GPT-2 directory with llm.c's tokenizer file: the directory's own, even damaged") {
+    write_hf(d / "gpt2");
+    write(d / "gpt2/gpt2_tokenizer.bin", "not a table");
+    CHECK(read_model_file_info(d / "gpt2").tokenizer == d / "gpt2/gpt2_tokenizer.bin");
+  }
+  SECTION("one of our checkpoints: the tokenizer it carries, else the path an older one recorded") {
     const std::string ckpt = d / ("run/checkpoints/" + checkpoint_dir_name(7));
     write_hf(ckpt);
     write(ckpt + "/state.json", json{{"format", "xtrain-checkpoint"}, {"tokenizer", "/data/gpt2-vocab"}}.dump());
@@ -110,6 +115,11 @@ TEST_CASE("the three kinds of model file are recognised from their headers", "[m
     CHECK(info.format == ModelFormat::kCheckpoint);
     CHECK(info.tokenizer == "/data/gpt2-vocab");
     CHECK(describe(info) == "checkpoint " + ckpt);
+    write(ckpt + "/gpt2_tokenizer.bin", "a table");
+    CHECK(read_model_file_info(ckpt).tokenizer == ckpt + "/gpt2_tokenizer.bin");
+    write(ckpt + "/vocab.json", "{}");
+    write(ckpt + "/merges.txt", "#version: 0.2\n");
+    CHECK(read_model_file_info(ckpt).tokenizer == ckpt);
   }
   SECTION("an llm.c model file, either version") {
     write_llmc(d / "m3.bin", 3, 16, 70, 2, 2, 8, 128);
@@ -120,6 +130,36 @@ TEST_CASE("the three kinds of model file are recognised from their headers", "[m
     CHECK(v3.llmc_padded_vocab == 128);
     CHECK(describe(v3) == "llm.c model file " + d / "m3.bin" + " (version 3, fp32)");
     CHECK(describe(read_model_file_info(d / "m5.bin")) == "llm.c model file " + d / "m5.bin" + " (version 5, bf16)");
+  }
+}
+
+TEST_CASE("a tokenizer's files are read under a model directory's names", "[model_file]") {
+  Dir d;
+  SECTION("OpenAI's encoder.json + vocab.bpe become vocab.json + merges.txt") {
+    write(d / "openai/encoder.json", "{\"!\": 0}");
+    write(d / "openai/vocab.bpe", "#version: 0.2\n");
+    for (const std::string& path : {d / "openai", d / "openai/vocab.bpe"}) {
+      const std::vector<NamedFile> files = read_tokenizer_files(path);
+      REQUIRE(files.size() == 2);
+      CHECK((files[0].name == "vocab.json" && files[0].content == "{\"!\": 0}"));
+      CHECK((files[1].name == "merges.txt" && files[1].content == "#version: 0.2\n"));
+    }
+  }
+  SECTION("llm.c's tokenizer file, known by its magic under any name, becomes gpt2_tokenizer.bin") {
+    const std::string table("\xc8\xd7\x34\x01" "rest", 8);  // 20240328, little-endian
+    write(d / "tok.bin", table);
+    const std::vector<NamedFile> files = read_tokenizer_files(d / "tok.bin");
+    REQUIRE(files.size() == 1);
+    CHECK((files[0].name == "gpt2_tokenizer.bin" && files[0].content == table));
+  }
+  SECTION("a file missing is one line naming it") {
+    write(d / "half/vocab.json", "{}");
+    try {
+      read_tokenizer_files(d / "half");
+      FAIL("no error");
+    } catch (const FileError& e) {
+      CHECK(std::string(e.what()) == d / "half/merges.txt" + ": No such file or directory");
+    }
   }
 }
 
@@ -235,14 +275,16 @@ TEST_CASE("resume wins over init_from: the shape comes from the checkpoint it co
   small["n_positions"] = 256;
   const std::string ckpt = d / ("run/checkpoints/" + checkpoint_dir_name(40));
   write_hf(ckpt, small);
-  write(ckpt + "/state.json", json{{"format", "xtrain-checkpoint"}, {"tokenizer", "/recorded"}}.dump());
+  write(ckpt + "/state.json", json{{"format", "xtrain-checkpoint"}}.dump());
+  write(ckpt + "/vocab.json", "{}");
+  write(ckpt + "/merges.txt", "#version: 0.2\n");
   json doc = {{"model", {{"init_from", d / "gpt2"}}}};
 
   SECTION("the checkpoint it resumes from") {
     const Resolved r = resolve(doc, ckpt);
     REQUIRE(r.error.empty());
     CHECK(r.spec.model.seq_len == 256);
-    CHECK(r.spec.tokenizer == "/recorded");
+    CHECK(r.spec.tokenizer == ckpt);
     doc["model"]["seq_len"] = 1024;
     CHECK(resolve(doc, ckpt).error == "model.seq_len: 1024 in the spec but " + ckpt +
                                                "/config.json (the checkpoint this run resumes from) has position "

@@ -159,14 +159,19 @@ TEST_CASE("export: bad input is exit 2, an unwritable OUT exit 1, one error line
   std::sort(left.begin(), left.end());
   CHECK(left == std::vector<std::string>{"cli.err", "cli.out", "m.bin", "run"});  // no OUT, no temporary
 
-  SECTION("a tokenizer the run recorded that is gone") {
-    const Checkpoint moved(dir / "run2", dir / "gone");
-    const Run run = export_cli(dir, {moved.dir, "--format", "hf", dir / "out"});
+  SECTION("a tokenizer the checkpoint carries that cannot be loaded") {
+    fs::create_directories(dir / "vocab");
+    write_bytes(dir / "vocab/vocab.json", "[1, 2]");
+    write_bytes(dir / "vocab/merges.txt", "#version: 0.2\n");
+    const Checkpoint broken(dir / "run2", dir / "vocab");
+    fs::remove_all(dir / "vocab");
+    const Run run = export_cli(dir, {broken.dir, "--format", "hf", dir / "out"});
     CHECK(run.code == 2);
-    CHECK(error_line(run.output) == "error: " + moved.dir + ": its tokenizer: " + dir / "gone" +
-                                        ": no such file or directory (name the vocabulary with --tokenizer PATH)");
+    CHECK(error_line(run.output) == "error: " + broken.dir + ": its tokenizer: " + broken.dir +
+                                        "/vocab.json: expected a JSON object mapping each token to its id, got array (name the vocabulary "
+                                        "with --tokenizer PATH)");
     // The llm.c export ships the tokenizer too (gpt2_tokenizer.bin), so it needs it as much.
-    CHECK(export_cli(dir, {moved.dir, "--format", "llmc", dir / "out.bin"}).code == 2);
+    CHECK(export_cli(dir, {broken.dir, "--format", "llmc", dir / "out.bin"}).code == 2);
     CHECK_FALSE(fs::exists(dir / "out.bin"));
   }
   SECTION("OUT's directories are created") {

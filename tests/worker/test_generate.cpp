@@ -182,6 +182,12 @@ TEST_CASE("generate: bad input is one error line, exit 2, nothing on stdout", "[
   write_bytes(dir / "notes.txt", "not a model");
   fs::create_directories(dir / "empty");
   fs::create_directories(dir / "fresh-run/checkpoints");
+  // A checkpoint's tokenizer with a flipped bit: caught by its checksum before it is loaded.
+  fs::create_directories(dir / "vocab");
+  write_bytes(dir / "vocab/vocab.json", "{\"a\": 0}");
+  write_bytes(dir / "vocab/merges.txt", "#version: 0.2\n");
+  const test::TestCheckpoint flipped(dir / "run-flipped", dir / "vocab");
+  write_bytes(flipped.dir + "/merges.txt", "#version: 0.3\n");
 
   struct Case {
     std::vector<std::string> args;
@@ -197,6 +203,7 @@ TEST_CASE("generate: bad input is one error line, exit 2, nothing on stdout", "[
       {{dir / "empty"}, dir / "empty" + ": " + kinds + "this directory has neither checkpoints/ nor config.json"},
       {{dir / "fresh-run"}, dir / "fresh-run" + ": a run directory without a complete, intact checkpoint"},
       {{dir / "missing"}, dir / "missing" + ": No such file or directory"},
+      {{flipped.dir}, "checkpoint " + flipped.dir + ": merges.txt: damaged: its CRC-32C is "},
       {{bytes.dir, "--prompt", std::string(16, 'x')},
        "--prompt: 16 tokens, but the model's context is 16: at most 15 leave room to generate"},
       {{bytes.dir, "--top-p", "0"}, "--top-p: expected a number in (0, 1]"},

@@ -100,8 +100,11 @@ TEST_CASE("GPT-2 workflow: shards, 2 ranks, export hf and llmc, init_from each: 
           "[workflow][e2e]") {
   const Workflow w;
 
+  // A copy of the vocabulary, removed once the run is done: the checkpoint carries its own.
+  const std::string vocab_copy = w.dir / "vocab-copy";
+  std::filesystem::copy(w.vocab, vocab_copy);
   json pretrain = w.spec();
-  pretrain["tokenizer"] = w.vocab;
+  pretrain["tokenizer"] = vocab_copy;
   pretrain["sample"] = {{"tokens", 12}, {"prompt", "The license grants"}, {"temperature", 1.0}};
   const Finished trained = w.launch("pretrain", pretrain);
   INFO(trained.out << trained.err);
@@ -119,14 +122,20 @@ TEST_CASE("GPT-2 workflow: shards, 2 ranks, export hf and llmc, init_from each: 
   CHECK(val_bpb > val_loss / (std::log(2.0) * 10));
   CHECK(read_file(w.dir / "runs/pretrain/metrics.jsonl").find("\"val_bpb\"") != std::string::npos);
 
-  // Export the final checkpoint both ways.
+  // The final checkpoint carries the tokenizer under Hugging Face's names, so everything below
+  // (export, init_from) works with the vocabulary the run named gone.
   const std::string checkpoint = w.dir / "runs/pretrain/checkpoints/step-00000004";
+  CHECK(read_file(checkpoint + "/vocab.json") == read_file(w.vocab + "/encoder.json"));
+  CHECK(read_file(checkpoint + "/merges.txt") == read_file(w.vocab + "/vocab.bpe"));
+  std::filesystem::remove_all(vocab_copy);
+
+  // Export the final checkpoint both ways.
   for (const auto& [format, out] : {std::pair{"hf", w.dir / "export/hf"}, {"llmc", w.dir / "export/model.bin"}}) {
     const Finished exported = run({bin_path("xtrain-worker"), "export", checkpoint, "--format", format, out});
     INFO(exported.err);
     REQUIRE(exported.exit_code == 0);
   }
-  // The run named a tokenizer: the Hugging Face export ships it, under Hugging Face's names.
+  // The run named a tokenizer: the Hugging Face export ships the checkpoint's copy.
   CHECK(read_file(w.dir / "export/hf/vocab.json") == read_file(w.vocab + "/encoder.json"));
   CHECK(read_file(w.dir / "export/hf/merges.txt") == read_file(w.vocab + "/vocab.bpe"));
   const json config = read_json(w.dir / "export/hf/config.json");
@@ -135,8 +144,8 @@ TEST_CASE("GPT-2 workflow: shards, 2 ranks, export hf and llmc, init_from each: 
 
   // Fine-tune one step from each: the checkpoint itself, the HF directory, the llm.c file with
   // GPT-2's vocabulary files named, and the llm.c file alone. The spec gives no model shape (it
-  // comes from the files) and, but for "from-llmc", no tokenizer: the checkpoint recorded its
-  // run's, the HF directory holds one, and llm.c's gpt2_tokenizer.bin lies beside the llm.c file
+  // comes from the files) and, but for "from-llmc", no tokenizer: the checkpoint and the HF
+  // directory hold one, and llm.c's gpt2_tokenizer.bin lies beside the llm.c file
   // (it decodes only, so that run's sample starts from <|endoftext|> and has no prompt). Same data,
   // seed and world: the same first batch, so bitwise equal weights give bitwise equal losses.
   std::map<std::string, std::pair<double, double>> losses;  // name -> (step 1 loss, val loss)
@@ -168,12 +177,14 @@ TEST_CASE("GPT-2 workflow: shards, 2 ranks, export hf and llmc, init_from each: 
   // llm.c's tokenizer file counts the bytes of the validation tokens as GPT-2's vocabulary does.
   CHECK(bits_per_byte["from-llmc-table"] == bits_per_byte["from-llmc"]);
 
-  // That run recorded the table as its tokenizer: generate on it decodes with it.
+  // That run's checkpoint carries the table as its tokenizer: generate on the run decodes with it.
+  const std::string table_checkpoint = w.dir / "runs/from-llmc-table/checkpoints/step-00000001";
+  CHECK(read_file(table_checkpoint + "/gpt2_tokenizer.bin") == read_file(w.dir / "export/gpt2_tokenizer.bin"));
   const Finished generated = run({bin_path("xtrain-worker"), "generate", w.dir / "runs/from-llmc-table",
                                   "--max-new-tokens", "4", "--device", "cpu"});
   INFO(generated.out << generated.err);
   CHECK(generated.exit_code == 0);
-  CHECK(generated.err.find("tokenizer: " + w.dir / "export/gpt2_tokenizer.bin" + " (llm.c's tokenizer file)") !=
+  CHECK(generated.err.find("tokenizer: " + table_checkpoint + "/gpt2_tokenizer.bin (llm.c's tokenizer file)") !=
         std::string::npos);
 
   // With only llm.c's tokenizer file, a prompt cannot be encoded: xlaunch --check says so, and no
@@ -201,6 +212,45 @@ TEST_CASE("GPT-2 workflow: shards, 2 ranks, export hf and llmc, init_from each: 
   REQUIRE(rounded.exit_code == 0);
   const double first = read_losses(w.dir / "runs/from-checkpoint-bf16").at(1);
   CHECK(first == Approx(losses["from-checkpoint"].first).epsilon(2e-2));
+}
+
+TEST_CASE("GPT-2 workflow: a fine-tune resumes with its model and vocabulary gone and its run moved",
+          "[workflow][e2e][resume]") {
+  const Workflow w;
+  json base = w.spec();
+  base["tokenizer"] = w.vocab;
+  base["train"]["steps"] = 1;
+  const Finished based = w.launch("base", base);
+  INFO(based.out << based.err);
+  REQUIRE(based.exit_code == 0);
+  const std::string model = w.dir / "model";  // a downloaded model: weights and vocabulary files
+  std::filesystem::copy(w.dir / "runs/base/checkpoints/step-00000001", model);
+
+  // A fine-tune names no tokenizer: it takes the model's, and resume takes the checkpoint's own,
+  // which keep 1 removes after the next save; later checkpoints are written from the copy read at
+  // start.
+  json tune = w.spec();
+  tune["model"] = {{"init_from", model}};
+  tune["train"]["steps"] = 2;
+  tune["checkpoint"] = {{"every", 1}, {"keep", 1}, {"resume", "auto"}};
+  tune["sample"] = {{"tokens", 4}, {"prompt", "The"}};
+  const Finished first = w.launch("tune", tune);
+  INFO(first.out << first.err);
+  REQUIRE(first.exit_code == 0);
+  std::filesystem::remove_all(model);
+  std::filesystem::rename(w.dir / "runs/tune", w.dir / "runs/moved");
+
+  tune["train"]["steps"] = 4;
+  const Finished second = w.launch("moved", tune);
+  INFO(second.out << second.err);
+  REQUIRE(second.exit_code == 0);
+  // Steps 1 and 2 from the first launch, 3 and 4 from the second: resumed, not begun again.
+  CHECK(loss_record_counts(w.dir / "runs/moved") == std::map<long, int>{{1, 1}, {2, 1}, {3, 1}, {4, 1}});
+  const std::string last = w.dir / "runs/moved/checkpoints/step-00000004";
+  CHECK(read_file(last + "/vocab.json") == read_file(w.vocab + "/encoder.json"));
+  CHECK(read_file(last + "/merges.txt") == read_file(w.vocab + "/vocab.bpe"));
+  CHECK_FALSE(exists(w.dir / "runs/moved/checkpoints/step-00000003"));
+  CHECK(!w.result("moved", 0).at("sample").get<std::string>().empty());
 }
 
 TEST_CASE("GPT-2 workflow: a model vocabulary the tokenizer cannot serve, and bad init_from, are one error line",
@@ -244,5 +294,25 @@ TEST_CASE("GPT-2 workflow: a model vocabulary the tokenizer cannot serve, and ba
     CHECK(error_line(missing->err).find("model.init_from: " + w.dir / "nope" + ": No such file or directory") !=
           std::string::npos);
     CHECK_FALSE(exists(w.dir / "runs/check"));
+  }
+  SECTION("a checkpoint whose tokenizer has a flipped bit: xlaunch --check names the file, nothing started") {
+    json base = w.spec();
+    base["tokenizer"] = w.vocab;
+    base["train"]["steps"] = 1;
+    const Finished trained = w.launch("base", base);
+    REQUIRE(trained.exit_code == 0);
+    const std::string checkpoint = w.dir / "runs/base/checkpoints/step-00000001";
+    std::string merges = read_file(checkpoint + "/merges.txt");
+    merges[merges.size() / 2] ^= 0x01;
+    std::ofstream(checkpoint + "/merges.txt", std::ios::binary) << merges;
+    json spec = w.spec();
+    spec["model"] = {{"init_from", checkpoint}};
+    const auto damaged =
+        run_xlaunch({write_spec(w.dir, spec, "damaged.json"), "--check", "--run-dir", w.dir / "runs/damaged"});
+    REQUIRE(damaged);
+    CHECK(damaged->exit_code == 2);
+    CHECK(error_line(damaged->err).find("model.init_from: checkpoint " + checkpoint +
+                                        ": merges.txt: damaged: its CRC-32C is ") != std::string::npos);
+    CHECK_FALSE(exists(w.dir / "runs/damaged"));
   }
 }

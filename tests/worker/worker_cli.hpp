@@ -69,7 +69,7 @@ struct TestCheckpoint {
   std::vector<float> params;
   std::string dir;
 
-  // `tokenizer`: the vocabulary the run named, which the checkpoint records.
+  // `tokenizer`: the vocabulary the run named, whose files the checkpoint carries.
   explicit TestCheckpoint(const std::string& run_dir, const std::string& tokenizer = "",
                           const ModelSpec& model = model_spec(2, 2, 16, 8, 70), float stddev = 0.3f) {
     spec.tokenizer = tokenizer;
@@ -85,7 +85,8 @@ struct TestCheckpoint {
     const std::vector<float> moments(layout->total(), 0.5f);
     TrainState state;
     state.step = 3;
-    dir = save_checkpoint(run_dir, spec, *layout, params.data(), moments.data(), moments.data(), state);
+    dir = save_checkpoint(run_dir, spec, *layout, params.data(), moments.data(), moments.data(), state,
+                          tokenizer.empty() ? std::vector<NamedFile>{} : read_tokenizer_files(tokenizer));
   }
 
   std::vector<float> import(const std::string& path) const {

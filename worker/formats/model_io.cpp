@@ -117,8 +117,8 @@ void export_hf_directory(const std::string& dir, const ParamLayout& layout, cons
     write_file_atomic(tmp + "/" + kModelConfigFile, config.dump(2) + "\n");
     write_hf_model(tmp + "/" + kModelWeightsFile, layout, params);
     if (vocab) {
-      copy_file(vocab->files.vocab, tmp + "/vocab.json");
-      copy_file(vocab->files.merges, tmp + "/merges.txt");
+      copy_file(vocab->files.vocab, tmp + "/" + kHfVocabFile);
+      copy_file(vocab->files.merges, tmp + "/" + kHfMergesFile);
       write_file_atomic(tmp + "/tokenizer_config.json", tokenizer_config(layout.dims(), *vocab).dump(2) + "\n");
       const nlohmann::json generation = {{"bos_token_id", vocab->eot}, {"eos_token_id", vocab->eot}};
       write_file_atomic(tmp + "/generation_config.json", generation.dump(2) + "\n");

@@ -90,8 +90,6 @@ json state_json(const JobSpec& spec, const TrainState& state, const FileChecksum
           {"train", spec_section(spec, "train")},
           {"data", {{"train", spec.data.train}, {"train_tokens", state.train_tokens}}},
           {"files", sums}};
-  // Absolute, so that an export run from anywhere finds the vocabulary (model_file.hpp).
-  if (!spec.tokenizer.empty()) out["tokenizer"] = fs::absolute(spec.tokenizer).lexically_normal().string();
   out[kStateChecksumKey] = state_checksum(out);
   return out;
 }
@@ -192,9 +190,9 @@ json verify_structure(const std::string& dir) {
 }
 
 // Every file state.json lists has its recorded size and CRC-32C (a flipped bit in the weights
-// changes no size and no header). Reads every file once. Checkpoints written before checksums
-// were recorded pass with a note.
-void verify_checksums(const std::string& dir, const json& state) {
+// changes no size and no header). Reads every file once, or with `tensors` false all but the
+// safetensors files. Checkpoints written before checksums were recorded pass with a note.
+void verify_checksums(const std::string& dir, const json& state, bool tensors = true) {
   const json files = state.value("files", json());
   if (!files.is_object()) {
     spdlog::info("resume: {} records no checksums (an older checkpoint): its files are checked by their headers only",
@@ -202,6 +200,7 @@ void verify_checksums(const std::string& dir, const json& state) {
     return;
   }
   for (const auto& [name, recorded] : files.items()) {
+    if (!tensors && fs::path(name).extension() == ".safetensors") continue;
     const json bytes = recorded.is_object() ? recorded.value("bytes", json()) : json();
     const json crc = recorded.is_object() ? recorded.value("crc32c", json()) : json();
     if (!bytes.is_number_unsigned() || !crc.is_string()) {
@@ -283,7 +282,8 @@ void require_directory(const std::string& dir) {
 }  // namespace
 
 std::string save_checkpoint(const std::string& run_dir, const JobSpec& spec, const ParamLayout& layout,
-                            const float* params, const float* m, const float* v, const TrainState& state) {
+                            const float* params, const float* m, const float* v, const TrainState& state,
+                            const std::vector<NamedFile>& tokenizer) {
   const fs::path root = fs::path(run_dir) / "checkpoints";
   const fs::path final_dir = root / checkpoint_dir_name(state.step);
   const fs::path tmp = final_dir.string() + kCheckpointTmpMarker + std::to_string(::getpid());
@@ -303,6 +303,10 @@ std::string save_checkpoint(const std::string& run_dir, const JobSpec& spec, con
     const std::string config = hf_config(layout.dims()).dump(2) + "\n";
     write_file_atomic((tmp / kModelConfigFile).string(), config);
     sums[kModelConfigFile] = {config.size(), crc32c(config.data(), config.size())};
+    for (const NamedFile& file : tokenizer) {
+      write_file_atomic((tmp / file.name).string(), file.content);
+      sums[file.name] = {file.content.size(), crc32c(file.content.data(), file.content.size())};
+    }
     write_file_atomic((tmp / kCheckpointStateFile).string(), state_json(spec, state, sums).dump(2) + "\n");
     fsync_directory(tmp.string());
     if (fs::exists(final_dir)) remove_checkpoint_dir(final_dir);  // the same step saved again
@@ -344,6 +348,18 @@ std::optional<std::string> find_resume_checkpoint(const std::string& run_dir, co
     }
   }
   return std::nullopt;
+}
+
+void verify_checkpoint_small_files(const std::string& dir) { verify_checksums(dir, read_state(dir), false); }
+
+void resolve_training_model(JobSpec& spec, const json& doc, const std::optional<std::string>& resume_from) {
+  const std::optional<ModelFileInfo> source = resolve_model_source(spec, doc, resume_from);
+  if (resume_from || !source || source->format != ModelFormat::kCheckpoint) return;
+  try {
+    verify_checkpoint_small_files(source->path);
+  } catch (const CheckpointError& e) {
+    throw SpecError("model.init_from", e.what());
+  }
 }
 
 std::optional<ResumeRule> train_key_on_resume(const std::string& key) {

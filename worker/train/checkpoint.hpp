@@ -8,11 +8,14 @@
 //                          the metadata;
 //   state.json             format version, step, the sampler state, the model spec, the train
 //                          settings and the training-token count, checked again on resume; each
-//                          other file's size and CRC-32C ("files"), verified before a resume; the
-//                          run's tokenizer (absolute path), which `xtrain-worker export` ships;
+//                          other file's size and CRC-32C ("files"), verified before a resume;
 //                          and (format 2) "crc32c": the CRC-32C of its own content, the compact
 //                          serialisation of the object without that key, so a flipped bit that
-//                          leaves valid JSON (a step, a sampler word) is caught too.
+//                          leaves valid JSON (a step, a sampler word) is caught too;
+//   vocab.json, merges.txt the run's tokenizer, where it has one: GPT-2's vocabulary files (which
+//   or gpt2_tokenizer.bin  transformers loads beside the model) or llm.c's tokenizer file, so that
+//                          resume, generate, eval and export need nothing outside the directory
+//                          (the run or the vocabulary may have moved since); checksummed as well.
 // Together exactly what is needed to continue bit for bit. Rank 0 writes one under
 // step-NNNNNNNN.tmp-PID, fsyncs every file and the directory, renames it, fsyncs the parent: a
 // directory with a final name is always complete, and a crashed writer leaves only a .tmp-* that
@@ -23,9 +26,13 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 #include "common/checkpoint_dirs.hpp"
 #include "common/job_spec.hpp"
+#include "common/model_file.hpp"
 #include "worker/data/batch_sampler.hpp"
 #include "worker/model/param_layout.hpp"
 
@@ -54,11 +61,13 @@ struct TrainState {
 };
 
 // Writes the checkpoint of `state.step` under run_dir/checkpoints/ (params, m, v: host buffers of
-// layout.total() floats), then keeps only the spec.checkpoint.keep newest complete checkpoints and
+// layout.total() floats; `tokenizer`: read_tokenizer_files of the run's, read once when it starts,
+// since the path may be a checkpoint this removes, or none), then keeps only the spec.checkpoint.keep newest complete checkpoints and
 // removes stale .tmp-* directories. Returns the checkpoint's directory. Throws FileError (disk
 // full, permissions) after removing its temporary directory.
 std::string save_checkpoint(const std::string& run_dir, const JobSpec& spec, const ParamLayout& layout,
-                            const float* params, const float* m, const float* v, const TrainState& state);
+                            const float* params, const float* m, const float* v, const TrainState& state,
+                            const std::vector<NamedFile>& tokenizer);
 
 // Which checkpoint to resume from: `resume` is "never" (none), "auto" (the newest complete
 // checkpoint under run_dir/checkpoints/ whose files are intact, or none; a damaged one is skipped
@@ -67,6 +76,19 @@ std::string save_checkpoint(const std::string& run_dir, const JobSpec& spec, con
 // matches the directory's name (step-NNNNNNNN), the headers agree with the sizes, and every other
 // file has the size and CRC-32C that state.json recorded (so this reads the checkpoint's files once).
 std::optional<std::string> find_resume_checkpoint(const std::string& run_dir, const std::string& resume);
+
+// The files of checkpoint `dir` besides its tensor files (state.json, config.json, the tokenizer's)
+// against their recorded sizes and CRC-32Cs: what a checkpoint used as a model (init_from,
+// generate, eval, export) is read for besides the weights, whose own digest the safetensors reader
+// checks. Throws CheckpointError naming the file.
+void verify_checkpoint_small_files(const std::string& dir);
+
+// resolve_model_source (common/model_file.hpp) as training uses it, in the launcher's plan and in
+// each rank: one of our checkpoints as model.init_from, with nothing resumed, also has its files
+// besides the tensors verified (verify_checkpoint_small_files) before its tokenizer is read, a
+// damaged one a SpecError naming model.init_from. (A checkpoint resumed from was verified whole by
+// find_resume_checkpoint.)
+void resolve_training_model(JobSpec& spec, const nlohmann::json& doc, const std::optional<std::string>& resume_from);
 
 // What may change on resume, for each train.* key (docs/job-spec.md has the table):
 //   kKept       part of the run (batch_size, seed, lr, min_lr, warmup_steps, weight_decay, beta1,

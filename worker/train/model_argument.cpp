@@ -51,7 +51,10 @@ ModelFileInfo open_model_argument(const std::string& path) {
                                 std::to_string(kLlmcModelMagic));
     }
   }
-  return read_model_file_info(path);
+  ModelFileInfo info = read_model_file_info(path);
+  // The weights carry their own digest; a checkpoint's tokenizer and config are checked here.
+  if (info.format == ModelFormat::kCheckpoint) verify_checkpoint_small_files(info.path);
+  return info;
 }
 
 std::optional<TextCodec> model_tokenizer(const ModelFileInfo& model, const std::string& flag_path) {

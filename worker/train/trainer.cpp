@@ -87,6 +87,9 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
   data_ = load_data(spec_.data, spec_.model, t.eval_every > 0);
   report_.heartbeat().beat();
   text_ = TextCodec::for_run(spec_, data_.byte_level);
+  // Rank 0 writes checkpoints, each with the tokenizer's files. Read now: a resumed run's
+  // tokenizer is its checkpoint's copy, which a later save may remove (checkpoint.keep).
+  if (rank_ == 0 && !spec_.tokenizer.empty()) tokenizer_files_ = read_tokenizer_files(spec_.tokenizer);
   if (spec_.sample.tokens > 0 && text_.has_text()) {
     prompt_ = text_.prompt_tokens(spec_.sample.prompt);
     for (const std::int32_t token : prompt_) {
@@ -385,7 +388,8 @@ void Trainer::save(Communicator& comm, long step) {
     state.adam_t = adamw_->step_count();
     state.sampler = sampler_->state();
     state.train_tokens = data_.train.count;
-    dir = save_checkpoint(run_dir_, spec_, model_->layout(), params.data(), m.data(), v.data(), state);
+    dir = save_checkpoint(run_dir_, spec_, model_->layout(), params.data(), m.data(), v.data(), state,
+                          tokenizer_files_);
   }
   // Nobody runs ahead (and nobody exits) before the checkpoint is complete.
   report_.heartbeat().phase(WorkerPhase::kCheckpointWait);

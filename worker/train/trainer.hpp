@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "common/job_spec.hpp"
+#include "common/model_file.hpp"
 #include "worker/train/adamw.hpp"
 #include "worker/train/busy_clock.hpp"
 #include "worker/model/backend.hpp"
@@ -130,6 +131,7 @@ class Trainer {
 
   DataSplit data_;
   TextCodec text_;                    // bytes, the tokenizer, or no text (token shards without one)
+  std::vector<NamedFile> tokenizer_files_;  // rank 0: spec.tokenizer's files, which checkpoints carry
   std::vector<std::int32_t> prompt_;  // sample.prompt, encoded
   std::unique_ptr<BatchSampler> sampler_;
   std::vector<std::uint64_t> val_starts_;

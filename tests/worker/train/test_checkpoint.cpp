@@ -56,10 +56,13 @@ struct Model {
     s.train_tokens = 12345;
     return s;
   }();
+  // The run's tokenizer as the trainer reads it (the checkpoint copies it without parsing it).
+  std::vector<NamedFile> tokenizer = {{"vocab.json", "{\"!\": 0, \"<|endoftext|>\": 1}"},
+                                      {"merges.txt", "#version: 0.2\n"}};
 
   std::string save(const std::string& run_dir, std::int64_t step) {
     state.step = step;
-    return save_checkpoint(run_dir, spec, layout, params.data(), m.data(), v.data(), state);
+    return save_checkpoint(run_dir, spec, layout, params.data(), m.data(), v.data(), state, tokenizer);
   }
 };
 
@@ -79,7 +82,8 @@ TEST_CASE("a checkpoint round-trips parameters, moments and state bit for bit", 
   const std::string dir = model.save(run.path(), 10);
   CHECK(dir == run / "checkpoints/step-00000010");
   CHECK(names_in(dir) ==
-        std::set<std::string>{"model.safetensors", "optimizer.safetensors", "config.json", "state.json"});
+        std::set<std::string>{"model.safetensors", "optimizer.safetensors", "config.json", "state.json",
+                              "vocab.json", "merges.txt"});
 
   const float nan = std::nanf("");
   std::vector<float> params(model.layout.total(), nan), m(params), v(params);
@@ -214,13 +218,15 @@ TEST_CASE("resume picks the newest intact checkpoint, never a partial one", "[ch
   }
 }
 
-TEST_CASE("state.json records every file's size and CRC-32C", "[checkpoint]") {
+TEST_CASE("state.json records every file's size and CRC-32C, the tokenizer's too", "[checkpoint]") {
   ScratchDir run;
   Model model;
   const std::string dir = model.save(run.path(), 1);
+  CHECK(read_bytes(dir + "/vocab.json") == model.tokenizer[0].content);
+  CHECK(read_bytes(dir + "/merges.txt") == model.tokenizer[1].content);
   const nlohmann::json files = nlohmann::json::parse(read_bytes(dir + "/state.json")).at("files");
-  CHECK(files.size() == 3);
-  for (const char* name : {"model.safetensors", "optimizer.safetensors", "config.json"}) {
+  CHECK(files.size() == 5);
+  for (const char* name : {"model.safetensors", "optimizer.safetensors", "config.json", "vocab.json", "merges.txt"}) {
     INFO(name);
     const std::string bytes = read_bytes(dir + "/" + name);
     CHECK(files.at(name).at("bytes") == bytes.size());
@@ -243,6 +249,7 @@ TEST_CASE("a flipped bit (size unchanged): auto falls back, and an explicit path
   SECTION("in the weights' data") { flip(newest + "/model.safetensors", 100); }
   SECTION("in the optimizer's data") { flip(newest + "/optimizer.safetensors", 5); }
   SECTION("in config.json") { flip(newest + "/config.json", 3); }
+  SECTION("in the tokenizer's merges.txt") { flip(newest + "/merges.txt", 2); }
   SECTION("in state.json, still valid JSON") {  // "step": 2 becomes 3
     std::string bytes = read_bytes(newest + "/state.json");
     const size_t at = bytes.find("\"step\": 2");
@@ -500,7 +507,7 @@ TEST_CASE("a run resumed from a checkpoint continues bit for bit", "[checkpoint]
     Trainer first = fresh();
     for (int i = 0; i < 10; ++i) first.train_step(spec.train.batch_size, spec.train.micro_batch_size);
     TrainState state{first.step, first.adam_t, first.sampler.state(), first.data.train.count};
-    save_checkpoint(run.path(), spec, layout, first.params.data(), first.m.data(), first.v.data(), state);
+    save_checkpoint(run.path(), spec, layout, first.params.data(), first.m.data(), first.v.data(), state, {});
   }
   Trainer resumed = fresh();  // a new process: initial weights, seed-fresh sampler
   const auto dir = find_resume_checkpoint(run.path(), spec.checkpoint.resume);
