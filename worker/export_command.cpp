@@ -15,6 +15,8 @@
 #include "common/tokenizer/gpt2_vocabulary.hpp"
 #include "common/log.hpp"
 #include "common/model_file.hpp"
+#include "common/atomic_file.hpp"
+#include "worker/formats/file_io.hpp"
 #include "worker/formats/llmc_model.hpp"
 #include "worker/formats/llmc_tokenizer.hpp"
 #include "worker/formats/model_io.hpp"
@@ -38,7 +40,8 @@ const char* const kUsage =
     "  --tokenizer PATH: GPT-2's vocabulary files, or llm.c's gpt2_tokenizer.bin (it decodes only,\n"
     "          so it goes with llmc alone); the source's own is the default\n"
     "  OUT (and the directories above it) is written under a temporary name, fsynced and renamed\n"
-    "  into place; an existing OUT (or gpt2_tokenizer.bin) is an error unless --force.\n"
+    "  into place; an existing OUT, or a gpt2_tokenizer.bin holding another tokenizer, is an error\n"
+    "  unless --force (models exported into one directory share one gpt2_tokenizer.bin).\n"
     "exit codes: 0 written; 1 runtime failure (OUT could not be written); 2 bad input (command line,\n"
     "  SOURCE unreadable or malformed, OUT exists)\n";
 
@@ -105,6 +108,17 @@ std::string llmc_tokenizer_path(const std::string& out) {
   return (fs::path(out).parent_path() / kLlmcTokenizerFile).string();
 }
 
+// True when `path` is a file whose content is `bytes`: several models exported into one directory
+// share the same gpt2_tokenizer.bin, which needs no --force to be written again.
+bool holds_exactly(const std::string& path, const std::string& bytes) {
+  std::error_code ec;
+  if (fs::file_size(path, ec) != bytes.size() || ec) return false;
+  const InputFile in(path);
+  std::string content(bytes.size(), '\0');
+  in.read_at(0, content.data(), content.size());
+  return content == bytes;
+}
+
 }  // namespace
 
 int run_export(int argc, char** argv) {
@@ -112,15 +126,20 @@ int run_export(int argc, char** argv) {
   ExportOptions o;
   ModelFileInfo source;
   std::optional<ShippedVocab> vocab;
+  std::optional<std::string> table;  // an llm.c export's gpt2_tokenizer.bin
   std::optional<FlatModel> flat;
   const auto t0 = std::chrono::steady_clock::now();
   try {
     o = parse(argc, argv);
     source = open_model_argument(o.source);
     vocab = vocabulary(o, source);
-    std::error_code ec;
-    if (o.format == "llmc" && vocab && fs::exists(llmc_tokenizer_path(o.out), ec) && !o.force) {
-      throw BadInput(llmc_tokenizer_path(o.out) + ": exists (give --force to replace it)");
+    if (o.format == "llmc" && vocab) {
+      table = llmc_tokenizer_bytes(vocab->tokenizer.decoding_table());
+      std::error_code ec;
+      if (fs::exists(llmc_tokenizer_path(o.out), ec) && !o.force &&
+          !holds_exactly(llmc_tokenizer_path(o.out), *table)) {
+        throw BadInput(llmc_tokenizer_path(o.out) + ": exists and holds another tokenizer (give --force to replace it)");
+      }
     }
     flat = load_flat_model(source);
   } catch (const ModelOutOfMemory& e) {
@@ -153,7 +172,7 @@ int run_export(int argc, char** argv) {
     } else {
       export_llmc_model(o.out, flat->layout, flat->params.data(),
                         o.dtype == "bf16" ? kLlmcVersionBf16 : kLlmcVersionFp32);
-      if (vocab) write_llmc_tokenizer(llmc_tokenizer_path(o.out), vocab->tokenizer.decoding_table());
+      if (table) write_file_atomic(llmc_tokenizer_path(o.out), *table);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -311,10 +311,19 @@ TEST_CASE("export: a run directory is its newest checkpoint, a Hugging Face expo
   }
   CHECK(same);
   CHECK(at == table.size());
-  // An existing tokenizer file is replaced only with --force.
+  // A second model exported beside it shares the tokenizer file; one holding another tokenizer
+  // is replaced only with --force.
+  const Run beside = export_cli(dir, {dir / "run", "--format", "llmc", "--dtype", "bf16", dir / "llmc/m-bf16.bin"});
+  INFO(beside.output);
+  CHECK(beside.code == 0);
+  CHECK(read_bytes(dir / "llmc/gpt2_tokenizer.bin") == table);
+  std::string other = table;
+  other[1024 + 1] ^= 0x01;  // token 0's byte
+  write_bytes(dir / "llmc/gpt2_tokenizer.bin", other);
   const Run again = export_cli(dir, {dir / "run", "--format", "llmc", dir / "llmc/m2.bin"});
   CHECK(again.code == 2);
-  CHECK(error_line(again.output) == "error: " + dir / "llmc/gpt2_tokenizer.bin" + ": exists (give --force to replace it)");
+  CHECK(error_line(again.output) == "error: " + dir / "llmc/gpt2_tokenizer.bin" +
+                                        ": exists and holds another tokenizer (give --force to replace it)");
   CHECK_FALSE(fs::exists(dir / "llmc/m2.bin"));
 
   // The lines of a run that are warnings.

@@ -3,7 +3,6 @@
 #include <array>
 #include <cstring>
 
-#include "common/atomic_file.hpp"
 #include "common/model_file.hpp"
 #include "worker/formats/file_io.hpp"
 
@@ -50,7 +49,7 @@ LlmcTokenizer read_llmc_tokenizer(const std::string& path) {
   return out;
 }
 
-void write_llmc_tokenizer(const std::string& path, const LlmcTokenizer& table) {
+std::string llmc_tokenizer_bytes(const LlmcTokenizer& table) {
   Header header{};
   header[0] = kLlmcTokenizerMagic;
   header[1] = 2;
@@ -66,7 +65,7 @@ void write_llmc_tokenizer(const std::string& path, const LlmcTokenizer& table) {
     file += static_cast<char>(static_cast<unsigned char>(bytes.size()));
     file += bytes;
   }
-  write_file_atomic(path, file);
+  return file;
 }
 
 }  // namespace xtrain

@@ -22,8 +22,8 @@ struct LlmcTokenizer {
 // token of no bytes, or a size other than its tokens'.
 LlmcTokenizer read_llmc_tokenizer(const std::string& path);
 
-// Writes `table` as version 2, atomically. Throws FileError naming table.path for a token of no
+// `table` as the file's bytes, version 2. Throws FileError naming table.path for a token of no
 // bytes or more than 255 (the format's length is one byte).
-void write_llmc_tokenizer(const std::string& path, const LlmcTokenizer& table);
+std::string llmc_tokenizer_bytes(const LlmcTokenizer& table);
 
 }  // namespace xtrain

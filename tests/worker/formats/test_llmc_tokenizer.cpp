@@ -22,7 +22,7 @@ using xtrain::test::write_bytes;
 TEST_CASE("llm.c's tokenizer file reads back as it was written, and a bad one is refused naming the file", "[llmc]") {
   ScratchDir dir;
   const TextCodec gpt2 = TextCodec::of(Gpt2Tokenizer::load(test::gpt2_hf_dir()));
-  write_llmc_tokenizer(dir / "tok.bin", gpt2.decoding_table());
+  write_bytes(dir / "tok.bin", llmc_tokenizer_bytes(gpt2.decoding_table()));
   CHECK(is_llmc_tokenizer_file(dir / "tok.bin"));
   CHECK_FALSE(is_llmc_tokenizer_file(test::gpt2_hf_dir() + "/vocab.json"));
   write_bytes(dir / "gpt2_tokenizer.bin", "damaged");  // known by its name too, to be reported as what it is
@@ -72,7 +72,7 @@ TEST_CASE("llm.c's tokenizer file as a codec decodes and counts bytes as GPT-2's
           "[llmc][text]") {
   ScratchDir dir;
   const TextCodec gpt2 = TextCodec::load(test::gpt2_hf_dir());
-  write_llmc_tokenizer(dir / "gpt2_tokenizer.bin", gpt2.decoding_table());
+  write_bytes(dir / "gpt2_tokenizer.bin", llmc_tokenizer_bytes(gpt2.decoding_table()));
   const TextCodec table = TextCodec::load(dir / "gpt2_tokenizer.bin");
   CHECK(table.has_text());
   CHECK_FALSE(table.encodes());
@@ -98,7 +98,7 @@ TEST_CASE("llm.c's tokenizer file as a codec decodes and counts bytes as GPT-2's
 TEST_CASE("a run's tokenizer may be llm.c's file: no prompt but the default, and the vocabulary must be the model's",
           "[llmc][text][errors]") {
   ScratchDir dir;
-  write_llmc_tokenizer(dir / "gpt2_tokenizer.bin", TextCodec::load(test::gpt2_hf_dir()).decoding_table());
+  write_bytes(dir / "gpt2_tokenizer.bin", llmc_tokenizer_bytes(TextCodec::load(test::gpt2_hf_dir()).decoding_table()));
   JobSpec spec;
   spec.tokenizer = dir / "gpt2_tokenizer.bin";
   spec.model.vocab_size = 50257;
