@@ -34,7 +34,8 @@ const char* const kUsage =
     "  anything model.init_from takes: a Hugging Face GPT-2 directory or an llm.c model file) as\n"
     "    hf    a Hugging Face GPT-2 directory: config.json, model.safetensors (F32) and, when the\n"
     "          source comes with GPT-2's vocabulary files (or --tokenizer names them), vocab.json +\n"
-    "          merges.txt, tokenizer_config.json and generation_config.json (a warning says when not)\n"
+    "          merges.txt, tokenizer_config.json and generation_config.json (a warning says when not;\n"
+    "          llm.c's tokenizer file, which decodes only, goes in as gpt2_tokenizer.bin)\n"
     "    llmc  an llm.c model file: version 3 (fp32, the default) or version 5 (--dtype bf16), and\n"
     "          with a tokenizer gpt2_tokenizer.bin beside it (the file llm.c's sampler reads)\n"
     "  --tokenizer PATH: GPT-2's vocabulary files, or llm.c's gpt2_tokenizer.bin (it decodes only,\n"
@@ -126,15 +127,15 @@ int run_export(int argc, char** argv) {
   ExportOptions o;
   ModelFileInfo source;
   std::optional<ShippedVocab> vocab;
-  std::optional<std::string> table;  // an llm.c export's gpt2_tokenizer.bin
+  std::optional<std::string> table;  // llm.c's gpt2_tokenizer.bin, where the export writes one
   std::optional<FlatModel> flat;
   const auto t0 = std::chrono::steady_clock::now();
   try {
     o = parse(argc, argv);
     source = open_model_argument(o.source);
     vocab = vocabulary(o, source);
-    if (o.format == "llmc" && vocab) {
-      table = llmc_tokenizer_bytes(vocab->tokenizer.decoding_table());
+    if (vocab && (o.format == "llmc" || !vocab->files)) table = llmc_tokenizer_bytes(vocab->tokenizer.decoding_table());
+    if (o.format == "llmc" && table) {
       std::error_code ec;
       if (fs::exists(llmc_tokenizer_path(o.out), ec) && !o.force &&
           !holds_exactly(llmc_tokenizer_path(o.out), *table)) {
@@ -157,8 +158,9 @@ int run_export(int argc, char** argv) {
                  o.format == "hf" ? o.out + " gets no vocabulary files"
                                   : "no " + std::string(kLlmcTokenizerFile) + " is written beside " + o.out);
   } else if (o.format == "hf" && !vocab->files) {
-    spdlog::warn("{} gets no vocabulary files: {} decodes only (give --tokenizer PATH to ship GPT-2's)", o.out,
-                 vocab->tokenizer.name());
+    spdlog::warn("{} gets no vocabulary files, only {}: {} decodes only, and transformers loads no tokenizer from "
+                 "it (give --tokenizer PATH to ship GPT-2's)",
+                 o.out, kLlmcTokenizerFile, vocab->tokenizer.name());
   }
   try {
     const fs::path parent = fs::path(o.out).parent_path();
@@ -168,7 +170,7 @@ int run_export(int argc, char** argv) {
     }
     if (o.format == "hf") {
       export_hf_directory(o.out, flat->layout, flat->params.data(),
-                          vocab ? vocab->files : std::nullopt, o.force);
+                          vocab ? vocab->files : std::nullopt, o.force, table);
     } else {
       export_llmc_model(o.out, flat->layout, flat->params.data(),
                         o.dtype == "bf16" ? kLlmcVersionBf16 : kLlmcVersionFp32);
@@ -188,7 +190,7 @@ int run_export(int argc, char** argv) {
                !vocab                          ? ""
                : o.format == "llmc"            ? " with " + llmc_tokenizer_path(o.out)
                : vocab->files                  ? " with vocab.json + merges.txt"
-                                               : "",
+                                               : std::string(" with ") + kLlmcTokenizerFile,
                seconds);
   return 0;
 }

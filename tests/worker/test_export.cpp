@@ -336,15 +336,18 @@ TEST_CASE("export: a run directory is its newest checkpoint, a Hugging Face expo
     return found;
   };
   // llm.c's tokenizer file beside an llm.c model file decodes only: a Hugging Face export gets no
-  // vocabulary files from it, and says so.
+  // vocabulary files from it, and says so, but carries the file, with which the directory decodes.
   REQUIRE(export_cli(dir, {ckpt.dir, "--format", "llmc", dir / "m.bin"}).code == 0);
   REQUIRE(fs::exists(dir / "gpt2_tokenizer.bin"));
   const Run tabled = export_cli(dir, {dir / "m.bin", "--format", "hf", dir / "tabled"});
   CHECK(tabled.code == 0);
   REQUIRE(warnings_of(tabled).size() == 1);
-  CHECK(warnings_of(tabled)[0].find(dir / "tabled" + " gets no vocabulary files: " + dir / "gpt2_tokenizer.bin" +
-                                    " (llm.c's tokenizer file) decodes only") != std::string::npos);
+  CHECK(warnings_of(tabled)[0].find(dir / "tabled" + " gets no vocabulary files, only gpt2_tokenizer.bin: " +
+                                    dir / "gpt2_tokenizer.bin" + " (llm.c's tokenizer file) decodes only") !=
+        std::string::npos);
   CHECK_FALSE(fs::exists(dir / "tabled/vocab.json"));
+  CHECK(read_bytes(dir / "tabled/gpt2_tokenizer.bin") == read_bytes(dir / "gpt2_tokenizer.bin"));
+  CHECK(read_model_file_info(dir / "tabled").tokenizer == dir / "tabled/gpt2_tokenizer.bin");
 
   // No tokenizer: one warning line, and no vocabulary or tokenizer files.
   fs::remove(dir / "gpt2_tokenizer.bin");

@@ -105,7 +105,8 @@ void import_model(const ModelFileInfo& file, const ParamLayout& layout, float* p
 }
 
 void export_hf_directory(const std::string& dir, const ParamLayout& layout, const float* params,
-                         const std::optional<ExportVocab>& vocab, bool replace) {
+                         const std::optional<ExportVocab>& vocab, bool replace,
+                         const std::optional<std::string>& llmc_table) {
   std::error_code ec;
   if (fs::exists(dir, ec) && !replace) throw FileError(dir, "exists (give --force to replace it)");
   const std::string tmp = dir + kCheckpointTmpMarker + std::to_string(::getpid());
@@ -122,6 +123,8 @@ void export_hf_directory(const std::string& dir, const ParamLayout& layout, cons
       write_file_atomic(tmp + "/tokenizer_config.json", tokenizer_config(layout.dims(), *vocab).dump(2) + "\n");
       const nlohmann::json generation = {{"bos_token_id", vocab->eot}, {"eos_token_id", vocab->eot}};
       write_file_atomic(tmp + "/generation_config.json", generation.dump(2) + "\n");
+    } else if (llmc_table) {
+      write_file_atomic(tmp + "/" + kLlmcTokenizerFile, *llmc_table);
     }
     fsync_directory(tmp);
     if (fs::exists(dir)) {

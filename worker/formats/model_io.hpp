@@ -61,10 +61,13 @@ struct ExportVocab {
 // gpt2's names) and, when `vocab` is given, its files as vocab.json + merges.txt with
 // tokenizer_config.json (GPT2Tokenizer, the special tokens, model_max_length) and
 // generation_config.json (bos_token_id, eos_token_id), so that AutoTokenizer and
-// AutoModelForCausalLM load it and generate stops at <|endoftext|> with no extra arguments. Everything is
-// written under DIR.tmp-PID, fsynced and renamed into place; an existing `dir` is replaced only
-// with `replace` (else FileError). A failure leaves no temporary behind.
+// AutoModelForCausalLM load it and generate stops at <|endoftext|> with no extra arguments. Without
+// them, `llmc_table` (llm.c's tokenizer file's bytes) goes in as gpt2_tokenizer.bin: transformers
+// ignores it, our commands decode with it (common/model_file.hpp). Everything is written under
+// DIR.tmp-PID, fsynced and renamed into place; an existing `dir` is replaced only with `replace`
+// (else FileError). A failure leaves no temporary behind.
 void export_hf_directory(const std::string& dir, const ParamLayout& layout, const float* params,
-                         const std::optional<ExportVocab>& vocab, bool replace);
+                         const std::optional<ExportVocab>& vocab, bool replace,
+                         const std::optional<std::string>& llmc_table = std::nullopt);
 
 }  // namespace xtrain
