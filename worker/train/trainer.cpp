@@ -113,10 +113,14 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
     }
   }
 
+  // Each allocation of a large model takes seconds (the pages are zeroed): a beat after each, so
+  // that the watchdog's limit need only exceed the longest of them.
   model_ = std::make_unique<GPT>(spec_.model, backend_, micro_batch_);
+  report_.heartbeat().beat();
   if (graphs.use) model_->set_replay(graphs.required ? GPT::Replay::kRequired : GPT::Replay::kPreferred);
   if (rank_ == 0 && backend_.name() == "cuda") spdlog::info("cuda graphs: {}", graphs.why);
   adamw_ = std::make_unique<AdamW>(backend_, model_->layout(), AdamWConfig::from(t));
+  report_.heartbeat().beat();
   host_scalars_.resize(step_scalar_floats(world_));
   scalars_ = backend_.alloc_floats(host_scalars_.size());
   const size_t bt = static_cast<size_t>(micro_batch_) * static_cast<size_t>(spec_.model.seq_len);
@@ -350,6 +354,7 @@ double Trainer::evaluate(Communicator& comm) {
     gather_micro_batch(data_.val, T, val_starts_, rank_, world_, micro, micro_batch_, inputs_.data(),
                        targets_.data());
     model_->forward(inputs_.data(), targets_.data(), micro_batch_);
+    report_.heartbeat().beat();  // validation may take many steps' time (train.eval_batches)
   }
   return average_scalar(comm, model_->take_loss());
 }
