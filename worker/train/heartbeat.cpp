@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -142,5 +143,22 @@ void Heartbeat::end_step(const StepStats& s, double tokens_per_s, double eta_s) 
 }
 
 void Heartbeat::set_comm_bucket(int bucket) { store_relaxed(record_->comm_bucket, bucket); }
+
+BeatWhileWaiting::BeatWhileWaiting(const Heartbeat& heartbeat)
+    : thread_([this, &heartbeat] {
+        // Four beats a second: well inside any heartbeat timeout, and no measurable cost.
+        constexpr std::chrono::milliseconds kEvery{250};
+        std::unique_lock lock(mutex_);
+        while (!wake_.wait_for(lock, kEvery, [this] { return done_; })) heartbeat.beat();
+      }) {}
+
+BeatWhileWaiting::~BeatWhileWaiting() {
+  {
+    const std::lock_guard lock(mutex_);
+    done_ = true;
+  }
+  wake_.notify_one();
+  thread_.join();
+}
 
 }  // namespace xtrain

@@ -8,8 +8,11 @@
 // after set_plan (which may map the file anew).
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/heartbeat_record.hpp"
@@ -64,6 +67,24 @@ class Heartbeat {
   size_t mapped_bytes_ = 0;            // 0: private_
   float* rank_busy_ = nullptr;         // record_->rank_busy_count floats after the record in the mapping
   HeartbeatRecord private_{};
+};
+
+// Beats from a thread of its own until destroyed, for a wait that another rank's beats vouch for:
+// the ranks in the barrier while rank 0 writes a checkpoint, which beats as it writes
+// (worker/formats/file_io.hpp's FileProgress). A long write then does not make them look hung to
+// the watchdog, while a stall of rank 0 still shows as rank 0's own silence.
+class BeatWhileWaiting {
+ public:
+  explicit BeatWhileWaiting(const Heartbeat& heartbeat);
+  ~BeatWhileWaiting();
+  BeatWhileWaiting(const BeatWhileWaiting&) = delete;
+  BeatWhileWaiting& operator=(const BeatWhileWaiting&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool done_ = false;
+  std::thread thread_;
 };
 
 }  // namespace xtrain

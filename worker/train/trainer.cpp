@@ -398,7 +398,10 @@ void Trainer::save(Communicator& comm, long step) {
   }
   // Nobody runs ahead (and nobody exits) before the checkpoint is complete.
   report_.heartbeat().phase(WorkerPhase::kCheckpointWait);
-  comm.barrier();
+  {
+    const BeatWhileWaiting beating(report_.heartbeat());
+    comm.barrier();
+  }
   report_.checkpoint(step, dir, seconds_since(t0));
 }
 

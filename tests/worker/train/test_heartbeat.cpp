@@ -12,7 +12,9 @@
 #include <thread>
 #include <vector>
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -92,6 +94,31 @@ TEST_CASE("the heartbeat record written by a rank reads back field for field", "
   CHECK(j["bucket"].is_null());
   CHECK(j["loss"] == 2.5);
   CHECK(j["phase_age_s"].get<double>() >= 0);
+}
+
+TEST_CASE("a rank waiting on a checkpoint beats from a thread of its own, and stops when the wait ends",
+          "[heartbeat]") {
+  ScratchDir dir;
+  const std::string path = dir / "rank-1.heartbeat";
+  const Heartbeat beat(path);
+  const auto mtime = [&] {
+    struct stat st {};
+    REQUIRE(::stat(path.c_str(), &st) == 0);
+    return std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec);
+  };
+  const timespec old_times[2] = {{1, 0}, {1, 0}};  // 1970: any beat is later
+  REQUIRE(::utimensat(AT_FDCWD, path.c_str(), old_times, 0) == 0);
+  {
+    const BeatWhileWaiting waiting(beat);
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));  // 2 beats at least, at 250 ms
+    CHECK(mtime() > std::chrono::seconds(1));
+    REQUIRE(::utimensat(AT_FDCWD, path.c_str(), old_times, 0) == 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    CHECK(mtime() > std::chrono::seconds(1));  // it went on beating
+  }  // joined here: the wait is over
+  REQUIRE(::utimensat(AT_FDCWD, path.c_str(), old_times, 0) == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  CHECK(mtime() == std::chrono::seconds(1));
 }
 
 TEST_CASE("a heartbeat file that holds no record reads as none", "[heartbeat]") {
