@@ -195,8 +195,7 @@ json verify_structure(const std::string& dir) {
 void verify_checksums(const std::string& dir, const json& state, bool tensors = true) {
   const json files = state.value("files", json());
   if (!files.is_object()) {
-    spdlog::info("resume: {} records no checksums (an older checkpoint): its files are checked by their headers only",
-                 dir);
+    spdlog::info("{} records no checksums (an older checkpoint): its files are checked by their headers only", dir);
     return;
   }
   for (const auto& [name, recorded] : files.items()) {

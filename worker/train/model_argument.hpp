@@ -18,9 +18,9 @@ ModelFileInfo open_model_argument(const std::string& path);
 
 // The tokenizer a command uses with `model` (worker/formats/text_codec.hpp: GPT-2's vocabulary
 // files or llm.c's tokenizer file): the one --tokenizer (`flag_path`) names where given, else the
-// model's own (its directory's, its run's, or the llm.c tokenizer file beside an llm.c model file);
-// nullopt where neither names one. BadInput naming where it came from when it cannot be loaded or
-// its vocabulary is not the model's.
+// model's own (its directory's, which for a checkpoint is its run's, or the llm.c tokenizer file
+// beside an llm.c model file); nullopt where neither names one. BadInput naming where it came from
+// when it cannot be loaded or its vocabulary is not the model's.
 std::optional<TextCodec> model_tokenizer(const ModelFileInfo& model, const std::string& flag_path);
 
 }  // namespace xtrain
