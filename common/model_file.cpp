@@ -118,15 +118,8 @@ ModelFileInfo read_directory(const std::string& path) {
   }
   const fs::path state = dir / kCheckpointStateFile;
   info.format = is_file(state) ? ModelFormat::kCheckpoint : ModelFormat::kHuggingFace;
-  // The directory's own tokenizer: a checkpoint carries its run's (worker/train/checkpoint.hpp),
-  // an exported directory GPT-2's vocabulary files. A table here is the directory's, so a damaged
-  // one is taken, and reported where it is loaded, rather than passed over.
-  const fs::path table = dir / kLlmcTokenizerFile;
-  if (holds_vocabulary(path)) {
-    info.tokenizer = path;
-  } else if (is_file(table)) {
-    info.tokenizer = table.string();
-  } else if (info.format == ModelFormat::kCheckpoint) {
+  info.tokenizer = directory_tokenizer(path);
+  if (info.tokenizer.empty() && info.format == ModelFormat::kCheckpoint) {
     info.tokenizer = recorded_tokenizer(state.string());
   }
   return info;
@@ -234,6 +227,14 @@ std::vector<NamedFile> read_tokenizer_files(const std::string& path) {
   if (is_llmc_tokenizer_file(path)) return {{kLlmcTokenizerFile, read_text(path)}};
   const VocabularyFiles files = find_vocabulary_files(path);
   return {{kHfVocabFile, read_text(files.vocab)}, {kHfMergesFile, read_text(files.merges)}};
+}
+
+std::string directory_tokenizer(const std::string& dir) {
+  if (holds_vocabulary(dir)) return dir;
+  // A table here is the directory's, so a damaged one is taken, and reported where it is loaded,
+  // rather than passed over.
+  const fs::path table = fs::path(dir) / kLlmcTokenizerFile;
+  return is_file(table) ? table.string() : "";
 }
 
 bool holds_vocabulary(const std::string& dir) {

@@ -83,6 +83,11 @@ struct NamedFile {
 // naming a file that cannot be read (TokenizerError for a path that is neither kind).
 std::vector<NamedFile> read_tokenizer_files(const std::string& path);
 
+// The tokenizer a model directory holds itself: `dir` where it holds GPT-2's vocabulary files,
+// else its gpt2_tokenizer.bin, else "". A checkpoint carries its run's (worker/train/checkpoint.hpp),
+// an exported Hugging Face directory GPT-2's vocabulary files or llm.c's tokenizer file.
+std::string directory_tokenizer(const std::string& dir);
+
 // True when `dir` holds GPT-2 vocabulary files: encoder.json + vocab.bpe (OpenAI's names) or
 // vocab.json + merges.txt (Hugging Face's), as Gpt2Tokenizer::load finds them.
 bool holds_vocabulary(const std::string& dir);

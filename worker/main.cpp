@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
     const std::string job_path = job_path_from(argc, argv, env);
     const nlohmann::json doc = read_job_json(job_path);
     spec = parse_job_spec(doc, std::filesystem::path(job_path).stem().string());
-    if (!spec.model.init_from.empty()) {  // the shape comes from the checkpoint the trainer will resume from
+    if (needs_training_model_resolution(spec)) {  // from the checkpoint the trainer will resume from
       resolve_training_model(spec, doc,
                              find_resume_checkpoint(env.run_dir.empty() ? spec.run_dir : env.run_dir,
                                                     spec.checkpoint.resume));

@@ -214,43 +214,65 @@ TEST_CASE("GPT-2 workflow: shards, 2 ranks, export hf and llmc, init_from each: 
   CHECK(first == Approx(losses["from-checkpoint"].first).epsilon(2e-2));
 }
 
-TEST_CASE("GPT-2 workflow: a fine-tune resumes with its model and vocabulary gone and its run moved",
+TEST_CASE("GPT-2 workflow: a run resumes with its model and vocabulary gone, its run moved, and after a restart",
           "[workflow][e2e][resume]") {
   const Workflow w;
+  const std::string vocab_copy = w.dir / "vocab-copy";
+  std::filesystem::copy(w.vocab, vocab_copy);
   json base = w.spec();
-  base["tokenizer"] = w.vocab;
+  base["tokenizer"] = vocab_copy;
   base["train"]["steps"] = 1;
+  base["checkpoint"] = {{"resume", "auto"}};
   const Finished based = w.launch("base", base);
   INFO(based.out << based.err);
   REQUIRE(based.exit_code == 0);
   const std::string model = w.dir / "model";  // a downloaded model: weights and vocabulary files
   std::filesystem::copy(w.dir / "runs/base/checkpoints/step-00000001", model);
 
-  // A fine-tune names no tokenizer: it takes the model's, and resume takes the checkpoint's own,
-  // which keep 1 removes after the next save; later checkpoints are written from the copy read at
-  // start.
-  json tune = w.spec();
-  tune["model"] = {{"init_from", model}};
-  tune["train"]["steps"] = 2;
-  tune["checkpoint"] = {{"every", 1}, {"keep", 1}, {"resume", "auto"}};
-  tune["sample"] = {{"tokens", 4}, {"prompt", "The"}};
-  const Finished first = w.launch("tune", tune);
-  INFO(first.out << first.err);
-  REQUIRE(first.exit_code == 0);
-  std::filesystem::remove_all(model);
-  std::filesystem::rename(w.dir / "runs/tune", w.dir / "runs/moved");
+  SECTION("a spec that names a tokenizer since gone: the checkpoint's copy, with a warning") {
+    std::filesystem::remove_all(vocab_copy);
+    base["train"]["steps"] = 2;
+    const Finished resumed = w.launch("base", base);
+    INFO(resumed.out << resumed.err);
+    REQUIRE(resumed.exit_code == 0);
+    CHECK((resumed.out + resumed.err)
+              .find("tokenizer: " + vocab_copy + " is gone: the run goes on with the copy of its tokenizer that " +
+                    w.dir / "runs/base/checkpoints/step-00000001" + " carries") != std::string::npos);
+    CHECK(loss_record_counts(w.dir / "runs/base") == std::map<long, int>{{1, 1}, {2, 1}});
+  }
+  SECTION("a fine-tune: model gone, run moved, and a restarted attempt after keep removed its first checkpoint") {
+    // The fine-tune names no tokenizer: it takes the model's, and resume takes the checkpoint's
+    // own, which keep 1 removes after the next save; later checkpoints are written from the copy
+    // read at start, and the attempt that restarts after rank 1 is killed finds its tokenizer gone
+    // with that checkpoint, and takes the newer one's copy.
+    json tune = w.spec();
+    tune["model"] = {{"init_from", model}};
+    tune["train"]["steps"] = 2;
+    tune["checkpoint"] = {{"every", 1}, {"keep", 1}, {"resume", "auto"}};
+    tune["sample"] = {{"tokens", 4}, {"prompt", "The"}};
+    const Finished first = w.launch("tune", tune);
+    INFO(first.out << first.err);
+    REQUIRE(first.exit_code == 0);
+    std::filesystem::remove_all(model);
+    std::filesystem::remove_all(vocab_copy);
+    std::filesystem::rename(w.dir / "runs/tune", w.dir / "runs/moved");
 
-  tune["train"]["steps"] = 4;
-  const Finished second = w.launch("moved", tune);
-  INFO(second.out << second.err);
-  REQUIRE(second.exit_code == 0);
-  // Steps 1 and 2 from the first launch, 3 and 4 from the second: resumed, not begun again.
-  CHECK(loss_record_counts(w.dir / "runs/moved") == std::map<long, int>{{1, 1}, {2, 1}, {3, 1}, {4, 1}});
-  const std::string last = w.dir / "runs/moved/checkpoints/step-00000004";
-  CHECK(read_file(last + "/vocab.json") == read_file(w.vocab + "/encoder.json"));
-  CHECK(read_file(last + "/merges.txt") == read_file(w.vocab + "/vocab.bpe"));
-  CHECK_FALSE(exists(w.dir / "runs/moved/checkpoints/step-00000003"));
-  CHECK(!w.result("moved", 0).at("sample").get<std::string>().empty());
+    tune["train"]["steps"] = 5;
+    tune["launcher"]["max_restarts"] = 1;
+    tune["worker"] = {{"env", {{"XTRAIN_FAULT_KILL", "1:4"}}}};
+    const Finished second = w.launch("moved", tune);
+    INFO(second.out << second.err);
+    REQUIRE(second.exit_code == 0);
+    CHECK(read_json(w.dir / "runs/moved/summary.json").at("attempts") == 2);
+    // Steps 1 and 2 from the first launch, 3 to 5 from the second: resumed, not begun again.
+    CHECK(loss_record_counts(w.dir / "runs/moved") ==
+          std::map<long, int>{{1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}});
+    const std::string last = w.dir / "runs/moved/checkpoints/step-00000005";
+    CHECK(read_file(last + "/vocab.json") == read_file(w.vocab + "/encoder.json"));
+    CHECK(read_file(last + "/merges.txt") == read_file(w.vocab + "/vocab.bpe"));
+    CHECK_FALSE(exists(w.dir / "runs/moved/checkpoints/step-00000004"));
+    CHECK(!w.result("moved", 0).at("sample").get<std::string>().empty());
+  }
 }
 
 TEST_CASE("GPT-2 workflow: a model vocabulary the tokenizer cannot serve, and bad init_from, are one error line",

@@ -353,12 +353,26 @@ void verify_checkpoint_small_files(const std::string& dir) { verify_checksums(di
 
 void resolve_training_model(JobSpec& spec, const json& doc, const std::optional<std::string>& resume_from) {
   const std::optional<ModelFileInfo> source = resolve_model_source(spec, doc, resume_from);
+  std::error_code ec;
+  if (resume_from && !spec.tokenizer.empty() && !fs::exists(spec.tokenizer, ec)) {
+    const std::string carried = directory_tokenizer(*resume_from);
+    if (!carried.empty()) {
+      spdlog::warn("tokenizer: {} is gone: the run goes on with the copy of its tokenizer that {} carries",
+                   spec.tokenizer, *resume_from);
+      spec.tokenizer = carried;
+    }
+  }
   if (resume_from || !source || source->format != ModelFormat::kCheckpoint) return;
   try {
     verify_checkpoint_small_files(source->path);
   } catch (const CheckpointError& e) {
     throw SpecError("model.init_from", e.what());
   }
+}
+
+bool needs_training_model_resolution(const JobSpec& spec) {
+  std::error_code ec;
+  return !spec.model.init_from.empty() || (!spec.tokenizer.empty() && !fs::exists(spec.tokenizer, ec));
 }
 
 std::optional<ResumeRule> train_key_on_resume(const std::string& key) {

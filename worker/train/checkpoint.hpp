@@ -87,8 +87,15 @@ void verify_checkpoint_small_files(const std::string& dir);
 // each rank: one of our checkpoints as model.init_from, with nothing resumed, also has its files
 // besides the tensors verified (verify_checkpoint_small_files) before its tokenizer is read, a
 // damaged one a SpecError naming model.init_from. (A checkpoint resumed from was verified whole by
-// find_resume_checkpoint.)
+// find_resume_checkpoint.) On resume, a spec.tokenizer that no longer exists is replaced by the
+// copy of the run's tokenizer that the checkpoint carries, with a warning: the path may have
+// moved, or (a restarted attempt) be the checkpoint the attempt before resumed from, since removed
+// by checkpoint.keep.
 void resolve_training_model(JobSpec& spec, const nlohmann::json& doc, const std::optional<std::string>& resume_from);
+
+// Whether resolve_training_model can change `spec`, so that a rank looks for (and verifies) its
+// resume checkpoint an extra time only then: model.init_from is set, or spec.tokenizer is gone.
+bool needs_training_model_resolution(const JobSpec& spec);
 
 // What may change on resume, for each train.* key (docs/job-spec.md has the table):
 //   kKept       part of the run (batch_size, seed, lr, min_lr, warmup_steps, weight_decay, beta1,
