@@ -270,6 +270,12 @@ std::uint64_t check_train_tokens(const json& state, const std::string& dir, std:
   return then;
 }
 
+// spec.tokenizer names a path that does not exist (any more).
+bool tokenizer_gone(const JobSpec& spec) {
+  std::error_code ec;
+  return !spec.tokenizer.empty() && !fs::exists(spec.tokenizer, ec);
+}
+
 // An explicit checkpoint.resume path: a directory, or CheckpointError.
 void require_directory(const std::string& dir) {
   std::error_code ec;
@@ -353,8 +359,7 @@ void verify_checkpoint_small_files(const std::string& dir) { verify_checksums(di
 
 void resolve_training_model(JobSpec& spec, const json& doc, const std::optional<std::string>& resume_from) {
   const std::optional<ModelFileInfo> source = resolve_model_source(spec, doc, resume_from);
-  std::error_code ec;
-  if (resume_from && !spec.tokenizer.empty() && !fs::exists(spec.tokenizer, ec)) {
+  if (resume_from && tokenizer_gone(spec)) {
     const std::string carried = directory_tokenizer(*resume_from);
     if (!carried.empty()) {
       spdlog::warn("tokenizer: {} is gone: the run goes on with the copy of its tokenizer that {} carries",
@@ -370,10 +375,7 @@ void resolve_training_model(JobSpec& spec, const json& doc, const std::optional<
   }
 }
 
-bool needs_training_model_resolution(const JobSpec& spec) {
-  std::error_code ec;
-  return !spec.model.init_from.empty() || (!spec.tokenizer.empty() && !fs::exists(spec.tokenizer, ec));
-}
+bool needs_training_model_resolution(const JobSpec& spec) { return !spec.model.init_from.empty() || tokenizer_gone(spec); }
 
 std::optional<ResumeRule> train_key_on_resume(const std::string& key) {
   // The run: with the checkpoint's state they fix every later step's batch and update.
