@@ -134,12 +134,15 @@ int run_export(int argc, char** argv) {
     o = parse(argc, argv);
     source = open_model_argument(o.source);
     vocab = vocabulary(o, source);
-    if (vocab && (o.format == "llmc" || !vocab->files)) table = llmc_tokenizer_bytes(vocab->tokenizer.decoding_table());
+    if (vocab && (o.format == "llmc" || !vocab->files)) {
+      table = llmc_tokenizer_bytes(vocab->tokenizer.decoding_table());
+    }
     if (o.format == "llmc" && table) {
       std::error_code ec;
       if (fs::exists(llmc_tokenizer_path(o.out), ec) && !o.force &&
           !holds_exactly(llmc_tokenizer_path(o.out), *table)) {
-        throw BadInput(llmc_tokenizer_path(o.out) + ": exists and holds another tokenizer (give --force to replace it)");
+        throw BadInput(llmc_tokenizer_path(o.out) +
+                       ": exists and holds another tokenizer (give --force to replace it)");
       }
     }
     flat = load_flat_model(source);

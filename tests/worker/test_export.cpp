@@ -168,8 +168,8 @@ TEST_CASE("export: bad input is exit 2, an unwritable OUT exit 1, one error line
     const Run run = export_cli(dir, {broken.dir, "--format", "hf", dir / "out"});
     CHECK(run.code == 2);
     CHECK(error_line(run.output) == "error: " + broken.dir + ": its tokenizer: " + broken.dir +
-                                        "/vocab.json: expected a JSON object mapping each token to its id, got array (name the vocabulary "
-                                        "with --tokenizer PATH)");
+                                        "/vocab.json: expected a JSON object mapping each token to its id, got array "
+                                        "(name the vocabulary with --tokenizer PATH)");
     // The llm.c export ships the tokenizer too (gpt2_tokenizer.bin), so it needs it as much.
     CHECK(export_cli(dir, {broken.dir, "--format", "llmc", dir / "out.bin"}).code == 2);
     CHECK_FALSE(fs::exists(dir / "out.bin"));

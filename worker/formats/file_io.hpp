@@ -17,10 +17,11 @@ std::string errno_text(int err);
 
 // Long file work says that it advances: reads, writes and checksums of the classes below, and the
 // safetensors digest, call FileProgress::advance as bytes go by (in pieces of at most 16 MiB), and
-// each time another `every_bytes` of them have gone by the hook this thread installed runs. The worker installs its heartbeat's beat, so that xlaunch's
-// watchdog sees a rank that writes (or verifies, or loads) a checkpoint of many GB as alive however
-// slow the disk, and one whose disk stalls as hung. Scoped and per thread: the hook is gone with
-// its FileProgress, and another thread's I/O does not beat for this one.
+// each time another `every_bytes` of them have gone by the hook this thread installed runs. The
+// worker installs its heartbeat's beat, so that xlaunch's watchdog sees a rank that writes (or
+// verifies, or loads) a checkpoint of many GB as alive however slow the disk, and one whose disk
+// stalls as hung. Scoped and per thread: the hook is gone with its FileProgress, and another
+// thread's I/O does not beat for this one.
 class FileProgress {
  public:
   static constexpr std::uint64_t kEveryBytes = 64ull << 20;  // a beat per 0.1-0.3 s of a slow disk

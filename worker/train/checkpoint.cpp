@@ -375,7 +375,9 @@ void resolve_training_model(JobSpec& spec, const json& doc, const std::optional<
   }
 }
 
-bool needs_training_model_resolution(const JobSpec& spec) { return !spec.model.init_from.empty() || tokenizer_gone(spec); }
+bool needs_training_model_resolution(const JobSpec& spec) {
+  return !spec.model.init_from.empty() || tokenizer_gone(spec);
+}
 
 std::optional<ResumeRule> train_key_on_resume(const std::string& key) {
   // The run: with the checkpoint's state they fix every later step's batch and update.

@@ -63,8 +63,9 @@ struct TrainState {
 // Writes the checkpoint of `state.step` under run_dir/checkpoints/ (params, m, v: host buffers of
 // layout.total() floats; `tokenizer`: read_tokenizer_files of the run's, read once when it starts,
 // since the path may be a checkpoint this removes, or none), then keeps only the
-// spec.checkpoint.keep newest complete checkpoints and removes stale .tmp-* directories. Returns the checkpoint's directory. Throws FileError (disk
-// full, permissions) after removing its temporary directory.
+// spec.checkpoint.keep newest complete checkpoints and removes stale .tmp-* directories. Returns
+// the checkpoint's directory. Throws FileError (disk full, permissions) after removing its
+// temporary directory.
 std::string save_checkpoint(const std::string& run_dir, const JobSpec& spec, const ParamLayout& layout,
                             const float* params, const float* m, const float* v, const TrainState& state,
                             const std::vector<NamedFile>& tokenizer);
