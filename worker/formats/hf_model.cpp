@@ -57,12 +57,13 @@ nlohmann::json hf_config(const ModelDims& d) {
           {"torch_dtype", "float32"}};
 }
 
-FileChecksum write_hf_model(const std::string& path, const ParamLayout& layout, const float* params) {
+FileChecksum write_hf_model(const std::string& path, const ParamLayout& layout, const float* params,
+                            const HostAccess& memory) {
   std::vector<SafetensorsTensor> tensors;  // Conv1D weights transposed as they are written
   for (const auto& t : layout.tensors()) {
     tensors.push_back({t.name, hf_shape(layout, t), params + t.offset, t.hf_transposed});
   }
-  return write_safetensors(path, tensors, {{"format", "pt"}});  // transformers refuses files without "format"
+  return write_safetensors(path, tensors, {{"format", "pt"}}, memory);  // transformers refuses files without "format"
 }
 
 HfModelReader::HfModelReader(const std::string& path, const ParamLayout& layout) : file_(path), layout_(layout) {
@@ -100,7 +101,7 @@ HfModelReader::HfModelReader(const std::string& path, const ParamLayout& layout)
   if (lm_head_) file_.get(lm_head_->name, {d.V, d.C});
 }
 
-void HfModelReader::load(float* params) {
+void HfModelReader::load(float* params, const HostAccess& memory) {
   const ModelDims& d = layout_.dims();
   const auto C = static_cast<size_t>(d.C);
   file_.load();
@@ -125,16 +126,24 @@ void HfModelReader::load(float* params) {
   for (size_t i = 0; i < layout_.tensors().size(); ++i) {
     const ParamTensor& t = layout_.tensors()[i];
     const SafetensorsEntry& e = *entries_[i];
+    float* dst = params + t.offset;
     if (t.offset == layout_.wte()) {
       const size_t real = static_cast<size_t>(d.V) * C;
-      file_.copy_elements(e, 0, real, params + t.offset);
-      std::fill(params + t.offset + real, params + t.offset + t.count, 0.0f);
+      memory.fill(dst, t.count, [&](float* host, size_t offset, size_t n) {
+        const size_t from_file = offset < real ? std::min(n, real - offset) : 0;
+        if (from_file > 0) file_.copy_elements(e, offset, from_file, host);
+        std::fill(host + from_file, host + n, 0.0f);  // the padding rows
+      });
     } else if (!t.hf_transposed) {
-      file_.copy_elements(e, 0, t.count, params + t.offset);  // wpe: its first T rows
+      memory.fill(dst, t.count, [&](float* host, size_t offset, size_t n) {
+        file_.copy_elements(e, offset, n, host);  // wpe: its first T rows
+      });
     } else {
       scratch.resize(t.count);
       file_.copy_elements(e, 0, t.count, scratch.data());
-      transpose(scratch.data(), static_cast<size_t>(t.shape[1]), static_cast<size_t>(t.shape[0]), params + t.offset);
+      memory.fill_whole(dst, t.count, [&](float* host) {
+        transpose(scratch.data(), static_cast<size_t>(t.shape[1]), static_cast<size_t>(t.shape[0]), host);
+      });
     }
   }
 }

@@ -25,10 +25,11 @@ namespace xtrain {
 // A GPT2Config for the model (GPT2LMHeadModel, tied embeddings, tanh GELU, n_positions = T).
 nlohmann::json hf_config(const ModelDims& d);
 
-// Writes `params` (layout.total() floats) as model.safetensors at `path` and fsyncs it (not
-// atomic by itself: callers write into a temporary directory that is renamed when complete).
+// Writes `params` (layout.total() floats in `memory`) as model.safetensors at `path` and fsyncs it
+// (not atomic by itself: callers write into a temporary directory that is renamed when complete).
 // Returns the file's size and CRC-32C.
-FileChecksum write_hf_model(const std::string& path, const ParamLayout& layout, const float* params);
+FileChecksum write_hf_model(const std::string& path, const ParamLayout& layout, const float* params,
+                            const HostAccess& memory = {});
 
 class HfModelReader {
  public:
@@ -40,9 +41,9 @@ class HfModelReader {
   HfModelReader& operator=(const HfModelReader&) = delete;
 
   // Maps the data, verifies its digest (when it has one) and lm_head.weight (when present), then
-  // fills `params` (layout.total() floats): wte's padding rows zero, Conv1D weights transposed.
-  // `params` is untouched when a check fails.
-  void load(float* params);
+  // fills `params` (layout.total() floats in `memory`): wte's padding rows zero, Conv1D weights
+  // transposed. `params` is untouched when a check fails.
+  void load(float* params, const HostAccess& memory = {});
 
  private:
   SafetensorsFile file_;

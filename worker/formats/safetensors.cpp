@@ -63,12 +63,16 @@ std::uint64_t dtype_size(const std::string& dtype) {
 
 bool is_float_dtype(const std::string& dtype) { return dtype == "F32" || dtype == "F16" || dtype == "BF16"; }
 
-// Hands `sink` the bytes of `t` as the file holds them, in order: its data at once, or for a
-// transposed tensor blocks of whole rows of the transpose, built in `block`.
+// Hands `sink` the bytes of `t` as the file holds them, in order: its data (a piece at a time
+// where `memory` is not the host's), or for a transposed tensor blocks of whole rows of the
+// transpose, built in `block` from all of the tensor at once.
 template <typename Sink>
-void for_each_piece(const SafetensorsTensor& t, std::vector<float>& block, Sink&& sink) {
+void for_each_piece(const SafetensorsTensor& t, const HostAccess& memory, std::vector<float>& block, Sink&& sink) {
   const std::uint64_t count = element_count(t.shape);
-  if (!t.transposed) return sink(t.data, count * sizeof(float));
+  if (!t.transposed) {
+    return memory.read(t.data, count, [&](const float* host, size_t, size_t n) { sink(host, n * sizeof(float)); });
+  }
+  const float* data = memory.whole(t.data, count);
   const auto rows = static_cast<size_t>(t.shape[0]), cols = static_cast<size_t>(t.shape[1]);
   // Rows of the transpose are columns of `data`: each block reads `per_block` adjacent floats of
   // every row of `data`, so its reads stay sequential and the block (up to 1 MiB) stays in cache.
@@ -77,7 +81,7 @@ void for_each_piece(const SafetensorsTensor& t, std::vector<float>& block, Sink&
   for (size_t first = 0; first < rows; first += per_block) {
     const size_t n = std::min(per_block, rows - first);
     for (size_t c = 0; c < cols; ++c) {
-      const float* column = t.data + c * rows + first;
+      const float* column = data + c * rows + first;
       for (size_t r = 0; r < n; ++r) block[r * cols + c] = column[r];
     }
     sink(block.data(), n * cols * sizeof(float));
@@ -93,7 +97,7 @@ std::string format_shape(const std::vector<std::int64_t>& shape) {
 }
 
 FileChecksum write_safetensors(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
-                       std::map<std::string, std::string> metadata) {
+                               std::map<std::string, std::string> metadata, const HostAccess& memory) {
   json header = json::object();
   Digest digest;
   std::uint64_t offset = 0;
@@ -101,7 +105,7 @@ FileChecksum write_safetensors(const std::string& path, const std::vector<Safete
   for (const auto& t : tensors) {
     const std::uint64_t bytes = element_count(t.shape) * sizeof(float);
     header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
-    for_each_piece(t, block, [&](const void* piece, std::uint64_t n) { digest.add(piece, n); });
+    for_each_piece(t, memory, block, [&](const void* piece, std::uint64_t n) { digest.add(piece, n); });
     offset += bytes;
   }
   metadata[kDigestKey] = digest.hex();
@@ -116,7 +120,7 @@ FileChecksum write_safetensors(const std::string& path, const std::vector<Safete
   out.write(length, sizeof length);
   out.write(text.data(), text.size());
   for (const auto& t : tensors) {
-    for_each_piece(t, block, [&](const void* piece, std::uint64_t n) { out.write(piece, n); });
+    for_each_piece(t, memory, block, [&](const void* piece, std::uint64_t n) { out.write(piece, n); });
   }
   out.finish();
   return out.checksum();
@@ -240,9 +244,10 @@ void SafetensorsFile::load() {
   file_ = std::move(file);
 }
 
-void SafetensorsFile::copy(const std::string& name, const std::vector<std::int64_t>& shape, float* out) const {
+void SafetensorsFile::copy(const std::string& name, const std::vector<std::int64_t>& shape, float* out,
+                           const HostAccess& memory) const {
   const SafetensorsEntry& e = get(name, shape);
-  copy_elements(e, 0, element_count(e.shape), out);
+  memory.fill(out, element_count(e.shape), [&](float* host, size_t offset, size_t n) { copy_elements(e, offset, n, host); });
 }
 
 void SafetensorsFile::copy_elements(const SafetensorsEntry& e, std::uint64_t first, std::uint64_t count,

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "worker/formats/file_io.hpp"
+#include "worker/formats/host_access.hpp"
 
 namespace xtrain {
 
@@ -28,10 +29,11 @@ struct SafetensorsTensor {
 };
 
 // Writes the tensors in the given order; fsyncs the file. Not atomic by itself: checkpoints
-// write into a temporary directory that is renamed once every file is complete. Returns the
-// written file's size and checksum.
+// write into a temporary directory that is renamed once every file is complete. The tensors'
+// `data` is in `memory` (read twice: for the digest, then to write). Returns the written file's
+// size and checksum.
 FileChecksum write_safetensors(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
-                       std::map<std::string, std::string> metadata);
+                               std::map<std::string, std::string> metadata, const HostAccess& memory = {});
 
 struct SafetensorsEntry {
   std::string name;
@@ -57,8 +59,9 @@ class SafetensorsFile {
 
   // Maps the file and verifies the data's digest when the header has one.
   void load();
-  // Tensor `name` (of exactly `shape`) as floats into `out`; needs load().
-  void copy(const std::string& name, const std::vector<std::int64_t>& shape, float* out) const;
+  // Tensor `name` (of exactly `shape`) as floats into `out`, in `memory`; needs load().
+  void copy(const std::string& name, const std::vector<std::int64_t>& shape, float* out,
+            const HostAccess& memory = {}) const;
   // Elements [first, first + count) of a float tensor, as floats; needs load().
   void copy_elements(const SafetensorsEntry& entry, std::uint64_t first, std::uint64_t count, float* out) const;
 

@@ -108,7 +108,8 @@ class GPT {
   // Uploads the master weights from the host (layout().total() floats) and refreshes the copy
   // (for inference in bf16: uploads them into the copy, rounded as the refresh rounds).
   void set_params(const float* host);
-  // Refreshes the weights' copy after params() was written in place (a broadcast from rank 0).
+  // Refreshes the weights' copy after params() was written in place (a broadcast from rank 0, a
+  // checkpoint's load).
   void refresh_weights();
   ModelUse use() const { return use_; }
 

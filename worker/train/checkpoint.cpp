@@ -53,7 +53,7 @@ std::vector<std::int64_t> wte_padding_shape(const ModelDims& d) { return {d.Vp -
 json spec_section(const JobSpec& spec, const char* section) { return to_json(spec)[section]; }
 
 FileChecksum write_optimizer_file(const std::string& path, const ParamLayout& layout, const float* params,
-                                  const float* m, const float* v, std::int64_t adam_t) {
+                                  const float* m, const float* v, std::int64_t adam_t, const HostAccess& memory) {
   const ModelDims& d = layout.dims();
   const auto total = static_cast<std::int64_t>(layout.total());
   std::vector<SafetensorsTensor> tensors = {{"m", {total}, m}, {"v", {total}, v}};
@@ -61,7 +61,8 @@ FileChecksum write_optimizer_file(const std::string& path, const ParamLayout& la
     tensors.push_back({kWtePadding, wte_padding_shape(d), params + layout.wte() + static_cast<size_t>(d.V) * d.C});
   }
   return write_safetensors(path, tensors,
-                           {{"adam_step", std::to_string(adam_t)}, {"layout", "xtrain flat parameter buffer"}});
+                           {{"adam_step", std::to_string(adam_t)}, {"layout", "xtrain flat parameter buffer"}},
+                           memory);
 }
 
 // The CRC-32C of state.json's content: of the object without its own "crc32c" key, serialised
@@ -288,7 +289,7 @@ void require_directory(const std::string& dir) {
 
 std::string save_checkpoint(const std::string& run_dir, const JobSpec& spec, const ParamLayout& layout,
                             const float* params, const float* m, const float* v, const TrainState& state,
-                            const std::vector<NamedFile>& tokenizer) {
+                            const std::vector<NamedFile>& tokenizer, const HostAccess& memory) {
   const fs::path root = fs::path(run_dir) / "checkpoints";
   const fs::path final_dir = root / checkpoint_dir_name(state.step);
   const fs::path tmp = final_dir.string() + kCheckpointTmpMarker + std::to_string(::getpid());
@@ -302,9 +303,9 @@ std::string save_checkpoint(const std::string& run_dir, const JobSpec& spec, con
       }
     }
     fs::create_directory(tmp);
-    sums[kModelWeightsFile] = write_hf_model((tmp / kModelWeightsFile).string(), layout, params);
+    sums[kModelWeightsFile] = write_hf_model((tmp / kModelWeightsFile).string(), layout, params, memory);
     sums[kCheckpointOptimizerFile] =
-        write_optimizer_file((tmp / kCheckpointOptimizerFile).string(), layout, params, m, v, state.adam_t);
+        write_optimizer_file((tmp / kCheckpointOptimizerFile).string(), layout, params, m, v, state.adam_t, memory);
     const std::string config = hf_config(layout.dims()).dump(2) + "\n";
     write_file_atomic((tmp / kModelConfigFile).string(), config);
     sums[kModelConfigFile] = {config.size(), crc32c(config.data(), config.size())};
@@ -406,7 +407,7 @@ void check_checkpoint_fits(const std::string& dir, const JobSpec& spec, std::uin
 }
 
 TrainState load_checkpoint(const std::string& dir, const JobSpec& spec, const ParamLayout& layout,
-                           std::uint64_t train_tokens, float* params, float* m, float* v) {
+                           std::uint64_t train_tokens, float* params, float* m, float* v, const HostAccess& memory) {
   const json state = read_state(dir);
   const ModelDims& d = layout.dims();
 
@@ -443,7 +444,7 @@ TrainState load_checkpoint(const std::string& dir, const JobSpec& spec, const Pa
     }
     out.adam_t = std::stoll(adam->second);
     optimizer.load();
-    model.load(params);  // checks its data before it writes
+    model.load(params, memory);  // checks its data before it writes
   } catch (const FileError& e) {
     throw CheckpointError(dir, fs::path(e.path()).filename().string() + ": " + e.message());
   }
@@ -451,10 +452,11 @@ TrainState load_checkpoint(const std::string& dir, const JobSpec& spec, const Pa
   // Nothing can fail from here on.
   for (const std::string& line : changes) spdlog::info("{}", line);
   if (d.Vp > d.V) {
-    optimizer.copy(kWtePadding, wte_padding_shape(d), params + layout.wte() + static_cast<size_t>(d.V) * d.C);
+    optimizer.copy(kWtePadding, wte_padding_shape(d), params + layout.wte() + static_cast<size_t>(d.V) * d.C,
+                   memory);
   }
-  optimizer.copy("m", {total}, m);
-  optimizer.copy("v", {total}, v);
+  optimizer.copy("m", {total}, m, memory);
+  optimizer.copy("v", {total}, v, memory);
   return out;
 }
 

@@ -34,6 +34,7 @@
 #include "common/job_spec.hpp"
 #include "common/model_file.hpp"
 #include "worker/data/batch_sampler.hpp"
+#include "worker/formats/host_access.hpp"
 #include "worker/model/param_layout.hpp"
 
 namespace xtrain {
@@ -60,15 +61,15 @@ struct TrainState {
   std::uint64_t train_tokens = 0;  // tokens in the training split the sampler draws from
 };
 
-// Writes the checkpoint of `state.step` under run_dir/checkpoints/ (params, m, v: host buffers of
-// layout.total() floats; `tokenizer`: read_tokenizer_files of the run's, read once when it starts,
+// Writes the checkpoint of `state.step` under run_dir/checkpoints/ (params, m, v: layout.total()
+// floats each in `memory`; `tokenizer`: read_tokenizer_files of the run's, read once when it starts,
 // since the path may be a checkpoint this removes, or none), then keeps only the
 // spec.checkpoint.keep newest complete checkpoints and removes stale .tmp-* directories. Returns
 // the checkpoint's directory. Throws FileError (disk full, permissions) after removing its
 // temporary directory.
 std::string save_checkpoint(const std::string& run_dir, const JobSpec& spec, const ParamLayout& layout,
                             const float* params, const float* m, const float* v, const TrainState& state,
-                            const std::vector<NamedFile>& tokenizer);
+                            const std::vector<NamedFile>& tokenizer, const HostAccess& memory = {});
 
 // Which checkpoint to resume from: `resume` is "never" (none), "auto" (the newest complete
 // checkpoint under run_dir/checkpoints/ whose files are intact, or none; a damaged one is skipped
@@ -115,12 +116,13 @@ std::optional<ResumeRule> train_key_on_resume(const std::string& key);
 // CheckpointError.
 void check_checkpoint_fits(const std::string& dir, const JobSpec& spec, std::uint64_t train_tokens);
 
-// Loads checkpoint `dir` into params, m, v (layout.total() floats each) after checking it against
+// Loads checkpoint `dir` into params, m, v (layout.total() floats each in `memory`) after checking it against
 // the spec (model shape, the kept train keys; each allowed change is logged in one line), against
 // `train_tokens` (the size of the current training split), and every file for damage. Throws
 // CheckpointError naming the checkpoint, the file and the mismatch; the buffers are untouched
 // unless everything loaded.
 TrainState load_checkpoint(const std::string& dir, const JobSpec& spec, const ParamLayout& layout,
-                           std::uint64_t train_tokens, float* params, float* m, float* v);
+                           std::uint64_t train_tokens, float* params, float* m, float* v,
+                           const HostAccess& memory = {});
 
 }  // namespace xtrain

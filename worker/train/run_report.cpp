@@ -11,16 +11,24 @@
 
 namespace xtrain {
 
-std::string fnv1a_hex(const void* data, size_t bytes) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
+void Fnv1a::add(const void* data, size_t bytes) {
   const auto* p = static_cast<const unsigned char*>(data);
   for (size_t i = 0; i < bytes; ++i) {
-    h ^= p[i];
-    h *= 0x100000001b3ull;
+    h_ ^= p[i];
+    h_ *= 0x100000001b3ull;
   }
+}
+
+std::string Fnv1a::hex() const {
   char out[17];
-  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h_));
   return out;
+}
+
+std::string fnv1a_hex(const void* data, size_t bytes) {
+  Fnv1a h;
+  h.add(data, bytes);
+  return h.hex();
 }
 
 RunReport::RunReport(int rank, std::string run_dir, const std::string& heartbeat_file, std::string result_file)

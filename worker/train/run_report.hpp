@@ -95,6 +95,15 @@ class RunReport {
 void drop_metrics_after(const std::string& path, long step);
 
 // FNV-1a 64-bit over raw bytes, as 16 lowercase hex digits: cheap, and any differing bit changes it.
-std::string fnv1a_hex(const void* data, size_t bytes);
+// Fed in any number of pieces, it is the digest of their concatenation.
+class Fnv1a {
+ public:
+  void add(const void* data, size_t bytes);
+  std::string hex() const;
+
+ private:
+  std::uint64_t h_ = 0xcbf29ce484222325ull;
+};
+std::string fnv1a_hex(const void* data, size_t bytes);  // of one piece
 
 }  // namespace xtrain

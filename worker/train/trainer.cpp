@@ -24,49 +24,22 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Backend floats as the host reads them: in place where it can (the CPU backend's own memory),
-// else downloaded into a copy. A checkpoint reads the parameters and both moments at once: on CPU
-// ranks those copies were 12 bytes a parameter that no memory plan counts (1.5 GB at GPT-2 124M,
-// whose first touch took 6 of a checkpoint's 12.5 s on a 2-core VM).
-class HostFloats {
- public:
-  HostFloats(Backend& backend, const float* src, size_t n) : data_(src) {
-    if (backend.host_reads_in_place()) {
-      backend.synchronize();
-      return;
-    }
-    copy_.resize(n);
-    backend.download(copy_.data(), src, n);
-    data_ = copy_.data();
+// The backend's memory as checkpoints and the replica checks read and fill it: in place where the
+// host can (the CPU backend's own memory, once nothing queued may still use it), else a piece at a
+// time through download_view (pinned memory on a GPU, read where the copy left it) and upload.
+// Whole host copies of the parameters and both moments were 12 bytes a parameter on every rank
+// that loads a checkpoint and on rank 0 at each save (19 GB at GPT-2 1.5B).
+HostAccess host_access(Backend& backend) {
+  if (backend.host_reads_in_place()) {
+    backend.synchronize();
+    return {};
   }
-  const float* data() const { return data_; }
-
- private:
-  const float* data_;
-  std::vector<float> copy_;  // empty where the host reads the backend's memory in place
-};
-
-// Backend floats for the host to fill: in place where it can, else a copy that upload() sends.
-// A resume loads both AdamW moments this way (and the parameters through GPT::fill_params).
-class HostFill {
- public:
-  HostFill(Backend& backend, float* dst, size_t n) : backend_(backend), dst_(dst) {
-    if (backend.host_reads_in_place()) {
-      backend.synchronize();
-      return;
-    }
-    copy_.resize(n);
-  }
-  float* data() { return copy_.empty() ? dst_ : copy_.data(); }
-  void upload() {
-    if (!copy_.empty()) backend_.upload(dst_, copy_.data(), copy_.size());
-  }
-
- private:
-  Backend& backend_;
-  float* dst_;
-  std::vector<float> copy_;  // empty where the host writes the backend's memory in place
-};
+  return HostAccess(
+      [&backend](const float* src, size_t n) {
+        return static_cast<const float*>(backend.download_view(ConstActPtr(src), n));
+      },
+      [&backend](float* dst, const float* host, size_t n) { backend.upload(dst, host, n); });
+}
 
 }  // namespace
 
@@ -138,15 +111,10 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
 
   // Where the weights come from: the checkpoint a resume continues from, else model.init_from,
   // else the seed.
-  const size_t n = model_->layout().total();
   if (auto dir = find_resume_checkpoint(run_dir_, spec_.checkpoint.resume)) {
-    HostFill m(backend_, adamw_->m(), n), v(backend_, adamw_->v(), n);
-    TrainState state;
-    model_->fill_params([&](float* params) {
-      state = load_checkpoint(*dir, spec_, model_->layout(), data_.train.count, params, m.data(), v.data());
-    });
-    m.upload();
-    v.upload();
+    const TrainState state = load_checkpoint(*dir, spec_, model_->layout(), data_.train.count, model_->params(),
+                                             adamw_->m(), adamw_->v(), host_access(backend_));
+    model_->refresh_weights();
     adamw_->set_step_count(state.adam_t);
     sampler_->set_state(state.sampler);
     start_step_ = state.step;
@@ -243,12 +211,9 @@ void Trainer::verify_replicas(Communicator& comm) {
   float* scratch = backend_.alloc_floats(n);
   backend_.copy(scratch, model_->params(), n);
   comm.broadcast(scratch, n, 0);
-  const HostFloats mine(backend_, model_->params(), n), root(backend_, scratch, n);
-  const bool same = std::memcmp(mine.data(), root.data(), n * sizeof(float)) == 0;
-  size_t i = 0;
-  while (!same && std::memcmp(mine.data() + i, root.data() + i, sizeof(float)) == 0) ++i;
+  const size_t i = host_access(backend_).first_difference(model_->params(), scratch, n);
   backend_.free(scratch);
-  if (same) return;
+  if (i == n) return;
   std::string tensor = "?";
   for (const auto& p : model_->layout().tensors()) {
     if (i >= p.offset && i < p.offset + p.count) tensor = p.name;
@@ -385,16 +350,14 @@ void Trainer::save(Communicator& comm, long step) {
   const auto t0 = std::chrono::steady_clock::now();
   std::string dir;
   if (rank_ == 0) {
-    const size_t n = model_->layout().total();
-    const HostFloats params(backend_, model_->params(), n), m(backend_, adamw_->m(), n), v(backend_, adamw_->v(), n);
     report_.heartbeat().phase(WorkerPhase::kCheckpoint);
     TrainState state;
     state.step = step;
     state.adam_t = adamw_->step_count();
     state.sampler = sampler_->state();
     state.train_tokens = data_.train.count;
-    dir = save_checkpoint(run_dir_, spec_, model_->layout(), params.data(), m.data(), v.data(), state,
-                          tokenizer_files_);
+    dir = save_checkpoint(run_dir_, spec_, model_->layout(), model_->params(), adamw_->m(), adamw_->v(), state,
+                          tokenizer_files_, host_access(backend_));
   }
   // Nobody runs ahead (and nobody exits) before the checkpoint is complete.
   report_.heartbeat().phase(WorkerPhase::kCheckpointWait);
@@ -406,9 +369,10 @@ void Trainer::save(Communicator& comm, long step) {
 }
 
 std::string Trainer::param_digest() {
-  const size_t n = model_->layout().total();
-  const HostFloats params(backend_, model_->params(), n);
-  return fnv1a_hex(params.data(), n * sizeof(float));
+  Fnv1a digest;
+  host_access(backend_).read(model_->params(), model_->layout().total(),
+                             [&](const float* host, size_t, size_t n) { digest.add(host, n * sizeof(float)); });
+  return digest.hex();
 }
 
 std::optional<std::string> Trainer::sample() {

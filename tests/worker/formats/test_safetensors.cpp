@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/worker/test_files.hpp"
+#include "tests/worker/piecewise_memory.hpp"
 #include "worker/formats/safetensors.hpp"
 
 using namespace xtrain;
@@ -87,6 +88,31 @@ TEST_CASE("a transposed tensor is written as its transpose, block by block, arou
   CHECK(transposed);
   CHECK(b == before);
   CHECK(a == after);
+}
+
+TEST_CASE("tensors in memory the host cannot address are written a piece at a time, byte for byte as from the host's",
+          "[safetensors]") {
+  ScratchDir dir;
+  std::vector<float> plain(2500), square(200 * 300);  // square: (300, 200) in memory, (200, 300) in the file
+  for (size_t i = 0; i < plain.size(); ++i) plain[i] = static_cast<float>(i) * 0.25f - 3.0f;
+  for (size_t i = 0; i < square.size(); ++i) square[i] = static_cast<float>(i % 977) * -1.5f;
+  const float one = 9.5f;
+  const std::vector<SafetensorsTensor> tensors = {
+      {"plain", {50, 50}, plain.data()}, {"w", {200, 300}, square.data(), /*transposed=*/true}, {"one", {}, &one}};
+  write_safetensors(dir / "host.safetensors", tensors, {{"k", "v"}});
+  test::PiecewiseMemory device(1000);
+  write_safetensors(dir / "device.safetensors", tensors, {{"k", "v"}}, device.access());
+  CHECK(read_bytes(dir / "device.safetensors") == read_bytes(dir / "host.safetensors"));
+  // Twice over the data (the digest, then the write): the plain tensor in pieces of at most 1000,
+  // the transposed one whole (its rows in the file are columns in memory).
+  CHECK(device.views == std::vector<size_t>{1000, 1000, 500, 60000, 1, 1000, 1000, 500, 60000, 1});
+
+  SafetensorsFile file(dir / "device.safetensors");
+  file.load();
+  std::vector<float> back(plain.size(), std::nanf(""));
+  file.copy("plain", {50, 50}, back.data(), device.access());
+  CHECK(back == plain);
+  CHECK(device.stores == std::vector<size_t>{1000, 1000, 500});
 }
 
 TEST_CASE("the safetensors reader rejects damaged files, naming the file and the tensor", "[safetensors][errors]") {

@@ -2,6 +2,7 @@
 // and a one-line error for every kind of damaged or mismatched checkpoint (the safetensors format
 // itself: tests/worker/formats/test_safetensors.cpp).
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include "worker/formats/llmc_model.hpp"
 #include "worker/formats/safetensors.hpp"
 #include "tests/worker/gpt_test_util.hpp"
+#include "tests/worker/piecewise_memory.hpp"
 
 using namespace xtrain;
 using xtrain::test::error_message;
@@ -109,6 +111,37 @@ TEST_CASE("a checkpoint round-trips parameters, moments and state bit for bit", 
     changed.train.eval_every = 3;
     CHECK_NOTHROW(load_checkpoint(dir, changed, model.layout, 12345, params.data(), m.data(), v.data()));
   }
+}
+
+TEST_CASE("a GPU's buffers are saved and loaded a piece at a time: the same files, the same bits", "[checkpoint]") {
+  ScratchDir host_run, device_run;
+  Model model;
+  const std::string host_dir = model.save(host_run.path(), 10);
+  constexpr size_t kPiece = 100;
+  test::PiecewiseMemory device(kPiece);
+  const std::string dir = save_checkpoint(device_run.path(), model.spec, model.layout, model.params.data(),
+                                          model.m.data(), model.v.data(), model.state, model.tokenizer, device.access());
+  for (const char* file : {"model.safetensors", "optimizer.safetensors", "state.json"}) {
+    INFO(file);
+    CHECK(read_bytes(dir + "/" + file) == read_bytes(host_dir + "/" + file));
+  }
+  // Nothing larger than a piece crosses but the transposed weights, whole.
+  std::set<size_t> whole;
+  for (const auto& t : model.layout.tensors()) {
+    if (t.hf_transposed) whole.insert(t.count);
+  }
+  const auto piece_or_whole = [&](size_t n) { return n <= kPiece || whole.count(n) == 1; };
+  CHECK(std::all_of(device.views.begin(), device.views.end(), piece_or_whole));
+
+  const float nan = std::nanf("");
+  std::vector<float> params(model.layout.total(), nan), m(params), v(params);
+  load_checkpoint(dir, model.spec, model.layout, model.state.train_tokens, params.data(), m.data(), v.data(),
+                  device.access());
+  CHECK(std::memcmp(params.data(), model.params.data(), params.size() * 4) == 0);  // padding rows included
+  CHECK(std::memcmp(m.data(), model.m.data(), m.size() * 4) == 0);
+  CHECK(std::memcmp(v.data(), model.v.data(), v.size() * 4) == 0);
+  CHECK(std::all_of(device.stores.begin(), device.stores.end(), piece_or_whole));
+  CHECK(*std::max_element(device.views.begin(), device.views.end()) > kPiece);  // the transposes were whole
 }
 
 TEST_CASE("model.safetensors has Hugging Face GPT-2's names, shapes and Conv1D layout", "[checkpoint]") {

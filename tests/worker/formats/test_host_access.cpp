@@ -1,0 +1,54 @@
+// HostAccess (worker/formats/host_access.*): host memory in place, a GPU's a piece at a time.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <vector>
+
+#include "tests/worker/piecewise_memory.hpp"
+#include "worker/formats/host_access.hpp"
+
+using namespace xtrain;
+
+TEST_CASE("reads and fills go once in place, else in pieces at their offsets", "[host_access]") {
+  std::vector<float> src(250);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) + 0.5f;
+  test::PiecewiseMemory device(100);
+  const HostAccess host;
+  for (const HostAccess* memory : {&host, &device.access()}) {
+    std::vector<size_t> offsets;
+    std::vector<float> seen;
+    memory->read(src.data(), src.size(), [&](const float* piece, size_t offset, size_t n) {
+      offsets.push_back(offset);
+      seen.insert(seen.end(), piece, piece + n);
+    });
+    CHECK(seen == src);
+    CHECK(offsets == (memory == &host ? std::vector<size_t>{0} : std::vector<size_t>{0, 100, 200}));
+
+    std::vector<float> dst(src.size(), std::nanf(""));
+    offsets.clear();
+    memory->fill(dst.data(), dst.size(), [&](float* piece, size_t offset, size_t n) {
+      offsets.push_back(offset);
+      std::copy(src.begin() + static_cast<long>(offset), src.begin() + static_cast<long>(offset + n), piece);
+    });
+    CHECK(dst == src);
+    CHECK(offsets == (memory == &host ? std::vector<size_t>{0} : std::vector<size_t>{0, 100, 200}));
+  }
+  CHECK(device.views == std::vector<size_t>{100, 100, 50});
+  CHECK(device.stores == std::vector<size_t>{100, 100, 50});
+}
+
+TEST_CASE("the first difference between two buffers, by bits, in place and a piece at a time", "[host_access]") {
+  std::vector<float> a(1000);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i);
+  test::PiecewiseMemory device(64);
+  const HostAccess host;
+  for (const HostAccess* memory : {&host, &device.access()}) {
+    std::vector<float> b = a;
+    CHECK(memory->first_difference(a.data(), b.data(), a.size()) == a.size());
+    b[700] = 700.5f;  // in the 11th piece, whose view replaces the view of a's
+    b[999] = 5.5f;
+    CHECK(memory->first_difference(a.data(), b.data(), a.size()) == 700);
+    b = a;
+    b[0] = -0.0f;  // equal to a[0] as a number, not as bits
+    CHECK(memory->first_difference(a.data(), b.data(), a.size()) == 0);
+  }
+}

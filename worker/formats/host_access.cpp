@@ -1,0 +1,63 @@
+#include "worker/formats/host_access.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <utility>
+
+namespace xtrain {
+
+HostAccess::HostAccess(View view, Store store, size_t piece)
+    : view_(std::move(view)), store_(std::move(store)), piece_(piece) {
+  if (!view_ || !store_ || piece_ == 0) throw std::logic_error("HostAccess: a view, a store and a piece size");
+}
+
+void HostAccess::read(const float* src, size_t count,
+                      const std::function<void(const float* host, size_t offset, size_t n)>& take) const {
+  if (in_place()) return take(src, 0, count);
+  for (size_t offset = 0; offset < count; offset += piece_) {
+    const size_t n = std::min(piece_, count - offset);
+    take(view_(src + offset, n), offset, n);
+  }
+}
+
+const float* HostAccess::whole(const float* src, size_t count) const {
+  return in_place() ? src : view_(src, count);
+}
+
+size_t HostAccess::first_difference(const float* a, const float* b, size_t n) const {
+  std::vector<float> piece;  // of a, kept: the view of b's piece replaces the view of a's
+  size_t found = n;
+  read(a, n, [&](const float* host_a, size_t offset, size_t count) {
+    if (found < n) return;
+    if (!in_place()) {
+      piece.assign(host_a, host_a + count);
+      host_a = piece.data();
+    }
+    const float* host_b = whole(b + offset, count);
+    if (std::memcmp(host_a, host_b, count * sizeof(float)) == 0) return;
+    found = offset;
+    while (std::memcmp(host_a + (found - offset), host_b + (found - offset), sizeof(float)) == 0) ++found;
+  });
+  return found;
+}
+
+void HostAccess::fill(float* dst, size_t count,
+                      const std::function<void(float* host, size_t offset, size_t n)>& fill) const {
+  if (in_place()) return fill(dst, 0, count);
+  for (size_t offset = 0; offset < count; offset += piece_) {
+    const size_t n = std::min(piece_, count - offset);
+    if (staging_.size() < n) staging_.resize(n);
+    fill(staging_.data(), offset, n);
+    store_(dst + offset, staging_.data(), n);
+  }
+}
+
+void HostAccess::fill_whole(float* dst, size_t count, const std::function<void(float* host)>& fill) const {
+  if (in_place()) return fill(dst);
+  if (staging_.size() < count) staging_.resize(count);
+  fill(staging_.data());
+  store_(dst, staging_.data(), count);
+}
+
+}  // namespace xtrain

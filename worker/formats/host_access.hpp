@@ -1,0 +1,52 @@
+// Float buffers as file code reads and fills them: host memory in place, or memory the host cannot
+// address (a GPU's) a piece at a time, so that writing or loading a checkpoint costs a GPU rank a
+// few MiB of host memory, not a host copy of the parameters and both AdamW moments (12 bytes a
+// parameter: 1.5 GB at GPT-2 124M, 19 GB at 1.5B, on every rank that loads one).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <vector>
+
+namespace xtrain {
+
+class HostAccess {
+ public:
+  // Pieces of at most this many floats (4 MiB): what a GPU copies through its pinned buffers.
+  static constexpr size_t kPiece = size_t{1} << 20;
+
+  // n floats of the device's `src` on the host, valid until the next call.
+  using View = std::function<const float*(const float* src, size_t n)>;
+  // Copies n host floats to the device's `dst`; returns once `host` may be reused.
+  using Store = std::function<void(float* dst, const float* host, size_t n)>;
+
+  HostAccess() = default;  // host memory, read and written in place
+  HostAccess(View view, Store store, size_t piece = kPiece);
+
+  bool in_place() const { return !view_; }
+
+  // Calls take(host, offset, n) over [src, src + count) in order: once in place, else a piece at a
+  // time (`host` valid during the call).
+  void read(const float* src, size_t count,
+            const std::function<void(const float* host, size_t offset, size_t n)>& take) const;
+  // [src, src + count) on the host at once, for what needs all of a tensor (a transpose); valid
+  // until the next call.
+  const float* whole(const float* src, size_t count) const;
+
+  // The index of the first of n floats whose bits differ between a and b, n where none does.
+  size_t first_difference(const float* a, const float* b, size_t n) const;
+
+  // Fills [dst, dst + count): fill(host, offset, n) writes those n floats to `host`, which is dst
+  // + offset in place, else a piece of staging that is then stored.
+  void fill(float* dst, size_t count, const std::function<void(float* host, size_t offset, size_t n)>& fill) const;
+  // The same at once, for what produces all of a tensor together (a transpose).
+  void fill_whole(float* dst, size_t count, const std::function<void(float* host)>& fill) const;
+
+ private:
+  View view_;
+  Store store_;
+  size_t piece_ = kPiece;
+  mutable std::vector<float> staging_;  // fill's pieces: reused, never more than the largest asked
+};
+
+}  // namespace xtrain
