@@ -20,7 +20,8 @@ namespace xtrain::cuda {
 
 class PinnedStaging {
  public:
-  static constexpr size_t kMaxBytes = size_t{4} << 20;  // larger copies (whole parameter sets) stay pageable
+  // Larger copies stay pageable. Checkpoints cross in pieces of this size (HostAccess::kPiece).
+  static constexpr size_t kMaxBytes = size_t{4} << 20;
   static constexpr size_t kMaxBuffers = 64;
 
   PinnedStaging(cudaStream_t stream, std::function<void()> drain) : stream_(stream), drain_(std::move(drain)) {}

@@ -68,10 +68,11 @@ class Backend {
   // Activations cross as floats, converted to and from act_dtype().
   virtual void upload(ActPtr dst, const float* host_src, size_t n) = 0;
   virtual void download(float* host_dst, ConstActPtr src, size_t n) = 0;
-  // Host memory holding src's n activations as stored (act_dtype(), dtype_bytes of it each), after
+  // Host memory holding src's n values as stored (src's dtype, dtype_bytes of it each), after
   // every operation issued before; valid until the next call on this backend. No copy where the
-  // host can read them in place: the CPU's own memory, the CUDA backend's pinned buffer. The caller
-  // converts what it reads when it reads it: generate's rows, each on the thread that draws it.
+  // host can read them in place: the CPU's own memory, the CUDA backend's pinned buffer (up to 4
+  // MiB). The caller converts what it reads when it reads it: generate's rows, each on the thread
+  // that draws it; fp32 parameters and moments a piece at a time, as checkpoints write them.
   virtual const void* download_view(ConstActPtr src, size_t n) = 0;
   // Whether the host reads this backend's memory in place (the CPU backend's is its own), after
   // synchronize(): then what it holds needs no download to be read (a checkpoint's parameters and
