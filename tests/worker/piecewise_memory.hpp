@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "worker/formats/host_access.hpp"
+#include "worker/model/host_access.hpp"
 
 namespace xtrain::test {
 

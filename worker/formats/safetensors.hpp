@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "worker/formats/file_io.hpp"
-#include "worker/formats/host_access.hpp"
+#include "worker/model/host_access.hpp"
 
 namespace xtrain {
 

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/usable_cpus.hpp"
+#include "worker/model/host_access.hpp"
 #include "worker/model/memory_plan.hpp"
 #include "worker/model/weight_init.hpp"
 
@@ -122,7 +123,9 @@ void GPT::allocate_activations() {
 
 void GPT::init_weights(std::int64_t seed) {
   const int threads = static_cast<int>(std::min(usable_cpus(), 16u));
-  fill_params([&](float* host) { draw_initial_weights(layout_, seed, host, threads); });
+  if (params_ == nullptr) return fill_params([&](float* host) { draw_initial_weights(layout_, seed, host, threads); });
+  draw_initial_weights(layout_, seed, params_, threads, host_access(backend_));
+  refresh_weights();
 }
 
 void GPT::fill_params(const std::function<void(float* host)>& fill) {

@@ -96,11 +96,12 @@ class GPT {
 
   // GPT-2's initialisation, from the seed alone (identical on every rank): weights ~ N(0, 0.02),
   // the two residual projections (attn.c_proj, mlp.c_proj) ~ N(0, 0.02/sqrt(2L)), wpe ~ N(0, 0.02),
-  // biases 0, layernorm weights 1, padded wte rows 0. Drawn on the host (fill_params).
+  // biases 0, layernorm weights 1, padded wte rows 0. Drawn on the host: into the master weights
+  // a piece at a time (host_access), or for a model without them into the copy (fill_params).
   void init_weights(std::int64_t seed);
 
   // The master weights (layout().total() floats) from `fill`, then the copy refreshed, whatever
-  // the weights come from (the seed, a checkpoint, a model file): `fill` writes them in place
+  // the weights come from (a model file, the seed without master weights): `fill` writes them in place
   // where the host reads the backend's memory (the CPU's fp32 weights), else into a host buffer
   // that set_params uploads. The weights are unchanged where `fill` throws before writing.
   void fill_params(const std::function<void(float* host)>& fill);

@@ -63,22 +63,25 @@ void NormalStream::fill(float* out, size_t n, float scale, int threads, size_t c
   }
 }
 
-void draw_initial_weights(const ParamLayout& layout, std::int64_t seed, float* out, int threads) {
+void draw_initial_weights(const ParamLayout& layout, std::int64_t seed, float* out, int threads,
+                          const HostAccess& memory) {
   const ModelDims& d = layout.dims();
-  std::fill(out, out + layout.total(), 0.0f);
   NormalStream normal(seed);
   const float std_dev = 0.02f;
   const float residual_std = std_dev / std::sqrt(2.0f * static_cast<float>(d.L));
+  // Every tensor whole, in order (together they are the flat buffer): its normals first, then the
+  // value of the rest. The stream runs on across the pieces as across one buffer.
   for (const ParamTensor& t : layout.tensors()) {
-    float* p = out + t.offset;
     const std::string_view name = t.name;
-    if (t.shape.size() == 2) {
-      // wte's padded rows (V..Vp-1) stay zero: they never see a token and never get gradient.
-      const size_t n = t.offset == layout.wte() ? static_cast<size_t>(d.V) * d.C : t.count;
-      normal.fill(p, n, name.ends_with("c_proj.weight") ? residual_std : std_dev, threads);
-    } else if (name.ends_with(".weight")) {  // layernorm gains
-      std::fill(p, p + t.count, 1.0f);
-    }
+    // wte's padded rows (V..Vp-1) stay zero: they never see a token and never get gradient.
+    const size_t normals = t.shape.size() != 2 ? 0 : t.offset == layout.wte() ? static_cast<size_t>(d.V) * d.C : t.count;
+    const float scale = name.ends_with("c_proj.weight") ? residual_std : std_dev;
+    const float rest = t.shape.size() == 1 && name.ends_with(".weight") ? 1.0f : 0.0f;  // layernorm gains; biases
+    memory.fill(out + t.offset, t.count, [&](float* host, size_t offset, size_t n) {
+      const size_t drawn = offset < normals ? std::min(n, normals - offset) : 0;
+      normal.fill(host, drawn, scale, threads);
+      std::fill(host + drawn, host + n, rest);
+    });
   }
 }
 

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <random>
 
+#include "worker/model/host_access.hpp"
 #include "worker/model/param_layout.hpp"
 
 namespace xtrain {
@@ -38,8 +39,9 @@ class NormalStream {
   bool has_spare_ = false;
 };
 
-// Fills `out` (layout.total() floats) with GPT-2's initial weights for `seed`, the transforms on
-// `threads` threads (>= 1).
-void draw_initial_weights(const ParamLayout& layout, std::int64_t seed, float* out, int threads);
+// Fills `out` (layout.total() floats in `memory`) with GPT-2's initial weights for `seed`, the
+// transforms on `threads` threads (>= 1).
+void draw_initial_weights(const ParamLayout& layout, std::int64_t seed, float* out, int threads,
+                          const HostAccess& memory = {});
 
 }  // namespace xtrain

@@ -34,7 +34,7 @@
 #include "common/job_spec.hpp"
 #include "common/model_file.hpp"
 #include "worker/data/batch_sampler.hpp"
-#include "worker/formats/host_access.hpp"
+#include "worker/model/host_access.hpp"
 #include "worker/model/param_layout.hpp"
 
 namespace xtrain {

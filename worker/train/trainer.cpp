@@ -24,23 +24,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The backend's memory as checkpoints and the replica checks read and fill it: in place where the
-// host can (the CPU backend's own memory, once nothing queued may still use it), else a piece at a
-// time through download_view (pinned memory on a GPU, read where the copy left it) and upload.
-// Whole host copies of the parameters and both moments were 12 bytes a parameter on every rank
-// that loads a checkpoint and on rank 0 at each save (19 GB at GPT-2 1.5B).
-HostAccess host_access(Backend& backend) {
-  if (backend.host_reads_in_place()) {
-    backend.synchronize();
-    return {};
-  }
-  return HostAccess(
-      [&backend](const float* src, size_t n) {
-        return static_cast<const float*>(backend.download_view(ConstActPtr(src), n));
-      },
-      [&backend](float* dst, const float* host, size_t n) { backend.upload(dst, host, n); });
-}
-
 }  // namespace
 
 Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_size, Backend& backend,

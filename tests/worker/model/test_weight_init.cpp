@@ -5,10 +5,12 @@
 // changes every fresh run's weights, and must say so here.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "tests/worker/gpt_test_util.hpp"
+#include "tests/worker/piecewise_memory.hpp"
 #include "worker/model/weight_init.hpp"
 #include "worker/train/run_report.hpp"
 
@@ -41,6 +43,17 @@ TEST_CASE("initial weights are the one-at-a-time sampler's, on any number of thr
   // GPT-2 124M: chunks of 2^18 pairs, each split over the threads.
   const ParamLayout gpt2(ModelDims::from(test::gpt2_124m()));
   CHECK(digest(drawn(gpt2, 3)) == "1c7be5fda4550a4d");
+}
+
+TEST_CASE("initial weights drawn into a GPU's memory a piece at a time are the same bits", "[model]") {
+  const ParamLayout tiny(ModelDims::from(test::model_spec(2, 2, 24, 16, 71)));
+  const std::vector<float> in_place = drawn(tiny, 2);
+  // 333 floats a piece: odd, so pieces end inside pairs, inside tensors and inside wte's padding.
+  test::PiecewiseMemory device(333);
+  std::vector<float> out(tiny.total(), -1.0f);
+  draw_initial_weights(tiny, 7, out.data(), 2, device.access());
+  CHECK(same_bits(out, in_place));
+  CHECK(*std::max_element(device.stores.begin(), device.stores.end()) == 333);
 }
 
 TEST_CASE("a normal stream gives the same values in any pieces, chunks and threads", "[model]") {

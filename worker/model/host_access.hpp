@@ -10,6 +10,8 @@
 
 namespace xtrain {
 
+class Backend;
+
 class HostAccess {
  public:
   // Pieces of at most this many floats (4 MiB): what a GPU copies through its pinned buffers.
@@ -48,5 +50,10 @@ class HostAccess {
   size_t piece_ = kPiece;
   mutable std::vector<float> staging_;  // fill's pieces: reused, never more than the largest asked
 };
+
+// The backend's float memory for the host: in place where the host can read it (the CPU backend's
+// own, after synchronize(), so that nothing queued still uses it), else a piece at a time through
+// download_view (on a GPU, its pinned buffer, read where the copy left it) and upload.
+HostAccess host_access(Backend& backend);
 
 }  // namespace xtrain

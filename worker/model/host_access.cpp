@@ -1,9 +1,11 @@
-#include "worker/formats/host_access.hpp"
+#include "worker/model/host_access.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <utility>
+
+#include "worker/model/backend.hpp"
 
 namespace xtrain {
 
@@ -58,6 +60,18 @@ void HostAccess::fill_whole(float* dst, size_t count, const std::function<void(f
   if (staging_.size() < count) staging_.resize(count);
   fill(staging_.data());
   store_(dst, staging_.data(), count);
+}
+
+HostAccess host_access(Backend& backend) {
+  if (backend.host_reads_in_place()) {
+    backend.synchronize();
+    return {};
+  }
+  return HostAccess(
+      [&backend](const float* src, size_t n) {
+        return static_cast<const float*>(backend.download_view(ConstActPtr(src), n));
+      },
+      [&backend](float* dst, const float* host, size_t n) { backend.upload(dst, host, n); });
 }
 
 }  // namespace xtrain

@@ -1,10 +1,10 @@
-// HostAccess (worker/formats/host_access.*): host memory in place, a GPU's a piece at a time.
+// HostAccess (worker/model/host_access.*): host memory in place, a GPU's a piece at a time.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <vector>
 
 #include "tests/worker/piecewise_memory.hpp"
-#include "worker/formats/host_access.hpp"
+#include "worker/model/host_access.hpp"
 
 using namespace xtrain;
 
