@@ -93,7 +93,8 @@ void export_llmc_model(const std::string& path, const ParamLayout& layout, const
   });
 }
 
-void import_llmc_model(const ModelFileInfo& file, const ParamLayout& layout, float* params) {
+void import_llmc_model(const ModelFileInfo& file, const ParamLayout& layout, float* params,
+                       const HostAccess& memory) {
   const ModelDims& d = layout.dims();
   const std::string& path = file.weights;
   const MappedFile mapped(path);
@@ -112,13 +113,15 @@ void import_llmc_model(const ModelFileInfo& file, const ParamLayout& layout, flo
   if (mapped.size() != bytes) throw FileError(path, "changed size while being read");
   for (size_t i = 0; i < order.size(); ++i) {
     const size_t take = i == 0 ? static_cast<size_t>(d.V) * C : order[i].count;
-    float* out = params + order[i].offset;
-    if (element == sizeof(float)) {
-      std::memcpy(out, at, take * sizeof(float));
-    } else {
-      read_bf16(at, take, out);
-    }
-    if (i == 0) std::fill(out + take, out + order[i].count, 0.0f);  // our padding rows
+    memory.fill(params + order[i].offset, order[i].count, [&](float* host, size_t offset, size_t n) {
+      const size_t from_file = offset < take ? std::min(n, take - offset) : 0;
+      if (from_file > 0 && element == sizeof(float)) {
+        std::memcpy(host, at + offset * element, from_file * sizeof(float));
+      } else if (from_file > 0) {
+        read_bf16(at + offset * element, from_file, host);
+      }
+      std::fill(host + from_file, host + n, 0.0f);  // our padding rows (of wte)
+    });
     at += in_file(i) * element;
   }
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/model_file.hpp"
+#include "worker/model/host_access.hpp"
 #include "worker/model/param_layout.hpp"
 
 namespace xtrain {
@@ -29,9 +30,10 @@ void export_llmc_model(const std::string& path, const ParamLayout& layout, const
                        int version = kLlmcVersionFp32);
 
 // Reads the llm.c model file `file` (either version; its header checked by read_model_file_info)
-// into `params` (layout.total() floats), whose shape import_model (worker/formats/model_io.hpp) has
-// checked against the header: the first T rows of wpe are taken, the file's own padding rows are
-// never read and ours are set to zero.
-void import_llmc_model(const ModelFileInfo& file, const ParamLayout& layout, float* params);
+// into `params` (layout.total() floats in `memory`), whose shape import_model
+// (worker/formats/model_io.hpp) has checked against the header: the first T rows of wpe are taken,
+// the file's own padding rows are never read and ours are set to zero.
+void import_llmc_model(const ModelFileInfo& file, const ParamLayout& layout, float* params,
+                       const HostAccess& memory = {});
 
 }  // namespace xtrain

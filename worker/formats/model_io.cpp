@@ -94,13 +94,13 @@ void check_model_headers(const ModelFileInfo& file, const ParamLayout& layout) {
   SafetensorsFile(file.weights).load();
 }
 
-void import_model(const ModelFileInfo& file, const ParamLayout& layout, float* params) {
+void import_model(const ModelFileInfo& file, const ParamLayout& layout, float* params, const HostAccess& memory) {
   check_shape(file, layout);
   if (file.format == ModelFormat::kLlmc) {
-    import_llmc_model(file, layout, params);
+    import_llmc_model(file, layout, params, memory);
   } else {
     HfModelReader reader(file.weights, layout);
-    reader.load(params);
+    reader.load(params, memory);
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include "common/tokenizer/gpt2_vocabulary.hpp"
 #include "common/model_file.hpp"
+#include "worker/model/host_access.hpp"
 #include "worker/model/param_layout.hpp"
 
 namespace xtrain {
@@ -19,11 +20,12 @@ ModelSpec spec_of(const ModelFileInfo& file, int seq_len);
 // The layout a model file's weights fill at their full context (T = n_positions).
 ModelDims dims_of(const ModelFileInfo& file);
 
-// Reads the weights of `file` into `params` (layout.total() floats). The layout's L, NH, C and V
+// Reads the weights of `file` into `params` (layout.total() floats in `memory`). The layout's L, NH, C and V
 // must be the file's and its T at most the file's n_positions (the first T rows of wpe are
 // taken); wte's padding rows become zero. Throws FileError naming the file and the tensor;
 // `params` is untouched when a check fails.
-void import_model(const ModelFileInfo& file, const ParamLayout& layout, float* params);
+void import_model(const ModelFileInfo& file, const ParamLayout& layout, float* params,
+                  const HostAccess& memory = {});
 
 // A whole model's weights at their full context in one flat fp32 buffer.
 struct FlatModel {

@@ -106,7 +106,8 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
   } else if (!spec_.model.init_from.empty()) {
     try {
       const ModelFileInfo file = read_model_file_info(spec_.model.init_from);
-      model_->fill_params([&](float* params) { import_model(file, model_->layout(), params); });
+      import_model(file, model_->layout(), model_->params(), host_access(backend_));
+      model_->refresh_weights();
       initialised_from_ = xtrain::describe(file);
     } catch (const FileError& e) {
       throw SpecError("model.init_from", e.what());

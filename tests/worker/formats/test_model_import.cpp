@@ -21,6 +21,7 @@
 #include "worker/model/gpt.hpp"
 #include "worker/formats/model_io.hpp"
 #include "tests/worker/gpt_test_util.hpp"
+#include "tests/worker/piecewise_memory.hpp"
 
 using namespace xtrain;
 using xtrain::test::model_spec;
@@ -208,14 +209,21 @@ struct Weights {
   }
 };
 
-std::vector<float> load(const std::string& path, const ParamLayout& layout) {
-  std::vector<float> out(layout.total(), std::nanf(""));
-  import_model(read_model_file_info(path), layout, out.data());
-  return out;
-}
-
 bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The weights of the model file at `path`, read into host memory; read into a GPU's a piece at a
+// time too (pieces of 61 floats: odd, so they end inside tensors and inside wte's padding), which
+// must give the same bits.
+std::vector<float> load(const std::string& path, const ParamLayout& layout) {
+  std::vector<float> out(layout.total(), std::nanf("")), pieces(out);
+  const ModelFileInfo info = read_model_file_info(path);
+  import_model(info, layout, out.data());
+  test::PiecewiseMemory device(61);
+  import_model(info, layout, pieces.data(), device.access());
+  CHECK(bitwise_equal(pieces, out));
+  return out;
 }
 
 // Logits (B, T, Vp) of `params` on a fixed batch, CPU backend.
