@@ -15,11 +15,15 @@
 //   trains worse shows as a gap of several percent. The test prints both.
 // - CUDA graphs on and off: the same losses and parameters, bit for bit (the same launches).
 // - resumed from step 25's checkpoint: steps 26-50 and the parameters bit for bit.
+// - step 25's checkpoint as model.init_from: its weights, bit for bit.
 // - two ranks reducing with Gloo (the emulated device memory is host memory): within 2e-3 of one
 //   rank, for the same reason as the CPU bound (the batch split changes the products' shapes).
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -130,6 +134,24 @@ TEST_CASE("interpret mode trains the demo-shaped model through xlaunch as the CP
     CHECK(loss == graphs.at(step));
   }
   CHECK(job.digest("resumed", 0) == job.digest("graphs", 0));
+
+  // model.init_from filled into the device a piece at a time: with a learning rate too small to
+  // move any weight, the checkpoint after one step holds step 25's weights, byte for byte.
+  job.launch("init-from", 1, [&](json& s) {
+    s["device"] = "cuda";
+    s["model"]["init_from"] = step25;
+    s["train"]["steps"] = 1;
+    s["train"]["lr"] = 1e-30;
+    s["train"]["min_lr"] = 1e-31;
+    s["train"]["warmup_steps"] = 0;
+  });
+  const auto bytes_of = [](const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string weights = bytes_of(std::filesystem::path(step25) / "model.safetensors");
+  CHECK(!weights.empty());
+  CHECK(bytes_of(job.run_dir("init-from") / "checkpoints" / "step-00000001" / "model.safetensors") == weights);
 
   job.launch("two-ranks", 2, [](json& s) {
     s["device"] = "cuda";
