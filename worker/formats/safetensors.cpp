@@ -247,7 +247,8 @@ void SafetensorsFile::load() {
 void SafetensorsFile::copy(const std::string& name, const std::vector<std::int64_t>& shape, float* out,
                            const HostAccess& memory) const {
   const SafetensorsEntry& e = get(name, shape);
-  memory.fill(out, element_count(e.shape), [&](float* host, size_t offset, size_t n) { copy_elements(e, offset, n, host); });
+  memory.fill(out, element_count(e.shape),
+              [&](float* host, size_t offset, size_t n) { copy_elements(e, offset, n, host); });
 }
 
 void SafetensorsFile::copy_elements(const SafetensorsEntry& e, std::uint64_t first, std::uint64_t count,

@@ -100,11 +100,11 @@ class GPT {
   // a piece at a time (host_access), or for a model without them into the copy (fill_params).
   void init_weights(std::int64_t seed);
 
-  // The master weights (layout().total() floats) from `fill`, then the copy refreshed: for a model
-  // without master weights (inference in bf16), whose copy only an upload converts. `fill` writes
-  // them in place where the host reads the backend's memory (the CPU's fp32 weights), else into a
-  // host buffer that set_params uploads. The weights are unchanged where `fill` throws before
-  // writing. (Training writes its master weights through host_access, then refresh_weights.)
+  // The weights (layout().total() floats) from `fill`, as inference loads them (LoadedModel, and a
+  // model without master weights, whose bf16 copy only an upload converts): `fill` writes them in
+  // place where the host reads the backend's memory (the CPU's fp32 weights), else into a host
+  // buffer that set_params uploads. The weights are unchanged where `fill` throws before writing.
+  // Training writes its master weights through host_access instead, then refresh_weights.
   void fill_params(const std::function<void(float* host)>& fill);
 
   // Uploads the master weights from the host (layout().total() floats) and refreshes the copy

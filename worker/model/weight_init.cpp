@@ -74,7 +74,9 @@ void draw_initial_weights(const ParamLayout& layout, std::int64_t seed, float* o
   for (const ParamTensor& t : layout.tensors()) {
     const std::string_view name = t.name;
     // wte's padded rows (V..Vp-1) stay zero: they never see a token and never get gradient.
-    const size_t normals = t.shape.size() != 2 ? 0 : t.offset == layout.wte() ? static_cast<size_t>(d.V) * d.C : t.count;
+    const size_t normals = t.shape.size() != 2         ? 0
+                           : t.offset == layout.wte() ? static_cast<size_t>(d.V) * d.C
+                                                      : t.count;
     const float scale = name.ends_with("c_proj.weight") ? residual_std : std_dev;
     const float rest = t.shape.size() == 1 && name.ends_with(".weight") ? 1.0f : 0.0f;  // layernorm gains; biases
     memory.fill(out + t.offset, t.count, [&](float* host, size_t offset, size_t n) {

@@ -119,8 +119,9 @@ TEST_CASE("a GPU's buffers are saved and loaded a piece at a time: the same file
   const std::string host_dir = model.save(host_run.path(), 10);
   constexpr size_t kPiece = 100;
   test::PiecewiseMemory device(kPiece);
-  const std::string dir = save_checkpoint(device_run.path(), model.spec, model.layout, model.params.data(),
-                                          model.m.data(), model.v.data(), model.state, model.tokenizer, device.access());
+  const std::string dir =
+      save_checkpoint(device_run.path(), model.spec, model.layout, model.params.data(), model.m.data(),
+                      model.v.data(), model.state, model.tokenizer, device.access());
   for (const char* file : {"model.safetensors", "optimizer.safetensors", "state.json"}) {
     INFO(file);
     CHECK(read_bytes(dir + "/" + file) == read_bytes(host_dir + "/" + file));
