@@ -5,8 +5,8 @@
 // Tolerances on each step's loss, relative: GPU vs CPU 1e-4 (the worker trains in strict fp32;
 // kernels and products sum in other orders than the CPU, ~1e-6 per step, which 20 AdamW steps
 // amplify); GPU world 2 or 4 vs world 1: 1e-5, as between CPU world sizes (the same math with
-// the batch split across ranks). Every rank ends with the same parameter digest, and two runs
-// of one world give the same losses bit for bit.
+// the batch split across ranks). Every rank ends with the same parameter digest, two runs of one
+// world give the same losses bit for bit, and so does a run resumed from a checkpoint.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <map>
@@ -71,9 +71,27 @@ TEST_CASE("20 steps through xlaunch on GPUs follow the CPU backend's losses", "[
   const auto gpu1 = job.losses("gpu1");
   check_close(gpu1, cpu, 1e-4);
 
-  job.launch("gpu1-again", 1, on("cuda"));
+  job.launch("gpu1-again", 1, [](json& s) {
+    s["device"] = "cuda";
+    s["checkpoint"]["every"] = 10;
+  });
   CHECK(job.losses("gpu1-again") == gpu1);
   CHECK(job.digest("gpu1-again", 0) == job.digest("gpu1", 0));
+
+  // Resumed from step 10's checkpoint, written and read through pinned memory a piece at a time:
+  // steps 11-20 and the parameters bit for bit.
+  const std::string step10 = (job.run_dir("gpu1-again") / "checkpoints" / "step-00000010").string();
+  job.launch("gpu1-resumed", 1, [&](json& s) {
+    s["device"] = "cuda";
+    s["checkpoint"]["resume"] = step10;
+  });
+  const auto resumed = job.losses("gpu1-resumed");
+  REQUIRE(resumed.size() == 10);
+  for (const auto& [step, loss] : resumed) {
+    INFO("step " << step);
+    CHECK(loss == gpu1.at(step));
+  }
+  CHECK(job.digest("gpu1-resumed", 0) == job.digest("gpu1", 0));
 
   for (const int world : {2, 4}) {
     if (world > gpus) {
