@@ -121,10 +121,12 @@ void GPT::allocate_activations() {
   point_into(acts_, int_memory_, at, kIntSlots);
 }
 
-void GPT::init_weights(std::int64_t seed) {
+void GPT::init_weights(std::int64_t seed, const std::function<void()>& progress) {
   const int threads = static_cast<int>(std::min(usable_cpus(), 16u));
   if (params_ == nullptr) return fill_params([&](float* host) { draw_initial_weights(layout_, seed, host, threads); });
-  draw_initial_weights(layout_, seed, params_, threads, host_access(backend_));
+  HostAccess memory = host_access(backend_);
+  memory.set_progress(progress);
+  draw_initial_weights(layout_, seed, params_, threads, memory);
   refresh_weights();
 }
 

@@ -98,7 +98,8 @@ class GPT {
   // the two residual projections (attn.c_proj, mlp.c_proj) ~ N(0, 0.02/sqrt(2L)), wpe ~ N(0, 0.02),
   // biases 0, layernorm weights 1, padded wte rows 0. Drawn on the host: into the master weights
   // a piece at a time (host_access), or for a model without them into the copy (fill_params).
-  void init_weights(std::int64_t seed);
+  // `progress` runs after each tensor or piece.
+  void init_weights(std::int64_t seed, const std::function<void()>& progress = {});
 
   // The weights (layout().total() floats) from `fill`, as inference loads them (LoadedModel, and a
   // model without master weights, whose bf16 copy only an upload converts): `fill` writes them in

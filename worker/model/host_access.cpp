@@ -16,10 +16,14 @@ HostAccess::HostAccess(View view, Store store, size_t piece)
 
 void HostAccess::read(const float* src, size_t count,
                       const std::function<void(const float* host, size_t offset, size_t n)>& take) const {
-  if (in_place()) return take(src, 0, count);
+  if (in_place()) {
+    take(src, 0, count);
+    return advance();
+  }
   for (size_t offset = 0; offset < count; offset += piece_) {
     const size_t n = std::min(piece_, count - offset);
     take(view_(src + offset, n), offset, n);
+    advance();
   }
 }
 
@@ -46,20 +50,28 @@ size_t HostAccess::first_difference(const float* a, const float* b, size_t n) co
 
 void HostAccess::fill(float* dst, size_t count,
                       const std::function<void(float* host, size_t offset, size_t n)>& fill) const {
-  if (in_place()) return fill(dst, 0, count);
+  if (in_place()) {
+    fill(dst, 0, count);
+    return advance();
+  }
   for (size_t offset = 0; offset < count; offset += piece_) {
     const size_t n = std::min(piece_, count - offset);
     if (staging_.size() < n) staging_.resize(n);
     fill(staging_.data(), offset, n);
     store_(dst + offset, staging_.data(), n);
+    advance();
   }
 }
 
 void HostAccess::fill_whole(float* dst, size_t count, const std::function<void(float* host)>& fill) const {
-  if (in_place()) return fill(dst);
-  if (staging_.size() < count) staging_.resize(count);
-  fill(staging_.data());
-  store_(dst, staging_.data(), count);
+  if (in_place()) {
+    fill(dst);
+  } else {
+    if (staging_.size() < count) staging_.resize(count);
+    fill(staging_.data());
+    store_(dst, staging_.data(), count);
+  }
+  advance();
 }
 
 HostAccess host_access(Backend& backend) {

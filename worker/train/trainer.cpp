@@ -93,10 +93,13 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
   if (!val_starts_.empty() && text_.has_text()) bits_per_nat_ = validation_bits_per_nat();
 
   // Where the weights come from: the checkpoint a resume continues from, else model.init_from,
-  // else the seed.
+  // else the seed. Each beats as it goes: at 1.5B parameters a draw alone takes tens of seconds.
+  const auto beat = [this] { report_.heartbeat().beat(); };
+  HostAccess memory = host_access(backend_);
+  memory.set_progress(beat);
   if (auto dir = find_resume_checkpoint(run_dir_, spec_.checkpoint.resume)) {
     const TrainState state = load_checkpoint(*dir, spec_, model_->layout(), data_.train.count, model_->params(),
-                                             adamw_->m(), adamw_->v(), host_access(backend_));
+                                             adamw_->m(), adamw_->v(), memory);
     model_->refresh_weights();
     adamw_->set_step_count(state.adam_t);
     sampler_->set_state(state.sampler);
@@ -106,14 +109,14 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
   } else if (!spec_.model.init_from.empty()) {
     try {
       const ModelFileInfo file = read_model_file_info(spec_.model.init_from);
-      import_model(file, model_->layout(), model_->params(), host_access(backend_));
+      import_model(file, model_->layout(), model_->params(), memory);
       model_->refresh_weights();
       initialised_from_ = xtrain::describe(file);
     } catch (const FileError& e) {
       throw SpecError("model.init_from", e.what());
     }
   } else {
-    model_->init_weights(spec_.model.init_seed);
+    model_->init_weights(spec_.model.init_seed, beat);
   }
   report_.heartbeat().beat();
 }

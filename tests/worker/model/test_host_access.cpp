@@ -8,12 +8,18 @@
 
 using namespace xtrain;
 
-TEST_CASE("reads and fills go once in place, else in pieces at their offsets", "[host_access]") {
+TEST_CASE("reads and fills go once in place, else in pieces at their offsets, each followed by progress",
+          "[host_access]") {
   std::vector<float> src(250);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) + 0.5f;
   test::PiecewiseMemory device(100);
-  const HostAccess host;
-  for (const HostAccess* memory : {&host, &device.access()}) {
+  HostAccess host;
+  int progress = 0;
+  host.set_progress([&] { ++progress; });
+  device.set_progress([&] { ++progress; });
+  for (const HostAccess* memory : {static_cast<const HostAccess*>(&host), &device.access()}) {
+    const int pieces = memory == &host ? 1 : 3;
+    progress = 0;
     std::vector<size_t> offsets;
     std::vector<float> seen;
     memory->read(src.data(), src.size(), [&](const float* piece, size_t offset, size_t n) {
@@ -22,6 +28,7 @@ TEST_CASE("reads and fills go once in place, else in pieces at their offsets", "
     });
     CHECK(seen == src);
     CHECK(offsets == (memory == &host ? std::vector<size_t>{0} : std::vector<size_t>{0, 100, 200}));
+    CHECK(progress == pieces);
 
     std::vector<float> dst(src.size(), std::nanf(""));
     offsets.clear();
@@ -31,9 +38,13 @@ TEST_CASE("reads and fills go once in place, else in pieces at their offsets", "
     });
     CHECK(dst == src);
     CHECK(offsets == (memory == &host ? std::vector<size_t>{0} : std::vector<size_t>{0, 100, 200}));
+    CHECK(progress == 2 * pieces);
+    memory->fill_whole(dst.data(), dst.size(), [&](float* all) { std::copy(src.begin(), src.end(), all); });
+    CHECK(dst == src);
+    CHECK(progress == 2 * pieces + 1);
   }
   CHECK(device.views == std::vector<size_t>{100, 100, 50});
-  CHECK(device.stores == std::vector<size_t>{100, 100, 50});
+  CHECK(device.stores == std::vector<size_t>{100, 100, 50, 250});
 }
 
 TEST_CASE("the first difference between two buffers, by bits, in place and a piece at a time", "[host_access]") {
