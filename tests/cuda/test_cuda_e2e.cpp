@@ -80,18 +80,7 @@ TEST_CASE("20 steps through xlaunch on GPUs follow the CPU backend's losses", "[
 
   // Resumed from step 10's checkpoint, written and read through pinned memory a piece at a time:
   // steps 11-20 and the parameters bit for bit.
-  const std::string step10 = (job.run_dir("gpu1-again") / "checkpoints" / "step-00000010").string();
-  job.launch("gpu1-resumed", 1, [&](json& s) {
-    s["device"] = "cuda";
-    s["checkpoint"]["resume"] = step10;
-  });
-  const auto resumed = job.losses("gpu1-resumed");
-  REQUIRE(resumed.size() == 10);
-  for (const auto& [step, loss] : resumed) {
-    INFO("step " << step);
-    CHECK(loss == gpu1.at(step));
-  }
-  CHECK(job.digest("gpu1-resumed", 0) == job.digest("gpu1", 0));
+  job.check_resumes("gpu1-resumed", "gpu1-again", "step-00000010", 10);
 
   for (const int world : {2, 4}) {
     if (world > gpus) {

@@ -65,6 +65,25 @@ class TrainingJob {
     return nlohmann::json::parse(in).at("param_digest").get<std::string>();
   }
 
+  // Runs `run` on one CUDA rank resumed from `checkpoint` (a step-NNNNNNNN directory of run
+  // `original`), and checks that it is the rest of `original` bit for bit: its `steps` losses and
+  // the parameters at the end.
+  void check_resumes(const std::string& run, const std::string& original, const std::string& checkpoint,
+                     size_t steps) {
+    const std::string dir = (run_dir(original) / "checkpoints" / checkpoint).string();
+    launch(run, 1, [&](nlohmann::json& s) {
+      s["device"] = "cuda";
+      s["checkpoint"]["resume"] = dir;
+    });
+    const auto want = losses(original), got = losses(run);
+    REQUIRE(got.size() == steps);
+    for (const auto& [step, loss] : got) {
+      INFO("step " << step);
+      CHECK(loss == want.at(step));
+    }
+    CHECK(digest(run, 0) == digest(original, 0));
+  }
+
  private:
   std::filesystem::path dir_;
   nlohmann::json spec_;

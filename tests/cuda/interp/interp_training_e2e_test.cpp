@@ -122,24 +122,14 @@ TEST_CASE("interpret mode trains the demo-shaped model through xlaunch as the CP
   CHECK(job.losses("eager") == graphs);
   CHECK(job.digest("eager", 0) == job.digest("graphs", 0));
 
-  const std::string step25 = (job.run_dir("graphs") / "checkpoints" / "step-00000025").string();
-  job.launch("resumed", 1, [&](json& s) {
-    s["device"] = "cuda";
-    s["checkpoint"]["resume"] = step25;
-  });
-  const auto resumed = job.losses("resumed");
-  REQUIRE(resumed.size() == 25);
-  for (const auto& [step, loss] : resumed) {
-    INFO("step " << step);
-    CHECK(loss == graphs.at(step));
-  }
-  CHECK(job.digest("resumed", 0) == job.digest("graphs", 0));
+  job.check_resumes("resumed", "graphs", "step-00000025", 25);
 
   // model.init_from filled into the device a piece at a time: with a learning rate too small to
   // move any weight, the checkpoint after one step holds step 25's weights, byte for byte.
+  const std::filesystem::path step25 = job.run_dir("graphs") / "checkpoints" / "step-00000025";
   job.launch("init-from", 1, [&](json& s) {
     s["device"] = "cuda";
-    s["model"]["init_from"] = step25;
+    s["model"]["init_from"] = step25.string();
     s["train"]["steps"] = 1;
     s["train"]["lr"] = 1e-30;
     s["train"]["min_lr"] = 1e-31;
@@ -149,7 +139,7 @@ TEST_CASE("interpret mode trains the demo-shaped model through xlaunch as the CP
     std::ifstream in(path, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), {});
   };
-  const std::string weights = bytes_of(std::filesystem::path(step25) / "model.safetensors");
+  const std::string weights = bytes_of(step25 / "model.safetensors");
   CHECK(!weights.empty());
   CHECK(bytes_of(job.run_dir("init-from") / "checkpoints" / "step-00000001" / "model.safetensors") == weights);
 
