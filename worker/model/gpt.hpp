@@ -101,11 +101,11 @@ class GPT {
   // `progress` runs after each tensor or piece.
   void init_weights(std::int64_t seed, const std::function<void()>& progress = {});
 
-  // The weights (layout().total() floats) from `fill`, as inference loads them (LoadedModel, and a
-  // model without master weights, whose bf16 copy only an upload converts): `fill` writes them in
-  // place where the host reads the backend's memory (the CPU's fp32 weights), else into a host
-  // buffer that set_params uploads. The weights are unchanged where `fill` throws before writing.
-  // Training writes its master weights through host_access instead, then refresh_weights.
+  // The weights (layout().total() floats) from `fill`, for a model without master weights (bf16
+  // inference), whose copy only an upload rounds: `fill` writes them in place where the host reads
+  // the backend's memory, else into a host buffer that set_params uploads. The weights are
+  // unchanged where `fill` throws before writing. fp32 weights are written through host_access
+  // instead (training, fp32 inference), then refresh_weights.
   void fill_params(const std::function<void(float* host)>& fill);
 
   // Uploads the master weights from the host (layout().total() floats) and refreshes the copy
