@@ -34,6 +34,7 @@
 #include "common/log.hpp"
 #include "common/model_file.hpp"
 #include "common/worker_cpu.hpp"
+#include "common/work_progress.hpp"
 #include "common/worker_env.hpp"
 #include "worker/train/backtrace.hpp"
 #include "worker/train/checkpoint.hpp"
@@ -136,9 +137,10 @@ int main(int argc, char** argv) {
   const std::string openblas_choice = choose_openblas_core(argv);
   report = std::make_unique<RunReport>(rank, env.run_dir, env.heartbeat_file, env.result_file);
   report->heartbeat().beat();
-  // Checkpoints and model files read or written on this thread beat as they go: the watchdog then
-  // tells a slow disk from a stalled one (report may be made anew below, so it is looked up each time).
-  const FileProgress beat_on_file_progress([&report] { report->heartbeat().beat(); });
+  // Checkpoints and model files read or written, and weights drawn or loaded, on this thread beat as
+  // they go: the watchdog then tells a slow disk from a stalled one (report may be made anew below,
+  // so it is looked up each time).
+  const WorkProgress beat_on_progress([&report] { report->heartbeat().beat(); });
   install_backtrace_handler(env.heartbeat_file.empty() ? "" : backtrace_file_path(env.run_dir, rank));
   report->heartbeat().set_backtrace_signal(kBacktraceSignal);
 

@@ -6,8 +6,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <functional>
-#include <utility>
 #include <vector>
 
 #include "worker/model/host_access.hpp"
@@ -34,7 +32,6 @@ class PiecewiseMemory {
   PiecewiseMemory& operator=(const PiecewiseMemory&) = delete;
 
   const HostAccess& access() const { return access_; }
-  void set_progress(std::function<void()> progress) { access_.set_progress(std::move(progress)); }
 
   std::vector<size_t> views, stores;  // the floats of each, in order
 

@@ -34,28 +34,10 @@ int open_regular_file(const std::string& path, std::uint64_t& size) {
   return fd;
 }
 
-thread_local FileProgress* t_progress = nullptr;  // the innermost FileProgress of this thread
-
 // Reads and writes go in pieces of this size at most, so that progress is seen between them.
 constexpr std::uint64_t kPieceBytes = 16 << 20;
 
 }  // namespace
-
-FileProgress::FileProgress(std::function<void()> hook, std::uint64_t every_bytes)
-    : hook_(std::move(hook)), every_bytes_(std::max<std::uint64_t>(every_bytes, 1)), outer_(t_progress) {
-  t_progress = this;
-}
-
-FileProgress::~FileProgress() { t_progress = outer_; }
-
-void FileProgress::advance(std::uint64_t bytes) {
-  FileProgress* p = t_progress;
-  if (p == nullptr) return;
-  p->pending_ += bytes;
-  if (p->pending_ < p->every_bytes_) return;
-  p->pending_ %= p->every_bytes_;
-  p->hook_();
-}
 
 std::string errno_text(int err) { return std::strerror(err); }
 
@@ -91,7 +73,7 @@ void InputFile::read_at(std::uint64_t offset, void* out, std::uint64_t count) co
                                  std::to_string(offset + done));
     }
     done += static_cast<std::uint64_t>(n);
-    FileProgress::advance(static_cast<std::uint64_t>(n));
+    WorkProgress::advance(static_cast<std::uint64_t>(n));
   }
 }
 
@@ -117,7 +99,7 @@ void OutputFile::write(const void* data, std::uint64_t count) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) throw FileError(path_, "write failed: " + errno_text(errno));
     done += static_cast<std::uint64_t>(n);
-    FileProgress::advance(static_cast<std::uint64_t>(n));
+    WorkProgress::advance(static_cast<std::uint64_t>(n));
   }
 }
 

@@ -4,10 +4,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <string>
 
 #include "common/file_error.hpp"
+#include "common/work_progress.hpp"
 #include "worker/formats/crc32c.hpp"
 
 namespace xtrain {
@@ -15,30 +15,8 @@ namespace xtrain {
 // errno as text, for messages: "No such file or directory".
 std::string errno_text(int err);
 
-// Long file work says that it advances: reads, writes and checksums of the classes below, and the
-// safetensors digest, call FileProgress::advance as bytes go by (in pieces of at most 16 MiB), and
-// each time another `every_bytes` of them have gone by the hook this thread installed runs. The
-// worker installs its heartbeat's beat, so that xlaunch's watchdog sees a rank that writes (or
-// verifies, or loads) a checkpoint of many GB as alive however slow the disk, and one whose disk
-// stalls as hung. Scoped and per thread: the hook is gone with its FileProgress, and another
-// thread's I/O does not beat for this one.
-class FileProgress {
- public:
-  static constexpr std::uint64_t kEveryBytes = 64ull << 20;  // a beat per 0.1-0.3 s of a slow disk
-  explicit FileProgress(std::function<void()> hook, std::uint64_t every_bytes = kEveryBytes);
-  ~FileProgress();
-  FileProgress(const FileProgress&) = delete;
-  FileProgress& operator=(const FileProgress&) = delete;
-
-  // `bytes` more were read or written on this thread.
-  static void advance(std::uint64_t bytes);
-
- private:
-  std::function<void()> hook_;
-  std::uint64_t every_bytes_;
-  std::uint64_t pending_ = 0;  // bytes since the hook last ran
-  FileProgress* outer_;        // the one this replaced on this thread, restored when it goes
-};
+// Reads, writes and checksums below advance WorkProgress (common/work_progress.hpp) as bytes go by,
+// in pieces of at most 16 MiB.
 
 // A file's size and CRC-32C, as a checkpoint's state.json records them.
 struct FileChecksum {

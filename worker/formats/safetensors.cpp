@@ -20,7 +20,7 @@ constexpr std::uint64_t kMaxHeaderBytes = 100u << 20;  // the format's own limit
 // single changed word always changes the result.
 class Digest {
  public:
-  // Reports progress (FileProgress) as it goes: on a mapping, this is where the file is read.
+  // Reports progress (WorkProgress) as it goes: on a mapping, this is where the file is read.
   void add(const void* data, std::uint64_t bytes) {
     constexpr std::uint64_t kPiece = 16 << 20;  // a multiple of 4
     const auto* p = static_cast<const std::uint8_t*>(data);
@@ -31,7 +31,7 @@ class Digest {
         std::memcpy(&w, p + i, 4);
         h_ = (h_ ^ w) * 0x9e3779b97f4a7c15ULL;
       }
-      FileProgress::advance(end - at);
+      WorkProgress::advance(end - at);
     }
   }
   std::string hex() const {

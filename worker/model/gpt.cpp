@@ -121,12 +121,10 @@ void GPT::allocate_activations() {
   point_into(acts_, int_memory_, at, kIntSlots);
 }
 
-void GPT::init_weights(std::int64_t seed, const std::function<void()>& progress) {
+void GPT::init_weights(std::int64_t seed) {
   const int threads = static_cast<int>(std::min(usable_cpus(), 16u));
   if (params_ == nullptr) return fill_params([&](float* host) { draw_initial_weights(layout_, seed, host, threads); });
-  HostAccess memory = host_access(backend_);
-  memory.set_progress(progress);
-  draw_initial_weights(layout_, seed, params_, threads, memory);
+  draw_initial_weights(layout_, seed, params_, threads, host_access(backend_));
   refresh_weights();
 }
 

@@ -98,8 +98,7 @@ class GPT {
   // the two residual projections (attn.c_proj, mlp.c_proj) ~ N(0, 0.02/sqrt(2L)), wpe ~ N(0, 0.02),
   // biases 0, layernorm weights 1, padded wte rows 0. Drawn on the host: into the master weights
   // a piece at a time (host_access), or for a model without them into the copy (fill_params).
-  // `progress` runs after each tensor or piece.
-  void init_weights(std::int64_t seed, const std::function<void()>& progress = {});
+  void init_weights(std::int64_t seed);
 
   // The weights (layout().total() floats) from `fill`, for a model without master weights (bf16
   // inference), whose copy only an upload rounds: `fill` writes them in place where the host reads

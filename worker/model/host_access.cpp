@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "common/work_progress.hpp"
 #include "worker/model/backend.hpp"
 
 namespace xtrain {
@@ -16,14 +17,10 @@ HostAccess::HostAccess(View view, Store store, size_t piece)
 
 void HostAccess::read(const float* src, size_t count,
                       const std::function<void(const float* host, size_t offset, size_t n)>& take) const {
-  if (in_place()) {
-    take(src, 0, count);
-    return advance();
-  }
+  if (in_place()) return take(src, 0, count);
   for (size_t offset = 0; offset < count; offset += piece_) {
     const size_t n = std::min(piece_, count - offset);
     take(view_(src + offset, n), offset, n);
-    advance();
   }
 }
 
@@ -52,14 +49,14 @@ void HostAccess::fill(float* dst, size_t count,
                       const std::function<void(float* host, size_t offset, size_t n)>& fill) const {
   if (in_place()) {
     fill(dst, 0, count);
-    return advance();
+    return WorkProgress::advance(count * sizeof(float));
   }
   for (size_t offset = 0; offset < count; offset += piece_) {
     const size_t n = std::min(piece_, count - offset);
     if (staging_.size() < n) staging_.resize(n);
     fill(staging_.data(), offset, n);
     store_(dst + offset, staging_.data(), n);
-    advance();
+    WorkProgress::advance(n * sizeof(float));
   }
 }
 
@@ -71,7 +68,7 @@ void HostAccess::fill_whole(float* dst, size_t count, const std::function<void(f
     fill(staging_.data());
     store_(dst, staging_.data(), count);
   }
-  advance();
+  WorkProgress::advance(count * sizeof(float));
 }
 
 HostAccess host_access(Backend& backend) {

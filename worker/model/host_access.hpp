@@ -6,7 +6,6 @@
 
 #include <cstddef>
 #include <functional>
-#include <utility>
 #include <vector>
 
 namespace xtrain {
@@ -28,9 +27,9 @@ class HostAccess {
 
   bool in_place() const { return !view_; }
 
-  // Runs after each piece that read and fill hand over (each call, in place): a long load or draw
-  // of a large model then beats the heartbeat as it goes.
-  void set_progress(std::function<void()> progress) { progress_ = std::move(progress); }
+  // Each piece that fill and fill_whole hand over (each call, in place) advances WorkProgress
+  // (common/work_progress.hpp) by its bytes: a long load or draw beats as it goes. What read hands
+  // over is counted by whoever consumes it (a file's digest and write), not twice.
 
   // Calls take(host, offset, n) over [src, src + count) in order: once in place, else a piece at a
   // time (`host` valid during the call).
@@ -50,14 +49,9 @@ class HostAccess {
   void fill_whole(float* dst, size_t count, const std::function<void(float* host)>& fill) const;
 
  private:
-  void advance() const {
-    if (progress_) progress_();
-  }
-
   View view_;
   Store store_;
   size_t piece_ = kPiece;
-  std::function<void()> progress_;
   mutable std::vector<float> staging_;  // fill's pieces: reused, never more than the largest asked
 };
 

@@ -71,7 +71,7 @@ class Heartbeat {
 
 // Beats from a thread of its own until destroyed, for a wait that another rank's beats vouch for:
 // the ranks in the barrier while rank 0 writes a checkpoint, which beats as it writes
-// (worker/formats/file_io.hpp's FileProgress). A long write then does not make them look hung to
+// (common/work_progress.hpp). A long write then does not make them look hung to
 // the watchdog, while a stall of rank 0 still shows as rank 0's own silence.
 class BeatWhileWaiting {
  public:

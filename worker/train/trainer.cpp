@@ -93,10 +93,9 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
   if (!val_starts_.empty() && text_.has_text()) bits_per_nat_ = validation_bits_per_nat();
 
   // Where the weights come from: the checkpoint a resume continues from, else model.init_from,
-  // else the seed. Each beats as it goes: at 1.5B parameters a draw alone takes tens of seconds.
-  const auto beat = [this] { report_.heartbeat().beat(); };
-  HostAccess memory = host_access(backend_);
-  memory.set_progress(beat);
+  // else the seed. Each beats as it goes (WorkProgress): at 1.5B parameters a draw alone takes tens
+  // of seconds.
+  const HostAccess memory = host_access(backend_);
   if (auto dir = find_resume_checkpoint(run_dir_, spec_.checkpoint.resume)) {
     const TrainState state = load_checkpoint(*dir, spec_, model_->layout(), data_.train.count, model_->params(),
                                              adamw_->m(), adamw_->v(), memory);
@@ -116,7 +115,7 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
       throw SpecError("model.init_from", e.what());
     }
   } else {
-    model_->init_weights(spec_.model.init_seed, beat);
+    model_->init_weights(spec_.model.init_seed);
   }
   report_.heartbeat().beat();
 }

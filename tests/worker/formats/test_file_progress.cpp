@@ -1,6 +1,7 @@
-// FileProgress (worker/formats/file_io.hpp): long reads, writes, checksums and safetensors loads
-// run the hook of their own thread once per `every_bytes`, so that the worker's heartbeat shows a
-// rank writing or loading a large checkpoint as alive.
+// WorkProgress (common/work_progress.hpp) as file work advances it (worker/formats/file_io.hpp):
+// long reads, writes, checksums and safetensors loads run the hook of their own thread once per
+// `every_bytes`, so that the worker's heartbeat shows a rank writing or loading a large checkpoint
+// as alive.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -37,13 +38,13 @@ TEST_CASE("file progress: a hook per every_bytes written, read and checksummed, 
   const std::string path = dir / "big.bin";
   int beats = 0;
   SECTION("written in one call of 40 MiB: 2 beats at 16 MiB") {
-    const FileProgress progress([&] { ++beats; }, kEvery);
+    const WorkProgress progress([&] { ++beats; }, kEvery);
     write_in_one_call(path, 40 * kMiB);
     CHECK(beats == 2);
   }
   SECTION("read back whole, and checksummed") {
     write_in_one_call(path, 40 * kMiB);
-    const FileProgress progress([&] { ++beats; }, kEvery);
+    const WorkProgress progress([&] { ++beats; }, kEvery);
     std::vector<char> back(40 * kMiB);
     InputFile(path).read_at(0, back.data(), back.size());
     CHECK(beats == 2);
@@ -53,22 +54,22 @@ TEST_CASE("file progress: a hook per every_bytes written, read and checksummed, 
   SECTION("a safetensors file: written, then its digest verified on load") {
     const std::vector<float> values(48 * kMiB / sizeof(float), 0.5f);
     {
-      const FileProgress progress([&] { ++beats; }, kEvery);
+      const WorkProgress progress([&] { ++beats; }, kEvery);
       write_safetensors(path, {{"t", {static_cast<std::int64_t>(values.size())}, values.data()}}, {});
     }
     CHECK(beats == 6);  // the digest's pass over the data, then the write
     beats = 0;
-    const FileProgress progress([&] { ++beats; }, kEvery);
+    const WorkProgress progress([&] { ++beats; }, kEvery);
     SafetensorsFile(path).load();
     CHECK(beats == 3);  // the digest over the mapping: the data's first read from disk
   }
   SECTION("another thread's I/O does not beat for this one; an inner hook stands in for the outer") {
-    const FileProgress outer([&] { ++beats; }, kEvery);
+    const WorkProgress outer([&] { ++beats; }, kEvery);
     std::thread([&] { write_in_one_call(path, 64 * kMiB); }).join();
     CHECK(beats == 0);
     int inner_beats = 0;
     {
-      const FileProgress inner([&] { ++inner_beats; }, kEvery);
+      const WorkProgress inner([&] { ++inner_beats; }, kEvery);
       write_in_one_call(path, 32 * kMiB);
     }
     CHECK((inner_beats == 2 && beats == 0));
