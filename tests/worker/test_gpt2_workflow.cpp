@@ -84,6 +84,14 @@ struct Workflow {
             {"checkpoint", {{"resume", "never"}}}};
   }
 
+  // A copy of the vocabulary (vocab-copy), for a run whose tokenizer is then removed: its
+  // checkpoints carry their own.
+  std::string vocabulary_copy() const {
+    const std::string copy = dir / "vocab-copy";
+    std::filesystem::copy(vocab, copy);
+    return copy;
+  }
+
   // xlaunch on `spec` with run dir runs/NAME; the run's output.
   Finished launch(const std::string& name, const json& spec) const {
     const std::string path = write_spec(dir, spec, name + ".json");
@@ -100,9 +108,7 @@ TEST_CASE("GPT-2 workflow: shards, 2 ranks, export hf and llmc, init_from each: 
           "[workflow][e2e]") {
   const Workflow w;
 
-  // A copy of the vocabulary, removed once the run is done: the checkpoint carries its own.
-  const std::string vocab_copy = w.dir / "vocab-copy";
-  std::filesystem::copy(w.vocab, vocab_copy);
+  const std::string vocab_copy = w.vocabulary_copy();  // removed once the run is done
   json pretrain = w.spec();
   pretrain["tokenizer"] = vocab_copy;
   pretrain["sample"] = {{"tokens", 12}, {"prompt", "The license grants"}, {"temperature", 1.0}};
@@ -217,8 +223,7 @@ TEST_CASE("GPT-2 workflow: shards, 2 ranks, export hf and llmc, init_from each: 
 TEST_CASE("GPT-2 workflow: a run resumes with its model and vocabulary gone, its run moved, and after a restart",
           "[workflow][e2e][resume]") {
   const Workflow w;
-  const std::string vocab_copy = w.dir / "vocab-copy";
-  std::filesystem::copy(w.vocab, vocab_copy);
+  const std::string vocab_copy = w.vocabulary_copy();
   json base = w.spec();
   base["tokenizer"] = vocab_copy;
   base["train"]["steps"] = 1;
