@@ -13,6 +13,7 @@
 #include "common/checkpoint_dirs.hpp"
 #include "common/tokenizer/gpt2_tokenizer.hpp"
 #include "common/tokenizer/gpt2_vocabulary.hpp"
+#include "common/tokenizer/hf_tokenizer_json.hpp"
 
 namespace xtrain {
 namespace {
@@ -223,10 +224,17 @@ std::string describe(const ModelFileInfo& file) {
   return file.path;
 }
 
-std::vector<NamedFile> read_tokenizer_files(const std::string& path) {
+std::vector<NamedFile> read_tokenizer_files(const std::string& path, int context) {
+  if (path.empty()) {
+    return {{kHfTokenizerFile, byte_level_tokenizer_json()},
+            {kHfTokenizerConfigFile, byte_level_tokenizer_config(context)}};
+  }
   if (is_llmc_tokenizer_file(path)) return {{kLlmcTokenizerFile, read_text(path)}};
   const VocabularyFiles files = find_vocabulary_files(path);
-  return {{kHfVocabFile, read_text(files.vocab)}, {kHfMergesFile, read_text(files.merges)}};
+  return {{kHfVocabFile, read_text(files.vocab)},
+          {kHfMergesFile, read_text(files.merges)},
+          {kHfTokenizerFile, gpt2_tokenizer_json(path)},
+          {kHfTokenizerConfigFile, gpt2_tokenizer_config(context)}};
 }
 
 std::string directory_tokenizer(const std::string& dir) {

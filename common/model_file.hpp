@@ -77,11 +77,18 @@ struct NamedFile {
 };
 
 // The tokenizer at `path` (GPT-2's vocabulary files, or llm.c's tokenizer file) read whole, under
-// the names a model directory gives it: vocab.json + merges.txt (Hugging Face's, which
-// transformers loads, whatever they are called at `path`) or gpt2_tokenizer.bin. A checkpoint
-// carries these, so that it needs no file outside itself once the path is gone. Throws FileError
-// naming a file that cannot be read (TokenizerError for a path that is neither kind).
-std::vector<NamedFile> read_tokenizer_files(const std::string& path);
+// the names a model directory gives it, for a model of `context` positions:
+//   - GPT-2's vocabulary: vocab.json + merges.txt (Hugging Face's names, whatever they are called
+//     at `path`), and the same vocabulary as tokenizer.json with its tokenizer_config.json
+//     (common/tokenizer/hf_tokenizer_json.hpp), so that any of Hugging Face's tokenizer loaders
+//     takes the directory;
+//   - llm.c's tokenizer file: gpt2_tokenizer.bin (it decodes only; Hugging Face loads nothing);
+//   - "" (a byte-level model, one token per byte): tokenizer.json and tokenizer_config.json of
+//     the 256 bytes.
+// A checkpoint carries these, so that it needs no file outside itself once the path is gone, and
+// a Hugging Face export ships them. Throws FileError naming a file that cannot be read
+// (TokenizerError for a path that is neither kind).
+std::vector<NamedFile> read_tokenizer_files(const std::string& path, int context);
 
 // The tokenizer a model directory holds itself: `dir` where it holds GPT-2's vocabulary files,
 // else its gpt2_tokenizer.bin, else "". A checkpoint carries its run's (worker/train/checkpoint.hpp),

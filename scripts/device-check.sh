@@ -282,7 +282,7 @@ for d in "${bundle_dir:-/nonexistent}/gpt2" "${XDG_CACHE_HOME:-${HOME:-/tmp}/.ca
 done
 
 say ""
-say "## Hugging Face export, loaded by transformers, against our logits"
+say "## Hugging Face export, loaded by transformers, against our logits and tokens"
 device=cuda
 (( gpus == 0 )) && device=cpu
 why=$(missing xlaunch xtrain-worker xtrain-check-logits)

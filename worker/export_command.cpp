@@ -27,15 +27,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
-
 const char* const kUsage =
     "usage: xtrain-worker export SOURCE --format hf|llmc OUT [--dtype fp32|bf16] [--tokenizer PATH] [--force]\n"
     "  Writes the weights of SOURCE (a run directory: its newest intact checkpoint; a checkpoint, or\n"
     "  anything model.init_from takes: a Hugging Face GPT-2 directory or an llm.c model file) as\n"
     "    hf    a Hugging Face GPT-2 directory: config.json, model.safetensors (F32) and, when the\n"
     "          source comes with GPT-2's vocabulary files (or --tokenizer names them), vocab.json +\n"
-    "          merges.txt, tokenizer_config.json and generation_config.json (a warning says when not;\n"
-    "          llm.c's tokenizer file, which decodes only, goes in as gpt2_tokenizer.bin)\n"
+    "          merges.txt, tokenizer.json, tokenizer_config.json and generation_config.json (a\n"
+    "          warning says when not; llm.c's tokenizer file, which decodes only, goes in as\n"
+    "          gpt2_tokenizer.bin); a byte-level model gets tokenizer.json and\n"
+    "          tokenizer_config.json of its 256 bytes\n"
     "    llmc  an llm.c model file: version 3 (fp32, the default) or version 5 (--dtype bf16), and\n"
     "          with a tokenizer gpt2_tokenizer.bin beside it (the file llm.c's sampler reads)\n"
     "  --tokenizer PATH: GPT-2's vocabulary files, or llm.c's gpt2_tokenizer.bin (it decodes only,\n"
@@ -89,18 +90,14 @@ ExportOptions parse(int argc, char** argv) {
 // vocabulary files, which llm.c's tokenizer file cannot stand in for (it decodes only).
 struct ShippedVocab {
   TextCodec tokenizer;
-  std::optional<ExportVocab> files;  // GPT-2's vocabulary files
+  std::string vocabulary;  // GPT-2's vocabulary files, where the tokenizer is made of them
 };
 
 std::optional<ShippedVocab> vocabulary(const ExportOptions& o, const ModelFileInfo& source) {
   std::optional<TextCodec> tokenizer = model_tokenizer(source, o.tokenizer);
   if (!tokenizer) return std::nullopt;
-  ShippedVocab vocab{std::move(*tokenizer), std::nullopt};
-  if (vocab.tokenizer.encodes()) {
-    const std::int32_t eot = *vocab.tokenizer.end_of_text();
-    vocab.files = ExportVocab{find_vocabulary_files(o.tokenizer.empty() ? source.tokenizer : o.tokenizer), eot,
-                              vocab.tokenizer.decode(std::span(&eot, 1))};
-  }
+  ShippedVocab vocab{std::move(*tokenizer), ""};
+  if (vocab.tokenizer.encodes()) vocab.vocabulary = o.tokenizer.empty() ? source.tokenizer : o.tokenizer;
   return vocab;
 }
 
@@ -120,6 +117,13 @@ bool holds_exactly(const std::string& path, const std::string& bytes) {
   return content == bytes;
 }
 
+// " with vocab.json, merges.txt, tokenizer.json, tokenizer_config.json", or "" for no files.
+std::string shipped_names(const std::vector<NamedFile>& files) {
+  std::string names;
+  for (const NamedFile& f : files) names += (names.empty() ? " with " : ", ") + f.name;
+  return names;
+}
+
 }  // namespace
 
 int run_export(int argc, char** argv) {
@@ -128,14 +132,21 @@ int run_export(int argc, char** argv) {
   ModelFileInfo source;
   std::optional<ShippedVocab> vocab;
   std::optional<std::string> table;  // llm.c's gpt2_tokenizer.bin, where the export writes one
+  std::vector<NamedFile> shipped;    // a Hugging Face directory's tokenizer files
   std::optional<FlatModel> flat;
   const auto t0 = std::chrono::steady_clock::now();
   try {
     o = parse(argc, argv);
     source = open_model_argument(o.source);
     vocab = vocabulary(o, source);
-    if (vocab && (o.format == "llmc" || !vocab->files)) {
-      table = llmc_tokenizer_bytes(vocab->tokenizer.decoding_table());
+    const bool gpt2 = vocab && !vocab->vocabulary.empty();
+    if (vocab && (o.format == "llmc" || !gpt2)) table = llmc_tokenizer_bytes(vocab->tokenizer.decoding_table());
+    if (o.format == "hf" && gpt2) {
+      shipped = read_tokenizer_files(vocab->vocabulary, source.n_positions);
+    } else if (o.format == "hf" && table) {
+      shipped = {{kLlmcTokenizerFile, *table}};
+    } else if (o.format == "hf" && !vocab && source.vocab_size == kByteVocabulary) {
+      shipped = read_tokenizer_files("", source.n_positions);  // the bytes' own
     }
     if (o.format == "llmc" && table) {
       std::error_code ec;
@@ -153,14 +164,17 @@ int run_export(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return exit_code::kBadInput;
   }
-  if (!vocab && source.vocab_size == kByteVocabulary) {
+  if (!vocab && source.vocab_size == kByteVocabulary && o.format == "llmc") {
     spdlog::info("{} is byte-level ({} tokens, one per byte): there is no tokenizer to ship", describe(source),
                  kByteVocabulary);
+  } else if (!vocab && source.vocab_size == kByteVocabulary) {
+    spdlog::info("{} is byte-level ({} tokens, one per byte): {} gets a tokenizer.json of the bytes",
+                 describe(source), kByteVocabulary, o.out);
   } else if (!vocab) {
     spdlog::warn("{} comes with no tokenizer: {} (give --tokenizer PATH to ship GPT-2's)", describe(source),
                  o.format == "hf" ? o.out + " gets no vocabulary files"
                                   : "no " + std::string(kLlmcTokenizerFile) + " is written beside " + o.out);
-  } else if (o.format == "hf" && !vocab->files) {
+  } else if (o.format == "hf" && vocab->vocabulary.empty()) {
     spdlog::warn("{} gets no vocabulary files, only {}: {} decodes only, and transformers loads no tokenizer from "
                  "it (give --tokenizer PATH to ship GPT-2's)",
                  o.out, kLlmcTokenizerFile, vocab->tokenizer.name());
@@ -172,8 +186,8 @@ int run_export(int argc, char** argv) {
       throw FileError(parent.string(), "cannot create the directory: " + ec.message());
     }
     if (o.format == "hf") {
-      export_hf_directory(o.out, flat->layout, flat->params.data(),
-                          vocab ? vocab->files : std::nullopt, o.force, table);
+      export_hf_directory(o.out, flat->layout, flat->params.data(), shipped,
+                          vocab ? vocab->tokenizer.end_of_text() : std::nullopt, o.force);
     } else {
       export_llmc_model(o.out, flat->layout, flat->params.data(),
                         o.dtype == "bf16" ? kLlmcVersionBf16 : kLlmcVersionFp32);
@@ -190,10 +204,8 @@ int run_export(int argc, char** argv) {
                                 : "an llm.c model file (version " +
                                       std::to_string(o.dtype == "bf16" ? kLlmcVersionBf16 : kLlmcVersionFp32) + ", " +
                                       o.dtype + ")",
-               !vocab                          ? ""
-               : o.format == "llmc"            ? " with " + llmc_tokenizer_path(o.out)
-               : vocab->files                  ? " with vocab.json + merges.txt"
-                                               : std::string(" with ") + kLlmcTokenizerFile,
+               o.format == "llmc" ? (table ? " with " + llmc_tokenizer_path(o.out) : std::string())
+                                  : shipped_names(shipped),
                seconds);
   return 0;
 }

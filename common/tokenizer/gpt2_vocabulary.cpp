@@ -135,8 +135,10 @@ Entries read_vocab(const std::string& path) {
 
 // ---- The merges: "#version ..." then "LEFT RIGHT" per line, highest priority first ----
 
-// The token each merge makes, in merge order (rank 0 first).
-std::vector<std::int32_t> read_merges(const std::string& path, const Entries& entries, const std::string& vocab_path) {
+// The token each merge makes, in merge order (rank 0 first); the lines themselves into `lines`
+// where given.
+std::vector<std::int32_t> read_merges(const std::string& path, const Entries& entries, const std::string& vocab_path,
+                                      std::vector<std::string>* lines = nullptr) {
   const std::string text = read_file(path, "merges");
   std::vector<std::int32_t> merges;
   std::unordered_map<std::int32_t, int> made_at;  // result -> line
@@ -176,6 +178,7 @@ std::vector<std::int32_t> read_merges(const std::string& path, const Entries& en
                                std::to_string(at->second) + " does already");
     }
     merges.push_back(it->second);
+    if (lines != nullptr) lines->emplace_back(line);
   }
   return merges;
 }
@@ -300,5 +303,16 @@ Gpt2Vocabulary load_gpt2_vocabulary(const std::string& path) {
   for (const Pair& p : pairs) v.merges.insert(p.left, p.right, p.merge);
   return v;
 }
+
+VocabularyListing list_gpt2_vocabulary(const std::string& path) {
+  const VocabularyFiles files = find_vocabulary_files(path);
+  VocabularyListing listing;
+  Entries entries = read_vocab(files.vocab);
+  read_merges(files.merges, entries, files.vocab, &listing.merges);
+  listing.tokens = std::move(entries.names);
+  return listing;
+}
+
+std::string gpt2_byte_character(std::uint8_t byte) { return alphabet().encode(byte); }
 
 }  // namespace xtrain

@@ -133,4 +133,16 @@ VocabularyFiles find_vocabulary_files(const std::string& path);
 // Throws TokenizerError naming the file (and the line of merges.txt / vocab.bpe where it applies).
 Gpt2Vocabulary load_gpt2_vocabulary(const std::string& path);
 
+// The vocabulary at `path` as its files write it: every token by id, and the merge lines
+// ("LEFT RIGHT") in priority order. Read and checked as load_gpt2_vocabulary reads them (throws
+// the same TokenizerError), for writing it in another form (hf_tokenizer_json.hpp).
+struct VocabularyListing {
+  std::vector<std::string> tokens;  // (vocab_size) id -> the token as written
+  std::vector<std::string> merges;
+};
+VocabularyListing list_gpt2_vocabulary(const std::string& path);
+
+// The character GPT-2's byte alphabet writes `byte` as, in UTF-8 ("Ġ" for a space).
+std::string gpt2_byte_character(std::uint8_t byte);
+
 }  // namespace xtrain

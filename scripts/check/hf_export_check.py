@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""Our Hugging Face export, loaded by the real transformers, against our own logits.
+"""Our Hugging Face export, loaded by the real transformers, against our own logits and tokens.
 
 A small model is trained for a few steps (xlaunch, on --device; on the CPU if that run fails,
 and the report says why), exported with `xtrain-worker export RUN --format hf`, and loaded with
 `transformers.GPT2LMHeadModel.from_pretrained`. Its logits on fixed tokens (several whole
 windows of the context, every position) are compared with ours from the same run directory
-(xtrain-check-logits: the worker's forward, CPU backend, fp32).
+(xtrain-check-logits: the worker's forward, CPU backend, fp32). The model is byte-level, and
+the export's tokenizer (tokenizer.json of the 256 bytes) is loaded with
+`transformers.AutoTokenizer.from_pretrained`: it must encode a text of many scripts to its UTF-8
+bytes and decode them back to the text.
 
 Tolerance: relative RMS difference <= 1e-5 over all logits, and the same argmax at >= 99.9% of
 positions. Both sides compute in fp32 from the same fp32 weights; they differ only in the order
@@ -17,8 +20,9 @@ argmax bound leaves room for near-ties only.
 Usage: hf_export_check.py --bin DIR [--work DIR] [--device cuda|cpu] [--steps N] [--timeout-s S]
 Prints a Markdown report; --json PATH writes the numbers. Exit 0 within tolerance, 1 not (or a
 step failed: named in the report), 2 transformers cannot be imported (nothing to compare with).
-The comparison is importable with any loader (check(..., load=...)): a loader takes the export's
-directory and returns a function from (B, T) int64 tokens to (B, T, V) float logits.
+The comparison is importable with any loader (check(..., load=..., tokenizer=...)): a loader
+takes the export's directory and returns a function from (B, T) int64 tokens to (B, T, V) float
+logits; a tokenizer loader takes it and returns (encode: str -> ids, decode: ids -> str).
 """
 import argparse
 import json
@@ -36,6 +40,8 @@ ARGMAX_AGREEMENT = 0.999
 # heads, the tied embedding, learned positions); byte tokens, so no vocabulary is needed.
 MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 64, "seq_len": 64, "vocab_size": 256, "init_seed": 7}
 WINDOWS = 4  # batch of the comparison: (4, 64) tokens
+# The tokenizer's text: one, two, three and four-byte UTF-8, spaces and punctuation decoding must keep.
+TOKENIZER_TEXT = "The model learns naïve données — 42 , x = f(y) ;\n\tÇa coûte 3,50 € ? 日本語 👍🏽 'll 's .\r\n"
 
 
 def training_text(size=200_000):
@@ -87,6 +93,26 @@ def load_transformers(directory):
     return lambda tokens: model(tokens).logits
 
 
+def load_tokenizer(directory):
+    """The export's tokenizer through transformers, offline: (encode, decode)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    return lambda text: list(tokenizer(text)["input_ids"]), lambda ids: tokenizer.decode(ids)
+
+
+def check_tokenizer(encode, decode):
+    """A byte-level tokenizer on TOKENIZER_TEXT: its tokens must be the text's UTF-8 bytes, and
+    decoding them the text."""
+    ids = encode(TOKENIZER_TEXT)
+    expected = list(TOKENIZER_TEXT.encode())
+    first = next((i for i, (a, b) in enumerate(zip(ids, expected)) if a != b), min(len(ids), len(expected)))
+    text = decode(ids)
+    return {"tokens_ok": ids == expected, "first_token_difference": None if ids == expected else first,
+            "decode_ok": text == TOKENIZER_TEXT, "decoded": text if text != TOKENIZER_TEXT else None}
+
+
 def compare(ours, theirs):
     """Numbers of the comparison of two (B, T, V) float tensors, in float64."""
     diff = (ours.double() - theirs.double())
@@ -96,7 +122,7 @@ def compare(ours, theirs):
             "ok": rel <= REL_RMS_TOL and agree >= ARGMAX_AGREEMENT}
 
 
-def check(bin_dir, work, device="cuda", steps=20, timeout_s=120.0, load=load_transformers):
+def check(bin_dir, work, device="cuda", steps=20, timeout_s=120.0, load=load_transformers, tokenizer=load_tokenizer):
     """Trains, exports, and compares; returns the report's fields (never raises for a step: the
     failed step is in "error")."""
     import torch
@@ -135,6 +161,8 @@ def check(bin_dir, work, device="cuda", steps=20, timeout_s=120.0, load=load_tra
         if tuple(theirs.shape) != (WINDOWS, T, V):
             raise StepFailed(f"the loaded export gives logits of shape {tuple(theirs.shape)}, not {(WINDOWS, T, V)}")
         result.update(compare(ours, theirs))
+        result["tokenizer"] = check_tokenizer(*tokenizer(hf))
+        result["ok"] = result["ok"] and result["tokenizer"]["tokens_ok"] and result["tokenizer"]["decode_ok"]
     except StepFailed as e:
         result.update(ok=False, error=str(e))
     result["seconds"] = time.monotonic() - start
@@ -150,11 +178,18 @@ def report(r, reference="GPT2LMHeadModel.from_pretrained(export)"):
     if "error" in r:
         lines.append(f"FAILED: {r['error']}")
     else:
-        verdict = "PASS" if r["ok"] else "FAILED"
+        logits_ok = r["rel_rms"] <= REL_RMS_TOL and r["argmax_agreement"] >= ARGMAX_AGREEMENT
+        verdict = "PASS" if logits_ok else "FAILED"
         lines.append(f"{verdict}: logits of {reference} vs ours on {WINDOWS} x "
                      f"{r['model']['seq_len']} tokens: relative RMS {r['rel_rms']:.2e} (bound {REL_RMS_TOL:.0e}), "
                      f"max |diff| {r['max_abs']:.2e}, argmax agrees at {100 * r['argmax_agreement']:.2f}% "
                      f"(bound {100 * ARGMAX_AGREEMENT:.1f}%)")
+        t = r["tokenizer"]
+        verdict = "PASS" if t["tokens_ok"] and t["decode_ok"] else "FAILED"
+        lines.append(f"{verdict}: AutoTokenizer.from_pretrained(export) on {len(TOKENIZER_TEXT.encode())} bytes of "
+                     f"text: " + ("its bytes as tokens" if t["tokens_ok"] else
+                                  f"tokens differ from its bytes at {t['first_token_difference']}") + ", " +
+                     ("decoded back to the text" if t["decode_ok"] else f"decoded to {t['decoded']!r}"))
     lines.append(f"({r['seconds']:.1f} s)")
     return "\n".join(lines)
 

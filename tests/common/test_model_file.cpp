@@ -135,27 +135,39 @@ TEST_CASE("the three kinds of model file are recognised from their headers", "[m
 
 TEST_CASE("a tokenizer's files are read under a model directory's names", "[model_file]") {
   Dir d;
-  SECTION("OpenAI's encoder.json + vocab.bpe become vocab.json + merges.txt") {
+  SECTION("OpenAI's encoder.json + vocab.bpe become vocab.json + merges.txt, with tokenizer.json") {
     write(d / "openai/encoder.json", "{\"!\": 0}");
     write(d / "openai/vocab.bpe", "#version: 0.2\n");
     for (const std::string& path : {d / "openai", d / "openai/vocab.bpe"}) {
-      const std::vector<NamedFile> files = read_tokenizer_files(path);
-      REQUIRE(files.size() == 2);
+      const std::vector<NamedFile> files = read_tokenizer_files(path, 16);
+      REQUIRE(files.size() == 4);
       CHECK((files[0].name == "vocab.json" && files[0].content == "{\"!\": 0}"));
       CHECK((files[1].name == "merges.txt" && files[1].content == "#version: 0.2\n"));
+      CHECK(files[2].name == "tokenizer.json");
+      CHECK(nlohmann::json::parse(files[2].content)["model"]["vocab"] == nlohmann::json{{"!", 0}});
+      CHECK(files[3].name == "tokenizer_config.json");
+      CHECK(nlohmann::json::parse(files[3].content)["model_max_length"] == 16);
     }
+  }
+  SECTION("a byte-level model's (no path): tokenizer.json of the 256 bytes") {
+    const std::vector<NamedFile> files = read_tokenizer_files("", 64);
+    REQUIRE(files.size() == 2);
+    CHECK(files[0].name == "tokenizer.json");
+    CHECK(nlohmann::json::parse(files[0].content)["model"]["vocab"].size() == 256);
+    CHECK(files[1].name == "tokenizer_config.json");
+    CHECK(nlohmann::json::parse(files[1].content)["model_max_length"] == 64);
   }
   SECTION("llm.c's tokenizer file, known by its magic under any name, becomes gpt2_tokenizer.bin") {
     const std::string table("\xc8\xd7\x34\x01" "rest", 8);  // 20240328, little-endian
     write(d / "tok.bin", table);
-    const std::vector<NamedFile> files = read_tokenizer_files(d / "tok.bin");
+    const std::vector<NamedFile> files = read_tokenizer_files(d / "tok.bin", 16);
     REQUIRE(files.size() == 1);
     CHECK((files[0].name == "gpt2_tokenizer.bin" && files[0].content == table));
   }
   SECTION("a file missing is one line naming it") {
     write(d / "half/vocab.json", "{}");
     try {
-      read_tokenizer_files(d / "half");
+      read_tokenizer_files(d / "half", 16);
       FAIL("no error");
     } catch (const FileError& e) {
       CHECK(std::string(e.what()) == d / "half/merges.txt" + ": No such file or directory");

@@ -55,39 +55,74 @@ def reference_loader(offset=0.0):
     return load
 
 
+def reference_tokenizer(shift=0):
+    """The export's tokenizer.json read here: its vocabulary maps GPT-2's byte characters to ids;
+    `shift` is added to every id (a wrong tokenizer the check must catch)."""
+    def load(directory):
+        with open(os.path.join(directory, "tokenizer.json")) as f:
+            vocab = json.load(f)["model"]["vocab"]
+        byte_of = check_util.gpt2_byte_characters()
+        ids = {byte_of[c]: i + shift for c, i in vocab.items()}  # byte -> id
+        byte_of_id = {i: b for b, i in ids.items()}
+        return (lambda text: [ids[b] for b in text.encode()],
+                lambda tokens: bytes(byte_of_id[t] for t in tokens).decode("utf-8", "replace"))
+    return load
+
+
 class HfExport(unittest.TestCase):
-    def test_the_export_matches_the_reference_models_logits(self):
-        r = hf_export_check.check(BIN, scratch(self), "cpu", 10, 120, reference_loader())
+    def test_the_export_matches_the_reference_models_logits_and_tokens(self):
+        r = hf_export_check.check(BIN, scratch(self), "cpu", 10, 120, reference_loader(), reference_tokenizer())
         self.assertNotIn("error", r, r)
         self.assertTrue(r["ok"], r)
         self.assertLess(r["rel_rms"], 1e-6)  # fp32 both sides: the order of sums only
         self.assertEqual(r["argmax_agreement"], 1.0)
         self.assertEqual(r["trained_on"], "cpu")
+        self.assertTrue(r["tokenizer"]["tokens_ok"] and r["tokenizer"]["decode_ok"], r)
         self.assertIn("PASS: logits of", hf_export_check.report(r))
+        self.assertIn("PASS: AutoTokenizer.from_pretrained(export) on", hf_export_check.report(r))
 
     def test_a_wrong_weight_fails_it(self):
-        r = hf_export_check.check(BIN, scratch(self), "cpu", 10, 120, reference_loader(1e-3))
+        r = hf_export_check.check(BIN, scratch(self), "cpu", 10, 120, reference_loader(1e-3), reference_tokenizer())
         self.assertFalse(r["ok"], r)
         self.assertGreater(r["rel_rms"], hf_export_check.REL_RMS_TOL)
         self.assertIn("FAILED: logits of", hf_export_check.report(r))
+
+    def test_a_wrong_tokenizer_fails_it(self):
+        r = hf_export_check.check(BIN, scratch(self), "cpu", 10, 120, reference_loader(), reference_tokenizer(1))
+        self.assertFalse(r["ok"], r)
+        self.assertEqual(r["tokenizer"]["first_token_difference"], 0)
+        self.assertIn("PASS: logits of", hf_export_check.report(r))
+        self.assertIn("FAILED: AutoTokenizer.from_pretrained(export) on", hf_export_check.report(r))
 
     @unittest.skipIf(os.environ.get("XTRAIN_CUDA_INTERPRET") == "1" or
                      subprocess.run(["sh", "-c", "nvidia-smi -L 2>/dev/null | grep -q '^GPU '"]).returncode == 0,
                      "a GPU (or interpret mode) is there: training on cuda would not fail")
     def test_training_on_a_missing_gpu_falls_back_to_the_cpu_and_says_so(self):
-        r = hf_export_check.check(BIN, scratch(self), "cuda", 10, 120, reference_loader())
+        r = hf_export_check.check(BIN, scratch(self), "cuda", 10, 120, reference_loader(), reference_tokenizer())
         self.assertEqual(r["trained_on"], "cpu", r)
         self.assertIn("training on cuda (xlaunch): exit 2", r["device_error"])
         self.assertTrue(r["ok"], r)
         self.assertIn("WARNING: training on cuda failed", hf_export_check.report(r))
 
     def test_a_failed_step_is_named(self):
-        r = hf_export_check.check(scratch(self), scratch(self), "cpu", 10, 30, reference_loader())
+        r = hf_export_check.check(scratch(self), scratch(self), "cpu", 10, 30, reference_loader(),
+                                  reference_tokenizer())
         self.assertFalse(r["ok"])
         self.assertRegex(r["error"], r"^training on cpu \(xlaunch\): cannot start .*xlaunch")
 
-    def test_the_transformers_loader_is_called_as_the_library_is(self):
+    def test_the_transformers_loaders_are_called_as_the_library_is(self):
         calls = []
+
+        class AutoTokenizer:
+            @classmethod
+            def from_pretrained(cls, directory):
+                calls.append(("tokenizer", directory, os.environ.get("HF_HUB_OFFLINE")))
+                t = cls()
+                t.encode, t.decode = reference_tokenizer()(directory)
+                return t
+
+            def __call__(self, text):
+                return {"input_ids": self.encode(text)}
 
         class GPT2LMHeadModel:
             @classmethod
@@ -110,6 +145,7 @@ class HfExport(unittest.TestCase):
 
         fake = types.ModuleType("transformers")
         fake.GPT2LMHeadModel = GPT2LMHeadModel
+        fake.AutoTokenizer = AutoTokenizer
         saved = sys.modules.get("transformers")
         sys.modules["transformers"] = fake
         try:
@@ -120,7 +156,8 @@ class HfExport(unittest.TestCase):
             if saved is not None:
                 sys.modules["transformers"] = saved
         self.assertTrue(r["ok"], r)
-        self.assertEqual(calls, [(os.path.join(work, "hf"), "1"), "float", "eval"])
+        self.assertEqual(calls, [(os.path.join(work, "hf"), "1"), "float", "eval",
+                                 ("tokenizer", os.path.join(work, "hf"), "1")])
 
     def test_compare_bounds(self):
         theirs = torch.randn(2, 8, 50, generator=torch.Generator().manual_seed(0))

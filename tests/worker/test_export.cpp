@@ -20,6 +20,7 @@
 
 #include "tests/worker/test_files.hpp"
 #include "common/tokenizer/gpt2_tokenizer.hpp"
+#include "common/tokenizer/hf_tokenizer_json.hpp"
 #include "tests/common/tokenizer/gpt2_reference.hpp"
 #include "worker/train/checkpoint.hpp"
 #include "worker/cpu/cpu_backend.hpp"
@@ -160,11 +161,9 @@ TEST_CASE("export: bad input is exit 2, an unwritable OUT exit 1, one error line
   CHECK(left == std::vector<std::string>{"cli.err", "cli.out", "m.bin", "run"});  // no OUT, no temporary
 
   SECTION("a tokenizer the checkpoint carries that cannot be loaded") {
-    fs::create_directories(dir / "vocab");
-    write_bytes(dir / "vocab/vocab.json", "[1, 2]");
-    write_bytes(dir / "vocab/merges.txt", "#version: 0.2\n");
-    const Checkpoint broken(dir / "run2", dir / "vocab");
-    fs::remove_all(dir / "vocab");
+    // The run named dir/vocab, since gone.
+    const Checkpoint broken(dir / "run2", dir / "vocab", {{"vocab.json", "[1, 2]"}, {"merges.txt", "#version: 0.2\n"}},
+                            test::model_spec(2, 2, 16, 8, 70));
     const Run run = export_cli(dir, {broken.dir, "--format", "hf", dir / "out"});
     CHECK(run.code == 2);
     CHECK(error_line(run.output) == "error: " + broken.dir + ": its tokenizer: " + broken.dir +
@@ -286,6 +285,10 @@ TEST_CASE("export: a run directory is its newest checkpoint, a Hugging Face expo
   CHECK(tokenizer.at("eos_token") == "<|endoftext|>");
   CHECK(tokenizer.at("bos_token") == "<|endoftext|>");
   CHECK(tokenizer.at("model_max_length") == 8);
+  CHECK(tokenizer.at("clean_up_tokenization_spaces") == false);  // decoding gives back the text
+  // tokenizer.json: the same vocabulary, for Hugging Face's fast tokenizers (test_gpt2_vs_tiktoken
+  // loads it in Tokenizers.js).
+  CHECK(read_bytes(dir / "hf/tokenizer.json") == gpt2_tokenizer_json(gpt2_openai_dir()));
   const auto generation = nlohmann::json::parse(read_bytes(dir / "hf/generation_config.json"));
   CHECK(generation.at("bos_token_id") == 50256);
   CHECK(generation.at("eos_token_id") == 50256);
@@ -360,12 +363,23 @@ TEST_CASE("export: a run directory is its newest checkpoint, a Hugging Face expo
   CHECK_FALSE(fs::exists(dir / "bare/tokenizer_config.json"));
   CHECK_FALSE(fs::exists(dir / "bare/generation_config.json"));
 
-  // A byte-level model (256 tokens, a byte each) has no tokenizer to ship: one info line, no warning.
+  // A byte-level model (256 tokens, a byte each): a Hugging Face export gets the bytes'
+  // tokenizer.json, an llm.c export no tokenizer; one info line each, no warning.
   const Checkpoint bytes(dir / "bytes-run", "", xtrain::test::model_spec(2, 2, 16, 8, 256));
   const Run byte_level = export_cli(dir, {bytes.dir, "--format", "hf", dir / "bytes"});
   CHECK(byte_level.code == 0);
   INFO(byte_level.output);
   CHECK(byte_level.output.find("warn") == std::string::npos);
-  CHECK(byte_level.output.find("is byte-level (256 tokens, one per byte): there is no tokenizer to ship") !=
+  CHECK(byte_level.output.find("is byte-level (256 tokens, one per byte): " + dir / "bytes" +
+                               " gets a tokenizer.json of the bytes") != std::string::npos);
+  CHECK(read_bytes(dir / "bytes/tokenizer.json") == byte_level_tokenizer_json());
+  CHECK(read_bytes(dir / "bytes/tokenizer_config.json") == byte_level_tokenizer_config(8));
+  CHECK_FALSE(fs::exists(dir / "bytes/vocab.json"));  // our commands take the directory as byte-level still
+  CHECK(read_model_file_info(dir / "bytes").tokenizer.empty());
+  CHECK_FALSE(fs::exists(dir / "bytes/generation_config.json"));
+  const Run byte_llmc = export_cli(dir, {bytes.dir, "--format", "llmc", dir / "bytes-llmc/m.bin"});
+  CHECK(byte_llmc.code == 0);
+  CHECK(byte_llmc.output.find("is byte-level (256 tokens, one per byte): there is no tokenizer to ship") !=
         std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "bytes-llmc/gpt2_tokenizer.bin"));
 }

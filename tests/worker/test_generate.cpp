@@ -307,8 +307,8 @@ TEST_CASE("generate with the GPT-2 tokenizer: the tokens' text, <|endoftext|> st
       p[layout.lnf_b() + static_cast<size_t>(c)] = c % 2 ? 1.0f : -1.0f;
       p[layout.wte() + static_cast<size_t>(token) * C + c] = 10.0f * (c % 2 ? 1.0f : -1.0f);
     }
-    export_hf_directory(out, layout, p.data(), ExportVocab{find_vocabulary_files(test::gpt2_hf_dir()), tokenizer.eot()},
-                        false);
+    export_hf_directory(out, layout, p.data(), read_tokenizer_files(test::gpt2_hf_dir(), layout.dims().T),
+                        tokenizer.eot(), false);
   };
   favouring(1234, dir / "word");
   const CliRun words = generate(dir, {dir / "word", "--temperature", "0", "--max-new-tokens", "5"});

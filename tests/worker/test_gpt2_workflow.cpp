@@ -133,6 +133,15 @@ TEST_CASE("GPT-2 workflow: shards, 2 ranks, export hf and llmc, init_from each: 
   const std::string checkpoint = w.dir / "runs/pretrain/checkpoints/step-00000004";
   CHECK(read_file(checkpoint + "/vocab.json") == read_file(w.vocab + "/encoder.json"));
   CHECK(read_file(checkpoint + "/merges.txt") == read_file(w.vocab + "/vocab.bpe"));
+  // ... and as tokenizer.json, for Hugging Face's fast tokenizers: GPT-2's 50,257 tokens and 50,000
+  // merges, <|endoftext|> its special token, the run's context.
+  const json fast = json::parse(read_file(checkpoint + "/tokenizer.json"));
+  CHECK(fast["model"]["vocab"].size() == 50257);
+  CHECK(fast["model"]["merges"].size() == 50000);
+  CHECK(fast["added_tokens"] == json::array({{{"id", 50256}, {"content", "<|endoftext|>"}, {"single_word", false},
+                                              {"lstrip", false}, {"rstrip", false}, {"normalized", false},
+                                              {"special", true}}}));
+  CHECK(json::parse(read_file(checkpoint + "/tokenizer_config.json"))["model_max_length"] == 16);
   std::filesystem::remove_all(vocab_copy);
 
   // Export the final checkpoint both ways.
@@ -144,6 +153,7 @@ TEST_CASE("GPT-2 workflow: shards, 2 ranks, export hf and llmc, init_from each: 
   // The run named a tokenizer: the Hugging Face export ships the checkpoint's copy.
   CHECK(read_file(w.dir / "export/hf/vocab.json") == read_file(w.vocab + "/encoder.json"));
   CHECK(read_file(w.dir / "export/hf/merges.txt") == read_file(w.vocab + "/vocab.bpe"));
+  CHECK(read_file(w.dir / "export/hf/tokenizer.json") == read_file(checkpoint + "/tokenizer.json"));
   const json config = read_json(w.dir / "export/hf/config.json");
   CHECK(config.at("eos_token_id") == 50256);
   CHECK(config.at("bos_token_id") == 50256);

@@ -188,7 +188,8 @@ def load_flat(directory, cfg):
 
 
 def check(directory):
-    cfg = json.load(open(os.path.join(directory, "config.json")))
+    with open(os.path.join(directory, "config.json")) as f:
+        cfg = json.load(f)
     m, t = cfg["model"], cfg["train"]
     L, NH, C, T, V = m["n_layer"], m["n_head"], m["n_embd"], m["seq_len"], m["vocab_size"]
     S, B = cfg["steps"], cfg["batch"]
@@ -222,7 +223,8 @@ def load_hf(directory):
     weights (in, out), wte with V rows)."""
     from check_safetensors import read_safetensors  # our independent safetensors reader
 
-    cfg = json.load(open(os.path.join(directory, "config.json")))
+    with open(os.path.join(directory, "config.json")) as f:
+        cfg = json.load(f)
     L, NH, C, T, V = cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["n_positions"], cfg["vocab_size"]
     tensors, _ = read_safetensors(os.path.join(directory, "model.safetensors"))
     model = GPT(L, NH, C, T, V)
@@ -360,7 +362,8 @@ def bench_generate(directory, runs, threads):
     scripts/bench/generate_cpu_bench.cpp's --out DIR, greedy. Prints one JSON line with the median
     per-token time (wall and this thread's CPU time) and the tokens."""
     torch.set_num_threads(threads)
-    cfg = json.load(open(os.path.join(directory, "config.json")))
+    with open(os.path.join(directory, "config.json")) as f:
+        cfg = json.load(f)
     model, _ = load_flat(directory, cfg)
     model.eval()
     m = cfg["model"]

@@ -69,9 +69,19 @@ struct TestCheckpoint {
   std::vector<float> params;
   std::string dir;
 
-  // `tokenizer`: the vocabulary the run named, whose files the checkpoint carries.
+  // `tokenizer`: the vocabulary the run named. The checkpoint carries what training gives it:
+  // the vocabulary's files, or a byte-level model's tokenizer.json.
   explicit TestCheckpoint(const std::string& run_dir, const std::string& tokenizer = "",
-                          const ModelSpec& model = model_spec(2, 2, 16, 8, 70), float stddev = 0.3f) {
+                          const ModelSpec& model = model_spec(2, 2, 16, 8, 70), float stddev = 0.3f)
+      : TestCheckpoint(run_dir, tokenizer,
+                       tokenizer.empty() && model.vocab_size != kByteVocabulary
+                           ? std::vector<NamedFile>{}
+                           : read_tokenizer_files(tokenizer, model.seq_len),
+                       model, stddev) {}
+
+  // A checkpoint that carries `files` as its tokenizer's, whatever they hold.
+  TestCheckpoint(const std::string& run_dir, const std::string& tokenizer, const std::vector<NamedFile>& files,
+                 const ModelSpec& model, float stddev = 0.3f) {
     spec.tokenizer = tokenizer;
     spec.model = model;
     layout = std::make_unique<ParamLayout>(ModelDims::from(spec.model));
@@ -85,8 +95,7 @@ struct TestCheckpoint {
     const std::vector<float> moments(layout->total(), 0.5f);
     TrainState state;
     state.step = 3;
-    dir = save_checkpoint(run_dir, spec, *layout, params.data(), moments.data(), moments.data(), state,
-                          tokenizer.empty() ? std::vector<NamedFile>{} : read_tokenizer_files(tokenizer));
+    dir = save_checkpoint(run_dir, spec, *layout, params.data(), moments.data(), moments.data(), state, files);
   }
 
   std::vector<float> import(const std::string& path) const {

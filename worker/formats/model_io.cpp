@@ -18,22 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Copies `from` to `to` and fsyncs it.
-void copy_file(const std::string& from, const std::string& to) {
-  const MappedFile in(from);
-  OutputFile out(to);
-  out.write(in.data(), in.size());
-  out.finish();
-}
-
-// What the released gpt2's tokenizer files say, for transformers' GPT2Tokenizer (AutoTokenizer
-// picks the class from tokenizer_class; the fast tokenizer is built from the same two files).
-nlohmann::json tokenizer_config(const ModelDims& d, const ExportVocab& vocab) {
-  return {{"tokenizer_class", "GPT2Tokenizer"}, {"model_max_length", d.T},        {"bos_token", vocab.eot_text},
-          {"eos_token", vocab.eot_text},        {"unk_token", vocab.eot_text},   {"add_prefix_space", false},
-          {"errors", "replace"}};
-}
-
 // The file's shape is the layout's (its context at least the layout's).
 void check_shape(const ModelFileInfo& file, const ParamLayout& layout) {
   const ModelDims& d = layout.dims();
@@ -105,8 +89,7 @@ void import_model(const ModelFileInfo& file, const ParamLayout& layout, float* p
 }
 
 void export_hf_directory(const std::string& dir, const ParamLayout& layout, const float* params,
-                         const std::optional<ExportVocab>& vocab, bool replace,
-                         const std::optional<std::string>& llmc_table) {
+                         const std::vector<NamedFile>& tokenizer, std::optional<std::int32_t> eot, bool replace) {
   std::error_code ec;
   if (fs::exists(dir, ec) && !replace) throw FileError(dir, "exists (give --force to replace it)");
   const std::string tmp = dir + kCheckpointTmpMarker + std::to_string(::getpid());
@@ -114,17 +97,13 @@ void export_hf_directory(const std::string& dir, const ParamLayout& layout, cons
     fs::remove_all(tmp);
     fs::create_directory(tmp);
     nlohmann::json config = hf_config(layout.dims());
-    if (vocab) config["bos_token_id"] = config["eos_token_id"] = vocab->eot;
+    if (eot) config["bos_token_id"] = config["eos_token_id"] = *eot;
     write_file_atomic(tmp + "/" + kModelConfigFile, config.dump(2) + "\n");
     write_hf_model(tmp + "/" + kModelWeightsFile, layout, params);
-    if (vocab) {
-      copy_file(vocab->files.vocab, tmp + "/" + kHfVocabFile);
-      copy_file(vocab->files.merges, tmp + "/" + kHfMergesFile);
-      write_file_atomic(tmp + "/tokenizer_config.json", tokenizer_config(layout.dims(), *vocab).dump(2) + "\n");
-      const nlohmann::json generation = {{"bos_token_id", vocab->eot}, {"eos_token_id", vocab->eot}};
+    for (const NamedFile& file : tokenizer) write_file_atomic(tmp + "/" + file.name, file.content);
+    if (eot) {
+      const nlohmann::json generation = {{"bos_token_id", *eot}, {"eos_token_id", *eot}};
       write_file_atomic(tmp + "/generation_config.json", generation.dump(2) + "\n");
-    } else if (llmc_table) {
-      write_file_atomic(tmp + "/" + kLlmcTokenizerFile, *llmc_table);
     }
     fsync_directory(tmp);
     if (fs::exists(dir)) {

@@ -3,11 +3,12 @@
 // file is worker/formats/llmc_model.hpp's export_llmc_model).
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "common/tokenizer/gpt2_vocabulary.hpp"
 #include "common/model_file.hpp"
 #include "worker/model/host_access.hpp"
 #include "worker/model/param_layout.hpp"
@@ -51,25 +52,16 @@ FlatModel load_flat_model(const ModelFileInfo& file);
 // truncated, damaged or foreign model file fails before any rank starts.
 void check_model_headers(const ModelFileInfo& file, const ParamLayout& layout);
 
-// The vocabulary a Hugging Face export ships: its files, and <|endoftext|> (its id and text),
-// which GPT-2 uses as its bos, eos and unk token.
-struct ExportVocab {
-  VocabularyFiles files;
-  std::int32_t eot = -1;
-  std::string eot_text = "<|endoftext|>";
-};
-
 // Writes a Hugging Face GPT-2 directory `dir`: config.json, model.safetensors (F32, the released
-// gpt2's names) and, when `vocab` is given, its files as vocab.json + merges.txt with
-// tokenizer_config.json (GPT2Tokenizer, the special tokens, model_max_length) and
-// generation_config.json (bos_token_id, eos_token_id), so that AutoTokenizer and
-// AutoModelForCausalLM load it and generate stops at <|endoftext|> with no extra arguments. Without
-// them, `llmc_table` (llm.c's tokenizer file's bytes) goes in as gpt2_tokenizer.bin: transformers
-// ignores it, our commands decode with it (common/model_file.hpp). Everything is written under
-// DIR.tmp-PID, fsynced and renamed into place; an existing `dir` is replaced only with `replace`
-// (else FileError). A failure leaves no temporary behind.
+// gpt2's names) and the `tokenizer`'s files (read_tokenizer_files': for GPT-2's vocabulary
+// vocab.json, merges.txt, tokenizer.json and tokenizer_config.json, so that AutoTokenizer loads
+// it; llm.c's tokenizer file goes in as gpt2_tokenizer.bin, which transformers ignores and our
+// commands decode with). `eot`, <|endoftext|>'s id where the tokenizer has one, goes into
+// config.json and generation_config.json as bos_token_id and eos_token_id, so that generate stops
+// at it with no extra arguments. Everything is written under DIR.tmp-PID, fsynced and renamed into
+// place; an existing `dir` is replaced only with `replace` (else FileError). A failure leaves no
+// temporary behind.
 void export_hf_directory(const std::string& dir, const ParamLayout& layout, const float* params,
-                         const std::optional<ExportVocab>& vocab, bool replace,
-                         const std::optional<std::string>& llmc_table = std::nullopt);
+                         const std::vector<NamedFile>& tokenizer, std::optional<std::int32_t> eot, bool replace);
 
 }  // namespace xtrain

@@ -43,9 +43,12 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
   data_ = load_data(spec_.data, spec_.model, t.eval_every > 0);
   report_.heartbeat().beat();
   text_ = TextCodec::for_run(spec_, data_.byte_level);
-  // Rank 0 writes checkpoints, each with the tokenizer's files. Read now: a resumed run's
-  // tokenizer is its checkpoint's copy, which a later save may remove (checkpoint.keep).
-  if (rank_ == 0 && !spec_.tokenizer.empty()) tokenizer_files_ = read_tokenizer_files(spec_.tokenizer);
+  // Rank 0 writes checkpoints, each with the tokenizer's files (a byte-level run's too, for
+  // Hugging Face's loaders). Read now: a resumed run's tokenizer is its checkpoint's copy, which a
+  // later save may remove (checkpoint.keep).
+  if (rank_ == 0 && (!spec_.tokenizer.empty() || data_.byte_level)) {
+    tokenizer_files_ = read_tokenizer_files(spec_.tokenizer, spec_.model.seq_len);
+  }
   if (spec_.sample.tokens > 0 && text_.has_text()) {
     prompt_ = text_.prompt_tokens(spec_.sample.prompt);
     for (const std::int32_t token : prompt_) {

@@ -2,7 +2,9 @@
 // token, on several megabytes of varied text: Debian's fortunes and license texts, the fortunes
 // rewritten into other scripts, digits, white space, line endings and case, a sweep over the
 // Unicode code points, white-space and contraction edge cases, and random byte soup. Also: the
-// character class table against the JavaScript engine's regex classes, for every code point.
+// character class table against the JavaScript engine's regex classes, for every code point; and
+// the tokenizer.json we write (for GPT-2's vocabulary and for bytes) loaded by Hugging Face's
+// Tokenizers.js, on the same text, against our tokens and text.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 
 #include "common/tokenizer/gpt2_pretokenizer.hpp"
 #include "common/tokenizer/gpt2_tokenizer.hpp"
+#include "common/tokenizer/hf_tokenizer_json.hpp"
 #include "common/tokenizer/unicode_classes.hpp"
 #include "tests/common/tokenizer/gpt2_reference.hpp"
 #include "tests/worker/test_files.hpp"
@@ -238,8 +241,9 @@ std::vector<Document> corpus() {
   return docs;
 }
 
-// One file of documents for the reference, then its tokens per document.
-std::vector<std::vector<std::int32_t>> reference_encode(const std::vector<Document>& docs, bool stock) {
+// Runs the reference's `command` (its arguments before DOCS OUT) over the documents, in one file;
+// returns what it wrote.
+std::string run_on_documents(const std::vector<Document>& docs, const std::string& command) {
   test::ScratchDir dir;
   std::string framed;
   for (const Document& d : docs) {
@@ -247,17 +251,26 @@ std::vector<std::vector<std::int32_t>> reference_encode(const std::vector<Docume
     framed.append(reinterpret_cast<const char*>(&n), 4).append(d.bytes);
   }
   test::write_bytes(dir / "docs.bin", framed);
-  test::run_reference(std::string("encode ") + (stock ? "--stock " : "") + test::shell_quote(dir / "docs.bin") + " " +
-                      test::shell_quote(dir / "tokens.bin"));
-  const std::string out = test::read_bytes(dir / "tokens.bin");
+  test::run_reference(command + " " + test::shell_quote(dir / "docs.bin") + " " + test::shell_quote(dir / "out.bin"));
+  return test::read_bytes(dir / "out.bin");
+}
+
+// The uint32 count at `pos` and that many 4-byte items after it: one document's tokens, or
+// (items of one byte) its text.
+template <typename T>
+std::vector<T> read_counted(const std::string& out, std::size_t& pos, std::size_t item_bytes = sizeof(T)) {
+  std::uint32_t n;
+  std::memcpy(&n, out.data() + pos, 4);
+  std::vector<T> items(n);
+  std::memcpy(items.data(), out.data() + pos + 4, item_bytes * n);
+  pos += 4 + item_bytes * n;
+  return items;
+}
+
+std::vector<std::vector<std::int32_t>> reference_encode(const std::vector<Document>& docs, bool stock) {
+  const std::string out = run_on_documents(docs, stock ? "encode --stock" : "encode");
   std::vector<std::vector<std::int32_t>> tokens;
-  for (std::size_t pos = 0; pos < out.size();) {
-    std::uint32_t n;
-    std::memcpy(&n, out.data() + pos, 4);
-    tokens.emplace_back(n);
-    std::memcpy(tokens.back().data(), out.data() + pos + 4, 4 * std::size_t{n});
-    pos += 4 + 4 * std::size_t{n};
-  }
+  for (std::size_t pos = 0; pos < out.size();) tokens.push_back(read_counted<std::int32_t>(out, pos));
   return tokens;
 }
 
@@ -375,4 +388,70 @@ TEST_CASE("stock js-tiktoken differs only on U+0085 and U+FEFF, where JavaScript
               docs.size());
   CHECK(differing > 0);
   CHECK(unexplained == 0);
+}
+
+namespace {
+
+// What Hugging Face's tokenizers give for GPT-2's vocabulary: <|endoftext|> in the text is their
+// added special token; the text between is ours.
+std::vector<std::int32_t> encode_with_special_eot(const Gpt2Tokenizer& t, const std::string& text) {
+  static constexpr std::string_view kEot = "<|endoftext|>";
+  std::vector<std::int32_t> out;
+  for (std::size_t pos = 0;;) {
+    const std::size_t at = text.find(kEot, pos);
+    const std::vector<std::int32_t> part = t.encode(text.substr(pos, at == std::string::npos ? at : at - pos));
+    out.insert(out.end(), part.begin(), part.end());
+    if (at == std::string::npos) return out;
+    out.push_back(t.eot());
+    pos = at + kEot.size();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the tokenizer.json we write, loaded by Hugging Face's Tokenizers.js, encodes and decodes as ours",
+          "[tokenizer]") {
+  const std::vector<Document> docs = corpus();
+  const Gpt2Tokenizer t = Gpt2Tokenizer::load(test::gpt2_hf_dir());
+  // Either form of the vocabulary writes the same file: the vocabulary in id order, the merges in theirs.
+  CHECK(gpt2_tokenizer_json(test::gpt2_openai_dir()) == gpt2_tokenizer_json(test::gpt2_hf_dir()));
+  test::ScratchDir dir;
+  fs::create_directories(dir / "gpt2");
+  fs::create_directories(dir / "bytes");
+  test::write_bytes(dir / "gpt2/tokenizer.json", gpt2_tokenizer_json(test::gpt2_hf_dir()));
+  test::write_bytes(dir / "gpt2/tokenizer_config.json", gpt2_tokenizer_config(1024));
+  test::write_bytes(dir / "bytes/tokenizer.json", byte_level_tokenizer_json());
+  test::write_bytes(dir / "bytes/tokenizer_config.json", byte_level_tokenizer_config(1024));
+  const std::string gpt2_out = run_on_documents(docs, "hf-encode " + test::shell_quote(dir / "gpt2"));
+  const std::string bytes_out = run_on_documents(docs, "hf-encode " + test::shell_quote(dir / "bytes"));
+
+  struct Counts {
+    std::size_t differing = 0, unexplained = 0, decode_failures = 0, byte_differences = 0;
+  } c;
+  std::size_t gpt2_pos = 0, bytes_pos = 0;
+  for (const Document& d : docs) {
+    // Tokenizers.js reads ill-formed UTF-8 as U+FFFD, as js-tiktoken does.
+    const std::string text = replace_ill_formed(d.bytes);
+    const std::vector<std::int32_t> ours = encode_with_special_eot(t, text);
+    const auto theirs = read_counted<std::int32_t>(gpt2_out, gpt2_pos);
+    const auto decoded = read_counted<char>(gpt2_out, gpt2_pos, 1);
+    if (theirs != ours) {
+      ++c.differing;
+      if (!has_js_space_difference(text) && c.unexplained++ == 0) {
+        UNSCOPED_INFO(d.kind << ": " << describe_mismatch(t, ours, theirs));
+      }
+    }
+    if (std::string(decoded.begin(), decoded.end()) != text) ++c.decode_failures;
+    const auto byte_tokens = read_counted<std::int32_t>(bytes_out, bytes_pos);
+    const auto byte_decoded = read_counted<char>(bytes_out, bytes_pos, 1);
+    std::vector<std::int32_t> bytes;
+    for (const char ch : text) bytes.push_back(static_cast<unsigned char>(ch));
+    if (byte_tokens != bytes || std::string(byte_decoded.begin(), byte_decoded.end()) != text) ++c.byte_differences;
+  }
+  std::printf("tokenizer.json in Tokenizers.js, %zu documents: GPT-2's vocabulary: %zu differ (%zu not on U+0085 or "
+              "U+FEFF), %zu decode to other text; bytes: %zu differ\n",
+              docs.size(), c.differing, c.unexplained, c.decode_failures, c.byte_differences);
+  CHECK(c.unexplained == 0);
+  CHECK(c.decode_failures == 0);
+  CHECK(c.byte_differences == 0);
 }

@@ -394,7 +394,7 @@ TEST_CASE("a bad safetensors file is refused with one line naming the file and t
 TEST_CASE("the header check passes a sound export and refuses one whose data's digest is wrong", "[import][errors]") {
   ScratchDir dir;
   const Weights w;
-  export_hf_directory(dir / "hf", w.layout, w.params.data(), std::nullopt, false);
+  export_hf_directory(dir / "hf", w.layout, w.params.data(), {}, std::nullopt, false);
   CHECK_NOTHROW(check_model_headers(read_model_file_info(dir / "hf"), w.layout));
   std::string bytes = xtrain::test::read_bytes(dir / "hf/model.safetensors");
   bytes[bytes.size() - 7] ^= 0x01;  // a bit of the last tensor's data: no header or size changes

@@ -134,6 +134,10 @@ TEST_CASE("resume is bit-exact: after a rerun and after an xlaunch restart", "[e
   const auto straight = job.losses("straight");
   const std::string digest = job.common_digest("straight", 2);
   REQUIRE(straight.size() == 20);
+  // A byte-level run's checkpoints carry the bytes' tokenizer.json, for Hugging Face's loaders.
+  const json fast = json::parse(read_text(job.run_dir("straight") / "checkpoints/step-00000010/tokenizer.json"));
+  CHECK(fast["model"]["vocab"].size() == 256);
+  CHECK(fast["model"]["merges"].empty());
 
   SECTION("rank 1 killed at step 13, then the job run again") {
     const Outcome killed = job.launch("rerun", 2, ckpt, {{"XTRAIN_FAULT_KILL", "1:13"}});

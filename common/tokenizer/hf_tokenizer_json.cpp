@@ -1,0 +1,97 @@
+#include "common/tokenizer/hf_tokenizer_json.hpp"
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/tokenizer/gpt2_vocabulary.hpp"
+
+namespace xtrain {
+namespace {
+
+using Json = nlohmann::ordered_json;  // keys in the order written: the vocabulary by id
+
+constexpr std::string_view kEndOfText = "<|endoftext|>";
+
+// GPT-2's byte-level stages. The pre-tokenizer splits with GPT-2's regex (use_regex) and writes
+// each piece in the byte alphabet; adding no prefix space keeps "Hello" and " Hello" apart, as
+// GPT-2 was trained. The decoder maps the alphabet back to bytes.
+Json byte_level(bool split) {
+  return {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", split}};
+}
+
+Json tokenizer_json(Json vocab, Json merges, Json added_tokens, bool split) {
+  Json post_processor = byte_level(split);
+  post_processor["trim_offsets"] = false;  // offsets only: the ids are the model's
+  return {{"version", "1.0"},
+          {"truncation", nullptr},
+          {"padding", nullptr},
+          {"added_tokens", std::move(added_tokens)},
+          {"normalizer", nullptr},
+          {"pre_tokenizer", byte_level(split)},
+          {"post_processor", std::move(post_processor)},
+          {"decoder", byte_level(split)},
+          {"model",
+           {{"type", "BPE"},
+            {"dropout", nullptr},
+            {"unk_token", nullptr},
+            {"continuing_subword_prefix", ""},
+            {"end_of_word_suffix", ""},
+            {"fuse_unk", false},
+            {"byte_fallback", false},
+            {"vocab", std::move(vocab)},
+            {"merges", std::move(merges)}}}};
+}
+
+// What transformers reads besides tokenizer.json. Turning clean_up_tokenization_spaces off makes
+// decoding give back the text: its default drops the space before "." and "'s".
+Json tokenizer_config(int context, const char* tokenizer_class) {
+  return {{"tokenizer_class", tokenizer_class},
+          {"model_max_length", context},
+          {"clean_up_tokenization_spaces", false}};
+}
+
+}  // namespace
+
+std::string gpt2_tokenizer_json(const std::string& path) {
+  const VocabularyListing listing = list_gpt2_vocabulary(path);
+  Json vocab = Json::object();
+  Json added_tokens = Json::array();
+  for (std::size_t id = 0; id < listing.tokens.size(); ++id) {
+    vocab[listing.tokens[id]] = id;
+    if (listing.tokens[id] == kEndOfText) {
+      added_tokens.push_back({{"id", id},
+                              {"content", kEndOfText},
+                              {"single_word", false},
+                              {"lstrip", false},
+                              {"rstrip", false},
+                              {"normalized", false},
+                              {"special", true}});
+    }
+  }
+  // On one line (1.4 MB for GPT-2's), as the released gpt2's.
+  return tokenizer_json(std::move(vocab), listing.merges, std::move(added_tokens), /*split=*/true).dump() + "\n";
+}
+
+std::string byte_level_tokenizer_json() {
+  Json vocab = Json::object();
+  for (int b = 0; b < 256; ++b) vocab[gpt2_byte_character(static_cast<std::uint8_t>(b))] = b;
+  // No merges: splitting into pieces first would change nothing.
+  return tokenizer_json(std::move(vocab), Json::array(), Json::array(), /*split=*/false).dump(2) + "\n";
+}
+
+std::string gpt2_tokenizer_config(int context) {
+  Json config = tokenizer_config(context, "GPT2Tokenizer");
+  for (const char* role : {"bos_token", "eos_token", "unk_token"}) config[role] = kEndOfText;
+  config["add_prefix_space"] = false;
+  config["errors"] = "replace";  // the slow GPT2Tokenizer's decoding of bytes that are not UTF-8
+  return config.dump(2) + "\n";
+}
+
+std::string byte_level_tokenizer_config(int context) {
+  return tokenizer_config(context, "PreTrainedTokenizerFast").dump(2) + "\n";
+}
+
+}  // namespace xtrain
