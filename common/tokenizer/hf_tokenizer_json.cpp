@@ -11,7 +11,7 @@
 namespace xtrain {
 namespace {
 
-using Json = nlohmann::ordered_json;  // keys in the order written: the vocabulary by id
+using Json = nlohmann::ordered_json;  // keys in the order written
 
 constexpr std::string_view kEndOfText = "<|endoftext|>";
 
@@ -22,27 +22,28 @@ Json byte_level(bool split) {
   return {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", split}};
 }
 
-Json tokenizer_json(Json vocab, Json merges, Json added_tokens, bool split) {
+// tokenizer.json's text, on one line (1.4 MB for GPT-2's vocabulary, as the released gpt2's).
+// The vocabulary object is written here, in id order as Hugging Face writes it: ordered_json
+// inserts a key in linear time, and GPT-2's 50,257 tokens took seconds.
+std::string tokenizer_json(const std::vector<std::string>& tokens, const Json& merges, const Json& added_tokens,
+                           bool split) {
   Json post_processor = byte_level(split);
   post_processor["trim_offsets"] = false;  // offsets only: the ids are the model's
-  return {{"version", "1.0"},
-          {"truncation", nullptr},
-          {"padding", nullptr},
-          {"added_tokens", std::move(added_tokens)},
-          {"normalizer", nullptr},
-          {"pre_tokenizer", byte_level(split)},
-          {"post_processor", std::move(post_processor)},
-          {"decoder", byte_level(split)},
-          {"model",
-           {{"type", "BPE"},
-            {"dropout", nullptr},
-            {"unk_token", nullptr},
-            {"continuing_subword_prefix", ""},
-            {"end_of_word_suffix", ""},
-            {"fuse_unk", false},
-            {"byte_fallback", false},
-            {"vocab", std::move(vocab)},
-            {"merges", std::move(merges)}}}};
+  std::string vocab = "{";
+  for (std::size_t id = 0; id < tokens.size(); ++id) {
+    vocab += (id == 0 ? "" : ",") + Json(tokens[id]).dump() + ":" + std::to_string(id);
+  }
+  vocab += "}";
+  const Json model_head = {{"type", "BPE"},           {"dropout", nullptr},
+                           {"unk_token", nullptr},    {"continuing_subword_prefix", ""},
+                           {"end_of_word_suffix", ""}, {"fuse_unk", false},
+                           {"byte_fallback", false}};
+  const std::string head = model_head.dump();  // {"type":"BPE",...}: the vocabulary and merges go before its "}"
+  return "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":" + added_tokens.dump() +
+         ",\"normalizer\":null,\"pre_tokenizer\":" + byte_level(split).dump() +
+         ",\"post_processor\":" + post_processor.dump() + ",\"decoder\":" + byte_level(split).dump() +
+         ",\"model\":" + head.substr(0, head.size() - 1) + ",\"vocab\":" + vocab + ",\"merges\":" + merges.dump() +
+         "}}\n";
 }
 
 // What transformers reads besides tokenizer.json. Turning clean_up_tokenization_spaces off makes
@@ -57,29 +58,25 @@ Json tokenizer_config(int context, const char* tokenizer_class) {
 
 std::string gpt2_tokenizer_json(const std::string& path) {
   const VocabularyListing listing = list_gpt2_vocabulary(path);
-  Json vocab = Json::object();
   Json added_tokens = Json::array();
   for (std::size_t id = 0; id < listing.tokens.size(); ++id) {
-    vocab[listing.tokens[id]] = id;
-    if (listing.tokens[id] == kEndOfText) {
-      added_tokens.push_back({{"id", id},
-                              {"content", kEndOfText},
-                              {"single_word", false},
-                              {"lstrip", false},
-                              {"rstrip", false},
-                              {"normalized", false},
-                              {"special", true}});
-    }
+    if (listing.tokens[id] != kEndOfText) continue;
+    added_tokens.push_back({{"id", id},
+                            {"content", kEndOfText},
+                            {"single_word", false},
+                            {"lstrip", false},
+                            {"rstrip", false},
+                            {"normalized", false},
+                            {"special", true}});
   }
-  // On one line (1.4 MB for GPT-2's), as the released gpt2's.
-  return tokenizer_json(std::move(vocab), listing.merges, std::move(added_tokens), /*split=*/true).dump() + "\n";
+  return tokenizer_json(listing.tokens, listing.merges, added_tokens, /*split=*/true);
 }
 
 std::string byte_level_tokenizer_json() {
-  Json vocab = Json::object();
-  for (int b = 0; b < 256; ++b) vocab[gpt2_byte_character(static_cast<std::uint8_t>(b))] = b;
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.push_back(gpt2_byte_character(static_cast<std::uint8_t>(b)));
   // No merges: splitting into pieces first would change nothing.
-  return tokenizer_json(std::move(vocab), Json::array(), Json::array(), /*split=*/false).dump(2) + "\n";
+  return tokenizer_json(tokens, Json::array(), Json::array(), /*split=*/false);
 }
 
 std::string gpt2_tokenizer_config(int context) {

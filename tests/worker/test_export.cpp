@@ -377,6 +377,9 @@ TEST_CASE("export: a run directory is its newest checkpoint, a Hugging Face expo
   CHECK_FALSE(fs::exists(dir / "bytes/vocab.json"));  // our commands take the directory as byte-level still
   CHECK(read_model_file_info(dir / "bytes").tokenizer.empty());
   CHECK_FALSE(fs::exists(dir / "bytes/generation_config.json"));
+  const auto byte_config = nlohmann::json::parse(read_bytes(dir / "bytes/config.json"));
+  CHECK(byte_config.at("bos_token_id").is_null());  // not GPT2Config's default 50256: no token of the model
+  CHECK(byte_config.at("eos_token_id").is_null());
   const Run byte_llmc = export_cli(dir, {bytes.dir, "--format", "llmc", dir / "bytes-llmc/m.bin"});
   CHECK(byte_llmc.code == 0);
   CHECK(byte_llmc.output.find("is byte-level (256 tokens, one per byte): there is no tokenizer to ship") !=

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 
+#include "common/model_file.hpp"
+
 namespace xtrain {
 namespace {
 
@@ -39,22 +41,26 @@ bool is_mask_buffer(const std::string& name) {
 }  // namespace
 
 nlohmann::json hf_config(const ModelDims& d) {
-  return {{"architectures", {"GPT2LMHeadModel"}},
-          {"model_type", "gpt2"},
-          {"vocab_size", d.V},
-          {"n_positions", d.T},
-          {"n_ctx", d.T},
-          {"n_embd", d.C},
-          {"n_layer", d.L},
-          {"n_head", d.NH},
-          {"n_inner", nullptr},
-          {"activation_function", "gelu_new"},  // GELU, tanh approximation
-          {"layer_norm_epsilon", 1e-5},
-          {"resid_pdrop", 0.0},
-          {"embd_pdrop", 0.0},
-          {"attn_pdrop", 0.0},
-          {"tie_word_embeddings", true},
-          {"torch_dtype", "float32"}};
+  nlohmann::json config = {{"architectures", {"GPT2LMHeadModel"}},
+                          {"model_type", "gpt2"},
+                          {"vocab_size", d.V},
+                          {"n_positions", d.T},
+                          {"n_ctx", d.T},
+                          {"n_embd", d.C},
+                          {"n_layer", d.L},
+                          {"n_head", d.NH},
+                          {"n_inner", nullptr},
+                          {"activation_function", "gelu_new"},  // GELU, tanh approximation
+                          {"layer_norm_epsilon", 1e-5},
+                          {"resid_pdrop", 0.0},
+                          {"embd_pdrop", 0.0},
+                          {"attn_pdrop", 0.0},
+                          {"tie_word_embeddings", true},
+                          {"torch_dtype", "float32"}};
+  // A byte-level model has no special token: GPT2Config's default bos and eos (50256) would name
+  // one it lacks, and generate would take it for its end.
+  if (d.V == kByteVocabulary) config["bos_token_id"] = config["eos_token_id"] = nullptr;
+  return config;
 }
 
 FileChecksum write_hf_model(const std::string& path, const ParamLayout& layout, const float* params,

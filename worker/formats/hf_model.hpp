@@ -22,7 +22,8 @@
 
 namespace xtrain {
 
-// A GPT2Config for the model (GPT2LMHeadModel, tied embeddings, tanh GELU, n_positions = T).
+// A GPT2Config for the model (GPT2LMHeadModel, tied embeddings, tanh GELU, n_positions = T; no
+// bos or eos token for a byte-level model).
 nlohmann::json hf_config(const ModelDims& d);
 
 // Writes `params` (layout.total() floats in `memory`) as model.safetensors at `path` and fsyncs it
