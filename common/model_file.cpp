@@ -231,9 +231,17 @@ std::vector<NamedFile> read_tokenizer_files(const std::string& path, int context
   }
   if (is_llmc_tokenizer_file(path)) return {{kLlmcTokenizerFile, read_text(path)}};
   const VocabularyFiles files = find_vocabulary_files(path);
-  return {{kHfVocabFile, read_text(files.vocab)},
-          {kHfMergesFile, read_text(files.merges)},
-          {kHfTokenizerFile, gpt2_tokenizer_json(path)},
+  if (!files.tokenizer_json.empty()) {  // vocab.json and merges.txt made from it
+    const VocabularyListing vocabulary = list_gpt2_vocabulary(path);
+    return {{kHfVocabFile, vocab_json(vocabulary)},
+            {kHfMergesFile, merges_txt(vocabulary)},
+            {kHfTokenizerFile, gpt2_tokenizer_json(vocabulary)},
+            {kHfTokenizerConfigFile, gpt2_tokenizer_config(context)}};
+  }
+  std::string vocab = read_text(files.vocab), merges = read_text(files.merges);  // a missing file named first
+  return {{kHfVocabFile, std::move(vocab)},
+          {kHfMergesFile, std::move(merges)},
+          {kHfTokenizerFile, gpt2_tokenizer_json(list_gpt2_vocabulary(path))},
           {kHfTokenizerConfigFile, gpt2_tokenizer_config(context)}};
 }
 
@@ -248,6 +256,8 @@ std::string directory_tokenizer(const std::string& dir) {
 bool holds_vocabulary(const std::string& dir) {
   try {
     const VocabularyFiles files = find_vocabulary_files(dir);
+    // A tokenizer.json of another kind, or a byte-level model's (our exports of one), is passed over.
+    if (!files.tokenizer_json.empty()) return is_gpt2_tokenizer_json(files.tokenizer_json);
     return is_file(files.vocab) && is_file(files.merges);
   } catch (const TokenizerError&) {
     return false;

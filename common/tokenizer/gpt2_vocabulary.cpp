@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/tokenizer/gpt2_tokenizer.hpp"
+#include "common/tokenizer/hf_tokenizer_json.hpp"
 #include "common/tokenizer/unicode_classes.hpp"
 
 namespace xtrain {
@@ -97,19 +98,22 @@ struct Entries {
   std::vector<std::string> names;
 };
 
-Entries read_vocab(const std::string& path) {
-  const std::string text = read_file(path, "vocabulary");
-  nlohmann::json doc;
+// `text`, the file at `path`, as JSON; a syntax error names its line.
+nlohmann::json parse_json(const std::string& path, const std::string& text) {
   try {
-    doc = nlohmann::json::parse(text);
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 1, column 9: syntax ..."
     const auto colon = what.find(": ", what.find("parse error"));
     throw TokenizerError(path, line_of_offset(text, e.byte > 0 ? e.byte - 1 : 0),
                          "not valid JSON: " + (colon == std::string::npos ? what : what.substr(colon + 2)));
   }
+}
+
+// The vocabulary of `doc`, {token: id} (vocab.json, or tokenizer.json's model.vocab; `what` names it).
+Entries entries_of(const std::string& path, const nlohmann::json& doc, const std::string& what = "") {
   if (!doc.is_object() || doc.empty()) {
-    throw TokenizerError(path, 0, "expected a JSON object mapping each token to its id, got " +
+    throw TokenizerError(path, 0, what + "expected a JSON object mapping each token to its id, got " +
                                       std::string(doc.is_object() ? "an empty object" : doc.type_name()));
   }
   const std::size_t n = doc.size();
@@ -117,14 +121,14 @@ Entries read_vocab(const std::string& path) {
   entries.names.resize(n);
   entries.ids.reserve(n);
   for (const auto& [token, id] : doc.items()) {
-    if (token.empty()) throw TokenizerError(path, 0, "a token is the empty string");
+    if (token.empty()) throw TokenizerError(path, 0, what + "a token is the empty string");
     if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() >= static_cast<std::int64_t>(n)) {
-      throw TokenizerError(path, 0, "token " + in_quotes(token) + " has id " + id.dump() + "; the " + std::to_string(n) +
-                                        " ids must be the integers 0 to " + std::to_string(n - 1));
+      throw TokenizerError(path, 0, what + "token " + in_quotes(token) + " has id " + id.dump() + "; the " +
+                                        std::to_string(n) + " ids must be the integers 0 to " + std::to_string(n - 1));
     }
     const auto value = id.get<std::int32_t>();
     if (!entries.names[value].empty()) {
-      throw TokenizerError(path, 0, "tokens " + in_quotes(entries.names[value]) + " and " + in_quotes(token) +
+      throw TokenizerError(path, 0, what + "tokens " + in_quotes(entries.names[value]) + " and " + in_quotes(token) +
                                         " both have id " + std::to_string(value));
     }
     entries.names[value] = token;
@@ -133,15 +137,31 @@ Entries read_vocab(const std::string& path) {
   return entries;
 }
 
-// ---- The merges: "#version ..." then "LEFT RIGHT" per line, highest priority first ----
+Entries read_vocab(const std::string& path) {
+  return entries_of(path, parse_json(path, read_file(path, "vocabulary")));
+}
 
-// The token each merge makes, in merge order (rank 0 first); the lines themselves into `lines`
-// where given.
-std::vector<std::int32_t> read_merges(const std::string& path, const Entries& entries, const std::string& vocab_path,
-                                      std::vector<std::string>* lines = nullptr) {
+// ---- The merges: "LEFT RIGHT", highest priority first ----
+
+// Merges as a file lists them, and how an error names one: its line of merges.txt, or its index in
+// tokenizer.json's model.merges.
+struct MergeList {
+  std::string path;
+  std::vector<std::string> merges;
+  std::vector<int> lines;  // merges.txt: each merge's line; empty for tokenizer.json
+
+  std::string name(std::size_t i) const {
+    return lines.empty() ? "model.merges[" + std::to_string(i) + "]" : "line " + std::to_string(lines[i]);
+  }
+  TokenizerError error(std::size_t i, const std::string& message) const {
+    return lines.empty() ? TokenizerError(path, 0, name(i) + ": " + message) : TokenizerError(path, lines[i], message);
+  }
+};
+
+// merges.txt (or vocab.bpe): a "#version" line, then a merge per line.
+MergeList read_merge_lines(const std::string& path) {
   const std::string text = read_file(path, "merges");
-  std::vector<std::int32_t> merges;
-  std::unordered_map<std::int32_t, int> made_at;  // result -> line
+  MergeList list{path, {}, {}};
   int line_number = 0;
   for (std::size_t pos = 0; pos < text.size();) {
     std::size_t end = text.find('\n', pos);
@@ -151,36 +171,122 @@ std::vector<std::int32_t> read_merges(const std::string& path, const Entries& en
     ++line_number;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.empty() || (line_number == 1 && line.starts_with("#version"))) continue;
+    list.merges.emplace_back(line);
+    list.lines.push_back(line_number);
+  }
+  return list;
+}
 
+// The token each merge makes, in merge order (rank 0 first), each checked against the vocabulary.
+std::vector<std::int32_t> check_merges(const MergeList& list, const Entries& entries, const std::string& vocab_path) {
+  std::vector<std::int32_t> merges;
+  std::unordered_map<std::int32_t, std::size_t> made_at;  // result -> merge
+  for (std::size_t i = 0; i < list.merges.size(); ++i) {
+    const std::string_view line = list.merges[i];
     const auto space = line.find(' ');
     if (space == std::string_view::npos || space == 0 || space + 1 == line.size() ||
         line.find(' ', space + 1) != std::string_view::npos) {
-      throw TokenizerError(path, line_number, "expected a merge: two tokens separated by one space, got " + in_quotes(line));
+      throw list.error(i, "expected a merge: two tokens separated by one space, got " + in_quotes(line));
     }
     const std::string_view left = line.substr(0, space), right = line.substr(space + 1);
     const std::string result = std::string(left) + std::string(right);
     for (const std::string_view part : {left, right}) {
       if (!entries.ids.contains(part)) {
-        throw TokenizerError(path, line_number, "merge " + in_quotes(line) + ": " + in_quotes(part) + " is not in " + vocab_path);
+        throw list.error(i, "merge " + in_quotes(line) + ": " + in_quotes(part) + " is not in " + vocab_path);
       }
     }
     const auto it = entries.ids.find(result);
     if (it == entries.ids.end()) {
-      throw TokenizerError(path, line_number,
-                           "merge " + in_quotes(line) + " makes " + in_quotes(result) + ", which is not in " + vocab_path);
+      throw list.error(i,
+                       "merge " + in_quotes(line) + " makes " + in_quotes(result) + ", which is not in " + vocab_path);
     }
     if (!alphabet().decode(result)) {
-      throw TokenizerError(path, line_number, "merge " + in_quotes(line) + ": not written in GPT-2's byte alphabet");
+      throw list.error(i, "merge " + in_quotes(line) + ": not written in GPT-2's byte alphabet");
     }
-    if (const auto [at, fresh] = made_at.emplace(it->second, line_number); !fresh) {
-      throw TokenizerError(path, line_number,
-                           "merge " + in_quotes(line) + " makes " + in_quotes(result) + ", as line " +
-                               std::to_string(at->second) + " does already");
+    if (const auto [at, fresh] = made_at.emplace(it->second, i); !fresh) {
+      throw list.error(i, "merge " + in_quotes(line) + " makes " + in_quotes(result) + ", as " + list.name(at->second) +
+                              " does already");
     }
     merges.push_back(it->second);
-    if (lines != nullptr) lines->emplace_back(line);
   }
   return merges;
+}
+
+// ---- Hugging Face's tokenizer.json: the vocabulary and the merges in one file ----
+
+// The vocabulary and the merges of a tokenizer.json that is GPT-2's kind of tokenizer: byte-level
+// BPE behind GPT-2's regex, no prefix space, no normalizer (anything else would encode text
+// otherwise than we do: one error naming the key). Added tokens missing from model.vocab (ids past
+// it) join the vocabulary as special tokens.
+struct TokenizerJson {
+  Entries entries;
+  MergeList merges;
+};
+
+TokenizerJson read_tokenizer_json(const std::string& path) {
+  nlohmann::json doc = parse_json(path, read_file(path, "tokenizer"));
+  const auto refuse = [&](const std::string& key, const nlohmann::json& value) {
+    return TokenizerError(path, 0,
+                          key + " is " + value.dump() +
+                              ": only GPT-2's byte-level BPE is supported (model.type \"BPE\", a \"ByteLevel\" "
+                              "pre_tokenizer with its regex and no prefix space, no normalizer)");
+  };
+  if (!doc.is_object()) throw TokenizerError(path, 0, "expected a JSON object, got " + std::string(doc.type_name()));
+  nlohmann::json& model = doc["model"];
+  if (!model.is_object() || model.value("type", "") != "BPE") {
+    throw refuse("model.type", model.is_object() ? model.value("type", nlohmann::json()) : model);
+  }
+  const nlohmann::json& pre = doc["pre_tokenizer"];
+  if (!pre.is_object() || pre.value("type", "") != "ByteLevel" || pre.value("add_prefix_space", false) ||
+      !pre.value("use_regex", true)) {
+    throw refuse("pre_tokenizer", pre);
+  }
+  if (!doc["normalizer"].is_null()) throw refuse("normalizer", doc["normalizer"]);
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    const nlohmann::json& affix = model[key];
+    if (!affix.is_null() && affix != "") throw refuse("model." + std::string(key), affix);
+  }
+  nlohmann::json& vocab = model["vocab"];
+  if (vocab.is_object() && doc["added_tokens"].is_array()) {
+    for (const nlohmann::json& added : doc["added_tokens"]) {
+      if (added.is_object() && added["content"].is_string() && !vocab.contains(added["content"].get<std::string>())) {
+        vocab[added["content"].get<std::string>()] = added["id"];
+      }
+    }
+  }
+  TokenizerJson t{entries_of(path, vocab, "model.vocab: "), {path, {}, {}}};
+  const nlohmann::json& merges = model["merges"];
+  if (!merges.is_array()) {
+    throw TokenizerError(path, 0, "model.merges: expected an array, got " + std::string(merges.type_name()));
+  }
+  for (std::size_t i = 0; i < merges.size(); ++i) {
+    const nlohmann::json& m = merges[i];
+    if (m.is_string()) {
+      t.merges.merges.push_back(m.get<std::string>());
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      t.merges.merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
+    } else {
+      throw t.merges.error(i, "expected \"LEFT RIGHT\" or [\"LEFT\", \"RIGHT\"], got " + m.dump());
+    }
+  }
+  return t;
+}
+
+// The vocabulary at `files` and its merges, as its files write them.
+struct VocabularyText {
+  Entries entries;
+  MergeList merges;
+  std::string vocab_path;  // the file errors about the vocabulary name
+  std::string vocab_name;  // what an error about a merge calls it
+};
+
+VocabularyText read_vocabulary(const VocabularyFiles& files) {
+  if (!files.tokenizer_json.empty()) {
+    TokenizerJson t = read_tokenizer_json(files.tokenizer_json);
+    return {std::move(t.entries), std::move(t.merges), files.tokenizer_json, "model.vocab"};
+  }
+  Entries entries = read_vocab(files.vocab);
+  return {std::move(entries), read_merge_lines(files.merges), files.vocab, files.vocab};
 }
 
 }  // namespace
@@ -231,9 +337,10 @@ VocabularyFiles find_vocabulary_files(const std::string& path) {
     if (fs::exists(dir / kHfVocabFile) || fs::exists(dir / kHfMergesFile)) {
       return {(dir / kHfVocabFile).string(), (dir / kHfMergesFile).string()};
     }
+    if (fs::exists(dir / kHfTokenizerFile)) return {"", "", (dir / kHfTokenizerFile).string()};
     throw TokenizerError(path, 0,
                          "holds neither encoder.json + vocab.bpe (OpenAI's GPT-2 vocabulary) nor "
-                         "vocab.json + merges.txt (Hugging Face's)");
+                         "vocab.json + merges.txt or tokenizer.json (Hugging Face's)");
   }
   const fs::path file(path);
   const fs::path dir = file.parent_path();
@@ -242,19 +349,21 @@ VocabularyFiles find_vocabulary_files(const std::string& path) {
   if (name == "vocab.bpe") return {(dir / "encoder.json").string(), path};
   if (name == kHfVocabFile) return {path, (dir / kHfMergesFile).string()};
   if (name == kHfMergesFile) return {(dir / kHfVocabFile).string(), path};
+  if (name == kHfTokenizerFile) return {"", "", path};
   throw TokenizerError(path, 0,
-                       "not a GPT-2 vocabulary file: give its directory, or encoder.json, vocab.bpe, vocab.json "
-                       "or merges.txt");
+                       "not a GPT-2 vocabulary file: give its directory, or encoder.json, vocab.bpe, vocab.json, "
+                       "merges.txt or tokenizer.json");
 }
 
 Gpt2Vocabulary load_gpt2_vocabulary(const std::string& path) {
   const VocabularyFiles files = find_vocabulary_files(path);
-  const Entries entries = read_vocab(files.vocab);
+  const VocabularyText text = read_vocabulary(files);
+  const Entries& entries = text.entries;
 
   static std::atomic<std::uint64_t> loads{0};
   Gpt2Vocabulary v;
   v.identity = ++loads;
-  v.source = files.vocab + " + " + files.merges;
+  v.source = files.tokenizer_json.empty() ? files.vocab + " + " + files.merges : files.tokenizer_json;
   const std::size_t n = entries.names.size();
   v.token_bytes.resize(n);
   for (std::size_t id = 0; id < n; ++id) {
@@ -268,7 +377,7 @@ Gpt2Vocabulary load_gpt2_vocabulary(const std::string& path) {
     if (it == entries.ids.end()) {
       char hex[8];
       std::snprintf(hex, sizeof hex, "0x%02X", b);
-      throw TokenizerError(files.vocab, 0,
+      throw TokenizerError(text.vocab_path, 0,
                            "no token for byte " + std::string(hex) + " (" + in_quotes(name) +
                                "): a byte-level vocabulary has a token for each of the 256 bytes");
     }
@@ -276,10 +385,10 @@ Gpt2Vocabulary load_gpt2_vocabulary(const std::string& path) {
     mergeable.push_back(it->second);
   }
   const auto eot = entries.ids.find("<|endoftext|>");
-  if (eot == entries.ids.end()) throw TokenizerError(files.vocab, 0, "no <|endoftext|> token");
+  if (eot == entries.ids.end()) throw TokenizerError(text.vocab_path, 0, "no <|endoftext|> token");
   v.eot = eot->second;
 
-  const std::vector<std::int32_t> merges = read_merges(files.merges, entries, files.vocab);
+  const std::vector<std::int32_t> merges = check_merges(text.merges, entries, text.vocab_name);
   mergeable.insert(mergeable.end(), merges.begin(), merges.end());
   v.mergeable.build(v.token_bytes, mergeable);
 
@@ -305,12 +414,18 @@ Gpt2Vocabulary load_gpt2_vocabulary(const std::string& path) {
 }
 
 VocabularyListing list_gpt2_vocabulary(const std::string& path) {
-  const VocabularyFiles files = find_vocabulary_files(path);
-  VocabularyListing listing;
-  Entries entries = read_vocab(files.vocab);
-  read_merges(files.merges, entries, files.vocab, &listing.merges);
-  listing.tokens = std::move(entries.names);
-  return listing;
+  VocabularyText text = read_vocabulary(find_vocabulary_files(path));
+  check_merges(text.merges, text.entries, text.vocab_name);
+  return {std::move(text.entries.names), std::move(text.merges.merges)};
+}
+
+bool is_gpt2_tokenizer_json(const std::string& path) {
+  try {
+    read_tokenizer_json(path);
+    return true;
+  } catch (const TokenizerError&) {
+    return false;
+  }
 }
 
 std::string gpt2_byte_character(std::uint8_t byte) { return alphabet().encode(byte); }

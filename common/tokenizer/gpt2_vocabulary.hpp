@@ -1,7 +1,9 @@
-// A GPT-2 vocabulary as byte-pair encoding needs it, read from either published form and checked:
+// A GPT-2 vocabulary as byte-pair encoding needs it, read from any published form and checked:
 //   - OpenAI's encoder.json + vocab.bpe, or Hugging Face's vocab.json + merges.txt (the same
 //     contents): a JSON object {token: id}, and one merge "LEFT RIGHT" per line in priority order
 //     after a "#version" line;
+//   - Hugging Face's tokenizer.json, which holds the same two as model.vocab and model.merges, when
+//     it is GPT-2's kind of tokenizer (byte-level BPE behind GPT-2's regex, no prefix space);
 //   - tokens are written in GPT-2's byte alphabet, one printable character per byte (bytes that
 //     print as themselves are themselves; the other 68 are U+0100 onwards, space is "Ġ").
 // The mergeable tokens are the 256 single bytes and the result of every merge; other entries
@@ -122,11 +124,13 @@ struct Gpt2Vocabulary {
 inline constexpr char kHfVocabFile[] = "vocab.json";
 inline constexpr char kHfMergesFile[] = "merges.txt";
 
-// The two files of the vocabulary at `path` (a directory, or one of the four names and its
-// partner beside it); they need not exist. Throws TokenizerError for a path that is neither.
+// The files of the vocabulary at `path`: a directory (OpenAI's pair, else Hugging Face's, else
+// their tokenizer.json), or one of the four names and its partner beside it, or a tokenizer.json;
+// they need not exist. Throws TokenizerError for a path that is none of these.
 struct VocabularyFiles {
-  std::string vocab;   // encoder.json or vocab.json
-  std::string merges;  // vocab.bpe or merges.txt
+  std::string vocab;           // encoder.json or vocab.json
+  std::string merges;          // vocab.bpe or merges.txt
+  std::string tokenizer_json;  // or both in Hugging Face's tokenizer.json (GPT-2's kind only)
 };
 VocabularyFiles find_vocabulary_files(const std::string& path);
 
@@ -141,6 +145,12 @@ struct VocabularyListing {
   std::vector<std::string> merges;
 };
 VocabularyListing list_gpt2_vocabulary(const std::string& path);
+
+// True when the tokenizer.json at `path` reads as GPT-2's kind of tokenizer, as
+// load_gpt2_vocabulary takes it; false for another kind, for a byte-level model's (its
+// pre-tokenizer takes the bytes whole: the model needs no vocabulary), and for a file that cannot
+// be read.
+bool is_gpt2_tokenizer_json(const std::string& path);
 
 // The character GPT-2's byte alphabet writes `byte` as, in UTF-8 ("Ġ" for a space).
 std::string gpt2_byte_character(std::uint8_t byte);

@@ -6,7 +6,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/tokenizer/gpt2_vocabulary.hpp"
 
 namespace xtrain {
 namespace {
@@ -22,18 +21,22 @@ Json byte_level(bool split) {
   return {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", split}};
 }
 
-// tokenizer.json's text, on one line (1.4 MB for GPT-2's vocabulary, as the released gpt2's).
-// The vocabulary object is written here, in id order as Hugging Face writes it: ordered_json
+// {token: id} in id order, as Hugging Face writes it, on one line. Written here: ordered_json
 // inserts a key in linear time, and GPT-2's 50,257 tokens took seconds.
-std::string tokenizer_json(const std::vector<std::string>& tokens, const Json& merges, const Json& added_tokens,
-                           bool split) {
-  Json post_processor = byte_level(split);
-  post_processor["trim_offsets"] = false;  // offsets only: the ids are the model's
+std::string vocab_object(const std::vector<std::string>& tokens) {
   std::string vocab = "{";
   for (std::size_t id = 0; id < tokens.size(); ++id) {
     vocab += (id == 0 ? "" : ",") + Json(tokens[id]).dump() + ":" + std::to_string(id);
   }
-  vocab += "}";
+  return vocab + "}";
+}
+
+// tokenizer.json's text, on one line (1.4 MB for GPT-2's vocabulary, as the released gpt2's).
+std::string tokenizer_json(const std::vector<std::string>& tokens, const Json& merges, const Json& added_tokens,
+                           bool split) {
+  Json post_processor = byte_level(split);
+  post_processor["trim_offsets"] = false;  // offsets only: the ids are the model's
+  const std::string vocab = vocab_object(tokens);
   const Json model_head = {{"type", "BPE"},           {"dropout", nullptr},
                            {"unk_token", nullptr},    {"continuing_subword_prefix", ""},
                            {"end_of_word_suffix", ""}, {"fuse_unk", false},
@@ -56,8 +59,7 @@ Json tokenizer_config(int context, const char* tokenizer_class) {
 
 }  // namespace
 
-std::string gpt2_tokenizer_json(const std::string& path) {
-  const VocabularyListing listing = list_gpt2_vocabulary(path);
+std::string gpt2_tokenizer_json(const VocabularyListing& listing) {
   Json added_tokens = Json::array();
   for (std::size_t id = 0; id < listing.tokens.size(); ++id) {
     if (listing.tokens[id] != kEndOfText) continue;
@@ -70,6 +72,14 @@ std::string gpt2_tokenizer_json(const std::string& path) {
                             {"special", true}});
   }
   return tokenizer_json(listing.tokens, listing.merges, added_tokens, /*split=*/true);
+}
+
+std::string vocab_json(const VocabularyListing& vocabulary) { return vocab_object(vocabulary.tokens); }
+
+std::string merges_txt(const VocabularyListing& vocabulary) {
+  std::string text = "#version: 0.2\n";
+  for (const std::string& merge : vocabulary.merges) text += merge + "\n";
+  return text;
 }
 
 std::string byte_level_tokenizer_json() {

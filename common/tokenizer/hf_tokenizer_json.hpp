@@ -6,16 +6,22 @@
 
 #include <string>
 
+#include "common/tokenizer/gpt2_vocabulary.hpp"
+
 namespace xtrain {
 
 inline constexpr char kHfTokenizerFile[] = "tokenizer.json";
 inline constexpr char kHfTokenizerConfigFile[] = "tokenizer_config.json";
 
-// tokenizer.json for the GPT-2 vocabulary at `path` (what load_gpt2_vocabulary takes): byte-level
-// BPE behind GPT-2's pre-tokenizer regex, with the vocabulary and its merges as the files write
-// them and <|endoftext|> an added special token (as Hugging Face's tokenizers match it in text).
-// Throws TokenizerError as list_gpt2_vocabulary does.
-std::string gpt2_tokenizer_json(const std::string& path);
+// tokenizer.json for a GPT-2 vocabulary (list_gpt2_vocabulary's): byte-level BPE behind GPT-2's
+// pre-tokenizer regex, with the vocabulary and its merges as the files write them and
+// <|endoftext|> an added special token (as Hugging Face's tokenizers match it in text).
+std::string gpt2_tokenizer_json(const VocabularyListing& vocabulary);
+
+// The same vocabulary as vocab.json (compact, in id order) and merges.txt, for one read from a
+// tokenizer.json: a model directory carries all three.
+std::string vocab_json(const VocabularyListing& vocabulary);
+std::string merges_txt(const VocabularyListing& vocabulary);
 
 // tokenizer.json for a byte-level model (256 tokens, each byte its own): the same byte-level BPE
 // with the 256 single-byte tokens, no merges and no special token.

@@ -14,6 +14,8 @@
 
 #include "common/checkpoint_dirs.hpp"
 #include "common/model_file.hpp"
+#include "common/tokenizer/gpt2_vocabulary.hpp"
+#include "common/tokenizer/hf_tokenizer_json.hpp"
 
 using namespace xtrain;
 using nlohmann::json;
@@ -148,6 +150,32 @@ TEST_CASE("a tokenizer's files are read under a model directory's names", "[mode
       CHECK(files[3].name == "tokenizer_config.json");
       CHECK(nlohmann::json::parse(files[3].content)["model_max_length"] == 16);
     }
+  }
+  SECTION("a directory with Hugging Face's tokenizer.json alone: vocab.json + merges.txt made from it") {
+    VocabularyListing listing;  // the 256 bytes, one merge, <|endoftext|>
+    for (int b = 0; b < 256; ++b) listing.tokens.push_back(gpt2_byte_character(static_cast<std::uint8_t>(b)));
+    listing.tokens.push_back("ab");
+    listing.tokens.push_back("<|endoftext|>");
+    listing.merges = {"a b"};
+    write(d / "hf/tokenizer.json", gpt2_tokenizer_json(listing));
+    CHECK(holds_vocabulary(d / "hf"));
+    CHECK(directory_tokenizer(d / "hf") == d / "hf");
+    const std::vector<NamedFile> files = read_tokenizer_files(d / "hf", 16);
+    REQUIRE(files.size() == 4);
+    CHECK(files[0].name == "vocab.json");
+    CHECK(json::parse(files[0].content).size() == 258);
+    CHECK(json::parse(files[0].content)["ab"] == 256);
+    CHECK((files[1].name == "merges.txt" && files[1].content == "#version: 0.2\na b\n"));
+    CHECK((files[2].name == "tokenizer.json" && files[2].content == gpt2_tokenizer_json(listing)));
+    // A byte-level model's tokenizer.json (our export of one) is no vocabulary: the model takes bytes.
+    write(d / "bytes/tokenizer.json", byte_level_tokenizer_json());
+    CHECK_FALSE(holds_vocabulary(d / "bytes"));
+    CHECK(directory_tokenizer(d / "bytes").empty());
+    // Nor is one of another kind (a SentencePiece-style pre-tokenizer): passed over, as before.
+    json other = json::parse(gpt2_tokenizer_json(listing));
+    other["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}};
+    write(d / "other/tokenizer.json", other.dump());
+    CHECK_FALSE(holds_vocabulary(d / "other"));
   }
   SECTION("a byte-level model's (no path): tokenizer.json of the 256 bytes") {
     const std::vector<NamedFile> files = read_tokenizer_files("", 64);

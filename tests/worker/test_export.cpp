@@ -139,7 +139,7 @@ TEST_CASE("export: bad input is exit 2, an unwritable OUT exit 1, one error line
       {{ckpt.dir, "--format", "hf", "--tokenizer", dir / "run", dir / "out"}, 2,
        "error: --tokenizer: " + dir / "run" +
            ": holds neither encoder.json + vocab.bpe (OpenAI's GPT-2 vocabulary) nor vocab.json + merges.txt "
-           "(Hugging Face's)"},
+           "or tokenizer.json (Hugging Face's)"},
       {{ckpt.dir, "--format", "hf", "--tokenizer", gpt2_openai_dir(), dir / "out"}, 2,
        "error: --tokenizer: " + gpt2_openai_dir() + "/encoder.json + " + gpt2_openai_dir() +
            "/vocab.bpe has 50257 tokens but the model's vocabulary is 70"},
@@ -288,7 +288,7 @@ TEST_CASE("export: a run directory is its newest checkpoint, a Hugging Face expo
   CHECK(tokenizer.at("clean_up_tokenization_spaces") == false);  // decoding gives back the text
   // tokenizer.json: the same vocabulary, for Hugging Face's fast tokenizers (test_gpt2_vs_tiktoken
   // loads it in Tokenizers.js).
-  CHECK(read_bytes(dir / "hf/tokenizer.json") == gpt2_tokenizer_json(gpt2_openai_dir()));
+  CHECK(read_bytes(dir / "hf/tokenizer.json") == gpt2_tokenizer_json(list_gpt2_vocabulary(gpt2_openai_dir())));
   const auto generation = nlohmann::json::parse(read_bytes(dir / "hf/generation_config.json"));
   CHECK(generation.at("bos_token_id") == 50256);
   CHECK(generation.at("eos_token_id") == 50256);

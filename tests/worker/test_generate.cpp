@@ -317,6 +317,16 @@ TEST_CASE("generate with the GPT-2 tokenizer: the tokens' text, <|endoftext|> st
   const std::string word = tokenizer.decode_token(1234);
   CHECK(words.out == word + word + word + word + word);
   CHECK(words.output.find("prompt 1 tokens") != std::string::npos);  // no prompt: <|endoftext|> alone
+  // A directory whose only tokenizer is tokenizer.json (as transformers may save one): the same.
+  fs::copy(dir / "word", dir / "word-json");
+  fs::remove(dir / "word-json/vocab.json");
+  fs::remove(dir / "word-json/merges.txt");
+  const CliRun from_json = generate(dir, {dir / "word-json", "--prompt", "Hi there", "--temperature", "0",
+                                          "--max-new-tokens", "5"});
+  INFO(from_json.output);
+  CHECK(from_json.code == 0);
+  CHECK(from_json.out == word + word + word + word + word);
+  CHECK(from_json.output.find("prompt 2 tokens") != std::string::npos);
 
   favouring(tokenizer.eot(), dir / "eot");
   const CliRun ends = generate(dir, {dir / "eot", "--prompt", "Hi", "--temperature", "0", "--max-new-tokens", "5"});

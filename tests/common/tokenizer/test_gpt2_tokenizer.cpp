@@ -1,8 +1,10 @@
 // The GPT-2 tokenizer's parts on their own: the pre-tokeniser's pieces, the UTF-8 decoder,
-// tiktoken's merge rule on toy vocabularies, loading both published forms, and every kind of bad
-// vocabulary. The comparison with js-tiktoken on megabytes of text is test_gpt2_vs_tiktoken.cpp.
+// tiktoken's merge rule on toy vocabularies, loading every published form (Hugging Face's
+// tokenizer.json included), and every kind of bad vocabulary. The comparison with js-tiktoken on
+// megabytes of text is test_gpt2_vs_tiktoken.cpp.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -11,6 +13,7 @@
 
 #include "common/tokenizer/gpt2_pretokenizer.hpp"
 #include "common/tokenizer/gpt2_tokenizer.hpp"
+#include "common/tokenizer/hf_tokenizer_json.hpp"
 #include "common/tokenizer/unicode_classes.hpp"
 #include "tests/common/tokenizer/gpt2_reference.hpp"
 #include "tests/worker/test_files.hpp"
@@ -207,7 +210,7 @@ TEST_CASE("bad vocabularies are refused with the file, the line and what is wron
   CHECK(load_error(dir / "nothing") == dir / "nothing" + ": no such file or directory");
   CHECK(load_error(dir.path()) == dir.path() +
                                       ": holds neither encoder.json + vocab.bpe (OpenAI's GPT-2 vocabulary) nor "
-                                      "vocab.json + merges.txt (Hugging Face's)");
+                                      "vocab.json + merges.txt or tokenizer.json (Hugging Face's)");
   test::write_bytes(dir / "tokens.json", "{}");
   CHECK_THAT(load_error(dir / "tokens.json"), Catch::Contains("not a GPT-2 vocabulary file"));
 
@@ -262,4 +265,87 @@ TEST_CASE("bad vocabularies are refused with the file, the line and what is wron
     test::write_bytes(dir / "vocab.bpe", "#version: 0.2\na b c\n");
     CHECK_THAT(load_error(dir.path()), Catch::StartsWith(dir / "vocab.bpe" + ":2: expected a merge"));
   }
+}
+
+TEST_CASE("Hugging Face's tokenizer.json loads the same GPT-2 vocabulary, its merges as strings or pairs",
+          "[tokenizer]") {
+  ScratchDir dir;
+  const VocabularyListing listing = list_gpt2_vocabulary(test::gpt2_hf_dir());
+  nlohmann::json doc = nlohmann::json::parse(gpt2_tokenizer_json(listing));
+  std::filesystem::create_directories(dir / "strings");
+  std::filesystem::create_directories(dir / "pairs");
+  test::write_bytes(dir / "strings/tokenizer.json", doc.dump());
+  for (auto& merge : doc["model"]["merges"]) {  // the newer form: ["LEFT", "RIGHT"]
+    const std::string m = merge.get<std::string>();
+    merge = nlohmann::json::array({m.substr(0, m.find(' ')), m.substr(m.find(' ') + 1)});
+  }
+  test::write_bytes(dir / "pairs/tokenizer.json", doc.dump());
+
+  const Gpt2Tokenizer two_files = Gpt2Tokenizer::load(test::gpt2_hf_dir());
+  const std::string text = "Hello world, it's 2024: naïve café, 日本語 \U0001F44D\n\n  <|endoftext|> end";
+  for (const std::string& path : {dir / "strings", dir / "strings/tokenizer.json", dir / "pairs"}) {
+    INFO(path);
+    const Gpt2Tokenizer t = Gpt2Tokenizer::load(path);
+    CHECK(t.source() == (path.ends_with(".json") ? path : path + "/tokenizer.json"));
+    CHECK(t.vocab_size() == 50257);
+    CHECK(t.eot() == 50256);
+    bool same = true;
+    for (std::int32_t id = 0; id < t.vocab_size() && same; ++id) {
+      same = t.decode_token(id) == two_files.decode_token(id);
+    }
+    CHECK(same);
+    CHECK(t.encode(text) == two_files.encode(text));
+  }
+  // Listed again from tokenizer.json, the vocabulary is the files' (their text made anew).
+  const VocabularyListing again = list_gpt2_vocabulary(dir / "pairs");
+  CHECK(again.tokens == listing.tokens);
+  CHECK(again.merges == listing.merges);
+  CHECK(nlohmann::json::parse(vocab_json(again)) ==
+        nlohmann::json::parse(test::read_bytes(test::gpt2_hf_dir() + "/vocab.json")));
+  CHECK(merges_txt(again).starts_with("#version: 0.2\n\u0120 t\n"));
+  CHECK(is_gpt2_tokenizer_json(dir / "pairs/tokenizer.json"));
+}
+
+TEST_CASE("a tokenizer.json of another kind than GPT-2's, or a byte-level one, is refused naming the key",
+          "[tokenizer]") {
+  ScratchDir toy, dir;
+  const nlohmann::json good = nlohmann::json::parse(
+      gpt2_tokenizer_json(list_gpt2_vocabulary(write_vocab(toy, toy_vocab({"a b", "ab c"})))));
+  const std::string path = dir / "tokenizer.json";
+  const auto error_with = [&](const std::string& key, const nlohmann::json& value) {
+    nlohmann::json doc = good;
+    doc[nlohmann::json::json_pointer(key)] = value;
+    test::write_bytes(path, doc.dump());
+    return load_error(dir.path());
+  };
+  test::write_bytes(path, good.dump());
+  REQUIRE(load_error(dir.path()) == "(no error)");
+  CHECK(is_gpt2_tokenizer_json(path));
+  const std::string only = ": only GPT-2's byte-level BPE is supported";
+  CHECK(error_with("/model/type", "WordPiece") == path + ": model.type is \"WordPiece\"" + only +
+                                                    " (model.type \"BPE\", a \"ByteLevel\" pre_tokenizer with its "
+                                                    "regex and no prefix space, no normalizer)");
+  CHECK_THAT(error_with("/pre_tokenizer", {{"type", "Metaspace"}}),
+             Catch::StartsWith(path + ": pre_tokenizer is {\"type\":\"Metaspace\"}" + only));
+  CHECK_THAT(error_with("/pre_tokenizer/add_prefix_space", true), Catch::StartsWith(path + ": pre_tokenizer is "));
+  CHECK_THAT(error_with("/pre_tokenizer/use_regex", false), Catch::StartsWith(path + ": pre_tokenizer is "));
+  CHECK_THAT(error_with("/normalizer", {{"type", "NFC"}}),
+             Catch::StartsWith(path + ": normalizer is {\"type\":\"NFC\"}"));
+  CHECK_THAT(error_with("/model/continuing_subword_prefix", "##"),
+             Catch::StartsWith(path + ": model.continuing_subword_prefix is \"##\""));
+  CHECK(error_with("/model/merges/1", 7) ==
+        path + ": model.merges[1]: expected \"LEFT RIGHT\" or [\"LEFT\", \"RIGHT\"], got 7");
+  CHECK(error_with("/model/merges/1", "ab q") ==
+        path + ": model.merges[1]: merge \"ab q\" makes \"abq\", which is not in model.vocab");
+  CHECK(error_with("/model/merges/1", "a b") ==
+        path + ": model.merges[1]: merge \"a b\" makes \"ab\", as model.merges[0] does already");
+  CHECK(error_with("/model/vocab", nlohmann::json::array()) ==
+        path + ": model.vocab: expected a JSON object mapping each token to its id, got array");
+  test::write_bytes(path, "{\"model\": ");
+  CHECK_THAT(load_error(dir.path()), Catch::StartsWith(path + ":1: not valid JSON"));
+
+  // A byte-level model's tokenizer.json (our exports of one) is not a GPT-2 vocabulary.
+  test::write_bytes(path, byte_level_tokenizer_json());
+  CHECK_FALSE(is_gpt2_tokenizer_json(path));
+  CHECK_THAT(load_error(dir.path()), Catch::StartsWith(path + ": pre_tokenizer is "));  // no regex: the bytes whole
 }
