@@ -223,8 +223,7 @@ struct TokenizerJson {
   MergeList merges;
 };
 
-TokenizerJson read_tokenizer_json(const std::string& path) {
-  nlohmann::json doc = parse_json(path, read_file(path, "tokenizer"));
+TokenizerJson read_tokenizer_json_document(const std::string& path, nlohmann::json& doc) {
   const auto refuse = [&](const std::string& key, const nlohmann::json& value) {
     return TokenizerError(path, 0,
                           key + " is " + value.dump() +
@@ -270,6 +269,15 @@ TokenizerJson read_tokenizer_json(const std::string& path) {
     }
   }
   return t;
+}
+
+TokenizerJson read_tokenizer_json(const std::string& path) {
+  nlohmann::json doc = parse_json(path, read_file(path, "tokenizer"));
+  try {
+    return read_tokenizer_json_document(path, doc);
+  } catch (const nlohmann::json::exception& e) {  // a key of another type than the format's
+    throw TokenizerError(path, 0, std::string("not a tokenizer.json as Hugging Face writes one: ") + e.what());
+  }
 }
 
 // The vocabulary at `files` and its merges, as its files write them.

@@ -6,7 +6,6 @@
 
 #include <nlohmann/json.hpp>
 
-
 namespace xtrain {
 namespace {
 

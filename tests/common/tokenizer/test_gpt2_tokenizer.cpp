@@ -341,6 +341,8 @@ TEST_CASE("a tokenizer.json of another kind than GPT-2's, or a byte-level one, i
         path + ": model.merges[1]: merge \"a b\" makes \"ab\", as model.merges[0] does already");
   CHECK(error_with("/model/vocab", nlohmann::json::array()) ==
         path + ": model.vocab: expected a JSON object mapping each token to its id, got array");
+  CHECK_THAT(error_with("/pre_tokenizer/add_prefix_space", "no"),
+             Catch::StartsWith(path + ": not a tokenizer.json as Hugging Face writes one: "));
   test::write_bytes(path, "{\"model\": ");
   CHECK_THAT(load_error(dir.path()), Catch::StartsWith(path + ":1: not valid JSON"));
 
