@@ -4,9 +4,10 @@
 # packages; no network). Within its budget (default 450 s, under 8 minutes), most valuable first:
 # prints the GPU, runs every [gpu] test (test_cuda whole, and the [gpu] cases of
 # test_launcher_integration), our Hugging Face export against the real transformers, our
-# tokenizer against the real tiktoken, generation against transformers' generate, the GPU
-# benchmark against PyTorch, compute-sanitizer over the kernel tests, and the scaling driver where
-# there are several GPUs; writes under $OUT (or ./device-out):
+# tokenizer against the real tiktoken (and our tokenizer.json in Hugging Face's tokenizers),
+# generation against transformers' generate, the GPU benchmark against PyTorch, compute-sanitizer
+# over the kernel tests, and the scaling driver where there are several GPUs; writes under $OUT
+# (or ./device-out):
 #   summary.md       what ran, on what, with what result, and the tables (read this first)
 #   gpu_bench.md/.json, gpu_scaling.md/.json   the benchmark tables
 #   generate_gpu.json                          generation's numbers
@@ -314,7 +315,8 @@ vocab_step() {
     py_check "$name" "$lim" "$@" --bin "$bin" --vocab "$vocab" --json "$out/$name.json"
   fi
 }
-vocab_step tokenizer tokenizer "Tokenizer against tiktoken's gpt2" xtrain-data "$(limit 45 200)" \
+vocab_step tokenizer tokenizer "Tokenizer against tiktoken's gpt2, and our tokenizer.json in tokenizers" xtrain-data \
+  "$(limit 45 200)" \
   scripts/check/tokenizer_check.py
 
 # sanitize LIMIT SPEC...: compute-sanitizer over the test_cuda cases SPEC lists, into the summary

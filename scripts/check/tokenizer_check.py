@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Our GPT-2 tokenizer (xtrain-data) against the real tiktoken `gpt2` encoding, token for token.
+"""Our GPT-2 tokenizer (xtrain-data) against the real tiktoken `gpt2` encoding, token for token,
+and against Hugging Face's tokenizers library on the tokenizer.json our exports write.
 
 A few MB of varied text is generated deterministically here (--seed): prose in many scripts,
 combining marks and emoji sequences, contractions (ASCII and curly, any case), runs of every
@@ -15,11 +16,16 @@ tiktoken reads the gpt2 ranks from its cache without a network: --vocab names a 
 OpenAI's encoder.json + vocab.bpe (the bundle's gpt2/), copied into a fresh TIKTOKEN_CACHE_DIR
 under the names tiktoken looks for; tiktoken checks their SHA-256 itself.
 
+Where the `tokenizers` library imports (transformers brings it), the same tokens of ours are also
+compared with it on our tokenizer.json: `xtrain-worker export` of a stub llm.c model file with
+--tokenizer VOCAB writes one, and Tokenizer.from_file loads it, with encode_special_tokens on so
+that "<|endoftext|>" in text is text, as tiktoken's encode_ordinary reads it.
+
 Usage: tokenizer_check.py --bin DIR --vocab DIR [--mb 3] [--seed 1] [--timeout-s S] [--json PATH]
 Exit 0 token-exact; 1 a mismatch or a failed step (named); 2 tiktoken cannot be imported or the
 vocabulary is missing (nothing to compare with). The comparison is importable with any
 reference: compare(docs, ours, reference), the reference having encode_all(docs) -> token lists
-and token_bytes(token) -> bytes.
+and token_bytes(token) -> bytes; check(..., others=[(name, reference)]) compares more of them.
 """
 import argparse
 import bisect
@@ -211,6 +217,35 @@ class Tiktoken:
         return self.encoding.decode_single_token_bytes(token)
 
 
+def stub_llmc_model(path, C=8, T=8, V=50257, Vp=50304):
+    """An llm.c model file (version 3, fp32) of one layer with GPT-2's vocabulary, all zeros: what
+    `xtrain-worker export` takes to write a tokenizer.json for --tokenizer."""
+    floats = Vp * C + T * C + (12 * C * C + 13 * C) + 2 * C
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", 20240326, 3, T, V, 1, 1, C, Vp, *([0] * 248)))
+        f.write(bytes(4 * floats))
+
+
+class HfTokenizers:
+    """Hugging Face's tokenizers library on the tokenizer.json `xtrain-worker export` writes for
+    the vocabulary; token_bytes from `bytes_of` (another reference's)."""
+
+    def __init__(self, bin_dir, vocab_dir, work, bytes_of, timeout_s=60.0):
+        model, out = os.path.join(work, "stub.bin"), os.path.join(work, "hf")
+        stub_llmc_model(model)
+        run([os.path.join(bin_dir, "xtrain-worker"), "export", model, "--format", "hf", out, "--tokenizer", vocab_dir,
+             "--force"], timeout_s, "xtrain-worker export (the tokenizer.json)")
+        import tokenizers
+        self.version = getattr(tokenizers, "__version__", "?")
+        self.path = os.path.join(out, "tokenizer.json")
+        self.tokenizer = tokenizers.Tokenizer.from_file(self.path)
+        self.tokenizer.encode_special_tokens = True  # "<|endoftext|>" in text is text
+        self.token_bytes = bytes_of
+
+    def encode_all(self, docs):
+        return [e.ids for e in self.tokenizer.encode_batch(docs, add_special_tokens=False)]
+
+
 def first_difference(a, b):
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
@@ -232,12 +267,12 @@ def compare(docs, mine, reference):
             return [(t, reference.token_bytes(t)) for t in ts[i:i + 4]]
 
         shown.append({"document": d, "token_index": i, "byte_offset": offset, "ours": tokens(mine[d]),
-                      "tiktoken": tokens(theirs[d]), "ours_count": len(mine[d]), "tiktoken_count": len(theirs[d]),
+                      "theirs": tokens(theirs[d]), "ours_count": len(mine[d]), "theirs_count": len(theirs[d]),
                       "before": text[max(0, offset - CONTEXT_BYTES):offset], "after": text[offset:offset + CONTEXT_BYTES]})
     return bad, shown
 
 
-def check(bin_dir, vocab, reference, mb=3.0, seed=1, timeout_s=60.0, work=None):
+def check(bin_dir, vocab, reference, mb=3.0, seed=1, timeout_s=60.0, work=None, others=()):
     start = time.monotonic()
     docs = corpus(seed, int(mb * 1e6))
     result = {"seed": seed, "documents": len(docs), "bytes": sum(len(d.encode()) for d in docs)}
@@ -247,6 +282,11 @@ def check(bin_dir, vocab, reference, mb=3.0, seed=1, timeout_s=60.0, work=None):
         result["tokens"] = sum(len(t) for t in mine)
         bad, shown = compare(docs, mine, reference)
         result.update(mismatching_documents=len(bad), mismatches=shown, ok=not bad)
+        for name, other in others:  # the same tokens of ours against each further reference
+            other_bad, other_shown = compare(docs, mine, other)
+            result.setdefault("others", {})[name] = {"mismatching_documents": len(other_bad),
+                                                     "mismatches": other_shown, "ok": not other_bad}
+            result["ok"] = result["ok"] and not other_bad
     except StepFailed as e:
         result.update(ok=False, error=str(e))
     result["seconds"] = time.monotonic() - start
@@ -259,26 +299,35 @@ def code_points(text_bytes, n=6):
     return " ".join(f"U+{ord(c):04X}" for c in text_bytes.decode("utf-8", "replace")[:n])
 
 
-def report(r, reference_name):
-    head = f"{r['documents']} documents, {r['bytes'] / 1e6:.2f} MB (seed {r['seed']}) against {reference_name}"
-    if "error" in r:
-        return f"{head}\nFAILED: {r['error']}\n({r['seconds']:.1f} s)"
-    if r["ok"]:
-        return f"{head}\nPASS: token-exact, {r['tokens']:,} tokens\n({r['seconds']:.1f} s)"
-    lines = [head, f"FAILED: {r['mismatching_documents']} of {r['documents']} documents differ; the first "
+def verdict(r, name):
+    """The lines of one comparison (r: check's result, or one of its "others") against `name`."""
+    if r["mismatching_documents"] == 0:
+        return [f"PASS: token-exact against {name}"]
+    lines = [f"FAILED against {name}: {r['mismatching_documents']} documents differ; the first "
              f"{len(r['mismatches'])}:"]
     for m in r["mismatches"]:
         lines.append(f"- document {m['document']}, token {m['token_index']} (byte {m['byte_offset']}; "
-                     f"{m['ours_count']} tokens ours, {m['tiktoken_count']} tiktoken's): ours "
-                     f"{[(t, b) for t, b in m['ours']]} vs tiktoken {[(t, b) for t, b in m['tiktoken']]}; "
+                     f"{m['ours_count']} tokens ours, {m['theirs_count']} theirs): ours "
+                     f"{[(t, b) for t, b in m['ours']]} vs theirs {[(t, b) for t, b in m['theirs']]}; "
                      f"text {m['before']!r} | {m['after']!r} (code points after: {code_points(m['after'])})")
+    return lines
+
+
+def report(r, reference_name, other_names=None):
+    """`other_names`: each further reference's name in the report, by its name in r["others"]."""
+    head = f"{r['documents']} documents, {r['bytes'] / 1e6:.2f} MB (seed {r['seed']}), {r.get('tokens', 0):,} tokens"
+    if "error" in r:
+        return f"{head}\nFAILED: {r['error']}\n({r['seconds']:.1f} s)"
+    lines = [head] + verdict(r, reference_name)
+    for name, other in r.get("others", {}).items():
+        lines += verdict(other, (other_names or {}).get(name, name))
     lines.append(f"({r['seconds']:.1f} s)")
     return "\n".join(lines)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bin", required=True, help="directory with xtrain-data")
+    ap.add_argument("--bin", required=True, help="directory with xtrain-data (and xtrain-worker)")
     ap.add_argument("--vocab", required=True, help="directory with OpenAI's GPT-2 encoder.json + vocab.bpe")
     ap.add_argument("--mb", type=float, default=3.0, help="megabytes of text")
     ap.add_argument("--seed", type=int, default=1)
@@ -294,8 +343,18 @@ def main():
         except FileNotFoundError as e:
             print(f"not run: {e}")
             sys.exit(2)
-        r = check(a.bin, a.vocab, reference, a.mb, a.seed, a.timeout_s)
-    print(report(r, f"tiktoken {reference.version} gpt2"))
+        others, names, notes = [], {}, []
+        try:
+            hf = HfTokenizers(a.bin, a.vocab, cache, reference.token_bytes, a.timeout_s / 4)
+            others.append(("tokenizer_json", hf))
+            names["tokenizer_json"] = f"tokenizers {hf.version} on our tokenizer.json"
+        except ImportError as e:
+            notes.append(f"not run against our tokenizer.json: tokenizers cannot be imported ({e})")
+        except StepFailed as e:
+            notes.append(f"FAILED: our tokenizer.json: {e}")
+        r = check(a.bin, a.vocab, reference, a.mb, a.seed, a.timeout_s, others=others)
+    r["ok"] = r["ok"] and not any(n.startswith("FAILED") for n in notes)
+    print("\n".join([report(r, f"tiktoken {reference.version} gpt2", names)] + notes))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(r, f, indent=1, default=lambda b: b.decode("utf-8", "backslashreplace"))

@@ -239,14 +239,53 @@ class Tokenizer(unittest.TestCase):
         self.assertEqual(r["mismatching_documents"], r["documents"])  # BPE merges somewhere in every document
         m = r["mismatches"][0]
         doc = tokenizer_check.corpus(3, 50_000)[m["document"]].encode()
-        self.assertEqual(m["tiktoken"][0][1], doc[m["byte_offset"]:m["byte_offset"] + 1])
+        self.assertEqual(m["theirs"][0][1], doc[m["byte_offset"]:m["byte_offset"] + 1])
         self.assertTrue(doc[m["byte_offset"]:].startswith(m["ours"][0][1]))
         self.assertEqual(m["before"] + m["after"], doc[max(0, m["byte_offset"] - 40):m["byte_offset"] + 40])
         text = tokenizer_check.report(r, "one byte each")
-        self.assertIn(f"FAILED: {r['documents']} of {r['documents']} documents differ", text)
+        self.assertIn(f"FAILED against one byte each: {r['documents']} documents differ", text)
         self.assertIn(f"- document {m['document']}, token {m['token_index']} (byte {m['byte_offset']};", text)
         self.assertIn(f"(code points after: {tokenizer_check.code_points(m['after'])})", text)
         self.assertEqual(tokenizer_check.code_points("a€😀".encode()), "U+0061 U+20AC U+1F600")
+
+    @unittest.skipUnless(shutil.which("node") and os.path.isdir(os.path.join(REFERENCE_CACHE, "node_modules")),
+                         "no node or js-tiktoken: run scripts/fetch-gpt2-reference.sh")
+    def test_our_tokenizer_json_goes_to_the_tokenizers_library_as_it_loads_one(self):
+        work, calls = scratch(self), []
+        js = JsTiktoken(work)
+
+        class Tokenizer:  # encodes as js-tiktoken does: the plumbing is what is tested here
+            @classmethod
+            def from_file(cls, path):
+                with open(path) as f:
+                    model = json.load(f)["model"]
+                calls.append((path, len(model["vocab"]), len(model["merges"])))
+                return cls()
+
+            def encode_batch(self, docs, add_special_tokens=True):
+                calls.append(("encode_batch", self.encode_special_tokens, add_special_tokens))
+                return [types.SimpleNamespace(ids=ids) for ids in js.encode_all(docs)]
+
+        fake = types.ModuleType("tokenizers")
+        fake.Tokenizer, fake.__version__ = Tokenizer, "stand-in"
+        saved = sys.modules.get("tokenizers")
+        sys.modules["tokenizers"] = fake
+        try:
+            hf = tokenizer_check.HfTokenizers(BIN, VOCAB, work, js.token_bytes)
+        finally:
+            sys.modules.pop("tokenizers")
+            if saved is not None:
+                sys.modules["tokenizers"] = saved
+        r = tokenizer_check.check(BIN, VOCAB, js, mb=0.2, seed=3,
+                                  others=[("tokenizer_json", hf), ("bytes", OneByteEach())])
+        self.assertEqual(calls, [(os.path.join(work, "hf", "tokenizer.json"), 50257, 50000),
+                                 ("encode_batch", True, False)])
+        self.assertTrue(r["others"]["tokenizer_json"]["ok"], r)
+        self.assertFalse(r["others"]["bytes"]["ok"])
+        self.assertFalse(r["ok"])
+        text = tokenizer_check.report(r, "js-tiktoken", {"tokenizer_json": "tokenizers on our tokenizer.json"})
+        self.assertIn("\nPASS: token-exact against js-tiktoken\nPASS: token-exact against tokenizers on our "
+                      "tokenizer.json\nFAILED against bytes: ", text)
 
     def test_tiktoken_is_given_the_vocabulary_through_its_cache(self):
         seen = {}

@@ -104,7 +104,8 @@ class DeviceCheck(unittest.TestCase):
         self.assertNotIn("## Benchmark", summary)
         self.assertNotIn("## Generation", summary)  # it needs a GPU
         self.assertRegex(summary, r"## Hugging Face export.*\nnot run: no xtrain-worker xtrain-check-logits in /")
-        self.assertRegex(summary, r"## Tokenizer against tiktoken's gpt2\nnot run: no xtrain-data in /")
+        self.assertRegex(summary, r"## Tokenizer against tiktoken's gpt2, and our tokenizer.json in tokenizers\n"
+                                  r"not run: no xtrain-data in /")
         self.assertRegex(summary, r"## compute-sanitizer\nruntime: (gvisor|firecracker|vm|none) \(.*\)\nnot run: no GPU\n")
 
     @unittest.skipUnless(BIN, "no BIN_DIR given")
