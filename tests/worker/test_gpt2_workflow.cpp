@@ -158,8 +158,15 @@ TEST_CASE("GPT-2 workflow: shards, 2 ranks, export hf and llmc, init_from each: 
   CHECK(config.at("eos_token_id") == 50256);
   CHECK(config.at("bos_token_id") == 50256);
 
-  // Fine-tune one step from each: the checkpoint itself, the HF directory, the llm.c file with
-  // GPT-2's vocabulary files named, and the llm.c file alone. The spec gives no model shape (it
+  // A Hugging Face directory whose only tokenizer is tokenizer.json (as recent transformers may
+  // save one).
+  std::filesystem::copy(w.dir / "export/hf", w.dir / "export/hf-json");
+  std::filesystem::remove(w.dir / "export/hf-json/vocab.json");
+  std::filesystem::remove(w.dir / "export/hf-json/merges.txt");
+
+  // Fine-tune one step from each: the checkpoint itself, the HF directory (with GPT-2's vocabulary
+  // files, and with tokenizer.json alone), the llm.c file with GPT-2's vocabulary files named, and
+  // the llm.c file alone. The spec gives no model shape (it
   // comes from the files) and, but for "from-llmc", no tokenizer: the checkpoint and the HF
   // directory hold one, and llm.c's gpt2_tokenizer.bin lies beside the llm.c file
   // (it decodes only, so that run's sample starts from <|endoftext|> and has no prompt). Same data,
@@ -168,6 +175,7 @@ TEST_CASE("GPT-2 workflow: shards, 2 ranks, export hf and llmc, init_from each: 
   std::map<std::string, double> bits_per_byte;
   for (const auto& [name, source] : {std::pair{"from-checkpoint", checkpoint},
                                      {"from-hf", w.dir / "export/hf"},
+                                     {"from-tokenizer-json", w.dir / "export/hf-json"},
                                      {"from-llmc", w.dir / "export/model.bin"},
                                      {"from-llmc-table", w.dir / "export/model.bin"}}) {
     const bool table = std::string(name) == "from-llmc-table";
@@ -188,6 +196,12 @@ TEST_CASE("GPT-2 workflow: shards, 2 ranks, export hf and llmc, init_from each: 
     bits_per_byte[name] = r.at("val_bpb");
   }
   CHECK(losses["from-hf"] == losses["from-checkpoint"]);
+  CHECK(losses["from-tokenizer-json"] == losses["from-checkpoint"]);
+  CHECK(bits_per_byte["from-tokenizer-json"] == bits_per_byte["from-hf"]);  // the same vocabulary
+  // That run's checkpoint carries the vocabulary as vocab.json + merges.txt too, made from tokenizer.json.
+  const std::string json_checkpoint = w.dir / "runs/from-tokenizer-json/checkpoints/step-00000001";
+  CHECK(read_json(json_checkpoint + "/vocab.json") == read_json(w.vocab + "/encoder.json"));
+  CHECK(split_lines(read_file(json_checkpoint + "/merges.txt")) == split_lines(read_file(w.vocab + "/vocab.bpe")));
   CHECK(losses["from-llmc"] == losses["from-checkpoint"]);
   CHECK(losses["from-llmc-table"] == losses["from-checkpoint"]);
   // llm.c's tokenizer file counts the bytes of the validation tokens as GPT-2's vocabulary does.
