@@ -92,11 +92,14 @@ std::vector<NamedFile> read_tokenizer_files(const std::string& path, int context
 
 // The tokenizer a model directory holds itself: `dir` where it holds GPT-2's vocabulary files,
 // else its gpt2_tokenizer.bin, else "". A checkpoint carries its run's (worker/train/checkpoint.hpp),
-// an exported Hugging Face directory GPT-2's vocabulary files or llm.c's tokenizer file.
+// an exported Hugging Face directory GPT-2's vocabulary files or llm.c's tokenizer file (or, for a
+// byte-level model, the tokenizer.json of its bytes, which is none of these: "").
 std::string directory_tokenizer(const std::string& dir);
 
-// True when `dir` holds GPT-2 vocabulary files: encoder.json + vocab.bpe (OpenAI's names) or
-// vocab.json + merges.txt (Hugging Face's), as Gpt2Tokenizer::load finds them.
+// True when `dir` holds GPT-2 vocabulary files: encoder.json + vocab.bpe (OpenAI's names),
+// vocab.json + merges.txt (Hugging Face's) or, failing both, a tokenizer.json of GPT-2's kind, as
+// Gpt2Tokenizer::load finds them. A tokenizer.json of another kind, or a byte-level model's (our
+// exports of one), is no vocabulary.
 bool holds_vocabulary(const std::string& dir);
 
 // Fills the model shape of a spec with model.init_from from the file, where `doc` (the spec

@@ -102,13 +102,17 @@ def load_tokenizer(directory):
     return lambda text: list(tokenizer(text)["input_ids"]), lambda ids: tokenizer.decode(ids)
 
 
-def check_tokenizer(encode, decode):
-    """A byte-level tokenizer on TOKENIZER_TEXT: its tokens must be the text's UTF-8 bytes, and
-    decoding them the text."""
-    ids = encode(TOKENIZER_TEXT)
+def check_tokenizer(directory, tokenizer):
+    """The export's byte-level tokenizer (loaded by `tokenizer`) on TOKENIZER_TEXT: its tokens must
+    be the text's UTF-8 bytes, and decoding them the text. A loader that fails is a failure, named."""
+    try:
+        encode, decode = tokenizer(directory)
+        ids = encode(TOKENIZER_TEXT)
+        text = decode(ids)
+    except Exception as e:  # the library refused the files: what the check is for
+        return {"tokens_ok": False, "decode_ok": False, "error": f"{type(e).__name__}: {e}"}
     expected = list(TOKENIZER_TEXT.encode())
     first = next((i for i, (a, b) in enumerate(zip(ids, expected)) if a != b), min(len(ids), len(expected)))
-    text = decode(ids)
     return {"tokens_ok": ids == expected, "first_token_difference": None if ids == expected else first,
             "decode_ok": text == TOKENIZER_TEXT, "decoded": text if text != TOKENIZER_TEXT else None}
 
@@ -161,7 +165,7 @@ def check(bin_dir, work, device="cuda", steps=20, timeout_s=120.0, load=load_tra
         if tuple(theirs.shape) != (WINDOWS, T, V):
             raise StepFailed(f"the loaded export gives logits of shape {tuple(theirs.shape)}, not {(WINDOWS, T, V)}")
         result.update(compare(ours, theirs))
-        result["tokenizer"] = check_tokenizer(*tokenizer(hf))
+        result["tokenizer"] = check_tokenizer(hf, tokenizer)
         result["ok"] = result["ok"] and result["tokenizer"]["tokens_ok"] and result["tokenizer"]["decode_ok"]
     except StepFailed as e:
         result.update(ok=False, error=str(e))
@@ -185,11 +189,16 @@ def report(r, reference="GPT2LMHeadModel.from_pretrained(export)"):
                      f"max |diff| {r['max_abs']:.2e}, argmax agrees at {100 * r['argmax_agreement']:.2f}% "
                      f"(bound {100 * ARGMAX_AGREEMENT:.1f}%)")
         t = r["tokenizer"]
+        if "error" in t:
+            what = t["error"]
+        else:
+            tokens = ("its bytes as tokens" if t["tokens_ok"]
+                      else f"tokens differ from its bytes at {t['first_token_difference']}")
+            decoded = "decoded back to the text" if t["decode_ok"] else f"decoded to {t['decoded']!r}"
+            what = f"{tokens}, {decoded}"
         verdict = "PASS" if t["tokens_ok"] and t["decode_ok"] else "FAILED"
         lines.append(f"{verdict}: AutoTokenizer.from_pretrained(export) on {len(TOKENIZER_TEXT.encode())} bytes of "
-                     f"text: " + ("its bytes as tokens" if t["tokens_ok"] else
-                                  f"tokens differ from its bytes at {t['first_token_difference']}") + ", " +
-                     ("decoded back to the text" if t["decode_ok"] else f"decoded to {t['decoded']!r}"))
+                     f"text: {what}")
     lines.append(f"({r['seconds']:.1f} s)")
     return "\n".join(lines)
 

@@ -87,6 +87,15 @@ class HfExport(unittest.TestCase):
         self.assertGreater(r["rel_rms"], hf_export_check.REL_RMS_TOL)
         self.assertIn("FAILED: logits of", hf_export_check.report(r))
 
+    def test_a_tokenizer_the_library_refuses_fails_it_named(self):
+        def refusing(directory):
+            raise ValueError(f"cannot load {directory}")
+        r = hf_export_check.check(BIN, scratch(self), "cpu", 10, 120, reference_loader(), refusing)
+        self.assertFalse(r["ok"], r)
+        self.assertRegex(hf_export_check.report(r),
+                         r"FAILED: AutoTokenizer.from_pretrained\(export\) on \d+ bytes of text: "
+                         r"ValueError: cannot load ")
+
     def test_a_wrong_tokenizer_fails_it(self):
         r = hf_export_check.check(BIN, scratch(self), "cpu", 10, 120, reference_loader(), reference_tokenizer(1))
         self.assertFalse(r["ok"], r)
