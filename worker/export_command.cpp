@@ -31,7 +31,8 @@ const char* const kUsage =
     "usage: xtrain-worker export SOURCE --format hf|llmc OUT [--dtype fp32|bf16] [--tokenizer PATH] [--force]\n"
     "  Writes the weights of SOURCE (a run directory: its newest intact checkpoint; a checkpoint, or\n"
     "  anything model.init_from takes: a Hugging Face GPT-2 directory or an llm.c model file) as\n"
-    "    hf    a Hugging Face GPT-2 directory: config.json, model.safetensors (F32) and, when the\n"
+    "    hf    a Hugging Face GPT-2 directory: config.json, model.safetensors (F32, the default, or\n"
+    "          BF16 with --dtype bf16, rounded to nearest even as PyTorch rounds) and, when the\n"
     "          source comes with GPT-2's vocabulary files (or --tokenizer names them), vocab.json +\n"
     "          merges.txt, tokenizer.json, tokenizer_config.json and generation_config.json (a\n"
     "          warning says when not; llm.c's tokenizer file, which decodes only, goes in as\n"
@@ -75,9 +76,6 @@ ExportOptions parse(int argc, char** argv) {
   }
   if (o.dtype != "fp32" && o.dtype != "bf16") {
     throw BadInput("--dtype: expected \"fp32\" or \"bf16\", got \"" + o.dtype + "\"");
-  }
-  if (o.dtype == "bf16" && o.format != "llmc") {
-    throw BadInput("--dtype: bf16 is for --format llmc (llm.c's version 5); the Hugging Face export is F32");
   }
   std::error_code ec;
   if (fs::exists(o.out, ec) && !o.force) throw BadInput(o.out + ": exists (give --force to replace it)");
@@ -187,7 +185,8 @@ int run_export(int argc, char** argv) {
     }
     if (o.format == "hf") {
       export_hf_directory(o.out, flat->layout, flat->params.data(), shipped,
-                          vocab ? vocab->tokenizer.end_of_text() : std::nullopt, o.force);
+                          vocab ? vocab->tokenizer.end_of_text() : std::nullopt, o.force,
+                          o.dtype == "bf16" ? StoredAs::kBF16 : StoredAs::kF32);
     } else {
       export_llmc_model(o.out, flat->layout, flat->params.data(),
                         o.dtype == "bf16" ? kLlmcVersionBf16 : kLlmcVersionFp32);
@@ -200,7 +199,8 @@ int run_export(int argc, char** argv) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::info("exported {} ({:.2f}M parameters) to {} as {}{} in {:.1f} s", describe(source),
                static_cast<double>(flat->layout.total()) / 1e6, o.out,
-               o.format == "hf" ? "a Hugging Face GPT-2 directory (F32)"
+               o.format == "hf" ? std::string("a Hugging Face GPT-2 directory (") +
+                                      (o.dtype == "bf16" ? "BF16)" : "F32)")
                                 : "an llm.c model file (version " +
                                       std::to_string(o.dtype == "bf16" ? kLlmcVersionBf16 : kLlmcVersionFp32) + ", " +
                                       o.dtype + ")",

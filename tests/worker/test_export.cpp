@@ -1,7 +1,8 @@
-// `xtrain-worker export` (the real binary, XTRAIN_BIN_DIR): a checkpoint exported as a Hugging
-// Face directory and as llm.c model files imports back bit for bit (bf16: to the rounded values),
-// the Hugging Face export gives PyTorch's logits, and bad input or an unwritable OUT get one
-// error line, the documented exit code and nothing half-written.
+// `xtrain-worker export` (the real binary, XTRAIN_BIN_DIR): a checkpoint exported as Hugging
+// Face directories and as llm.c model files imports back bit for bit (bf16: to the rounded values),
+// the Hugging Face export gives PyTorch's logits and its BF16 form PyTorch's rounding, and bad
+// input or an unwritable OUT get one error line, the documented exit code and nothing
+// half-written.
 //
 // PyTorch tolerance: tests/worker/torch_reference.py computes the same float32 forward with other
 // summation orders (see test_gpt_vs_torch.cpp): logits agree to 1e-5 relative (measured ~1e-7).
@@ -74,6 +75,14 @@ TEST_CASE("export hf and llmc: each imports back bit for bit", "[export]") {
   const std::vector<float> bf16 = ckpt.import(dir / "m16.bin");
   for (size_t i = 0; i < bf16.size(); ++i) REQUIRE(xtrain::test::is_nearest_bf16(bf16[i], ckpt.params[i]));
 
+  // The Hugging Face directory in BF16: half the bytes, each weight its nearest bfloat16, and
+  // config.json says so (transformers loads the model in bfloat16).
+  REQUIRE(export_cli(dir, {ckpt.dir, "--format", "hf", "--dtype", "bf16", dir / "hf16"}).code == 0);
+  const std::vector<float> hf16 = ckpt.import(dir / "hf16");
+  for (size_t i = 0; i < hf16.size(); ++i) REQUIRE(xtrain::test::is_nearest_bf16(hf16[i], ckpt.params[i]));
+  CHECK(nlohmann::json::parse(read_bytes(dir / "hf16/config.json"))["torch_dtype"] == "bfloat16");
+  CHECK(fs::file_size(dir / "hf16/model.safetensors") < fs::file_size(dir / "hf/model.safetensors") / 2 + 4096);
+
   // Exports of exports: the Hugging Face directory and the llm.c file are sources too.
   REQUIRE(export_cli(dir, {dir / "hf", "--format", "llmc", dir / "m2.bin"}).code == 0);
   CHECK(read_bytes(dir / "m2.bin") == read_bytes(dir / "m.bin"));
@@ -115,6 +124,18 @@ TEST_CASE("the Hugging Face export gives PyTorch's logits", "[export][torch]") {
   CHECK(rel < 1e-5);
 }
 
+TEST_CASE("the BF16 Hugging Face export is PyTorch's rounding of the F32 one, bit for bit", "[export][torch]") {
+  ScratchDir dir;
+  const Checkpoint ckpt(dir / "run", "", test::model_spec(2, 2, 16, 8, 256), 3.0f);  // wide values: many roundings
+  REQUIRE(export_cli(dir, {ckpt.dir, "--format", "hf", dir / "hf"}).code == 0);
+  REQUIRE(export_cli(dir, {ckpt.dir, "--format", "hf", "--dtype", "bf16", dir / "hf16"}).code == 0);
+  const std::string command = "/usr/bin/python3 " +
+                              shell_quote(std::string(XTRAIN_SOURCE_DIR) + "/tests/worker/torch_reference.py") +
+                              " hf-bf16 " + shell_quote(dir / "hf") + " " + shell_quote(dir / "hf16");
+  INFO(command);
+  CHECK(std::system(command.c_str()) == 0);
+}
+
 TEST_CASE("export: bad input is exit 2, an unwritable OUT exit 1, one error line, nothing half-written",
           "[export][errors]") {
   ScratchDir dir;
@@ -131,8 +152,6 @@ TEST_CASE("export: bad input is exit 2, an unwritable OUT exit 1, one error line
       {{ckpt.dir, "--format", "llmc", dir / "m.bin"}, 2, "error: " + dir / "m.bin" + ": exists (give --force to replace it)"},
       {{dir / "nope", "--format", "hf", dir / "out"}, 2, "error: " + dir / "nope" + ": No such file or directory"},
       {{ckpt.dir, "--format", "onnx", dir / "out"}, 2, "error: --format: expected \"hf\" or \"llmc\", got \"onnx\""},
-      {{ckpt.dir, "--format", "hf", "--dtype", "bf16", dir / "out"}, 2,
-       "error: --dtype: bf16 is for --format llmc (llm.c's version 5); the Hugging Face export is F32"},
       {{ckpt.dir, "--format", "hf"}, 2, "error: command line: expected SOURCE and OUT, got 1 paths (see export --help)"},
       {{ckpt.dir, "--format=llmc", "--dtpye", "bf16", dir / "out"}, 2,
        "error: command line: unknown option \"--dtpye\" (see export --help)"},

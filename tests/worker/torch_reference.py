@@ -15,6 +15,10 @@ Modes (run with /usr/bin/python3, Debian's python3-torch):
               load DIR/model.safetensors (a Hugging Face GPT-2 export: Conv1D weights (in, out), wte
               with V rows) and DIR/config.json into this model, run DIR/tokens.bin (int32 (B, T))
               and write DIR/logits.bin ((B,T,Vp)).
+  hf-bf16 F32_DIR BF16_DIR
+              every tensor of F32_DIR/model.safetensors rounded by PyTorch (tensor.to(torch.bfloat16))
+              against BF16_DIR/model.safetensors's, bit for bit (the same names, shapes and order);
+              prints the number of tensors; exit 1 naming the first that differs.
   hf-greedy DIR --prompt IDS --new N
               greedy decoding of a Hugging Face export, a full forward per token (no cache), with
               xtrain-worker generate's window rule; prints the N tokens as a JSON list.
@@ -34,6 +38,7 @@ import json
 import math
 import os
 import statistics
+import struct
 import sys
 import time
 
@@ -245,6 +250,27 @@ def load_hf(directory):
     return model, T
 
 
+def hf_bf16(f32_dir, bf16_dir):
+    def tensors(directory):
+        with open(os.path.join(directory, "model.safetensors"), "rb") as f:
+            blob = f.read()
+        (n,) = struct.unpack("<Q", blob[:8])
+        header = json.loads(blob[8:8 + n])
+        header.pop("__metadata__", None)
+        data = blob[8 + n:]
+        return [(name, info["dtype"], info["shape"], data[info["data_offsets"][0]:info["data_offsets"][1]])
+                for name, info in header.items()]
+
+    f32, bf16 = tensors(f32_dir), tensors(bf16_dir)
+    if [(n, s) for n, _, s, _ in f32] != [(n, s) for n, _, s, _ in bf16]:
+        sys.exit("the two files hold other tensors")
+    for (name, dtype, _, data), (_, dtype16, _, data16) in zip(f32, bf16):
+        rounded = torch.frombuffer(bytearray(data), dtype=torch.float32).to(torch.bfloat16)
+        if (dtype, dtype16) != ("F32", "BF16") or rounded.view(torch.int16).numpy().tobytes() != data16:
+            sys.exit(f"{name}: {dtype16} is not PyTorch's rounding of the {dtype} tensor")
+    print(len(f32))
+
+
 def hf_logits(directory):
     torch.set_num_threads(1)
     model, T = load_hf(directory)
@@ -429,6 +455,9 @@ def main():
     c.add_argument("dir")
     h = sub.add_parser("hf-logits")
     h.add_argument("dir")
+    hb = sub.add_parser("hf-bf16")
+    hb.add_argument("f32_dir")
+    hb.add_argument("bf16_dir")
     g = sub.add_parser("hf-greedy")
     g.add_argument("dir")
     g.add_argument("--prompt", required=True, help="token ids, comma-separated")
@@ -455,6 +484,8 @@ def main():
         check(a.dir)
     elif a.mode == "hf-logits":
         hf_logits(a.dir)
+    elif a.mode == "hf-bf16":
+        hf_bf16(a.f32_dir, a.bf16_dir)
     elif a.mode == "hf-greedy":
         hf_greedy(a.dir, [int(x) for x in a.prompt.split(",")], a.new)
     elif a.mode == "hf-loss":

@@ -64,10 +64,10 @@ nlohmann::json hf_config(const ModelDims& d) {
 }
 
 FileChecksum write_hf_model(const std::string& path, const ParamLayout& layout, const float* params,
-                            const HostAccess& memory) {
+                            const HostAccess& memory, StoredAs stored_as) {
   std::vector<SafetensorsTensor> tensors;  // Conv1D weights transposed as they are written
   for (const auto& t : layout.tensors()) {
-    tensors.push_back({t.name, hf_shape(layout, t), params + t.offset, t.hf_transposed});
+    tensors.push_back({t.name, hf_shape(layout, t), params + t.offset, t.hf_transposed, stored_as});
   }
   return write_safetensors(path, tensors, {{"format", "pt"}}, memory);  // transformers refuses files without "format"
 }

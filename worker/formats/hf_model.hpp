@@ -26,11 +26,11 @@ namespace xtrain {
 // bos or eos token for a byte-level model).
 nlohmann::json hf_config(const ModelDims& d);
 
-// Writes `params` (layout.total() floats in `memory`) as model.safetensors at `path` and fsyncs it
-// (not atomic by itself: callers write into a temporary directory that is renamed when complete).
-// Returns the file's size and CRC-32C.
+// Writes `params` (layout.total() floats in `memory`) as model.safetensors at `path`, every
+// tensor stored as `stored_as` says, and fsyncs it (not atomic by itself: callers write into a
+// temporary directory that is renamed when complete). Returns the file's size and CRC-32C.
 FileChecksum write_hf_model(const std::string& path, const ParamLayout& layout, const float* params,
-                            const HostAccess& memory = {});
+                            const HostAccess& memory = {}, StoredAs stored_as = StoredAs::kF32);
 
 class HfModelReader {
  public:

@@ -89,7 +89,8 @@ void import_model(const ModelFileInfo& file, const ParamLayout& layout, float* p
 }
 
 void export_hf_directory(const std::string& dir, const ParamLayout& layout, const float* params,
-                         const std::vector<NamedFile>& tokenizer, std::optional<std::int32_t> eot, bool replace) {
+                         const std::vector<NamedFile>& tokenizer, std::optional<std::int32_t> eot, bool replace,
+                         StoredAs stored_as) {
   std::error_code ec;
   if (fs::exists(dir, ec) && !replace) throw FileError(dir, "exists (give --force to replace it)");
   const std::string tmp = dir + kCheckpointTmpMarker + std::to_string(::getpid());
@@ -98,8 +99,9 @@ void export_hf_directory(const std::string& dir, const ParamLayout& layout, cons
     fs::create_directory(tmp);
     nlohmann::json config = hf_config(layout.dims());
     if (eot) config["bos_token_id"] = config["eos_token_id"] = *eot;
+    if (stored_as == StoredAs::kBF16) config["torch_dtype"] = "bfloat16";
     write_file_atomic(tmp + "/" + kModelConfigFile, config.dump(2) + "\n");
-    write_hf_model(tmp + "/" + kModelWeightsFile, layout, params);
+    write_hf_model(tmp + "/" + kModelWeightsFile, layout, params, {}, stored_as);
     for (const NamedFile& file : tokenizer) write_file_atomic(tmp + "/" + file.name, file.content);
     if (eot) {
       const nlohmann::json generation = {{"bos_token_id", *eot}, {"eos_token_id", *eot}};

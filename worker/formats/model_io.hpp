@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/model_file.hpp"
+#include "worker/formats/safetensors.hpp"
 #include "worker/model/host_access.hpp"
 #include "worker/model/param_layout.hpp"
 
@@ -52,8 +53,9 @@ FlatModel load_flat_model(const ModelFileInfo& file);
 // truncated, damaged or foreign model file fails before any rank starts.
 void check_model_headers(const ModelFileInfo& file, const ParamLayout& layout);
 
-// Writes a Hugging Face GPT-2 directory `dir`: config.json, model.safetensors (F32, the released
-// gpt2's names) and the `tokenizer`'s files (read_tokenizer_files': for GPT-2's vocabulary
+// Writes a Hugging Face GPT-2 directory `dir`: config.json, model.safetensors (the released gpt2's
+// names; F32, or BF16 with config.json's torch_dtype "bfloat16", as `stored_as` says) and the
+// `tokenizer`'s files (read_tokenizer_files': for GPT-2's vocabulary
 // vocab.json, merges.txt, tokenizer.json and tokenizer_config.json, so that AutoTokenizer loads
 // it; llm.c's tokenizer file goes in as gpt2_tokenizer.bin, which transformers ignores and our
 // commands decode with). `eot`, <|endoftext|>'s id where the tokenizer has one, goes into
@@ -62,6 +64,7 @@ void check_model_headers(const ModelFileInfo& file, const ParamLayout& layout);
 // place; an existing `dir` is replaced only with `replace` (else FileError). A failure leaves no
 // temporary behind.
 void export_hf_directory(const std::string& dir, const ParamLayout& layout, const float* params,
-                         const std::vector<NamedFile>& tokenizer, std::optional<std::int32_t> eot, bool replace);
+                         const std::vector<NamedFile>& tokenizer, std::optional<std::int32_t> eot, bool replace,
+                         StoredAs stored_as = StoredAs::kF32);
 
 }  // namespace xtrain

@@ -16,23 +16,29 @@ using nlohmann::json;
 constexpr const char* kDigestKey = "xtrain_digest";
 constexpr std::uint64_t kMaxHeaderBytes = 100u << 20;  // the format's own limit
 
-// A running 64-bit check over 32-bit words. Each step (h ^ w) * odd is a bijection of h, so any
-// single changed word always changes the result.
+// A running 64-bit check over the 32-bit words of the bytes added, however they are split into
+// calls (a BF16 tensor may end half-way through a word); a last partial word does not count. Each
+// step (h ^ w) * odd is a bijection of h, so any single changed word always changes the result.
 class Digest {
  public:
   // Reports progress (WorkProgress) as it goes: on a mapping, this is where the file is read.
   void add(const void* data, std::uint64_t bytes) {
     constexpr std::uint64_t kPiece = 16 << 20;  // a multiple of 4
     const auto* p = static_cast<const std::uint8_t*>(data);
-    for (std::uint64_t at = 0; at < bytes; at += kPiece) {
-      const std::uint64_t end = std::min(bytes, at + kPiece);
-      for (std::uint64_t i = at; i + 4 <= end; i += 4) {
-        std::uint32_t w;
-        std::memcpy(&w, p + i, 4);
-        h_ = (h_ ^ w) * 0x9e3779b97f4a7c15ULL;
+    for (; carried_ > 0 && bytes > 0; ++p, --bytes) {  // the word the previous call began
+      carry_[carried_++] = *p;
+      if (carried_ == 4) {
+        mix(carry_);
+        carried_ = 0;
       }
+    }
+    const std::uint64_t whole = bytes - bytes % 4;
+    for (std::uint64_t at = 0; at < whole; at += kPiece) {
+      const std::uint64_t end = std::min(whole, at + kPiece);
+      for (std::uint64_t i = at; i < end; i += 4) mix(p + i);
       WorkProgress::advance(end - at);
     }
+    for (std::uint64_t i = whole; i < bytes; ++i) carry_[carried_++] = p[i];
   }
   std::string hex() const {
     std::uint64_t x = h_ ^ (h_ >> 31);
@@ -42,7 +48,15 @@ class Digest {
   }
 
  private:
+  void mix(const std::uint8_t* word) {
+    std::uint32_t w;
+    std::memcpy(&w, word, 4);
+    h_ = (h_ ^ w) * 0x9e3779b97f4a7c15ULL;
+  }
+
   std::uint64_t h_ = 0xcbf29ce484222325ULL;
+  std::uint8_t carry_[4] = {};
+  int carried_ = 0;
 };
 
 std::uint64_t element_count(const std::vector<std::int64_t>& shape) {
@@ -88,6 +102,24 @@ void for_each_piece(const SafetensorsTensor& t, const HostAccess& memory, std::v
   }
 }
 
+// Hands `sink` the bytes of `t` as the file stores them: for_each_piece's floats, or each piece
+// rounded to bfloat16 1 Mi values at a time in `half`.
+template <typename Sink>
+void for_each_stored_piece(const SafetensorsTensor& t, const HostAccess& memory, std::vector<float>& block,
+                           std::vector<std::uint16_t>& half, Sink&& sink) {
+  if (t.stored_as == StoredAs::kF32) return for_each_piece(t, memory, block, sink);
+  constexpr std::uint64_t kChunk = 1 << 20;
+  for_each_piece(t, memory, block, [&](const void* piece, std::uint64_t bytes) {
+    const auto* f = static_cast<const float*>(piece);
+    for (std::uint64_t at = 0, n = bytes / sizeof(float); at < n; at += kChunk) {
+      const std::uint64_t count = std::min(kChunk, n - at);
+      half.resize(count);
+      for (std::uint64_t i = 0; i < count; ++i) half[i] = float_to_bf16(f[at + i]);
+      sink(half.data(), count * sizeof(std::uint16_t));
+    }
+  });
+}
+
 }  // namespace
 
 std::string format_shape(const std::vector<std::int64_t>& shape) {
@@ -101,11 +133,13 @@ FileChecksum write_safetensors(const std::string& path, const std::vector<Safete
   json header = json::object();
   Digest digest;
   std::uint64_t offset = 0;
-  std::vector<float> block;  // a transposed tensor's rows, block by block
+  std::vector<float> block;         // a transposed tensor's rows, block by block
+  std::vector<std::uint16_t> half;  // a BF16 tensor's values, 1 Mi at a time
   for (const auto& t : tensors) {
-    const std::uint64_t bytes = element_count(t.shape) * sizeof(float);
-    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
-    for_each_piece(t, memory, block, [&](const void* piece, std::uint64_t n) { digest.add(piece, n); });
+    const bool bf16 = t.stored_as == StoredAs::kBF16;
+    const std::uint64_t bytes = element_count(t.shape) * (bf16 ? sizeof(std::uint16_t) : sizeof(float));
+    header[t.name] = {{"dtype", bf16 ? "BF16" : "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    for_each_stored_piece(t, memory, block, half, [&](const void* piece, std::uint64_t n) { digest.add(piece, n); });
     offset += bytes;
   }
   metadata[kDigestKey] = digest.hex();
@@ -120,7 +154,7 @@ FileChecksum write_safetensors(const std::string& path, const std::vector<Safete
   out.write(length, sizeof length);
   out.write(text.data(), text.size());
   for (const auto& t : tensors) {
-    for_each_piece(t, memory, block, [&](const void* piece, std::uint64_t n) { out.write(piece, n); });
+    for_each_stored_piece(t, memory, block, half, [&](const void* piece, std::uint64_t n) { out.write(piece, n); });
   }
   out.finish();
   return out.checksum();

@@ -19,6 +19,10 @@
 
 namespace xtrain {
 
+// How a tensor's floats are stored in the file: as they are (F32), or rounded to bfloat16 (BF16,
+// to nearest, ties to even, as PyTorch's tensor.to(torch.bfloat16)).
+enum class StoredAs { kF32, kBF16 };
+
 struct SafetensorsTensor {
   std::string name;
   std::vector<std::int64_t> shape;
@@ -26,12 +30,13 @@ struct SafetensorsTensor {
   // `data` holds the (shape[1], shape[0]) matrix, and the file its transpose (Hugging Face's
   // Conv1D weights): written a block of rows at a time, never a transposed copy of the whole.
   bool transposed = false;
+  StoredAs stored_as = StoredAs::kF32;
 };
 
 // Writes the tensors in the given order; fsyncs the file. Not atomic by itself: checkpoints
 // write into a temporary directory that is renamed once every file is complete. The tensors'
-// `data` is in `memory` (read twice: for the digest, then to write). Returns the written file's
-// size and checksum.
+// `data` is in `memory` (read twice: for the digest, then to write), stored as each tensor's
+// stored_as says. Returns the written file's size and checksum.
 FileChecksum write_safetensors(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
                                std::map<std::string, std::string> metadata, const HostAccess& memory = {});
 

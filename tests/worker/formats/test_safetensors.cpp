@@ -183,3 +183,39 @@ TEST_CASE("the safetensors reader rejects damaged files, naming the file and the
           path + ": tensor a has shape [2, 2] but the model needs [4]");
   }
 }
+
+TEST_CASE("tensors stored as BF16: rounded as PyTorch rounds, odd lengths, transposed, in pieces, digest checked",
+          "[safetensors]") {
+  ScratchDir dir;
+  std::vector<float> odd(2501), square(7 * 5);  // odd: 5002 bytes, a word split across tensors
+  for (size_t i = 0; i < odd.size(); ++i) odd[i] = static_cast<float>(i) * 0.3337f - 41.0f;
+  for (size_t i = 0; i < square.size(); ++i) square[i] = 1.0f + static_cast<float>(i) * 1e-3f;
+  const float one = 1.00390625f;  // 1 + 2^-8: a tie between two bfloat16 values, to even (1.0)
+  const std::vector<SafetensorsTensor> tensors = {{"odd", {2501}, odd.data(), false, StoredAs::kBF16},
+                                                  {"w", {5, 7}, square.data(), /*transposed=*/true, StoredAs::kBF16},
+                                                  {"f32", {}, &one},
+                                                  {"one", {}, &one, false, StoredAs::kBF16}};
+  write_safetensors(dir / "host.safetensors", tensors, {});
+  test::PiecewiseMemory device(333);  // pieces of odd byte counts once rounded: the digest's words span them
+  write_safetensors(dir / "device.safetensors", tensors, {}, device.access());
+  CHECK(read_bytes(dir / "device.safetensors") == read_bytes(dir / "host.safetensors"));
+
+  SafetensorsFile file(dir / "device.safetensors");
+  CHECK_NOTHROW(file.load());  // the digest over the BF16 data, whole, agrees with the writer's
+  CHECK(file.get("odd", {2501}).dtype == "BF16");
+  CHECK(file.get("w", {5, 7}).dtype == "BF16");
+  CHECK(file.get("one", {}).dtype == "BF16");
+  CHECK(file.get("f32", {}).dtype == "F32");
+  CHECK(file.get("odd", {2501}).end - file.get("odd", {2501}).begin == 5002);
+  std::vector<float> back(odd.size());
+  file.copy("odd", {2501}, back.data());
+  for (size_t i = 0; i < odd.size(); ++i) REQUIRE(test::is_nearest_bf16(back[i], odd[i]));
+  std::vector<float> w(square.size());
+  file.copy("w", {5, 7}, w.data());
+  for (size_t r = 0; r < 5; ++r) {
+    for (size_t c = 0; c < 7; ++c) REQUIRE(test::is_nearest_bf16(w[r * 7 + c], square[c * 5 + r]));
+  }
+  float tie = 0.0f;
+  file.copy("one", {}, &tie);
+  CHECK(tie == 1.0f);
+}
