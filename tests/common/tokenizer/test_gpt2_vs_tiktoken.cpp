@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -255,15 +256,17 @@ std::string run_on_documents(const std::vector<Document>& docs, const std::strin
   return test::read_bytes(dir / "out.bin");
 }
 
-// The uint32 count at `pos` and that many 4-byte items after it: one document's tokens, or
-// (items of one byte) its text.
+// The uint32 count at `pos` and that many items after it (a document's int32 tokens, or the chars
+// of its text), moving `pos` past them.
 template <typename T>
-std::vector<T> read_counted(const std::string& out, std::size_t& pos, std::size_t item_bytes = sizeof(T)) {
-  std::uint32_t n;
+std::vector<T> read_counted(const std::string& out, std::size_t& pos) {
+  std::uint32_t n = 0;
+  if (pos + 4 > out.size()) throw std::runtime_error("the reference's output ends early");
   std::memcpy(&n, out.data() + pos, 4);
+  if (pos + 4 + sizeof(T) * n > out.size()) throw std::runtime_error("the reference's output ends early");
   std::vector<T> items(n);
-  std::memcpy(items.data(), out.data() + pos + 4, item_bytes * n);
-  pos += 4 + item_bytes * n;
+  std::memcpy(items.data(), out.data() + pos + 4, sizeof(T) * n);
+  pos += 4 + sizeof(T) * n;
   return items;
 }
 
@@ -435,7 +438,7 @@ TEST_CASE("the tokenizer.json we write, loaded by Hugging Face's Tokenizers.js, 
     const std::string text = replace_ill_formed(d.bytes);
     const std::vector<std::int32_t> ours = encode_with_special_eot(t, text);
     const auto theirs = read_counted<std::int32_t>(gpt2_out, gpt2_pos);
-    const auto decoded = read_counted<char>(gpt2_out, gpt2_pos, 1);
+    const auto decoded = read_counted<char>(gpt2_out, gpt2_pos);
     if (theirs != ours) {
       ++c.differing;
       if (!has_js_space_difference(text) && c.unexplained++ == 0) {
@@ -444,7 +447,7 @@ TEST_CASE("the tokenizer.json we write, loaded by Hugging Face's Tokenizers.js, 
     }
     if (std::string(decoded.begin(), decoded.end()) != text) ++c.decode_failures;
     const auto byte_tokens = read_counted<std::int32_t>(bytes_out, bytes_pos);
-    const auto byte_decoded = read_counted<char>(bytes_out, bytes_pos, 1);
+    const auto byte_decoded = read_counted<char>(bytes_out, bytes_pos);
     std::vector<std::int32_t> bytes;
     for (const char ch : text) bytes.push_back(static_cast<unsigned char>(ch));
     if (byte_tokens != bytes || std::string(byte_decoded.begin(), byte_decoded.end()) != text) ++c.byte_differences;
@@ -452,6 +455,7 @@ TEST_CASE("the tokenizer.json we write, loaded by Hugging Face's Tokenizers.js, 
   std::printf("tokenizer.json in Tokenizers.js, %zu documents: GPT-2's vocabulary: %zu differ (%zu not on U+0085 or "
               "U+FEFF), %zu decode to other text; bytes: %zu differ\n",
               docs.size(), c.differing, c.unexplained, c.decode_failures, c.byte_differences);
+  CHECK((gpt2_pos == gpt2_out.size() && bytes_pos == bytes_out.size()));  // a document each, nothing more
   CHECK(c.unexplained == 0);
   CHECK(c.decode_failures == 0);
   CHECK(c.byte_differences == 0);
