@@ -338,7 +338,8 @@ def main():
     ap.add_argument("--timeout-s", type=float, default=60.0)
     ap.add_argument("--json", help="write the result here")
     a = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="xtrain-tiktoken-cache-") as cache:
+    with tempfile.TemporaryDirectory(prefix="xtrain-tiktoken-cache-") as cache, \
+            tempfile.TemporaryDirectory(prefix="xtrain-tokenizer-json-") as work:
         try:
             reference = Tiktoken(a.vocab, cache)
         except ImportError as e:
@@ -349,7 +350,7 @@ def main():
             sys.exit(2)
         others, names, notes = [], {}, []
         try:
-            hf = HfTokenizers(a.bin, a.vocab, cache, reference.token_bytes, a.timeout_s / 4)
+            hf = HfTokenizers(a.bin, a.vocab, work, reference.token_bytes, a.timeout_s / 4)
             others.append(("tokenizer_json", hf))
             names["tokenizer_json"] = f"tokenizers {hf.version} on our tokenizer.json"
         except ImportError as e:
@@ -358,6 +359,7 @@ def main():
             notes.append(f"FAILED: our tokenizer.json: {e}")
         r = check(a.bin, a.vocab, reference, a.mb, a.seed, a.timeout_s, others=others)
     r["ok"] = r["ok"] and not any(n.startswith("FAILED") for n in notes)
+    r["notes"] = notes
     print("\n".join([report(r, f"tiktoken {reference.version} gpt2", names)] + notes))
     if a.json:
         with open(a.json, "w") as f:
