@@ -215,8 +215,8 @@ std::vector<std::int32_t> check_merges(const MergeList& list, const Entries& ent
 // ---- Hugging Face's tokenizer.json: the vocabulary and the merges in one file ----
 
 // The vocabulary and the merges of a tokenizer.json that is GPT-2's kind of tokenizer: byte-level
-// BPE behind GPT-2's regex, no prefix space, no normalizer (anything else would encode text
-// otherwise than we do: one error naming the key). Added tokens missing from model.vocab (ids past
+// BPE behind GPT-2's regex, no prefix space, no normalizer, every merge applied (anything else
+// would encode text otherwise than we do: one error naming the key). Added tokens missing from model.vocab (ids past
 // it) join the vocabulary as special tokens.
 struct TokenizerJson {
   Entries entries;
@@ -245,6 +245,9 @@ TokenizerJson read_tokenizer_json_document(const std::string& path, nlohmann::js
     const nlohmann::json& affix = model[key];
     if (!affix.is_null() && affix != "") throw refuse("model." + std::string(key), affix);
   }
+  // Merges skipped for whole words in the vocabulary, or dropped at random, encode otherwise.
+  if (model["ignore_merges"] == true) throw refuse("model.ignore_merges", true);
+  if (!model["dropout"].is_null() && model["dropout"] != 0) throw refuse("model.dropout", model["dropout"]);
   nlohmann::json& vocab = model["vocab"];
   if (vocab.is_object() && doc["added_tokens"].is_array()) {
     for (const nlohmann::json& added : doc["added_tokens"]) {

@@ -333,6 +333,9 @@ TEST_CASE("a tokenizer.json of another kind than GPT-2's, or a byte-level one, i
              Catch::StartsWith(path + ": normalizer is {\"type\":\"NFC\"}"));
   CHECK_THAT(error_with("/model/continuing_subword_prefix", "##"),
              Catch::StartsWith(path + ": model.continuing_subword_prefix is \"##\""));
+  CHECK_THAT(error_with("/model/ignore_merges", true), Catch::StartsWith(path + ": model.ignore_merges is true"));
+  CHECK_THAT(error_with("/model/dropout", 0.1), Catch::StartsWith(path + ": model.dropout is 0.1"));
+  CHECK(error_with("/model/dropout", 0.0) == "(no error)");
   CHECK(error_with("/model/merges/1", 7) ==
         path + ": model.merges[1]: expected \"LEFT RIGHT\" or [\"LEFT\", \"RIGHT\"], got 7");
   CHECK(error_with("/model/merges/1", "ab q") ==
