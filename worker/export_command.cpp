@@ -95,7 +95,7 @@ std::optional<ShippedVocab> vocabulary(const ExportOptions& o, const ModelFileIn
   std::optional<TextCodec> tokenizer = model_tokenizer(source, o.tokenizer);
   if (!tokenizer) return std::nullopt;
   ShippedVocab vocab{std::move(*tokenizer), ""};
-  if (vocab.tokenizer.encodes()) vocab.vocabulary = o.tokenizer.empty() ? source.tokenizer : o.tokenizer;
+  if (vocab.tokenizer.encodes()) vocab.vocabulary = vocab.tokenizer.path();
   return vocab;
 }
 

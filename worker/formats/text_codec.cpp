@@ -12,14 +12,18 @@ TextCodec TextCodec::bytes() {
 }
 
 TextCodec TextCodec::load(const std::string& path) {
-  if (!is_llmc_tokenizer_file(path)) return of(Gpt2Tokenizer::load(path));
   TextCodec codec;
-  try {
-    codec.table_.emplace(read_llmc_tokenizer(path));
-  } catch (const FileError& e) {
-    throw TokenizerError(e.path(), 0, e.message());
+  if (is_llmc_tokenizer_file(path)) {
+    try {
+      codec.table_.emplace(read_llmc_tokenizer(path));
+    } catch (const FileError& e) {
+      throw TokenizerError(e.path(), 0, e.message());
+    }
+    codec.count_token_bytes();
+  } else {
+    codec = of(Gpt2Tokenizer::load(path));
   }
-  codec.count_token_bytes();
+  codec.path_ = path;
   return codec;
 }
 

@@ -41,6 +41,7 @@ class TextCodec {
   int vocab_size() const;  // a tokenizer's tokens; 256 for bytes, 0 for none
   std::string name() const;    // for logs: "bytes", "none", or the tokenizer's kind and files
   std::string source() const;  // a tokenizer's files: "DIR/vocab.json + DIR/merges.txt", "DIR/gpt2_tokenizer.bin"
+  const std::string& path() const { return path_; }  // what load() was given; "" for a codec not loaded
   // The token that ends a document (<|endoftext|>), where the vocabulary has one: not bytes.
   std::optional<std::int32_t> end_of_text() const;
   // What a sample with no prompt starts from: <|endoftext|>, or a newline for bytes. Needs has_text().
@@ -67,6 +68,7 @@ class TextCodec {
 
  private:
   bool byte_level_ = false;
+  std::string path_;
   std::optional<Gpt2Tokenizer> tokenizer_;
   std::optional<LlmcTokenizer> table_;
   std::vector<std::uint32_t> token_bytes_;  // (vocab) bytes of each token; 0 for <|endoftext|>
