@@ -139,12 +139,14 @@ int run_export(int argc, char** argv) {
     vocab = vocabulary(o, source);
     const bool gpt2 = vocab && !vocab->vocabulary.empty();
     if (vocab && (o.format == "llmc" || !gpt2)) table = llmc_tokenizer_bytes(vocab->tokenizer.decoding_table());
-    if (o.format == "hf" && gpt2) {
-      shipped = read_tokenizer_files(vocab->vocabulary, source.n_positions);
-    } else if (o.format == "hf" && table) {
-      shipped = {{kLlmcTokenizerFile, *table}};
-    } else if (o.format == "hf" && !vocab && source.vocab_size == kByteVocabulary) {
-      shipped = read_tokenizer_files("", source.n_positions);  // the bytes' own
+    if (o.format == "hf") {
+      if (gpt2) {
+        shipped = read_tokenizer_files(vocab->vocabulary, source.n_positions);
+      } else if (table) {
+        shipped = {{kLlmcTokenizerFile, *table}};
+      } else if (source.vocab_size == kByteVocabulary) {
+        shipped = read_tokenizer_files("", source.n_positions);  // the bytes' own
+      }
     }
     if (o.format == "llmc" && table) {
       std::error_code ec;

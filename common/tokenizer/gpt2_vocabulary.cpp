@@ -212,18 +212,21 @@ std::vector<std::int32_t> check_merges(const MergeList& list, const Entries& ent
   return merges;
 }
 
+// A vocabulary and its merges, as its files write them.
+struct VocabularyText {
+  Entries entries;
+  MergeList merges;
+  std::string vocab_path;  // the file errors about the vocabulary name
+  std::string vocab_name;  // what an error about a merge calls it
+};
+
 // ---- Hugging Face's tokenizer.json: the vocabulary and the merges in one file ----
 
 // The vocabulary and the merges of a tokenizer.json that is GPT-2's kind of tokenizer: byte-level
 // BPE behind GPT-2's regex, no prefix space, no normalizer, every merge applied (anything else
-// would encode text otherwise than we do: one error naming the key). Added tokens missing from model.vocab (ids past
-// it) join the vocabulary as special tokens.
-struct TokenizerJson {
-  Entries entries;
-  MergeList merges;
-};
-
-TokenizerJson read_tokenizer_json_document(const std::string& path, nlohmann::json& doc) {
+// would encode text otherwise than we do: one error naming the key). Added tokens missing from
+// model.vocab (ids past it) join the vocabulary as special tokens.
+VocabularyText read_tokenizer_json_document(const std::string& path, nlohmann::json& doc) {
   const auto refuse = [&](const std::string& key, const nlohmann::json& value) {
     return TokenizerError(path, 0,
                           key + " is " + value.dump() +
@@ -256,7 +259,7 @@ TokenizerJson read_tokenizer_json_document(const std::string& path, nlohmann::js
       }
     }
   }
-  TokenizerJson t{entries_of(path, vocab, "model.vocab: "), {path, {}, {}}};
+  VocabularyText t{entries_of(path, vocab, "model.vocab: "), {path, {}, {}}, path, "model.vocab"};
   const nlohmann::json& merges = model["merges"];
   if (!merges.is_array()) {
     throw TokenizerError(path, 0, "model.merges: expected an array, got " + std::string(merges.type_name()));
@@ -274,7 +277,7 @@ TokenizerJson read_tokenizer_json_document(const std::string& path, nlohmann::js
   return t;
 }
 
-TokenizerJson read_tokenizer_json(const std::string& path) {
+VocabularyText read_tokenizer_json(const std::string& path) {
   nlohmann::json doc = parse_json(path, read_file(path, "tokenizer"));
   try {
     return read_tokenizer_json_document(path, doc);
@@ -283,19 +286,9 @@ TokenizerJson read_tokenizer_json(const std::string& path) {
   }
 }
 
-// The vocabulary at `files` and its merges, as its files write them.
-struct VocabularyText {
-  Entries entries;
-  MergeList merges;
-  std::string vocab_path;  // the file errors about the vocabulary name
-  std::string vocab_name;  // what an error about a merge calls it
-};
-
+// The vocabulary at `files`, in whichever form they are.
 VocabularyText read_vocabulary(const VocabularyFiles& files) {
-  if (!files.tokenizer_json.empty()) {
-    TokenizerJson t = read_tokenizer_json(files.tokenizer_json);
-    return {std::move(t.entries), std::move(t.merges), files.tokenizer_json, "model.vocab"};
-  }
+  if (!files.tokenizer_json.empty()) return read_tokenizer_json(files.tokenizer_json);
   Entries entries = read_vocab(files.vocab);
   return {std::move(entries), read_merge_lines(files.merges), files.vocab, files.vocab};
 }
@@ -343,10 +336,10 @@ VocabularyFiles find_vocabulary_files(const std::string& path) {
   if (fs::is_directory(status)) {
     const fs::path dir(path);
     if (fs::exists(dir / "encoder.json") || fs::exists(dir / "vocab.bpe")) {
-      return {(dir / "encoder.json").string(), (dir / "vocab.bpe").string()};
+      return {(dir / "encoder.json").string(), (dir / "vocab.bpe").string(), ""};
     }
     if (fs::exists(dir / kHfVocabFile) || fs::exists(dir / kHfMergesFile)) {
-      return {(dir / kHfVocabFile).string(), (dir / kHfMergesFile).string()};
+      return {(dir / kHfVocabFile).string(), (dir / kHfMergesFile).string(), ""};
     }
     if (fs::exists(dir / kHfTokenizerFile)) return {"", "", (dir / kHfTokenizerFile).string()};
     throw TokenizerError(path, 0,
@@ -356,10 +349,10 @@ VocabularyFiles find_vocabulary_files(const std::string& path) {
   const fs::path file(path);
   const fs::path dir = file.parent_path();
   const std::string name = file.filename().string();
-  if (name == "encoder.json") return {path, (dir / "vocab.bpe").string()};
-  if (name == "vocab.bpe") return {(dir / "encoder.json").string(), path};
-  if (name == kHfVocabFile) return {path, (dir / kHfMergesFile).string()};
-  if (name == kHfMergesFile) return {(dir / kHfVocabFile).string(), path};
+  if (name == "encoder.json") return {path, (dir / "vocab.bpe").string(), ""};
+  if (name == "vocab.bpe") return {(dir / "encoder.json").string(), path, ""};
+  if (name == kHfVocabFile) return {path, (dir / kHfMergesFile).string(), ""};
+  if (name == kHfMergesFile) return {(dir / kHfVocabFile).string(), path, ""};
   if (name == kHfTokenizerFile) return {"", "", path};
   throw TokenizerError(path, 0,
                        "not a GPT-2 vocabulary file: give its directory, or encoder.json, vocab.bpe, vocab.json, "
