@@ -2,7 +2,8 @@
 // the table-driven version) against the FNV-1a digest the worker already uses, over a buffer of
 // --mb MiB; then the checkpoint's write path (OutputFile: write, checksum on the way, fsync)
 // and the verification a resume makes (checksum_file: read back and checksum), on a file in
-// --dir. Prints a table. Usage: xtrain-bench-checksum [--mb N] [--dir DIR]
+// --dir; then a checkpoint's model file written whole (write_safetensors: its data digest, the
+// write and its CRC-32C) and loaded back with its digest verified. Prints a table. Usage: xtrain-bench-checksum [--mb N] [--dir DIR]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 
 #include "worker/formats/crc32c.hpp"
 #include "worker/formats/file_io.hpp"
+#include "worker/formats/safetensors.hpp"
 #include "worker/train/run_report.hpp"
 
 namespace {
@@ -70,6 +72,23 @@ int main(int argc, char** argv) try {
   row("read back + checksum (resume's check)", seconds(t0));
   ::unlink(path.c_str());
   if (read_back.crc32c != crc) throw std::runtime_error("the file's checksum differs");
+
+  // The data as GPT-2's largest matrices, (768, 3072) floats each, the last one shorter.
+  std::vector<SafetensorsTensor> tensors;
+  const auto* floats = reinterpret_cast<const float*>(data.data());
+  for (size_t at = 0, n = bytes / sizeof(float); at < n; at += 768 * 3072) {
+    const auto count = static_cast<std::int64_t>(std::min<size_t>(768 * 3072, n - at));
+    tensors.push_back({"t" + std::to_string(tensors.size()), {count}, floats + at});
+  }
+  t0 = Clock::now();
+  const FileChecksum written = write_safetensors(path, tensors, {});
+  row("write_safetensors + fsync (digest, checksum)", seconds(t0));
+  t0 = Clock::now();
+  SafetensorsFile file(path);
+  file.load();
+  row("load a safetensors file, digest verified", seconds(t0));
+  if (checksum_file(path).crc32c != written.crc32c) throw std::runtime_error("write_safetensors' checksum differs");
+  ::unlink(path.c_str());
   std::printf("(FNV-1a %s, CRC-32C %s)\n", fnv.c_str(), crc32c_hex(crc).c_str());
   return 0;
 } catch (const std::exception& e) {

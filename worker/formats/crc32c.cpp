@@ -110,7 +110,36 @@ std::uint32_t update_any(std::uint32_t crc, const std::uint8_t* p, size_t n) {
 std::uint32_t update_any(std::uint32_t crc, const std::uint8_t* p, size_t n) { return update_portable(crc, p, n); }
 #endif
 
+// Polynomials over GF(2) modulo the CRC's, in the reflected order of its state: the top bit is
+// x^0, the bottom bit x^31. a * b, one bit of `a` at a time against b, x b, x^2 b, ...
+std::uint32_t multiply_mod_p(std::uint32_t a, std::uint32_t b) {
+  std::uint32_t product = 0;
+  for (std::uint32_t bit = 1u << 31; bit != 0; bit >>= 1) {
+    if (a & bit) product ^= b;
+    b = (b >> 1) ^ ((b & 1u) ? kPolynomial : 0u);  // b * x
+  }
+  return product;
+}
+
+// The state `state` becomes after `bytes` zero bytes: state * x^(8 bytes), by squaring.
+std::uint32_t after_zeros(std::uint32_t state, std::uint64_t bytes) {
+  std::uint32_t power = 1u << 23;  // x^8
+  for (; bytes != 0; bytes >>= 1) {
+    if (bytes & 1u) state = multiply_mod_p(state, power);
+    power = multiply_mod_p(power, power);
+  }
+  return state;
+}
+
 }  // namespace
+
+// The state is linear in the stream's bits once the initial value's share is set aside, and two
+// streams of one length share it: changing bytes xors the state with the change's own state (the
+// difference of the two pieces' CRCs, whose initial values and final xors cancel) run over the
+// `after` bytes that followed them.
+void Crc32c::replace(const void* was, const void* now, size_t count, std::uint64_t after) {
+  state_ ^= after_zeros(crc32c(was, count) ^ crc32c(now, count), after);
+}
 
 void Crc32c::update(const void* data, size_t bytes) {
   state_ = update_any(state_, static_cast<const std::uint8_t*>(data), bytes);

@@ -16,6 +16,10 @@ class Crc32c {
  public:
   void update(const void* data, size_t bytes);
   std::uint32_t value() const { return ~state_; }
+  // Makes this the checksum of the same stream with `count` bytes, which ended `after` bytes
+  // before its end, changed from `was` to `now` (a header whose contents are known only once
+  // the data behind it have gone by), without going over the stream again.
+  void replace(const void* was, const void* now, size_t count, std::uint64_t after);
 
  private:
   std::uint32_t state_ = 0xFFFFFFFFu;

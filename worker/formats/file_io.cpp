@@ -10,6 +10,8 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <stdexcept>
+#include <vector>
 
 #include "common/atomic_file.hpp"
 
@@ -78,7 +80,7 @@ void InputFile::read_at(std::uint64_t offset, void* out, std::uint64_t count) co
 }
 
 OutputFile::OutputFile(std::string path) : path_(std::move(path)) {
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);  // overwrite() reads back
   if (fd_ < 0) throw FileError(path_, "cannot create: " + errno_text(errno));
 }
 
@@ -101,6 +103,25 @@ void OutputFile::write(const void* data, std::uint64_t count) {
     done += static_cast<std::uint64_t>(n);
     WorkProgress::advance(static_cast<std::uint64_t>(n));
   }
+}
+
+void OutputFile::overwrite(std::uint64_t offset, const void* data, std::uint64_t count) {
+  if (offset > written_ || count > written_ - offset) throw std::logic_error("OutputFile::overwrite past the end");
+  std::vector<char> was(count);
+  for (std::uint64_t done = 0; done < count;) {
+    const ssize_t n = ::pread(fd_, was.data() + done, count - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw FileError(path_, "reading back failed: " + (n < 0 ? errno_text(errno) : "the file shrank"));
+    done += static_cast<std::uint64_t>(n);
+  }
+  const auto* src = static_cast<const char*>(data);
+  for (std::uint64_t done = 0; done < count;) {
+    const ssize_t n = ::pwrite(fd_, src + done, count - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw FileError(path_, "write failed: " + errno_text(errno));
+    done += static_cast<std::uint64_t>(n);
+  }
+  crc_.replace(was.data(), data, count, written_ - offset - count);
 }
 
 void OutputFile::finish() {

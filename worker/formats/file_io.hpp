@@ -58,6 +58,10 @@ class OutputFile {
 
   const std::string& path() const { return path_; }
   void write(const void* data, std::uint64_t count);
+  // Rewrites `count` bytes already written at `offset` (a header whose contents are known only
+  // once the data behind it are written), reading back what was there so that checksum() stays
+  // that of the file as it now is.
+  void overwrite(std::uint64_t offset, const void* data, std::uint64_t count);
   void finish();
   FileChecksum checksum() const { return {written_, crc_.value()}; }  // of everything written
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 
 #include "worker/formats/file_io.hpp"
@@ -21,9 +22,9 @@ constexpr std::uint64_t kMaxHeaderBytes = 100u << 20;  // the format's own limit
 // step (h ^ w) * odd is a bijection of h, so any single changed word always changes the result.
 class Digest {
  public:
-  // Reports progress (WorkProgress) as it goes: on a mapping, this is where the file is read.
+  static constexpr size_t kHexDigits = 16;
+
   void add(const void* data, std::uint64_t bytes) {
-    constexpr std::uint64_t kPiece = 16 << 20;  // a multiple of 4
     const auto* p = static_cast<const std::uint8_t*>(data);
     for (; carried_ > 0 && bytes > 0; ++p, --bytes) {  // the word the previous call began
       carry_[carried_++] = *p;
@@ -33,11 +34,7 @@ class Digest {
       }
     }
     const std::uint64_t whole = bytes - bytes % 4;
-    for (std::uint64_t at = 0; at < whole; at += kPiece) {
-      const std::uint64_t end = std::min(whole, at + kPiece);
-      for (std::uint64_t i = at; i < end; i += 4) mix(p + i);
-      WorkProgress::advance(end - at);
-    }
+    for (std::uint64_t i = 0; i < whole; i += 4) mix(p + i);
     for (std::uint64_t i = whole; i < bytes; ++i) carry_[carried_++] = p[i];
   }
   std::string hex() const {
@@ -128,34 +125,47 @@ std::string format_shape(const std::vector<std::int64_t>& shape) {
   return s + "]";
 }
 
+// One pass over the data: the header goes first with the digest's place held by as many zeros,
+// the data go out with the digest taken on the way, and the header is written again over its
+// first self (the same length: the digest is always kHexDigits long). A GPU's data cross to the
+// host once, and a file cut short by a crash fails its digest check.
 FileChecksum write_safetensors(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
                                std::map<std::string, std::string> metadata, const HostAccess& memory) {
   json header = json::object();
-  Digest digest;
   std::uint64_t offset = 0;
-  std::vector<float> block;         // a transposed tensor's rows, block by block
-  std::vector<std::uint16_t> half;  // a BF16 tensor's values, 1 Mi at a time
   for (const auto& t : tensors) {
     const bool bf16 = t.stored_as == StoredAs::kBF16;
     const std::uint64_t bytes = element_count(t.shape) * (bf16 ? sizeof(std::uint16_t) : sizeof(float));
     header[t.name] = {{"dtype", bf16 ? "BF16" : "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
-    for_each_stored_piece(t, memory, block, half, [&](const void* piece, std::uint64_t n) { digest.add(piece, n); });
     offset += bytes;
   }
-  metadata[kDigestKey] = digest.hex();
-  header["__metadata__"] = metadata;
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');  // 8 + N stays 8-aligned, so F32 data is aligned
-  const std::uint64_t n = text.size();
-  std::uint8_t length[8];
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<std::uint8_t>(n >> (8 * i));
+  // The 8-byte length, then the JSON padded with spaces so that 8 + N, where the data start,
+  // stays 8-aligned for F32 data.
+  const auto header_bytes = [&](const std::string& digest) {
+    metadata[kDigestKey] = digest;
+    header["__metadata__"] = metadata;
+    std::string text = header.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(static_cast<std::uint64_t>(text.size()) >> (8 * i));
+    return bytes + text;
+  };
 
   OutputFile out(path);
-  out.write(length, sizeof length);
-  out.write(text.data(), text.size());
+  const std::string placeholder = header_bytes(std::string(Digest::kHexDigits, '0'));
+  out.write(placeholder.data(), placeholder.size());
+  Digest digest;
+  std::vector<float> block;         // a transposed tensor's rows, block by block
+  std::vector<std::uint16_t> half;  // a BF16 tensor's values, 1 Mi at a time
   for (const auto& t : tensors) {
-    for_each_stored_piece(t, memory, block, half, [&](const void* piece, std::uint64_t n) { out.write(piece, n); });
+    for_each_stored_piece(t, memory, block, half, [&](const void* piece, std::uint64_t n) {
+      digest.add(piece, n);
+      out.write(piece, n);
+    });
   }
+  const std::string final_header = header_bytes(digest.hex());
+  if (final_header.size() != placeholder.size()) throw std::logic_error("write_safetensors: the header changed size");
+  out.overwrite(0, final_header.data(), final_header.size());
   out.finish();
   return out.checksum();
 }
@@ -269,8 +279,15 @@ void SafetensorsFile::load() {
   }
   const auto it = metadata_.find(kDigestKey);
   if (it != metadata_.end()) {
+    // The first read of a mapped file's data: progress a piece at a time.
+    constexpr std::uint64_t kPiece = 16 << 20;
     Digest digest;
-    digest.add(file->data() + data_offset_, data_size_);
+    const std::uint8_t* data = file->data() + data_offset_;
+    for (std::uint64_t at = 0; at < data_size_; at += kPiece) {
+      const std::uint64_t n = std::min(kPiece, data_size_ - at);
+      digest.add(data + at, n);
+      WorkProgress::advance(n);
+    }
     if (digest.hex() != it->second) {
       throw FileError(path_, "corrupt: the data's digest is " + digest.hex() + " but the header says " + it->second);
     }

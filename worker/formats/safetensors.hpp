@@ -35,8 +35,8 @@ struct SafetensorsTensor {
 
 // Writes the tensors in the given order; fsyncs the file. Not atomic by itself: checkpoints
 // write into a temporary directory that is renamed once every file is complete. The tensors'
-// `data` is in `memory` (read twice: for the digest, then to write), stored as each tensor's
-// stored_as says. Returns the written file's size and checksum.
+// `data` is in `memory` (read once), stored as each tensor's stored_as says. Returns the written
+// file's size and checksum.
 FileChecksum write_safetensors(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
                                std::map<std::string, std::string> metadata, const HostAccess& memory = {});
 

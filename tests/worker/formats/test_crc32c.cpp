@@ -42,3 +42,31 @@ TEST_CASE("CRC-32C is the same whatever the pieces, alignment and implementation
     }
   }
 }
+
+TEST_CASE("CRC-32C replace gives the checksum of the stream with the bytes changed", "[crc32c]") {
+  // 5 MiB and a bit, so that the bytes after a change run the squaring over many bits of length.
+  std::vector<std::uint8_t> stream((5 << 20) + 37);
+  std::uint64_t x = 0x2545F4914F6CDD1Dull;
+  for (auto& b : stream) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    b = static_cast<std::uint8_t>(x >> 24);
+  }
+  for (size_t at : {size_t{0}, size_t{1}, size_t{4096}, stream.size() - 9, stream.size() - 1}) {
+    for (size_t count : {0, 1, 8, 9, 4096 + 3}) {
+      if (at + count > stream.size()) continue;
+      INFO(count << " bytes at " << at);
+      std::vector<std::uint8_t> changed = stream;
+      for (size_t i = 0; i < count; ++i) changed[at + i] = static_cast<std::uint8_t>(~changed[at + i] + i);
+      Crc32c crc;
+      crc.update(stream.data(), stream.size());
+      crc.replace(stream.data() + at, changed.data() + at, count, stream.size() - at - count);
+      CHECK(crc.value() == crc32c(changed.data(), changed.size()));
+      // and the stream goes on from there as the changed one would
+      crc.update(stream.data(), 100);
+      Crc32c direct;
+      direct.update(changed.data(), changed.size());
+      direct.update(stream.data(), 100);
+      CHECK(crc.value() == direct.value());
+    }
+  }
+}

@@ -99,13 +99,17 @@ TEST_CASE("tensors in memory the host cannot address are written a piece at a ti
   const float one = 9.5f;
   const std::vector<SafetensorsTensor> tensors = {
       {"plain", {50, 50}, plain.data()}, {"w", {200, 300}, square.data(), /*transposed=*/true}, {"one", {}, &one}};
-  write_safetensors(dir / "host.safetensors", tensors, {{"k", "v"}});
+  const FileChecksum host_sum = write_safetensors(dir / "host.safetensors", tensors, {{"k", "v"}});
   test::PiecewiseMemory device(1000);
-  write_safetensors(dir / "device.safetensors", tensors, {{"k", "v"}}, device.access());
+  const FileChecksum device_sum = write_safetensors(dir / "device.safetensors", tensors, {{"k", "v"}}, device.access());
   CHECK(read_bytes(dir / "device.safetensors") == read_bytes(dir / "host.safetensors"));
-  // Twice over the data (the digest, then the write): the plain tensor in pieces of at most 1000,
-  // the transposed one whole (its rows in the file are columns in memory).
-  CHECK(device.views == std::vector<size_t>{1000, 1000, 500, 60000, 1, 1000, 1000, 500, 60000, 1});
+  // The checksum returned is the file's as it ends up, its header rewritten with the digest.
+  const FileChecksum on_disk = checksum_file(dir / "device.safetensors");
+  CHECK((device_sum.bytes == on_disk.bytes && device_sum.crc32c == on_disk.crc32c));
+  CHECK((host_sum.bytes == on_disk.bytes && host_sum.crc32c == on_disk.crc32c));
+  // Once over the data (the digest is taken as it is written): the plain tensor in pieces of at
+  // most 1000, the transposed one whole (its rows in the file are columns in memory).
+  CHECK(device.views == std::vector<size_t>{1000, 1000, 500, 60000, 1});
 
   SafetensorsFile file(dir / "device.safetensors");
   file.load();
