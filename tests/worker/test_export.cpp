@@ -370,6 +370,13 @@ TEST_CASE("export: a run directory is its newest checkpoint, a Hugging Face expo
   CHECK_FALSE(fs::exists(dir / "tabled/vocab.json"));
   CHECK(read_bytes(dir / "tabled/gpt2_tokenizer.bin") == read_bytes(dir / "gpt2_tokenizer.bin"));
   CHECK(read_model_file_info(dir / "tabled").tokenizer == dir / "tabled/gpt2_tokenizer.bin");
+  // The table knows <|endoftext|>, so transformers' generation stops there as on GPT-2's own files.
+  const auto tabled_generation = nlohmann::json::parse(read_bytes(dir / "tabled/generation_config.json"));
+  CHECK(tabled_generation.at("bos_token_id") == 50256);
+  CHECK(tabled_generation.at("eos_token_id") == 50256);
+  const auto tabled_config = nlohmann::json::parse(read_bytes(dir / "tabled/config.json"));
+  CHECK(tabled_config.at("bos_token_id") == 50256);
+  CHECK(tabled_config.at("eos_token_id") == 50256);
 
   // No tokenizer: one warning line, and no vocabulary or tokenizer files.
   fs::remove(dir / "gpt2_tokenizer.bin");
