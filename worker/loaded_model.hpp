@@ -27,15 +27,9 @@ struct LoadedModel {
       : layout(ModelDims::from(spec_of(model, T))),
         backend(make_backend(device)),
         gpt(spec_of(model, T), *backend, max_batch, use) {
-    // fp32 weights are read straight into the backend's: in place on the CPU, one copy of them
-    // (fit_command_batch counts one), and 4 MiB at a time on a GPU. A model with only the bf16
-    // copy reads them into host memory first, which its upload rounds.
-    if (gpt.params() != nullptr) {
-      import_model(model, layout, gpt.params(), host_access(*backend));
-      gpt.refresh_weights();
-    } else {
-      gpt.fill_params([&](float* params) { import_model(model, layout, params); });
-    }
+    // The weights are read straight into the backend's: in place on the CPU in fp32, else 4 MiB
+    // at a time (on a GPU, or into the bf16 copy of a model without fp32 weights).
+    gpt.load_weights([&](float* params, const HostAccess& memory) { import_model(model, layout, params, memory); });
     // On a GPU each forward of the full batch replays one CUDA graph per layer (GPT's recorded
     // layers) from its third run on, and a decoder's step one graph whole: a step is launch-bound.
     if (backend->can_record()) gpt.set_replay(GPT::Replay::kPreferred);

@@ -1,5 +1,6 @@
 // A Backend for tests that passes every call on to another one (the CPU backend) and watches:
-//   - allocations, counted by kind (floats, ints, activations), live and in all; operations by name;
+//   - allocations, counted by kind (floats, ints, activations), live and in all; operations and
+//     transfers by name;
 //   - with `reported` set, it tells its users another activation dtype than the inner backend
 //     stores (the CPU's fp32 passed off as bf16), so that GPT lays its buffers out for that
 //     dtype: for allocation tests only, where no operation runs;
@@ -228,9 +229,11 @@ class WrappedBackend final : public Backend {
   }
   void* remember(void* p, size_t Counts::*kind, size_t n) { return remember(static_cast<char*>(p), kind, n); }
 
-  // Calls that wait for the device or move data to or from the host: refused while recording.
-  int host(const char* what) const {
+  // Calls that wait for the device or move data to or from the host: counted, and refused while
+  // recording.
+  int host(const char* what) {
     if (recording_) throw std::logic_error(std::string("WrappedBackend: ") + what + " while recording");
+    ++calls_[what];
     return 0;
   }
   void op(const std::string& what, std::function<void()> work) {

@@ -4,10 +4,12 @@
 #include <cmath>
 #include <cstdint>
 #include <iterator>
+#include <new>
 #include <stdexcept>
 #include <string>
 
 #include <spdlog/spdlog.h>
+#include <sys/mman.h>
 
 #include "common/usable_cpus.hpp"
 #include "worker/model/host_access.hpp"
@@ -28,6 +30,25 @@ void check_token_range(const int32_t* ids, int n, int V, const char* what) {
     }
   }
 }
+
+// Address space that is reserved and never touched: no memory backs it, and nothing may read or
+// write through it. Its addresses stand for offsets into memory the host cannot address.
+class ReservedAddresses {
+ public:
+  explicit ReservedAddresses(size_t bytes) : bytes_(std::max<size_t>(bytes, 1)) {
+    data_ = ::mmap(nullptr, bytes_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (data_ == MAP_FAILED) throw std::bad_alloc();
+  }
+  ~ReservedAddresses() { ::munmap(data_, bytes_); }
+  ReservedAddresses(const ReservedAddresses&) = delete;
+  ReservedAddresses& operator=(const ReservedAddresses&) = delete;
+
+  void* data() const { return data_; }
+
+ private:
+  size_t bytes_;
+  void* data_;
+};
 
 }  // namespace
 
@@ -123,21 +144,28 @@ void GPT::allocate_activations() {
 
 void GPT::init_weights(std::int64_t seed) {
   const int threads = static_cast<int>(std::min(usable_cpus(), 16u));
-  if (params_ == nullptr) return fill_params([&](float* host) { draw_initial_weights(layout_, seed, host, threads); });
-  draw_initial_weights(layout_, seed, params_, threads, host_access(backend_));
-  refresh_weights();
+  load_weights([&](float* params, const HostAccess& memory) {
+    draw_initial_weights(layout_, seed, params, threads, memory);
+  });
 }
 
-void GPT::fill_params(const std::function<void(float* host)>& fill) {
-  if (params_ != nullptr && backend_.host_reads_in_place()) {
-    backend_.synchronize();  // nothing queued may still read or write them
-    fill(params_);
-    refresh_weights();
-    return;
+void GPT::load_weights(const std::function<void(float* params, const HostAccess& memory)>& fill) {
+  if (params_ != nullptr) {
+    fill(params_, host_access(backend_));
+    return refresh_weights();
   }
-  std::vector<float> host(layout_.total());
-  fill(host.data());
-  set_params(host.data());
+  // Only the copy (bf16 inference): `fill`'s addresses lie in a stretch of address space as long
+  // as the weights, reserved and never touched (no memory behind it), whose offsets are the
+  // copy's; each piece is uploaded there, rounded as refresh_weights rounds.
+  const ReservedAddresses addresses(layout_.total() * sizeof(float));
+  auto* const base = static_cast<float*>(addresses.data());
+  fill(base, HostAccess(
+                 [](const float*, size_t) -> const float* {
+                   throw std::logic_error("GPT::load_weights: a model without master weights is written, not read");
+                 },
+                 [&](float* dst, const float* host, size_t n) {
+                   backend_.upload(weight_copy_ + static_cast<size_t>(dst - base), host, n);
+                 }));
 }
 
 void GPT::set_params(const float* host) {

@@ -44,6 +44,7 @@
 
 #include "common/job_spec.hpp"
 #include "worker/model/backend.hpp"
+#include "worker/model/host_access.hpp"
 #include "worker/model/memory_plan.hpp"
 #include "worker/model/param_layout.hpp"
 
@@ -96,16 +97,16 @@ class GPT {
 
   // GPT-2's initialisation, from the seed alone (identical on every rank): weights ~ N(0, 0.02),
   // the two residual projections (attn.c_proj, mlp.c_proj) ~ N(0, 0.02/sqrt(2L)), wpe ~ N(0, 0.02),
-  // biases 0, layernorm weights 1, padded wte rows 0. Drawn on the host: into the master weights
-  // a piece at a time (host_access), or for a model without them into the copy (fill_params).
+  // biases 0, layernorm weights 1, padded wte rows 0. Drawn on the host through load_weights.
   void init_weights(std::int64_t seed);
 
-  // The weights (layout().total() floats) from `fill`, for a model without master weights (bf16
-  // inference), whose copy only an upload rounds: `fill` writes them in place where the host reads
-  // the backend's memory, else into a host buffer that set_params uploads. The weights are
-  // unchanged where `fill` throws before writing. fp32 weights are written through host_access
-  // instead (training, fp32 inference), then refresh_weights.
-  void fill_params(const std::function<void(float* host)>& fill);
+  // The weights (layout().total() floats) from `fill`, which writes them at `params` through
+  // `memory` (as import_model and draw_initial_weights do): into the master weights, in place
+  // where the host reads the backend's memory, else 4 MiB at a time (host_access), then the copy
+  // is refreshed; for a model without master weights (bf16 inference), each piece is rounded into
+  // the copy as it is stored. No host copy of the model is made either way. A `fill` that throws
+  // leaves the weights partly written.
+  void load_weights(const std::function<void(float* params, const HostAccess& memory)>& fill);
 
   // Uploads the master weights from the host (layout().total() floats) and refreshes the copy
   // (for inference in bf16: uploads them into the copy, rounded as the refresh rounds).

@@ -376,17 +376,14 @@ int fit_inference_batch(const ModelSpec& model, int batch, int needed, Precision
 int fit_host_inference_batch(const ModelSpec& model, int batch, int needed, Precision precision,
                              size_t usable_bytes, ModelUse use) {
   const ModelDims d = ModelDims::from(model);
-  const size_t load_copy = precision == Precision::fp32 ? 0 : ParamLayout(d).total() * sizeof(float);
   auto plan_at = [&](int B) { return plan_inference_memory(model, B, cpu_backend_memory(d, B, precision), use); };
   for (int B = batch; B >= needed; --B) {
-    if (plan_at(B).steady_bytes() + load_copy <= usable_bytes) return B;
+    if (plan_at(B).steady_bytes() <= usable_bytes) return B;
   }
   const MemoryPlan plan = plan_at(needed);
   throw BadInput("--device: " + host_memory_words(usable_bytes) + model_words(d, precision) + " needs " +
-                 format_bytes(plan.steady_bytes() + load_copy) + " for " + sequences(needed) + " of " +
-                 std::to_string(d.T) + " tokens at once on the CPU (" + item_list(plan) +
-                 (load_copy > 0 ? ", the weights' fp32 copy while they load " + format_bytes(load_copy) : "") + ")" +
-                 kHostMemoryAdvice);
+                 format_bytes(plan.steady_bytes()) + " for " + sequences(needed) + " of " + std::to_string(d.T) +
+                 " tokens at once on the CPU (" + item_list(plan) + ")" + kHostMemoryAdvice);
 }
 
 std::string host_memory_words(size_t usable_bytes) {

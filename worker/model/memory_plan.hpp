@@ -202,9 +202,8 @@ std::string host_memory_words(size_t usable_bytes);
 inline constexpr const char* kHostMemoryAdvice = ": run it on a GPU (--device cuda) or a machine with more memory";
 
 // The same on the CPU, within the `usable_bytes` this process may use (common/usable_memory.hpp):
-// the plan on the CPU backend, plus in bf16 the fp32 copy the weights load through (in fp32 they
-// are read into the backend's memory in place). BadInput naming --device when fewer than
-// `needed` fit.
+// the plan on the CPU backend (the weights are read into the backend's memory, in place in fp32,
+// a piece at a time into bf16's copy). BadInput naming --device when fewer than `needed` fit.
 int fit_host_inference_batch(const ModelSpec& model, int batch, int needed, Precision precision,
                              size_t usable_bytes, ModelUse use = ModelUse::kInference);
 

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <vector>
 
 #include "tests/worker/gpt_test_util.hpp"
+#include "tests/worker/wrapped_backend.hpp"
 #include "worker/train/adamw.hpp"
 #include "worker/cpu/cpu_backend.hpp"
 #include "worker/model/gpt.hpp"
@@ -301,6 +303,33 @@ TEST_CASE("a decoder's window gives forward()'s logits at its last position, for
     CHECK(window_and_step(decoding) == window_and_step(gpt));
     CHECK_THROWS_AS(decoding.forward(tokens.data(), nullptr, 1), std::logic_error);
   }
+}
+
+// A bf16 model built for inference keeps no fp32 weights: they are drawn or loaded a piece
+// (HostAccess::kPiece floats) at a time, each rounded into the copy as it is stored, never as a
+// host copy of the model. Its fc weight, 4 x 576 x 576 floats, crosses a piece boundary inside the
+// tensor; the copy must be the training model's rounding of its fp32 weights, bit for bit.
+TEST_CASE("a bf16 model without master weights loads a piece at a time, the training model's rounding", "[model]") {
+  const ModelSpec spec = test::model_spec(1, 9, 576, 8, 256);
+  CpuBackend k(Precision::bf16);
+  GPT training(spec, k, 1);
+  training.init_weights(3);
+  test::WrappedBackend watched(k);
+  GPT inference(spec, watched, 1, ModelUse::kInference);
+  REQUIRE(inference.params() == nullptr);
+  const int before = watched.calls("upload");
+  inference.init_weights(3);
+  const size_t total = training.layout().total();
+  REQUIRE(4 * 576 * 576 > HostAccess::kPiece);
+  // One upload per tensor, and one more for each piece boundary crossed inside a tensor.
+  size_t pieces = 0;
+  for (const ParamTensor& t : training.layout().tensors()) pieces += (t.count + HostAccess::kPiece - 1) / HostAccess::kPiece;
+  CHECK(static_cast<size_t>(watched.calls("upload") - before) == pieces);
+  CHECK(pieces > training.layout().tensors().size());
+  std::vector<float> want(total), got(total);
+  k.download(want.data(), training.weight_copy(), total);
+  k.download(got.data(), inference.weight_copy(), total);
+  CHECK(std::memcmp(want.data(), got.data(), total * sizeof(float)) == 0);
 }
 
 // A GPT built for inference runs the same operations on the same values as the training model,
