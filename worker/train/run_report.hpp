@@ -64,6 +64,7 @@ class RunReport {
   // the multiple-choice accuracy when the spec names a file.
   void validation(long step, double val_loss, std::optional<double> bits_per_byte,
                   std::optional<ChoiceAccuracy> choices, double seconds);
+  // The checkpoint directory `path`, written in `seconds`: its size and the rate, in one line.
   void checkpoint(long step, const std::string& path, double seconds);
 
   void write_result(const RankResult& result) const;

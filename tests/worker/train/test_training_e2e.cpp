@@ -26,6 +26,7 @@
 
 #include "tests/common/tokenizer/gpt2_reference.hpp"
 #include "tests/worker/e2e_job.hpp"
+#include "worker/model/memory_plan.hpp"
 
 using namespace xtrain::test;
 
@@ -130,10 +131,23 @@ TEST_CASE("the closing sample is what generate draws from the run with the same 
 TEST_CASE("resume is bit-exact: after a rerun and after an xlaunch restart", "[e2e]") {
   Job job("resume");
   const std::vector<std::string> ckpt = {"checkpoint.every=10"};
-  require_ok(job.launch("straight", 2, ckpt));
+  const Outcome straight_run = job.launch("straight", 2, ckpt);
+  require_ok(straight_run);
   const auto straight = job.losses("straight");
   const std::string digest = job.common_digest("straight", 2);
   REQUIRE(straight.size() == 20);
+  // Rank 0 says how large each checkpoint is and how fast it was written.
+  const fs::path step10 = job.run_dir("straight") / "checkpoints/step-00000010";
+  std::uintmax_t bytes = 0;
+  for (const auto& file : fs::directory_iterator(step10)) bytes += file.file_size();
+  const std::string needle = "| checkpoint " + step10.string() + " | ";
+  const size_t at = straight_run.output.find(needle);
+  REQUIRE(at != std::string::npos);
+  const size_t begin = straight_run.output.rfind('\n', at) + 1;  // npos + 1 = 0 on the first line
+  const std::string line = straight_run.output.substr(begin, straight_run.output.find('\n', at) - begin);
+  CHECK_THAT(line, Catch::Matchers::StartsWith("[rank 0] "));
+  CHECK_THAT(line, Catch::Matchers::Matches(".* info: step 10/20 \\| checkpoint [^ ]+ \\| " + xtrain::format_bytes(bytes) +
+                                            " in [0-9]+\\.[0-9]{2} s \\([0-9]+ MiB/s\\)"));
   // A byte-level run's checkpoints carry the bytes' tokenizer.json, for Hugging Face's loaders.
   const json fast = json::parse(read_text(job.run_dir("straight") / "checkpoints/step-00000010/tokenizer.json"));
   CHECK(fast["model"]["vocab"].size() == 256);
