@@ -36,4 +36,13 @@ std::vector<std::pair<std::int64_t, std::filesystem::path>> complete_checkpoints
   return found;
 }
 
+std::uint64_t checkpoint_bytes(const std::filesystem::path& dir) {
+  std::uint64_t bytes = 0;
+  std::error_code ignored;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ignored)) {
+    if (entry.is_regular_file(ignored)) bytes += entry.file_size(ignored);
+  }
+  return bytes;
+}
+
 }  // namespace xtrain

@@ -33,4 +33,7 @@ bool is_partial_checkpoint(const std::string& name);
 // when root does not exist.
 std::vector<std::pair<std::int64_t, std::filesystem::path>> complete_checkpoints(const std::filesystem::path& root);
 
+// The bytes of the files in checkpoint directory `dir` (0 for what cannot be read), for the logs.
+std::uint64_t checkpoint_bytes(const std::filesystem::path& dir);
+
 }  // namespace xtrain

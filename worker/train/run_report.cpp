@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/atomic_file.hpp"
+#include "common/checkpoint_dirs.hpp"
 #include "worker/model/memory_plan.hpp"
 
 namespace xtrain {
@@ -123,11 +124,7 @@ void RunReport::validation(long step, double val_loss, std::optional<double> bit
 // With its size and the rate it was written at, so that slow storage shows in the log.
 void RunReport::checkpoint(long step, const std::string& path, double seconds) {
   if (rank_ != 0) return;
-  std::uint64_t bytes = 0;
-  std::error_code ignored;
-  for (const auto& entry : std::filesystem::directory_iterator(path, ignored)) {
-    if (entry.is_regular_file(ignored)) bytes += entry.file_size(ignored);
-  }
+  const std::uint64_t bytes = checkpoint_bytes(path);
   const double mib_per_s = seconds > 0 ? static_cast<double>(bytes) / (1 << 20) / seconds : 0.0;
   spdlog::info("step {}/{} | checkpoint {} | {} in {:.2f} s ({:.0f} MiB/s)", step, total_steps_, path,
                format_bytes(bytes), seconds, mib_per_s);

@@ -99,6 +99,7 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
   // else the seed. Each beats as it goes (WorkProgress): at 1.5B parameters a draw alone takes tens
   // of seconds.
   const HostAccess memory = host_access(backend_);
+  const auto resume_start = std::chrono::steady_clock::now();
   if (auto dir = find_resume_checkpoint(run_dir_, spec_.checkpoint.resume)) {
     const TrainState state = load_checkpoint(*dir, spec_, model_->layout(), data_.train.count, model_->params(),
                                              adamw_->m(), adamw_->v(), memory);
@@ -108,6 +109,7 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
     start_step_ = state.step;
     completed_steps_ = state.step;
     resumed_from_ = *dir;
+    resume_seconds_ = seconds_since(resume_start);
   } else if (!spec_.model.init_from.empty()) {
     try {
       const ModelFileInfo file = read_model_file_info(spec_.model.init_from);
@@ -395,7 +397,8 @@ RankResult Trainer::run(Communicator& comm, const std::atomic<bool>& stop_reques
   if (rank_ == 0) {
     spdlog::info("{}", describe());
     if (!resumed_from_.empty()) {
-      spdlog::info("resumed from {} at step {}{}", resumed_from_, start_step_,
+      spdlog::info("resumed from {} at step {}: {} verified and loaded in {:.2f} s{}", resumed_from_, start_step_,
+                   format_bytes(checkpoint_bytes(resumed_from_)), resume_seconds_,
                    spec_.model.init_from.empty() ? "" : " (model.init_from is not read when resuming)");
     }
     if (!initialised_from_.empty()) {

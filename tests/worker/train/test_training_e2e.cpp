@@ -26,6 +26,7 @@
 
 #include "tests/common/tokenizer/gpt2_reference.hpp"
 #include "tests/worker/e2e_job.hpp"
+#include "common/checkpoint_dirs.hpp"
 #include "worker/model/memory_plan.hpp"
 
 using namespace xtrain::test;
@@ -138,7 +139,7 @@ TEST_CASE("resume is bit-exact: after a rerun and after an xlaunch restart", "[e
   REQUIRE(straight.size() == 20);
   // Rank 0 says how large each checkpoint is and how fast it was written.
   const fs::path step10 = job.run_dir("straight") / "checkpoints/step-00000010";
-  std::uintmax_t bytes = 0;
+  std::uintmax_t bytes = 0;  // counted here, not with the worker's checkpoint_bytes
   for (const auto& file : fs::directory_iterator(step10)) bytes += file.file_size();
   const std::string needle = "| checkpoint " + step10.string() + " | ";
   const size_t at = straight_run.output.find(needle);
@@ -158,7 +159,12 @@ TEST_CASE("resume is bit-exact: after a rerun and after an xlaunch restart", "[e
     INFO(killed.output);
     CHECK(killed.exit_code == 128 + SIGKILL);
     CHECK(job.checkpoints("rerun") == std::vector<std::string>{"step-00000010"});
-    require_ok(job.launch("rerun", 2, ckpt));
+    const fs::path resumed = job.run_dir("rerun") / "checkpoints/step-00000010";
+    const std::string resumed_size = xtrain::format_bytes(xtrain::checkpoint_bytes(resumed));
+    const Outcome rerun = job.launch("rerun", 2, ckpt);
+    require_ok(rerun);
+    CHECK_THAT(rerun.output, Catch::Matchers::Contains("info: resumed from " + resumed.string() + " at step 10: " +
+                                                       resumed_size + " verified and loaded in "));
     CHECK(job.result("rerun", 0).at("start_step") == 10);
     CHECK(job.losses("rerun") == straight);  // bit for bit
     CHECK(job.common_digest("rerun", 2) == digest);
