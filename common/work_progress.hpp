@@ -1,7 +1,8 @@
 // Long work on a thread says that it advances, in bytes, and the hook that thread installed runs
 // each time another `every_bytes` of them have gone by. Reads, writes and checksums of checkpoint
-// and model files (worker/formats/file_io.hpp, the safetensors digest) and the weights a rank
-// draws, loads or moves to and from a GPU (worker/model/host_access.hpp) advance it; xtrain-worker
+// and model files (worker/formats/file_io.hpp, the digest check of a safetensors file's load), the
+// weights a rank draws, loads or moves to and from a GPU (worker/model/host_access.hpp) and a CPU
+// rank's first touch of its buffers (worker/cpu/huge_page_buffer.hpp) advance it; xtrain-worker
 // installs its heartbeat's beat, so that xlaunch's watchdog sees a rank that writes a checkpoint of
 // many GB, or draws a large model's weights, as alive however slow the work, and one whose disk
 // stalls as hung. Scoped and per thread: the hook is gone with its WorkProgress, and another

@@ -29,7 +29,7 @@ class HostAccess {
 
   // Each piece that fill and fill_whole hand over (each call, in place) advances WorkProgress
   // (common/work_progress.hpp) by its bytes: a long load or draw beats as it goes. What read hands
-  // over is counted by whoever consumes it (a file's digest and write), not twice.
+  // over is counted by whoever consumes it (a file's write), not twice.
 
   // Calls take(host, offset, n) over [src, src + count) in order: once in place, else a piece at a
   // time (`host` valid during the call).
