@@ -2,8 +2,9 @@
 // the table-driven version) against the FNV-1a digest the worker already uses, over a buffer of
 // --mb MiB; then the checkpoint's write path (OutputFile: write, checksum on the way, fsync)
 // and the verification a resume makes (checksum_file: read back and checksum), on a file in
-// --dir; then a checkpoint's model file written whole (write_safetensors: its data digest, the
-// write and its CRC-32C) and loaded back with its digest verified. Prints a table. Usage: xtrain-bench-checksum [--mb N] [--dir DIR]
+// --dir, after one untimed write of the same size; then a checkpoint's model file written whole
+// (write_safetensors: its data digest, the write and its CRC-32C) and loaded back with its digest
+// verified. Prints a table. Usage: xtrain-bench-checksum [--mb N] [--dir DIR]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>

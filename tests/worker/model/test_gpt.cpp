@@ -323,7 +323,9 @@ TEST_CASE("a bf16 model without master weights loads a piece at a time, the trai
   REQUIRE(4 * 576 * 576 > HostAccess::kPiece);
   // One upload per tensor, and one more for each piece boundary crossed inside a tensor.
   size_t pieces = 0;
-  for (const ParamTensor& t : training.layout().tensors()) pieces += (t.count + HostAccess::kPiece - 1) / HostAccess::kPiece;
+  for (const ParamTensor& t : training.layout().tensors()) {
+    pieces += (t.count + HostAccess::kPiece - 1) / HostAccess::kPiece;
+  }
   CHECK(static_cast<size_t>(watched.calls("upload") - before) == pieces);
   CHECK(pieces > training.layout().tensors().size());
   std::vector<float> want(total), got(total);

@@ -147,8 +147,8 @@ TEST_CASE("resume is bit-exact: after a rerun and after an xlaunch restart", "[e
   const size_t begin = straight_run.output.rfind('\n', at) + 1;  // npos + 1 = 0 on the first line
   const std::string line = straight_run.output.substr(begin, straight_run.output.find('\n', at) - begin);
   CHECK_THAT(line, Catch::Matchers::StartsWith("[rank 0] "));
-  CHECK_THAT(line, Catch::Matchers::Matches(".* info: step 10/20 \\| checkpoint [^ ]+ \\| " + xtrain::format_bytes(bytes) +
-                                            " in [0-9]+\\.[0-9]{2} s \\([0-9]+ MiB/s\\)"));
+  CHECK_THAT(line, Catch::Matchers::Matches(".* info: step 10/20 \\| checkpoint [^ ]+ \\| " +
+                                            xtrain::format_bytes(bytes) + " in [0-9]+\\.[0-9]{2} s \\([0-9]+ MiB/s\\)"));
   // A byte-level run's checkpoints carry the bytes' tokenizer.json, for Hugging Face's loaders.
   const json fast = json::parse(read_text(job.run_dir("straight") / "checkpoints/step-00000010/tokenizer.json"));
   CHECK(fast["model"]["vocab"].size() == 256);
