@@ -16,6 +16,22 @@ std::string with_thousands(long long n) {
   return n < 0 ? "-" + out : out;
 }
 
+std::string format_bytes(std::uint64_t bytes) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  char text[32];
+  const double b = static_cast<double>(bytes);
+  if (b >= kMiB * 1024.0) {
+    std::snprintf(text, sizeof text, "%.2f GiB", b / (kMiB * 1024.0));
+  } else if (b >= kMiB) {
+    std::snprintf(text, sizeof text, "%.1f MiB", b / kMiB);
+  } else if (b >= 1024.0) {
+    std::snprintf(text, sizeof text, "%.1f KiB", b / 1024.0);
+  } else {
+    std::snprintf(text, sizeof text, "%llu B", static_cast<unsigned long long>(bytes));
+  }
+  return text;
+}
+
 std::string format_number(double x) {
   std::ostringstream out;
   out << x;

@@ -11,6 +11,8 @@ std::string with_thousands(long long n);
 // A number as a person writes it: "0.3", "-1", "1e-09", "6e+08" (C++'s default stream format, six
 // significant digits), for the values of settings in messages.
 std::string format_number(double x);
+// "1.53 GiB", "474.8 MiB", "12.0 KiB", "96 B"
+std::string format_bytes(std::uint64_t bytes);
 // "1:02:03" (h:mm:ss)
 std::string format_duration(double seconds);
 // Work under way: `done` of `total` units after `seconds`, the rate so far and the time left at it:

@@ -25,6 +25,7 @@
 #include "common/exit_codes.hpp"
 #include "common/log.hpp"
 #include "common/model_file.hpp"
+#include "common/number_format.hpp"
 #include "common/usable_cpus.hpp"
 #include "common/usable_memory.hpp"
 #include "common/worker_env.hpp"

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/number_format.hpp"
 #include "tests/common/tokenizer/gpt2_reference.hpp"
 #include "tests/worker/gpt_test_util.hpp"
 #include "tests/worker/huge_model_file.hpp"

@@ -40,7 +40,7 @@ bool is_mask_buffer(const std::string& name) {
 
 }  // namespace
 
-nlohmann::json hf_config(const ModelDims& d) {
+nlohmann::json hf_config(const ModelDims& d, StoredAs stored_as) {
   nlohmann::json config = {{"architectures", {"GPT2LMHeadModel"}},
                           {"model_type", "gpt2"},
                           {"vocab_size", d.V},
@@ -56,7 +56,7 @@ nlohmann::json hf_config(const ModelDims& d) {
                           {"embd_pdrop", 0.0},
                           {"attn_pdrop", 0.0},
                           {"tie_word_embeddings", true},
-                          {"torch_dtype", "float32"}};
+                          {"torch_dtype", stored_as == StoredAs::kBF16 ? "bfloat16" : "float32"}};
   // A byte-level model has no special token: GPT2Config's default bos and eos (50256) would name
   // one it lacks, and generate would take it for its end.
   if (d.V == kByteVocabulary) config["bos_token_id"] = config["eos_token_id"] = nullptr;

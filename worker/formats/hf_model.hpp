@@ -23,8 +23,8 @@
 namespace xtrain {
 
 // A GPT2Config for the model (GPT2LMHeadModel, tied embeddings, tanh GELU, n_positions = T; no
-// bos or eos token for a byte-level model).
-nlohmann::json hf_config(const ModelDims& d);
+// bos or eos token for a byte-level model), its torch_dtype that of weights stored as `stored_as`.
+nlohmann::json hf_config(const ModelDims& d, StoredAs stored_as = StoredAs::kF32);
 
 // Writes `params` (layout.total() floats in `memory`) as model.safetensors at `path`, every
 // tensor stored as `stored_as` says, and fsyncs it (not atomic by itself: callers write into a

@@ -97,9 +97,8 @@ void export_hf_directory(const std::string& dir, const ParamLayout& layout, cons
   try {
     fs::remove_all(tmp);
     fs::create_directory(tmp);
-    nlohmann::json config = hf_config(layout.dims());
+    nlohmann::json config = hf_config(layout.dims(), stored_as);
     if (eot) config["bos_token_id"] = config["eos_token_id"] = *eot;
-    if (stored_as == StoredAs::kBF16) config["torch_dtype"] = "bfloat16";
     write_file_atomic(tmp + "/" + kModelConfigFile, config.dump(2) + "\n");
     write_hf_model(tmp + "/" + kModelWeightsFile, layout, params, {}, stored_as);
     for (const NamedFile& file : tokenizer) write_file_atomic(tmp + "/" + file.name, file.content);

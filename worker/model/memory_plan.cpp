@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/bad_input.hpp"
+#include "common/number_format.hpp"
 
 namespace xtrain {
 namespace {
@@ -389,21 +390,6 @@ int fit_host_inference_batch(const ModelSpec& model, int batch, int needed, Prec
 std::string host_memory_words(size_t usable_bytes) {
   return "the memory this process may use (the machine's, or its cgroup's limit) is " + format_bytes(usable_bytes) +
          ", and ";
-}
-
-std::string format_bytes(size_t bytes) {
-  char text[32];
-  const double b = static_cast<double>(bytes);
-  if (b >= kMiB * 1024.0) {
-    std::snprintf(text, sizeof text, "%.2f GiB", b / (kMiB * 1024.0));
-  } else if (b >= kMiB) {
-    std::snprintf(text, sizeof text, "%.1f MiB", b / kMiB);
-  } else if (b >= 1024.0) {
-    std::snprintf(text, sizeof text, "%.1f KiB", b / 1024.0);
-  } else {
-    std::snprintf(text, sizeof text, "%zu B", bytes);
-  }
-  return text;
 }
 
 }  // namespace xtrain

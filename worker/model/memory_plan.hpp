@@ -207,7 +207,5 @@ inline constexpr const char* kHostMemoryAdvice = ": run it on a GPU (--device cu
 int fit_host_inference_batch(const ModelSpec& model, int batch, int needed, Precision precision,
                              size_t usable_bytes, ModelUse use = ModelUse::kInference);
 
-// "1.53 GiB", "474.8 MiB", "12.0 KiB", "96 B"
-std::string format_bytes(size_t bytes);
 
 }  // namespace xtrain

@@ -9,7 +9,7 @@
 
 #include "common/atomic_file.hpp"
 #include "common/checkpoint_dirs.hpp"
-#include "worker/model/memory_plan.hpp"
+#include "common/number_format.hpp"
 
 namespace xtrain {
 

@@ -9,6 +9,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/number_format.hpp"
 #include "worker/train/checkpoint.hpp"
 #include "worker/train/choice_scoring.hpp"
 #include "worker/model/cuda_graphs.hpp"

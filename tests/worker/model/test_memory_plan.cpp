@@ -16,6 +16,7 @@
 #include <string>
 
 #include "common/bad_input.hpp"
+#include "common/number_format.hpp"
 #include "tests/worker/gpt_test_util.hpp"
 #include "tests/worker/wrapped_backend.hpp"
 #include "worker/train/adamw.hpp"

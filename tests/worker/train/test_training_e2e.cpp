@@ -27,7 +27,7 @@
 #include "tests/common/tokenizer/gpt2_reference.hpp"
 #include "tests/worker/e2e_job.hpp"
 #include "common/checkpoint_dirs.hpp"
-#include "worker/model/memory_plan.hpp"
+#include "common/number_format.hpp"
 
 using namespace xtrain::test;
 
