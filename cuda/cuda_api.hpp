@@ -49,4 +49,10 @@ std::unique_ptr<Backend> make_backend(int device, Precision precision, bool dete
 // aborted first: no hang).
 std::unique_ptr<Communicator> make_nccl_communicator(const WorkerEnv& env, Backend& backend, double init_timeout_s);
 
+// Interpret mode only: `host` (Gloo's communicator, which reduces host memory, and interpret
+// mode's device memory is host memory) made to run its collectives in the order of `backend`'s
+// stream, as NCCL's run on a GPU. The GPU build throws std::logic_error: Gloo cannot read a GPU's
+// memory.
+std::unique_ptr<Communicator> order_on_stream(std::unique_ptr<Communicator> host, Backend& backend);
+
 }  // namespace xtrain::cuda

@@ -268,4 +268,8 @@ std::unique_ptr<Communicator> make_nccl_communicator(const WorkerEnv& env, Backe
   return std::make_unique<NcclCommunicator>(env, *cuda_backend, init_timeout_s);
 }
 
+std::unique_ptr<Communicator> order_on_stream(std::unique_ptr<Communicator>, Backend&) {
+  throw std::logic_error("a host communicator cannot reduce a GPU's memory: GPU ranks reduce with NCCL");
+}
+
 }  // namespace xtrain::cuda

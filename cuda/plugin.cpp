@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "cuda/cuda_api.hpp"
 #include "worker/model/backend.hpp"
@@ -31,6 +32,10 @@ class Plugin final : public CudaPlugin {
   std::unique_ptr<Communicator> make_nccl_communicator(const WorkerEnv& env, Backend& backend,
                                                        double init_timeout_s) const override {
     return cuda::make_nccl_communicator(env, backend, init_timeout_s);
+  }
+
+  std::unique_ptr<Communicator> order_on_stream(std::unique_ptr<Communicator> host, Backend& backend) const override {
+    return cuda::order_on_stream(std::move(host), backend);
   }
 
 #if defined(XTRAIN_CUDA_INTERPRET)

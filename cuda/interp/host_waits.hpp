@@ -25,9 +25,4 @@ struct HostWaits {
 
 HostWaits host_waits();
 
-// For the tests of code that must not reuse what a copy in flight still reads: while on, an
-// event recorded stays "not ready" to cudaEventQuery, as on a GPU running behind the host, until
-// the host waits (a stream, event or device synchronisation, or a query finding a stream idle).
-void hold_event_completion(bool on);
-
 }  // namespace xtrain::interp

@@ -1,6 +1,7 @@
 // Interpret mode has no NCCL (its collectives need GPUs): ranks reduce with Gloo, which reads the
-// emulated device memory directly, as it is host memory. The worker chooses Gloo for an
-// interpreted plugin; this entry point only answers a caller that asks anyway.
+// emulated device memory directly, as it is host memory, in the stream's order
+// (stream_ordered_communicator.cpp). The worker chooses Gloo for an interpreted plugin; this
+// entry point only answers a caller that asks anyway.
 #include <memory>
 #include <stdexcept>
 

@@ -1,11 +1,11 @@
-// Interpret mode's CUDA runtime: the API of cuda_runtime_api.h on the CPU. Every stream runs its
-// work when it is issued (a valid order for one GPU: work on one stream is ordered, and the
-// backend orders streams with events), except while it is captured: then the work is recorded
-// into the graph, and the calls a real capture refuses are refused, with the real codes
-// (CUDA Programming Guide, "Stream Capture": prohibited and unhandled operations; the capture is
-// invalidated and cudaStreamEndCapture fails).
-// invalidated and cudaStreamEndCapture fails). This file: the state's rules, errors, devices and
-// launches; runtime_memory.cpp and runtime_streams.cpp the rest.
+// Interpret mode's CUDA runtime: the API of cuda_runtime_api.h on the CPU. Work issued to a
+// stream runs later, as on a GPU running behind its host: when the host waits for it (a
+// synchronisation, a blocking copy, a query asked twice), in stream order and in the order across
+// streams that is worst for a missing wait (runtime_queue.cpp). While a stream is captured its work
+// is recorded into the graph instead, and the calls a real capture refuses are refused, with the
+// real codes (CUDA Programming Guide, "Stream Capture": prohibited and unhandled operations; the
+// capture is invalidated and cudaStreamEndCapture fails). This file: the state's rules, errors,
+// devices and launches; runtime_queue.cpp, runtime_memory.cpp and runtime_streams.cpp the rest.
 #include <unistd.h>
 
 #include <cstdio>
@@ -15,21 +15,11 @@
 
 #include "cuda/interp/device_builtins.hpp"
 #include "cuda/interp/device_memory.hpp"
-#include "cuda/interp/kernel_fault.hpp"
 #include "cuda/interp/runtime_state.hpp"
 #include "cuda/interp/shared_memory.hpp"
-#include "cuda/interp/stream_work.hpp"
 
 namespace xtrain::interp {
 namespace {
-
-cudaError_t record_fault(cudaError_t code, const std::string& what) {
-  Runtime& r = rt();
-  r.sticky = r.last = code;
-  r.detail = what;
-  std::fprintf(stderr, "CUDA interpret mode: %s\n", what.c_str());
-  return code;
-}
 
 // A capture that the calling thread may not disturb with an unsafe call (the capture modes:
 // global captures forbid it on every thread, thread-local ones on their own thread).
@@ -39,17 +29,6 @@ CUstream_st* capture_forbidding_unsafe_calls() {
     if (s->mode == cudaStreamCaptureModeGlobal || s->capture_thread == std::this_thread::get_id()) return s;
   }
   return nullptr;
-}
-
-cudaError_t run_now(const WorkItem& item) {
-  try {
-    item.run();
-  } catch (const KernelFault& f) {
-    return record_fault(f.code(), f.what());
-  } catch (const std::exception& e) {
-    return record_fault(cudaErrorLaunchFailure, item.what + ": " + e.what());
-  }
-  return cudaSuccess;
 }
 
 const char* error_name(cudaError_t e) {
@@ -109,16 +88,6 @@ HostWaits host_waits() {
   return rt().waits;
 }
 
-void hold_event_completion(bool on) {
-  std::lock_guard lock(rt().mutex);
-  rt().hold_events = on;
-}
-
-void release_held_events() {
-  for (CUevent_st* e : rt().held) e->held = false;
-  rt().held.clear();
-}
-
 Runtime::~Runtime() {
   const char* asked = std::getenv("XTRAIN_INTERP_HOST_WAITS");
   if (asked == nullptr || *asked == '\0') return;
@@ -154,38 +123,12 @@ cudaError_t refuse_if_capturing(const char* call) {
   return cudaSuccess;
 }
 
-cudaError_t issue(cudaStream_t stream, WorkItem item) {
-  Runtime& r = rt();
-  std::lock_guard lock(r.mutex);
-  if (r.sticky != cudaSuccess) return r.sticky;
-  CUstream_st* s = resolve(stream);
-  if (s->capturing) {
-    if (s->invalidated) return refuse(cudaErrorStreamCaptureInvalidated, "the capture was invalidated by an earlier call");
-    s->recorded.push_back(std::move(item));
-    return cudaSuccess;
-  }
-  if (s == &r.legacy) {
-    for (CUstream_st* other : r.streams) {
-      if (other->capturing && !(other->flags & cudaStreamNonBlocking)) {
-        other->invalidated = true;
-        return refuse(cudaErrorStreamCaptureImplicit,
-                      item.what + " on the legacy stream while a blocking stream is captured");
-      }
-    }
-  }
-  return run_now(item);
-}
-
 bool known_stream(cudaStream_t s) {
   if (s == nullptr) return true;
   for (CUstream_st* x : rt().streams) {
     if (x == s) return true;
   }
   return false;
-}
-
-cudaError_t enqueue(cudaStream_t stream, const char* what, std::function<void()> work) {
-  return issue(stream, WorkItem{what, std::move(work)});
 }
 
 void launch(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shared_bytes, cudaStream_t stream,
@@ -306,12 +249,13 @@ cudaError_t cudaDeviceSynchronize() {
   std::lock_guard lock(rt().mutex);
   if (const cudaError_t e = xtrain::interp::refuse_if_capturing("cudaDeviceSynchronize")) return e;
   ++rt().waits.device_synchronize;
-  xtrain::interp::release_held_events();
+  xtrain::interp::finish_all();
   return rt().sticky;
 }
 // Forgets a fault and frees all device memory, as a reset of the device does.
 cudaError_t cudaDeviceReset() {
   std::lock_guard lock(rt().mutex);
+  xtrain::interp::drop_pending_work();
   xtrain::interp::device_free_all();
   rt().sticky = rt().last = cudaSuccess;
   rt().detail.clear();

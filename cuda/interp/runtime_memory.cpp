@@ -66,6 +66,7 @@ cudaError_t cudaFree(void* ptr) {
   std::lock_guard lock(rt().mutex);
   if (ptr == nullptr) return cudaSuccess;
   if (const cudaError_t e = xtrain::interp::refuse_if_capturing("cudaFree")) return e;
+  xtrain::interp::finish_all();  // the comment above cudaHostAlloc says why
   if (!xtrain::interp::device_free(ptr)) {
     return refuse(cudaErrorInvalidValue, "cudaFree of a pointer that is not a live allocation's start");
   }
@@ -92,16 +93,32 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* ptr) 
 }
 namespace xtrain::interp {
 namespace {
+// How a GPU runs a copy with a host side (CUDA Runtime API, "API synchronization behavior"): with
+// pinned memory it is a DMA on the stream, issue_pinned_copy's; with pageable memory the stream
+// is synchronised first and the call returns once the data have left the source (upload) or
+// arrived (download), so here it is run before the call returns.
 cudaError_t copy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
   if (const cudaError_t e = check_copy(dst, src, bytes, kind)) return e;
-  return enqueue(stream, "cudaMemcpyAsync", [dst, src, bytes] { std::memmove(dst, src, bytes); });
+  CUstream_st* s = resolve(stream);
+  const bool host_dst = !in_device_space(dst), host_src = !in_device_space(src);
+  if (bytes == 0 || s->capturing || (!host_dst && !host_src)) {
+    return enqueue(stream, "cudaMemcpyAsync", [dst, src, bytes] { std::memmove(dst, src, bytes); });
+  }
+  if ((!host_dst || is_pinned_range(dst, bytes)) && (!host_src || is_pinned_range(src, bytes))) {
+    return issue_pinned_copy(s, dst, src, bytes);
+  }
+  const cudaError_t e = enqueue(stream, "cudaMemcpyAsync", [dst, src, bytes] { std::memmove(dst, src, bytes); });
+  if (e == cudaSuccess) finish_stream(s);
+  return e != cudaSuccess ? e : rt().sticky;
 }
 }  // namespace
 }  // namespace xtrain::interp
 
 // Pinned host memory: plain host memory that the runtime knows, as page-locked memory is to a
 // GPU's: cudaPointerGetAttributes says cudaMemoryTypeHost, and copies from and to it are
-// asynchronous (nothing counted in host_waits.hpp).
+// asynchronous (nothing counted in host_waits.hpp). Freeing it, as freeing device memory, waits
+// for all pending work first: the driver's implicit synchronisation, which CUDA documents as
+// "may" and which a freed buffer still in a copy's use would need.
 cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int) {
   std::lock_guard lock(rt().mutex);
   if (rt().sticky != cudaSuccess) return rt().sticky;
@@ -114,6 +131,7 @@ cudaError_t cudaMallocHost(void** ptr, size_t bytes) { return cudaHostAlloc(ptr,
 cudaError_t cudaFreeHost(void* ptr) {
   std::lock_guard lock(rt().mutex);
   if (ptr == nullptr) return cudaSuccess;
+  xtrain::interp::finish_all();
   if (rt().pinned.erase(reinterpret_cast<std::uintptr_t>(ptr)) == 0) {
     return refuse(cudaErrorInvalidValue, "cudaFreeHost of a pointer that cudaHostAlloc did not return");
   }
@@ -136,8 +154,10 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
   std::lock_guard lock(rt().mutex);
   if (const cudaError_t e = xtrain::interp::refuse_if_capturing("cudaMemcpy")) return e;
   const cudaError_t e = xtrain::interp::copy_async(dst, src, bytes, kind, nullptr);
-  if (e == cudaSuccess) ++rt().waits.blocking_copy;
-  return e;
+  if (e != cudaSuccess) return e;
+  ++rt().waits.blocking_copy;
+  xtrain::interp::finish_stream(&rt().legacy);
+  return rt().sticky;
 }
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
   std::lock_guard lock(rt().mutex);
@@ -150,6 +170,8 @@ cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
   std::lock_guard lock(rt().mutex);
   if (const cudaError_t e = xtrain::interp::refuse_if_capturing("cudaMemset")) return e;
   const cudaError_t e = cudaMemsetAsync(ptr, value, bytes, nullptr);
-  if (e == cudaSuccess) ++rt().waits.blocking_copy;
-  return e;
+  if (e != cudaSuccess) return e;
+  ++rt().waits.blocking_copy;
+  xtrain::interp::finish_stream(&rt().legacy);
+  return rt().sticky;
 }

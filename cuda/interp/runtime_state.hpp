@@ -1,16 +1,21 @@
 // Interpret mode's runtime state, shared by runtime.cpp (errors, devices, launches),
-// runtime_memory.cpp and runtime_streams.cpp (streams, capture, events, graphs). One lock for
-// all of it: the backend calls the runtime from one thread, and kernels run under the lock.
+// runtime_queue.cpp (when issued work runs), runtime_memory.cpp and runtime_streams.cpp (streams,
+// capture, events, graphs). One lock for all of it: the backend calls the runtime from one
+// thread, and work runs under the lock.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <list>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,20 +29,34 @@ struct WorkItem {
   std::function<void()> run;
 };
 
+// Work issued to a stream and not run yet. `seq` numbers all issued work in issue order, across
+// streams; `after` (0: none) is the seq of work that must have run first: an event waited for, or
+// the legacy stream's implicit order with the blocking streams. A `work` without `run` only waits.
+struct PendingWork {
+  std::uint64_t seq = 0;
+  std::uint64_t after = 0;
+  WorkItem work;
+};
+
 struct CUstream_st {
   unsigned flags = cudaStreamDefault;
+  std::deque<PendingWork> pending;  // in stream order
   bool capturing = false;
   bool invalidated = false;
   cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
   std::thread::id capture_thread;
   std::vector<WorkItem> recorded;
 };
-struct CUevent_st {
-  CUstream_st* captured_in = nullptr;  // the capturing stream it was last recorded in
-  bool held = false;                   // recorded while hold_event_completion was on, not waited for since
-  // When its stream reached it, outside a capture: interpret mode runs work as it is issued, so
-  // at its cudaEventRecord (what cudaEventElapsedTime reads).
+// An event's last record outside a capture: the seq of its place in the stream's work, and when
+// the stream reached it (what cudaEventElapsedTime reads). Shared with that place's work, which
+// may run after the event is destroyed.
+struct EventRecord {
+  std::uint64_t seq = 0;
   std::optional<std::chrono::steady_clock::time_point> reached;
+};
+struct CUevent_st {
+  CUstream_st* captured_in = nullptr;   // the capturing stream it was last recorded in
+  std::shared_ptr<EventRecord> record;  // nullptr: never recorded outside a capture
 };
 struct CUgraph_st {
   std::vector<WorkItem> nodes;
@@ -63,9 +82,15 @@ struct Runtime {
   std::map<const void*, LaunchedKernel> kernels;  // looked up once per kernel, not per launch
   int schedules = 3;
   HostWaits waits;                          // host_waits.hpp
-  bool hold_events = false;                 // host_waits.hpp's hold_event_completion
-  std::vector<CUevent_st*> held;            // events recorded while it was on, not waited for yet
   std::map<std::uintptr_t, size_t> pinned;  // cudaHostAlloc'd host memory: start -> bytes
+
+  std::uint64_t next_seq = 1;
+  std::set<std::uint64_t> pending;  // the seqs of all work issued and not run yet
+  // The stream or event that the last query found busy, if no work has been issued since: asked
+  // again, it is finished (runtime_queue.cpp's rule for polling loops).
+  const void* polled = nullptr;
+  struct PinnedSource;  // runtime_queue.cpp
+  std::list<std::shared_ptr<PinnedSource>> pinned_sources;  // of copies issued and not run yet
 
   Runtime() {
     legacy.flags = cudaStreamDefault;
@@ -86,12 +111,27 @@ CUstream_st* resolve(cudaStream_t s);
 // it: refused with cudaErrorStreamCaptureUnsupported and the capture invalidated, as CUDA does;
 // cudaSuccess otherwise.
 cudaError_t refuse_if_capturing(const char* call);
-// Runs the work now, or records it while the stream is captured (stream_work.hpp's rule).
-cudaError_t issue(cudaStream_t stream, WorkItem item);
+// Queues the work on the stream, or records it while the stream is captured (stream_work.hpp's
+// rule). `after`: the seq of work that must run first (0: none). Returns the work's seq (0 when
+// recorded or refused) in `seq`.
+cudaError_t issue(cudaStream_t stream, WorkItem item, std::uint64_t after = 0, std::uint64_t* seq = nullptr);
 bool known_stream(cudaStream_t s);
-// A host wait: every held event counts as complete from now on.
-void release_held_events();
+// Whether the work numbered `seq` has run (0: nothing to run).
+bool done(std::uint64_t seq);
+// Host waits: run pending work until the condition holds. A fault while running drops the rest
+// of the work (the sticky error says what happened).
+void finish_until(const std::function<bool()>& finished);
+void finish_stream(CUstream_st* s);
+void finish_all();
+// A query of `target` (a stream or event): true ("not ready") while `finished` does not hold,
+// unless the same target was asked last with no work issued since: then it is finished first.
+bool still_busy(const void* target, const std::function<bool()>& finished);
+// cudaDeviceReset: the pending work is forgotten, as the device's is.
+void drop_pending_work();
 // Whether [p, p + bytes) lies in one pinned host allocation.
 bool is_pinned_range(const void* p, size_t bytes);
+// A copy between device memory and pinned host memory, outside a capture: the host's side is
+// checked as a GPU's DMA would meet it when it runs (runtime_queue.cpp).
+cudaError_t issue_pinned_copy(CUstream_st* s, void* dst, const void* src, size_t bytes);
 
 }  // namespace xtrain::interp

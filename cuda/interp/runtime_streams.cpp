@@ -1,6 +1,5 @@
 // Interpret mode's CUDA runtime: streams and their capture, events, graphs (runtime.cpp has the
-// rules). Work is done when it is issued, so an event is complete once recorded (unless a test
-// holds it: host_waits.hpp); only its capture matters.
+// rules; runtime_queue.cpp when the work of a stream runs, which the waits here ask for).
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -28,6 +27,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   auto& all = rt().streams;
   for (auto it = all.begin(); it != all.end(); ++it) {
     if (*it != stream) continue;
+    xtrain::interp::finish_stream(stream);  // a GPU runs a destroyed stream's work to its end
     all.erase(it);
     delete stream;
     return cudaSuccess;
@@ -45,7 +45,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     if (const cudaError_t e = xtrain::interp::refuse_if_capturing("cudaStreamSynchronize(legacy stream)")) return e;
   }
   ++rt().waits.stream_synchronize;
-  xtrain::interp::release_held_events();  // all work was done at issue: every stream is idle
+  xtrain::interp::finish_stream(s);
   return rt().sticky;
 }
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
@@ -55,11 +55,11 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
     s->invalidated = true;
     return refuse(cudaErrorStreamCaptureUnsupported, "cudaStreamQuery of a stream being captured");
   }
-  if (rt().sticky == cudaSuccess) {
-    ++rt().waits.stream_query_done;
-    xtrain::interp::release_held_events();
+  if (xtrain::interp::still_busy(s, [s] { return s->pending.empty(); }) && rt().sticky == cudaSuccess) {
+    return cudaErrorNotReady;
   }
-  return rt().sticky;  // all issued work is done
+  if (rt().sticky == cudaSuccess) ++rt().waits.stream_query_done;
+  return rt().sticky;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
   std::lock_guard lock(rt().mutex);
@@ -67,7 +67,9 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   if (event->captured_in != nullptr && event->captured_in != s) {
     return refuse(cudaErrorNotSupported, "interpret mode captures one stream: a wait joining another stream into a capture");
   }
-  return rt().sticky;
+  if (s->capturing || event->record == nullptr || xtrain::interp::done(event->record->seq)) return rt().sticky;
+  const cudaError_t e = xtrain::interp::issue(stream, WorkItem{"cudaStreamWaitEvent", {}}, event->record->seq);
+  return e != cudaSuccess ? e : rt().sticky;
 }
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
   std::lock_guard lock(rt().mutex);
@@ -113,7 +115,6 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
 }
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
   std::lock_guard lock(rt().mutex);
-  std::erase(rt().held, event);
   delete event;
   return cudaSuccess;
 }
@@ -121,14 +122,16 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   std::lock_guard lock(rt().mutex);
   CUstream_st* s = xtrain::interp::resolve(stream);
   event->captured_in = s->capturing ? s : nullptr;
-  if (event->captured_in == nullptr) event->reached = std::chrono::steady_clock::now();
-  if (rt().hold_events && !event->held && event->captured_in == nullptr) {
-    event->held = true;
-    rt().held.push_back(event);
-  }
+  if (event->captured_in != nullptr) return rt().sticky;
+  auto record = std::make_shared<EventRecord>();
+  const auto reach = [record] { record->reached = std::chrono::steady_clock::now(); };
+  if (const cudaError_t e = xtrain::interp::issue(stream, WorkItem{"cudaEventRecord", reach}, 0, &record->seq)) return e;
+  event->record = std::move(record);
   return rt().sticky;
 }
 namespace {
+// Whether its stream has run the event's last record; an event never recorded is complete.
+bool reached(cudaEvent_t event) { return event->record == nullptr || xtrain::interp::done(event->record->seq); }
 // An event recorded in a capture is no point in any stream's work yet: neither may be waited for.
 cudaError_t event_state(cudaEvent_t event, const char* call) {
   if (event->captured_in != nullptr && event->captured_in->capturing) {
@@ -142,27 +145,33 @@ cudaError_t event_state(cudaEvent_t event, const char* call) {
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   std::lock_guard lock(rt().mutex);
   const cudaError_t e = event_state(event, "cudaEventSynchronize");
-  if (e != cudaErrorStreamCaptureUnsupported) {
-    ++rt().waits.event_synchronize;
-    xtrain::interp::release_held_events();
-  }
-  return e;
+  if (e == cudaErrorStreamCaptureUnsupported) return e;
+  ++rt().waits.event_synchronize;
+  xtrain::interp::finish_until([event] { return reached(event); });
+  return rt().sticky;
 }
-// Never waits: the work before the event was done when it was issued (unless a test holds it).
+// Not ready while the work before the record is pending (runtime_queue.cpp's rule for queries).
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   std::lock_guard lock(rt().mutex);
   const cudaError_t e = event_state(event, "cudaEventQuery");
-  return e == cudaSuccess && event->held ? cudaErrorNotReady : e;
+  if (e != cudaSuccess) return e;
+  if (xtrain::interp::still_busy(event, [event] { return reached(event); })) return cudaErrorNotReady;
+  return rt().sticky;
 }
-// Host time between the two records: the CPU's time for the work between them.
+// Host time between the two records' runs: the CPU's time for the work run between them.
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   std::lock_guard lock(rt().mutex);
   for (cudaEvent_t event : {start, end}) {
     if (const cudaError_t e = event_state(event, "cudaEventElapsedTime"); e != cudaSuccess) return e;
-    if (!event->reached) return refuse(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime of an event never recorded");
-    if (event->held) return cudaErrorNotReady;
+    if (event->record == nullptr) {
+      return refuse(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime of an event never recorded");
+    }
+    if (!reached(event)) return cudaErrorNotReady;
+    if (!event->record->reached) {
+      return refuse(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime of a record dropped by cudaDeviceReset");
+    }
   }
-  *ms = std::chrono::duration<float, std::milli>(*end->reached - *start->reached).count();
+  *ms = std::chrono::duration<float, std::milli>(*end->record->reached - *start->record->reached).count();
   return cudaSuccess;
 }
 

@@ -1,7 +1,8 @@
 // Interpret mode: how a library call (cuBLASLt's product, CUB's sort) becomes work on a stream.
-// The runtime runs it at once, in stream order (every stream is executed when its work is
-// issued), or, while the stream is being captured, records it in the graph, which runs it at
-// each replay. `what` names the work in error messages.
+// The runtime queues it on the stream, to run when the host waits for it (runtime_queue.cpp), or,
+// while the stream is being captured, records it in the graph, which queues it at each replay. So
+// `work` must hold the values of its arguments, not pointers to the caller's. `what` names the
+// work in error messages.
 #pragma once
 
 #include <functional>

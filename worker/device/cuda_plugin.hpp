@@ -29,7 +29,7 @@ class Backend;
 class Communicator;
 struct WorkerEnv;
 
-inline constexpr std::uint32_t kCudaPluginAbiVersion = 2;
+inline constexpr std::uint32_t kCudaPluginAbiVersion = 3;
 inline constexpr char kCudaPluginEntryPoint[] = "xtrain_cuda_plugin";
 inline constexpr char kCudaPluginFileName[] = "libxtrain-cuda.so";
 
@@ -80,6 +80,10 @@ class CudaPlugin {
   // True for interpret mode's plugin (cuda/interp/): the backend's code executed on the CPU, its
   // device memory host memory, no NCCL (ranks reduce with Gloo).
   virtual bool interpreted() const = 0;
+  // Interpret mode's ranks: `host` (Gloo's communicator) running its collectives in the order of
+  // `backend`'s stream, as NCCL's run on a GPU. The GPU plugin throws std::logic_error.
+  virtual std::unique_ptr<Communicator> order_on_stream(std::unique_ptr<Communicator> host,
+                                                        Backend& backend) const = 0;
 
  protected:
   ~CudaPlugin() = default;  // a static object of the plugin's: never deleted through this type

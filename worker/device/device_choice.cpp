@@ -187,7 +187,10 @@ std::unique_ptr<Communicator> make_communicator(const DeviceChoice& device, cons
   if (env.where.world_size == 1) return std::make_unique<SingleCommunicator>();
   const double timeout_s = spec.nodes.rdzv_timeout_s;
   if (on_gpu) return device.cuda->make_nccl_communicator(env, backend, timeout_s);
-  return make_gloo_communicator(env, timeout_s);
+  auto gloo = make_gloo_communicator(env, timeout_s);
+  // Gloo reduces interpret mode's device memory only in the stream's order, as NCCL would.
+  if (device.cuda != nullptr) return device.cuda->order_on_stream(std::move(gloo), backend);
+  return gloo;
 }
 
 }  // namespace xtrain

@@ -40,8 +40,8 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-// Waits for the work enqueued so far (the interpret runtime runs it at the call today; the tests
-// do not count on that) and throws if it failed.
+// Waits for the work enqueued so far (the interpret runtime runs it then, as a GPU may) and
+// throws if it failed.
 inline void synchronize() {
   if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error("the enqueued work failed");
 }
@@ -55,7 +55,8 @@ inline uint32_t batch_alignment(const void* p, int64_t stride_bytes) {
   return a;
 }
 
-// Launches and returns the message the launch check throws ("" when it does not), then resets
+// Launches and returns the fault as text: the launch check's message, or the error's name and
+// words from the wait after it, where a fault in the kernel shows ("" for neither). Then resets
 // the device so that the fault's sticky error does not outlive the test.
 template <class... Params, class... Args>
 std::string fault_of(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, Args... args) {
@@ -63,7 +64,7 @@ std::string fault_of(void (*kernel)(Params...), dim3 grid, dim3 block, size_t sh
   try {
     cuda::launch_kernel(kernel, grid, block, shared, nullptr, args...);
     const cudaError_t synced = cudaDeviceSynchronize();
-    if (synced != cudaSuccess) message = cudaGetErrorString(synced);
+    if (synced != cudaSuccess) message = std::string(cudaGetErrorName(synced)) + ": " + cudaGetErrorString(synced);
   } catch (const std::runtime_error& e) {
     message = e.what();
   }

@@ -52,6 +52,9 @@ class FakePlugin final : public CudaPlugin {
     throw std::runtime_error("fake CUDA plugin: no communicator");
   }
   bool interpreted() const override { return false; }
+  std::unique_ptr<Communicator> order_on_stream(std::unique_ptr<Communicator>, Backend&) const override {
+    throw std::runtime_error("fake CUDA plugin: no interpret mode");
+  }
 };
 
 }  // namespace

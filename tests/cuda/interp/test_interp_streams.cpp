@@ -1,0 +1,158 @@
+// Interpret mode's streams run behind the host, as a GPU's do (cuda/interp/runtime_queue.cpp):
+// work runs when the host waits for it, in the order across streams that is worst for a missing
+// wait; the legacy stream's implicit order holds; the host's misuse of pinned memory while a copy
+// is in flight shows. Device memory is host memory here, so the tests look at it directly.
+#include <cuda_runtime.h>
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cuda/kernels/portable.cuh"
+
+namespace {
+
+using Catch::Matchers::Contains;
+using xtrain::cuda::launch_kernel;
+
+__global__ void add_one(float* x, int n) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) x[i] += 1.0f;
+}
+
+constexpr int kN = 64;
+
+struct Floats {
+  float* p = nullptr;
+  Floats() {
+    REQUIRE(cudaMalloc(&p, kN * sizeof(float)) == cudaSuccess);
+    REQUIRE(cudaMemset(p, 0, kN * sizeof(float)) == cudaSuccess);
+  }
+  ~Floats() { cudaFree(p); }
+};
+
+struct Stream {
+  cudaStream_t s = nullptr;
+  explicit Stream(unsigned flags) { REQUIRE(cudaStreamCreateWithFlags(&s, flags) == cudaSuccess); }
+  ~Stream() { cudaStreamDestroy(s); }
+};
+
+struct Event {
+  cudaEvent_t e = nullptr;
+  Event() { REQUIRE(cudaEventCreate(&e) == cudaSuccess); }
+  ~Event() { cudaEventDestroy(e); }
+};
+
+struct Pinned {
+  void* p = nullptr;
+  explicit Pinned(size_t bytes) { REQUIRE(cudaHostAlloc(&p, bytes, cudaHostAllocDefault) == cudaSuccess); }
+  ~Pinned() { cudaFreeHost(p); }
+  float* floats() const { return static_cast<float*>(p); }
+};
+
+}  // namespace
+
+TEST_CASE("interpret mode runs a stream's work when the host waits for it, as a GPU runs behind its host",
+          "[interp][streams]") {
+  Floats x;
+  Stream s(cudaStreamNonBlocking);
+  Event done;
+  launch_kernel(add_one, 2, 32, 0, s.s, x.p, kN);
+  REQUIRE(cudaEventRecord(done.e, s.s) == cudaSuccess);
+  CHECK(x.p[0] == 0.0f);  // issued, not run
+  CHECK(cudaStreamQuery(s.s) == cudaErrorNotReady);
+  CHECK(cudaEventQuery(done.e) == cudaErrorNotReady);
+  CHECK(x.p[0] == 0.0f);
+  // Asked again with nothing issued since, a query finishes the work, so polling loops end.
+  CHECK(cudaEventQuery(done.e) == cudaSuccess);
+  CHECK(x.p[kN - 1] == 1.0f);
+  CHECK(cudaStreamQuery(s.s) == cudaSuccess);
+
+  launch_kernel(add_one, 2, 32, 0, s.s, x.p, kN);
+  std::vector<float> back(kN);
+  // A copy into pageable memory returns once it is done: the stream's earlier work ran first.
+  REQUIRE(cudaMemcpyAsync(back.data(), x.p, kN * sizeof(float), cudaMemcpyDeviceToHost, s.s) == cudaSuccess);
+  CHECK(back == std::vector<float>(kN, 2.0f));
+
+  launch_kernel(add_one, 2, 32, 0, s.s, x.p, kN);
+  REQUIRE(cudaEventRecord(done.e, s.s) == cudaSuccess);
+  REQUIRE(cudaEventSynchronize(done.e) == cudaSuccess);
+  CHECK(x.p[0] == 3.0f);
+}
+
+TEST_CASE("interpret mode runs a stream that skips its wait for another's event before that stream's work",
+          "[interp][streams]") {
+  const bool waits = GENERATE(false, true);
+  Floats x, y;
+  Stream producer(cudaStreamNonBlocking), consumer(cudaStreamNonBlocking);
+  Event written;
+  launch_kernel(add_one, 2, 32, 0, producer.s, x.p, kN);
+  REQUIRE(cudaEventRecord(written.e, producer.s) == cudaSuccess);
+  if (waits) REQUIRE(cudaStreamWaitEvent(consumer.s, written.e, 0) == cudaSuccess);
+  REQUIRE(cudaMemcpyAsync(y.p, x.p, kN * sizeof(float), cudaMemcpyDeviceToDevice, consumer.s) == cudaSuccess);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  INFO((waits ? "with the wait" : "without the wait"));
+  CHECK(x.p[0] == 1.0f);
+  // Without the wait the copy ran before the kernel (issued last, run first): the bug shows.
+  CHECK(y.p[0] == (waits ? 1.0f : 0.0f));
+}
+
+TEST_CASE("interpret mode orders the legacy stream after blocking streams' work, and non-blocking ones not at all",
+          "[interp][streams]") {
+  const unsigned flags = GENERATE(unsigned{cudaStreamDefault}, unsigned{cudaStreamNonBlocking});
+  Floats x, y;
+  Stream s(flags);
+  launch_kernel(add_one, 2, 32, 0, s.s, x.p, kN);
+  REQUIRE(cudaMemcpyAsync(y.p, x.p, kN * sizeof(float), cudaMemcpyDeviceToDevice, nullptr) == cudaSuccess);
+  launch_kernel(add_one, 2, 32, 0, s.s, y.p, kN);  // a blocking stream's work waits for the legacy copy
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  const bool blocking = flags == cudaStreamDefault;
+  INFO((blocking ? "blocking stream" : "non-blocking stream"));
+  CHECK(x.p[0] == 1.0f);
+  // Blocking: kernel, copy, kernel in issue order. Non-blocking: the stream's second kernel was
+  // issued last and runs first, its first kernel next, the legacy copy last: y is x.
+  CHECK(y.p[0] == (blocking ? 2.0f : 1.0f));
+}
+
+TEST_CASE("interpret mode faults a copy whose pinned source the host changed before the copy ran",
+          "[interp][streams]") {
+  Floats x;
+  Stream s(cudaStreamNonBlocking);
+  Event copied;
+  Pinned staging(kN * sizeof(float));
+  for (int i = 0; i < kN; ++i) staging.floats()[i] = 7.0f;
+  REQUIRE(cudaMemcpyAsync(x.p, staging.p, kN * sizeof(float), cudaMemcpyHostToDevice, s.s) == cudaSuccess);
+  REQUIRE(cudaEventRecord(copied.e, s.s) == cudaSuccess);
+
+  SECTION("reused after the copy's event: fine") {
+    REQUIRE(cudaEventSynchronize(copied.e) == cudaSuccess);
+    staging.floats()[1] = 8.0f;
+    REQUIRE(cudaStreamSynchronize(s.s) == cudaSuccess);
+    CHECK(x.p[1] == 7.0f);
+  }
+  SECTION("reused before it: the copy faults, naming the byte") {
+    static_cast<unsigned char*>(staging.p)[5] = 0x12;  // a GPU would copy the new byte
+    const cudaError_t synced = cudaStreamSynchronize(s.s);
+    CHECK(synced == cudaErrorLaunchFailure);
+    CHECK_THAT(cudaGetErrorString(synced),
+               Contains("cudaMemcpyAsync: the host changed byte 5 of its 256-byte pinned source"));
+    cudaDeviceReset();  // so that the fault does not outlive the case; it freed x's memory
+    x.p = nullptr;
+  }
+}
+
+TEST_CASE("interpret mode fills a pinned download's destination with 0xFF until the copy runs", "[interp][streams]") {
+  Floats x;
+  Stream s(cudaStreamNonBlocking);
+  launch_kernel(add_one, 2, 32, 0, s.s, x.p, kN);
+  Pinned arrived(kN * sizeof(float));
+  std::memset(arrived.p, 0, kN * sizeof(float));
+  REQUIRE(cudaMemcpyAsync(arrived.p, x.p, kN * sizeof(float), cudaMemcpyDeviceToHost, s.s) == cudaSuccess);
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, arrived.floats() + 3, sizeof bits);
+  CHECK(bits == 0xFFFFFFFFu);  // a NaN: the host read without waiting
+  REQUIRE(cudaStreamSynchronize(s.s) == cudaSuccess);
+  CHECK(arrived.floats()[3] == 1.0f);
+}
