@@ -175,6 +175,11 @@ void launch(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shared_byt
   LaunchConfig config{name, kernel, grid, block, dynamic_shared_bytes};
   const int schedules = r.schedules;
   issue(stream, WorkItem{"kernel " + name, [config, body, schedules] { execute_under_schedules(config, *body, schedules); }});
+  // CUDA_LAUNCH_BLOCKING=1 makes launches synchronous, as CUDA's does, so that a fault shows at the
+  // launch that made it. Read at every launch (CUDA reads it once), which lets a test set it.
+  const char* blocking = std::getenv("CUDA_LAUNCH_BLOCKING");
+  CUstream_st* s = resolve(stream);
+  if (blocking != nullptr && std::string(blocking) == "1" && !s->capturing) finish_stream(s);
 }
 
 }  // namespace xtrain::interp

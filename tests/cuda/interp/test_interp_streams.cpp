@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -21,6 +22,8 @@ __global__ void add_one(float* x, int n) {
   const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (i < n) x[i] += 1.0f;
 }
+
+__global__ void write_past_the_end(float* x, int n) { x[n + static_cast<int>(threadIdx.x)] = 1.0f; }
 
 constexpr int kN = 64;
 
@@ -80,6 +83,30 @@ TEST_CASE("interpret mode runs a stream's work when the host waits for it, as a 
   REQUIRE(cudaEventRecord(done.e, s.s) == cudaSuccess);
   REQUIRE(cudaEventSynchronize(done.e) == cudaSuccess);
   CHECK(x.p[0] == 3.0f);
+}
+
+TEST_CASE("with CUDA_LAUNCH_BLOCKING=1 interpret mode runs a kernel before its launch returns, as CUDA does",
+          "[interp][streams]") {
+  Floats x;
+  Stream s(cudaStreamNonBlocking);
+  ::setenv("CUDA_LAUNCH_BLOCKING", "1", 1);
+  launch_kernel(add_one, 2, 32, 0, s.s, x.p, kN);
+  ::unsetenv("CUDA_LAUNCH_BLOCKING");
+  CHECK(x.p[0] == 1.0f);
+  CHECK(cudaStreamQuery(s.s) == cudaSuccess);
+  launch_kernel(add_one, 2, 32, 0, s.s, x.p, kN);
+  CHECK(x.p[0] == 1.0f);  // without it, behind the host again
+  REQUIRE(cudaStreamSynchronize(s.s) == cudaSuccess);
+  CHECK(x.p[0] == 2.0f);
+
+  // A fault is the launch check's, not a later wait's.
+  ::setenv("CUDA_LAUNCH_BLOCKING", "1", 1);
+  CHECK_THROWS_WITH(launch_kernel(write_past_the_end, 1, 1, 0, s.s, x.p, kN),
+                    Contains("cudaGetLastError()") && Contains("cudaErrorIllegalAddress") &&
+                        Contains("0 bytes past the end of an allocation"));
+  ::unsetenv("CUDA_LAUNCH_BLOCKING");
+  cudaDeviceReset();  // so that the fault does not outlive the case; it freed x's memory
+  x.p = nullptr;
 }
 
 TEST_CASE("interpret mode runs a stream that skips its wait for another's event before that stream's work",
