@@ -3,8 +3,8 @@
 // --mb MiB; then the checkpoint's write path (OutputFile: write, checksum on the way, fsync)
 // and the verification a resume makes (checksum_file: read back and checksum), on a file in
 // --dir, after one untimed write of the same size; then a checkpoint's model file written whole
-// (write_safetensors: its data digest, the write and its CRC-32C) and loaded back with its digest
-// verified. Prints a table. Usage: xtrain-bench-checksum [--mb N] [--dir DIR]
+// (write_safetensors: the data's CRC-32C for its header, the write and the file's CRC-32C) and
+// loaded back with the data's CRC-32C verified. Prints a table. Usage: xtrain-bench-checksum [--mb N] [--dir DIR]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -91,11 +91,11 @@ int main(int argc, char** argv) try {
   }
   t0 = Clock::now();
   const FileChecksum written = write_safetensors(path, tensors, {});
-  row("write_safetensors + fsync (digest, checksum)", seconds(t0));
+  row("write_safetensors + fsync (data and file CRC-32C, one pass)", seconds(t0));
   t0 = Clock::now();
   SafetensorsFile file(path);
   file.load();
-  row("load a safetensors file, digest verified", seconds(t0));
+  row("load a safetensors file, its data's CRC-32C verified", seconds(t0));
   if (checksum_file(path).crc32c != written.crc32c) throw std::runtime_error("write_safetensors' checksum differs");
   ::unlink(path.c_str());
   std::printf("(FNV-1a %s, CRC-32C %s)\n", fnv.c_str(), crc32c_hex(crc).c_str());

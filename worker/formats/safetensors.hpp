@@ -4,8 +4,10 @@
 //              "__metadata__": {"KEY": "VALUE", ...}}, padded with spaces so 8 + N is a multiple of 8]
 //   [the data section: each tensor's bytes at [BEGIN, END), row-major, little-endian, no gaps]
 // The writer writes F32; the reader reads F32, F16 and BF16 tensors as floats (every dtype's size
-// is known, so a file with integer buffers besides still parses). The writer adds "xtrain_digest" to the metadata, a 64-bit check of the data section that the
-// reader verifies when present, so a flipped bit fails loudly instead of training on.
+// is known, so a file with integer buffers besides still parses). The writer adds "xtrain_crc32c"
+// to the metadata, the data section's CRC-32C, which the reader verifies when present (and
+// "xtrain_digest", the 64-bit check of files written before it), so a flipped bit fails loudly
+// instead of training on.
 #pragma once
 
 #include <cstdint>
@@ -62,7 +64,7 @@ class SafetensorsFile {
   // The tensor `name`, which must exist, have exactly `shape` and a float dtype (F32, F16, BF16).
   const SafetensorsEntry& get(const std::string& name, const std::vector<std::int64_t>& shape) const;
 
-  // Maps the file and verifies the data's digest when the header has one.
+  // Maps the file and verifies the data's checksum (or an older file's digest) when the header has one.
   void load();
   // Tensor `name` (of exactly `shape`) as floats into `out`, in `memory`; needs load().
   void copy(const std::string& name, const std::vector<std::int64_t>& shape, float* out,

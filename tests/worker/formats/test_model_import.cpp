@@ -391,7 +391,7 @@ TEST_CASE("a bad safetensors file is refused with one line naming the file and t
   }
 }
 
-TEST_CASE("the header check passes a sound export and refuses one whose data's digest is wrong", "[import][errors]") {
+TEST_CASE("the header check passes a sound export and refuses one whose data's CRC-32C is wrong", "[import][errors]") {
   ScratchDir dir;
   const Weights w;
   export_hf_directory(dir / "hf", w.layout, w.params.data(), {}, std::nullopt, false);
@@ -400,7 +400,7 @@ TEST_CASE("the header check passes a sound export and refuses one whose data's d
   bytes[bytes.size() - 7] ^= 0x01;  // a bit of the last tensor's data: no header or size changes
   write_bytes(dir / "hf/model.safetensors", bytes);
   CHECK(error_message<FileError>([&] { check_model_headers(read_model_file_info(dir / "hf"), w.layout); })
-            .rfind(dir / "hf/model.safetensors" + ": corrupt: the data's digest is ", 0) == 0);
+            .rfind(dir / "hf/model.safetensors" + ": corrupt: the data's CRC-32C is ", 0) == 0);
 }
 
 TEST_CASE("16-bit floats: F16 and BF16 read exactly, bf16 written to nearest even", "[import]") {

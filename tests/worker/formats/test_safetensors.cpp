@@ -6,6 +6,7 @@
 
 #include "tests/worker/test_files.hpp"
 #include "tests/worker/piecewise_memory.hpp"
+#include "worker/formats/crc32c.hpp"
 #include "worker/formats/safetensors.hpp"
 
 using namespace xtrain;
@@ -21,6 +22,21 @@ void write_raw_safetensors(const std::string& path, const std::string& header, s
   std::string bytes(8, '\0');
   for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(header.size() >> (8 * i));
   write_bytes(path, bytes + header + std::string(data_bytes, '\0'));
+}
+
+// The check that files written before the CRC-32C carry ("xtrain_digest"), written out here from
+// its definition: over the data's little-endian 32-bit words, h = (h ^ w) * 0x9e3779b97f4a7c15
+// from FNV's offset basis, then h ^ (h >> 31) as 16 hex digits.
+std::string legacy_digest(const std::string& data) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (size_t i = 0; i + 4 <= data.size(); i += 4) {
+    std::uint32_t w = 0;
+    for (int b = 0; b < 4; ++b) w |= static_cast<std::uint32_t>(static_cast<unsigned char>(data[i + b])) << (8 * b);
+    h = (h ^ w) * 0x9e3779b97f4a7c15ULL;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h ^ (h >> 31)));
+  return hex;
 }
 
 }  // namespace
@@ -45,6 +61,8 @@ TEST_CASE("safetensors round-trips tensors and metadata in the documented layout
   CHECK(header["b.weight"]["data_offsets"] == nlohmann::json({24, 44}));
   CHECK(header["__metadata__"]["note"] == "hello");
   CHECK(std::memcmp(bytes.data() + 8 + n, a.data(), 24) == 0);
+  const std::string data = bytes.substr(8 + n);
+  CHECK(header["__metadata__"]["xtrain_crc32c"] == crc32c_hex(crc32c(data.data(), data.size())));
 
   SafetensorsFile file(dir / "t.safetensors");
   CHECK(file.metadata().at("format") == "pt");
@@ -74,7 +92,7 @@ TEST_CASE("a transposed tensor is written as its transpose, block by block, arou
                      {"after", {1}, after.data()}},
                     {});
   SafetensorsFile file(dir / "t.safetensors");
-  file.load();  // verifies the digest, computed over the same blocks
+  file.load();  // verifies the CRC-32C, computed over the same blocks
   std::vector<float> w(source.size()), b(2), a(1);
   file.copy("w", {kRows, kCols}, w.data());
   file.copy("before", {2}, b.data());
@@ -103,11 +121,11 @@ TEST_CASE("tensors in memory the host cannot address are written a piece at a ti
   test::PiecewiseMemory device(1000);
   const FileChecksum device_sum = write_safetensors(dir / "device.safetensors", tensors, {{"k", "v"}}, device.access());
   CHECK(read_bytes(dir / "device.safetensors") == read_bytes(dir / "host.safetensors"));
-  // The checksum returned is the file's as it ends up, its header rewritten with the digest.
+  // The checksum returned is the file's as it ends up, its header rewritten with the data's CRC-32C.
   const FileChecksum on_disk = checksum_file(dir / "device.safetensors");
   CHECK((device_sum.bytes == on_disk.bytes && device_sum.crc32c == on_disk.crc32c));
   CHECK((host_sum.bytes == on_disk.bytes && host_sum.crc32c == on_disk.crc32c));
-  // Once over the data (the digest is taken as it is written): the plain tensor in pieces of at
+  // Once over the data (their CRC-32C is taken as they are written): the plain tensor in pieces of at
   // most 1000, the transposed one whole (its rows in the file are columns in memory).
   CHECK(device.views == std::vector<size_t>{1000, 1000, 500, 60000, 1});
 
@@ -176,7 +194,7 @@ TEST_CASE("the safetensors reader rejects damaged files, naming the file and the
     write_bytes(path, bytes);
     SafetensorsFile f(path);  // the header is still fine
     const std::string error = error_message<FileError>([&] { f.load(); });
-    CHECK(error.rfind(path + ": corrupt: the data's digest is ", 0) == 0);
+    CHECK(error.rfind(path + ": corrupt: the data's CRC-32C is ", 0) == 0);
   }
   SECTION("a missing tensor or a wrong shape") {
     const std::vector<float> a = {1, 2, 3, 4};
@@ -188,7 +206,7 @@ TEST_CASE("the safetensors reader rejects damaged files, naming the file and the
   }
 }
 
-TEST_CASE("tensors stored as BF16: rounded as PyTorch rounds, odd lengths, transposed, in pieces, digest checked",
+TEST_CASE("tensors stored as BF16: rounded as PyTorch rounds, odd lengths, transposed, in pieces, CRC-32C checked",
           "[safetensors]") {
   ScratchDir dir;
   std::vector<float> odd(2501), square(7 * 5);  // odd: 5002 bytes, a word split across tensors
@@ -200,12 +218,12 @@ TEST_CASE("tensors stored as BF16: rounded as PyTorch rounds, odd lengths, trans
                                                   {"f32", {}, &one},
                                                   {"one", {}, &one, false, StoredAs::kBF16}};
   write_safetensors(dir / "host.safetensors", tensors, {});
-  test::PiecewiseMemory device(333);  // pieces of odd byte counts once rounded: the digest's words span them
+  test::PiecewiseMemory device(333);  // pieces of odd byte counts once rounded: the CRC runs across them
   write_safetensors(dir / "device.safetensors", tensors, {}, device.access());
   CHECK(read_bytes(dir / "device.safetensors") == read_bytes(dir / "host.safetensors"));
 
   SafetensorsFile file(dir / "device.safetensors");
-  CHECK_NOTHROW(file.load());  // the digest over the BF16 data, whole, agrees with the writer's
+  CHECK_NOTHROW(file.load());  // the CRC-32C of the BF16 data, whole, agrees with the writer's
   CHECK(file.get("odd", {2501}).dtype == "BF16");
   CHECK(file.get("w", {5, 7}).dtype == "BF16");
   CHECK(file.get("one", {}).dtype == "BF16");
@@ -222,4 +240,43 @@ TEST_CASE("tensors stored as BF16: rounded as PyTorch rounds, odd lengths, trans
   float tie = 0.0f;
   file.copy("one", {}, &tie);
   CHECK(tie == 1.0f);
+}
+
+TEST_CASE("a file written before the CRC-32C is verified by its digest, and a new file drops a copied one",
+          "[safetensors]") {
+  ScratchDir dir;
+  const std::string path = dir / "old.safetensors";
+  const std::vector<float> values = {1.5f, -2.0f, 1e-3f, 7.0f, 123.25f};  // 20 bytes: five whole words
+  std::string data(values.size() * sizeof(float), '\0');
+  std::memcpy(data.data(), values.data(), data.size());
+  const auto write_old = [&](const std::string& stored) {
+    const nlohmann::json header = {{"v", {{"dtype", "F32"}, {"shape", {5}}, {"data_offsets", {0, 20}}}},
+                                   {"__metadata__", {{"xtrain_digest", legacy_digest(data)}}}};
+    std::string text = header.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(text.size() >> (8 * i));
+    write_bytes(path, bytes + text + stored);
+  };
+  write_old(data);
+  SafetensorsFile sound(path);
+  CHECK_NOTHROW(sound.load());
+  std::vector<float> back(5);
+  sound.copy("v", {5}, back.data());
+  CHECK(back == values);
+
+  std::string damaged = data;
+  damaged[6] ^= 0x04;
+  write_old(damaged);
+  SafetensorsFile bad(path);
+  CHECK(error_message<FileError>([&] { bad.load(); }).rfind(path + ": corrupt: the data's digest is ", 0) == 0);
+
+  // Rewriting an old file with its metadata: the new file carries its own CRC-32C, not the old digest.
+  write_old(data);
+  SafetensorsFile old(path);
+  write_safetensors(dir / "new.safetensors", {{"v", {5}, values.data()}}, old.metadata());
+  SafetensorsFile rewritten(dir / "new.safetensors");
+  CHECK(rewritten.metadata().count("xtrain_digest") == 0);
+  CHECK(rewritten.metadata().at("xtrain_crc32c") == crc32c_hex(crc32c(data.data(), data.size())));
+  CHECK_NOTHROW(rewritten.load());
 }

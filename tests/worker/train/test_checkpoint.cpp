@@ -462,7 +462,7 @@ TEST_CASE("a mismatched or damaged checkpoint is refused with one line and loads
     std::string bytes = read_bytes(dir + "/model.safetensors");
     bytes[bytes.size() - 5] ^= 0x01;
     write_bytes(dir + "/model.safetensors", bytes);
-    expected = "checkpoint " + dir + ": model.safetensors: corrupt: the data's digest is ";
+    expected = "checkpoint " + dir + ": model.safetensors: corrupt: the data's CRC-32C is ";
   }
   SECTION("a damaged state.json") {
     write_bytes(dir + "/state.json", "{\"format\": \"xtrain-checkpoint\", \"format_ver");
