@@ -1,10 +1,13 @@
 // Interpret mode's CUDA runtime: when issued work runs. A GPU runs a stream's work after the host
 // has issued it, while the host goes on; work on different streams runs in any order their
 // events allow. So here work waits in its stream's queue until the host waits for it, and then
-// runs in the order that is worst for a missing wait: of the streams whose next work may run, the
-// one whose next work was issued last goes first. Two kinds of host bug then show up on the CPU
-// as they would on a GPU, instead of passing because everything ran at once:
+// runs as little and in the order that is worst for a missing wait: a wait for a stream or an
+// event runs only that work and what it waits for; a wait for the whole device runs everything,
+// and of the streams whose next work may run, the one whose next work was issued last goes first.
+// Three kinds of host bug then show up on the CPU as they would on a GPU, instead of passing
+// because everything ran at once:
 //   - a stream that uses another's result without waiting for its event (it runs before it);
+//   - the host reading what one stream wrote after waiting for another (it has not run);
 //   - the host touching pinned memory that a copy in flight still uses: an upload's source that
 //     the host changes before the copy runs is a fault naming the byte (a GPU would copy the new
 //     bytes), and a download's destination holds 0xFF bytes (NaN in fp32 and bf16) until the
@@ -87,42 +90,62 @@ void push_implicit_waits(CUstream_st* s) {
   }
 }
 
-// Runs one piece of pending work (there must be some). The next work of every stream is a
-// candidate if what it waits for has run; the one issued last goes first. The oldest pending work
-// is always a candidate (what it waits for was issued before it), so this never deadlocks.
-void run_next() {
-  CUstream_st* chosen = nullptr;
-  for (CUstream_st* s : all_streams()) {
-    if (s->pending.empty() || !done(s->pending.front().after)) continue;
-    if (chosen == nullptr || s->pending.front().seq > chosen->pending.front().seq) chosen = s;
-  }
-  PendingWork next = std::move(chosen->pending.front());
-  chosen->pending.pop_front();
+void run_head(CUstream_st* s) {
+  PendingWork next = std::move(s->pending.front());
+  s->pending.pop_front();
   rt().pending.erase(next.seq);
   if (next.work.run && run_now(next.work) != cudaSuccess) drop_pending_work();
+}
+
+// The stream whose queue holds pending work `seq`.
+CUstream_st* stream_holding(std::uint64_t seq) {
+  for (CUstream_st* s : all_streams()) {
+    const auto at = std::lower_bound(s->pending.begin(), s->pending.end(), seq,
+                                     [](const PendingWork& w, std::uint64_t x) { return w.seq < x; });
+    if (at != s->pending.end() && at->seq == seq) return s;
+  }
+  throw std::logic_error("interpret mode: pending work " + std::to_string(seq) + " is in no stream");
+}
+
+// Runs pending work until `seq` has run, and only what it needs: its stream's earlier work and
+// what that waits for, so that a host waiting for one stream does not get another's for free.
+void run_through(std::uint64_t seq) {
+  while (!done(seq)) {
+    CUstream_st* at = stream_holding(seq);
+    while (!done(at->pending.front().after)) at = stream_holding(at->pending.front().after);
+    run_head(at);
+  }
 }
 
 }  // namespace
 
 bool done(std::uint64_t seq) { return seq == 0 || rt().pending.count(seq) == 0; }
 
-void finish_until(const std::function<bool()>& finished) {
-  while (!finished() && !rt().pending.empty()) run_next();
-}
+void finish_through(std::uint64_t seq) { run_through(seq); }
 void finish_stream(CUstream_st* s) {
-  finish_until([s] { return s->pending.empty(); });
+  if (!s->pending.empty()) run_through(s->pending.back().seq);
 }
+// The next work of every stream is a candidate if what it waits for has run; the one issued last
+// goes first. The oldest pending work is always a candidate (what it waits for was issued before
+// it), so this never deadlocks.
 void finish_all() {
-  finish_until([] { return false; });
+  while (!rt().pending.empty()) {
+    CUstream_st* chosen = nullptr;
+    for (CUstream_st* s : all_streams()) {
+      if (s->pending.empty() || !done(s->pending.front().after)) continue;
+      if (chosen == nullptr || s->pending.front().seq > chosen->pending.front().seq) chosen = s;
+    }
+    run_head(chosen);
+  }
 }
 
-bool still_busy(const void* target, const std::function<bool()>& finished) {
-  if (finished()) return false;
+bool still_busy(const void* target, std::uint64_t last) {
+  if (done(last)) return false;
   if (rt().polled != target) {
     rt().polled = target;
     return true;
   }
-  finish_until(finished);
+  run_through(last);
   return false;
 }
 

@@ -118,14 +118,15 @@ cudaError_t issue(cudaStream_t stream, WorkItem item, std::uint64_t after = 0, s
 bool known_stream(cudaStream_t s);
 // Whether the work numbered `seq` has run (0: nothing to run).
 bool done(std::uint64_t seq);
-// Host waits: run pending work until the condition holds. A fault while running drops the rest
-// of the work (the sticky error says what happened).
-void finish_until(const std::function<bool()>& finished);
+// Host waits: run pending work through work `seq`, through a stream's last, or all of it; only
+// what the wait needs, except for all. A fault while running drops the rest of the work (the
+// sticky error says what happened).
+void finish_through(std::uint64_t seq);
 void finish_stream(CUstream_st* s);
 void finish_all();
-// A query of `target` (a stream or event): true ("not ready") while `finished` does not hold,
-// unless the same target was asked last with no work issued since: then it is finished first.
-bool still_busy(const void* target, const std::function<bool()>& finished);
+// A query of `target` (a stream or event) whose last work is `last`: true ("not ready") while it
+// is pending, unless the same target was asked last with no work issued since: then it is run first.
+bool still_busy(const void* target, std::uint64_t last);
 // cudaDeviceReset: the pending work is forgotten, as the device's is.
 void drop_pending_work();
 // Whether [p, p + bytes) lies in one pinned host allocation.

@@ -55,7 +55,8 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
     s->invalidated = true;
     return refuse(cudaErrorStreamCaptureUnsupported, "cudaStreamQuery of a stream being captured");
   }
-  if (xtrain::interp::still_busy(s, [s] { return s->pending.empty(); }) && rt().sticky == cudaSuccess) {
+  const std::uint64_t last = s->pending.empty() ? 0 : s->pending.back().seq;
+  if (xtrain::interp::still_busy(s, last) && rt().sticky == cudaSuccess) {
     return cudaErrorNotReady;
   }
   if (rt().sticky == cudaSuccess) ++rt().waits.stream_query_done;
@@ -147,7 +148,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   const cudaError_t e = event_state(event, "cudaEventSynchronize");
   if (e == cudaErrorStreamCaptureUnsupported) return e;
   ++rt().waits.event_synchronize;
-  xtrain::interp::finish_until([event] { return reached(event); });
+  if (event->record != nullptr) xtrain::interp::finish_through(event->record->seq);
   return rt().sticky;
 }
 // Not ready while the work before the record is pending (runtime_queue.cpp's rule for queries).
@@ -155,7 +156,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   std::lock_guard lock(rt().mutex);
   const cudaError_t e = event_state(event, "cudaEventQuery");
   if (e != cudaSuccess) return e;
-  if (xtrain::interp::still_busy(event, [event] { return reached(event); })) return cudaErrorNotReady;
+  if (event->record != nullptr && xtrain::interp::still_busy(event, event->record->seq)) return cudaErrorNotReady;
   return rt().sticky;
 }
 // Host time between the two records' runs: the CPU's time for the work run between them.

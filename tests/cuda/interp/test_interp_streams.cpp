@@ -126,6 +126,27 @@ TEST_CASE("interpret mode runs a stream that skips its wait for another's event 
   CHECK(y.p[0] == (waits ? 1.0f : 0.0f));
 }
 
+TEST_CASE("interpret mode's wait for one stream runs that stream's work and what it waits for, nothing else",
+          "[interp][streams]") {
+  Floats x, y;
+  Stream a(cudaStreamNonBlocking), b(cudaStreamNonBlocking);
+  Event a_done;
+  launch_kernel(add_one, 2, 32, 0, a.s, x.p, kN);
+  launch_kernel(add_one, 2, 32, 0, b.s, y.p, kN);
+  REQUIRE(cudaStreamSynchronize(b.s) == cudaSuccess);
+  CHECK(y.p[0] == 1.0f);
+  CHECK(x.p[0] == 0.0f);  // a host reading x now has waited for the wrong stream
+  REQUIRE(cudaEventRecord(a_done.e, a.s) == cudaSuccess);
+  launch_kernel(add_one, 2, 32, 0, a.s, x.p, kN);  // after the event: not needed for it
+  REQUIRE(cudaStreamWaitEvent(b.s, a_done.e, 0) == cudaSuccess);
+  launch_kernel(add_one, 2, 32, 0, b.s, y.p, kN);
+  REQUIRE(cudaStreamSynchronize(b.s) == cudaSuccess);
+  CHECK(x.p[0] == 1.0f);  // b waited for a's event: a's work before it ran
+  CHECK(y.p[0] == 2.0f);
+  REQUIRE(cudaStreamSynchronize(a.s) == cudaSuccess);
+  CHECK(x.p[0] == 2.0f);
+}
+
 TEST_CASE("interpret mode orders the legacy stream after blocking streams' work, and non-blocking ones not at all",
           "[interp][streams]") {
   const unsigned flags = GENERATE(unsigned{cudaStreamDefault}, unsigned{cudaStreamNonBlocking});
