@@ -162,7 +162,9 @@ cudaError_t issue(cudaStream_t stream, WorkItem item, std::uint64_t after, std::
   if (r.sticky != cudaSuccess) return r.sticky;
   CUstream_st* s = resolve(stream);
   if (s->capturing) {
-    if (s->invalidated) return refuse(cudaErrorStreamCaptureInvalidated, "the capture was invalidated by an earlier call");
+    if (s->invalidated) {
+      return refuse(cudaErrorStreamCaptureInvalidated, "the capture was invalidated by an earlier call");
+    }
     s->recorded.push_back(std::move(item));
     return cudaSuccess;
   }

@@ -126,7 +126,8 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (event->captured_in != nullptr) return rt().sticky;
   auto record = std::make_shared<EventRecord>();
   const auto reach = [record] { record->reached = std::chrono::steady_clock::now(); };
-  if (const cudaError_t e = xtrain::interp::issue(stream, WorkItem{"cudaEventRecord", reach}, 0, &record->seq)) return e;
+  const cudaError_t e = xtrain::interp::issue(stream, WorkItem{"cudaEventRecord", reach}, 0, &record->seq);
+  if (e != cudaSuccess) return e;
   event->record = std::move(record);
   return rt().sticky;
 }

@@ -39,24 +39,35 @@ class TrainingJob {
 
   std::filesystem::path run_dir(const std::string& run) const { return dir_ / "runs" / run; }
 
-  // xlaunch on `nproc` ranks with the spec changed by `edit`, which must succeed (its output is
-  // shown if not).
-  void launch(const std::string& run, int nproc, const std::function<void(nlohmann::json&)>& edit) {
+  struct Outcome {
+    int exit_code = -1;  // -1: xlaunch did not exit (a signal)
+    std::string output;  // its console
+  };
+
+  // xlaunch on `nproc` ranks with the spec changed by `edit`, and `env` ("NAME=VALUE ...", for
+  // the shell) in its environment; how it ended.
+  Outcome run_xlaunch(const std::string& run, int nproc, const std::function<void(nlohmann::json&)>& edit,
+                      const std::string& env = "") {
     nlohmann::json spec = spec_;
     edit(spec);
     const std::filesystem::path spec_path = dir_ / (run + ".json");
     std::ofstream(spec_path) << spec.dump(2);
     const std::filesystem::path out = dir_ / (run + ".out");
-    const std::string cmd = "timeout -k 10 600 '" + bin_path("xlaunch") + "' '" + spec_path.string() + "' --run-dir '" +
-                            run_dir(run).string() + "' --nproc-per-node " + std::to_string(nproc) + " --tee rank0 > '" +
-                            out.string() + "' 2>&1";
+    const std::string cmd = env + " timeout -k 10 600 '" + bin_path("xlaunch") + "' '" + spec_path.string() +
+                            "' --run-dir '" + run_dir(run).string() + "' --nproc-per-node " + std::to_string(nproc) +
+                            " --tee rank0 > '" + out.string() + "' 2>&1";
     const int status = std::system(cmd.c_str());
     std::ifstream in(out);
     std::stringstream log;
     log << in.rdbuf();
-    INFO("xlaunch output (run " << run << "):\n" << log.str());
-    REQUIRE(WIFEXITED(status));
-    REQUIRE(WEXITSTATUS(status) == 0);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, log.str()};
+  }
+
+  // run_xlaunch, which must succeed (its output is shown if not).
+  void launch(const std::string& run, int nproc, const std::function<void(nlohmann::json&)>& edit) {
+    const Outcome o = run_xlaunch(run, nproc, edit);
+    INFO("xlaunch output (run " << run << "):\n" << o.output);
+    REQUIRE(o.exit_code == 0);
   }
 
   std::map<long, double> losses(const std::string& run) const { return read_losses(run_dir(run)); }

@@ -298,7 +298,8 @@ long total(const nlohmann::json& w) {
 // first step's recording, the final checkpoint and the exit are the same in both runs. Expected,
 // on any number of ranks: the loss's download (which ends the rank's busy time), then one download
 // of the step's all-reduced scalars with the gradient norm's sum of squares beside them: 2 (Gloo's
-// collectives run on the stream, as NCCL's would: no wait of their own). One more wait anywhere in a step fails it.
+// collectives run on the stream, as NCCL's would: no wait of their own). One more wait anywhere in
+// a step fails it.
 TEST_CASE("a training step waits for the device only where it must: twice, on one rank and on two",
           "[interp_training][host_waits]") {
   const nlohmann::json spec = {

@@ -1,15 +1,19 @@
 // Interpret mode's ranks reduce with a host communicator (Gloo) run in the stream's order
 // (cuda/interp/stream_ordered_communicator.cpp), as NCCL's collectives run on a GPU. A stand-in
-// host communicator records what each collective saw, so the order is checked on one process.
+// host communicator records what each collective saw, so the order is checked on one process;
+// then two ranks through the real xlaunch, one of them killed, for how a lost peer is reported.
 #include <cuda_runtime.h>
 
 #include <catch2/catch.hpp>
+#include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "cuda/cuda_api.hpp"
 #include "cuda/cuda_backend.hpp"
+#include "tests/cuda/training_job.hpp"
 #include "worker/comm/communicator.hpp"
 
 namespace {
@@ -65,7 +69,7 @@ TEST_CASE("interpret mode's collectives run in the stream's order, and a lost pe
   CHECK(seen_by.seen[0] == ones);  // after the upload that wrote it
   CHECK(back == std::vector<float>(n, 0.5f));  // and before the download issued after it
   CHECK(observed == std::vector<int>{3, -1});
-  CHECK(seen_by.starts == 0);  // Gloo's own thread is not used: the stream orders the buckets
+  CHECK(seen_by.starts == 0);  // the host communicator's queue of buckets is not used: the stream orders them
 
   gpu.upload(grads, threes.data(), n);
   comm->broadcast(grads, n, 0);  // blocking: done, after the upload, when it returns
@@ -83,4 +87,28 @@ TEST_CASE("interpret mode's collectives run in the stream's order, and a lost pe
   owned.reset();
   cudaDeviceReset();
   cudaGetLastError();
+}
+
+TEST_CASE("an interpreted rank's lost peer is reported as on CPU ranks: the rank that died is the cause",
+          "[interp_training]") {
+  const nlohmann::json spec = {
+      {"name", "lost-peer"},
+      {"device", "cuda"},
+      {"launcher", {{"term_timeout_s", 5}, {"timeout_s", 600}}},
+      {"nodes", {{"rdzv_timeout_s", 60}}},
+      {"model", {{"n_layer", 1}, {"n_head", 2}, {"n_embd", 32}, {"seq_len", 16}, {"vocab_size", 256}}},
+      {"train", {{"steps", 20}, {"batch_size", 4}, {"micro_batch_size", 2}, {"precision", "bf16"}}},
+      {"checkpoint", {{"every", 0}, {"resume", "never"}}},
+  };
+  xtrain::test::TrainingJob job("lost-peer", spec, 400, [](int i) { return "line " + std::to_string(i % 31); });
+  // Rank 1 closes its connections at step 5 and exits 3 a second later, while rank 0's stream
+  // runs a gradient all-reduce that waits for it.
+  const auto o = job.run_xlaunch("run", 2, [](nlohmann::json&) {}, "XTRAIN_FAULT_EXIT=1:5:3:1");
+  INFO(o.output);
+  CHECK(o.exit_code == 3);
+  std::ifstream in(job.run_dir("run") / "summary.json");
+  const nlohmann::json summary = nlohmann::json::parse(in);
+  CHECK(summary.at("root_cause").at("rank") == 1);
+  CHECK(summary.at("ranks").at(0).at("result").at("failure_kind") == "peer_lost");
+  CHECK(summary.at("ranks").at(1).at("result").at("failure_kind") == "primary");
 }
