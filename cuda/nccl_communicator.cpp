@@ -255,7 +255,7 @@ void NcclCommunicator::barrier() {
   all_reduce_average(&token, 1);  // returns once every rank has contributed
 }
 
-// The entry point of cuda/cuda_api.hpp; interpret mode, which has no NCCL, has its own.
+// The entry point of cuda/cuda_api.hpp (interpret mode's NCCL is a world of one: cuda/interp/nccl.cpp).
 std::unique_ptr<Communicator> make_nccl_communicator(const WorkerEnv& env, Backend& backend, double init_timeout_s) {
   // A missing or malformed id is reported before anything else (a world of one without an id
   // gets a fresh one in the communicator: asking for it here would start a second bootstrap).
@@ -266,10 +266,6 @@ std::unique_ptr<Communicator> make_nccl_communicator(const WorkerEnv& env, Backe
                                 "\" (use backend gloo for CPU ranks)");
   }
   return std::make_unique<NcclCommunicator>(env, *cuda_backend, init_timeout_s);
-}
-
-std::unique_ptr<Communicator> order_on_stream(std::unique_ptr<Communicator>, Backend&) {
-  throw std::logic_error("a host communicator cannot reduce a GPU's memory: GPU ranks reduce with NCCL");
 }
 
 }  // namespace xtrain::cuda

@@ -1,8 +1,9 @@
 // Interpret mode (cuda/interp/): the CUDA runtime API the backend calls, executed on the CPU by
 // cuda/interp/runtime.cpp. Names, signatures, enum values and error codes are the real ones, so
 // the backend's host code compiles unchanged. Device memory is host memory inside a reserved
-// range (cuda/interp/device_memory.hpp); every stream runs its work when it is issued, in issue
-// order, except while it is being captured into a graph.
+// range (cuda/interp/device_memory.hpp); a stream's work runs when the host waits for it, as a
+// GPU runs behind its host (cuda/interp/runtime_queue.cpp), or is recorded while the stream is
+// captured into a graph.
 #pragma once
 
 #include <cstddef>
