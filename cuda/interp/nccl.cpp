@@ -108,10 +108,8 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   return ncclSuccess;
 }
 
-ncclResult_t ncclCommAbort(ncclComm_t comm) {
-  delete comm;
-  return ncclSuccess;
-}
+// Nothing of a world of one is ever in flight outside the streams: aborting is destroying.
+ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
 
 const char* ncclGetErrorString(ncclResult_t result) {
   switch (result) {

@@ -101,15 +101,18 @@ cudaError_t copy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
   if (const cudaError_t e = check_copy(dst, src, bytes, kind)) return e;
   CUstream_st* s = resolve(stream);
   const bool host_dst = !in_device_space(dst), host_src = !in_device_space(src);
-  if (bytes == 0 || s->capturing || (!host_dst && !host_src)) {
-    return enqueue(stream, "cudaMemcpyAsync", [dst, src, bytes] { std::memmove(dst, src, bytes); });
-  }
-  if ((!host_dst || is_pinned_range(dst, bytes)) && (!host_src || is_pinned_range(src, bytes))) {
-    return issue_pinned_copy(s, dst, src, bytes);
-  }
+  const bool pinned = (!host_dst || is_pinned_range(dst, bytes)) && (!host_src || is_pinned_range(src, bytes));
+  if (bytes != 0 && !s->capturing && (host_dst || host_src) && pinned) return issue_pinned_copy(s, dst, src, bytes);
   const cudaError_t e = enqueue(stream, "cudaMemcpyAsync", [dst, src, bytes] { std::memmove(dst, src, bytes); });
-  if (e == cudaSuccess) finish_stream(s);
-  return e != cudaSuccess ? e : rt().sticky;
+  if (e != cudaSuccess || bytes == 0 || pinned || s->capturing) return e;
+  finish_stream(s);  // pageable
+  return rt().sticky;
+}
+// cudaMemcpy and cudaMemset, once their work is issued on the legacy stream: a host wait for it.
+cudaError_t finish_blocking_call() {
+  ++rt().waits.blocking_copy;
+  finish_stream(&rt().legacy);
+  return rt().sticky;
 }
 }  // namespace
 }  // namespace xtrain::interp
@@ -154,10 +157,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
   std::lock_guard lock(rt().mutex);
   if (const cudaError_t e = xtrain::interp::refuse_if_capturing("cudaMemcpy")) return e;
   const cudaError_t e = xtrain::interp::copy_async(dst, src, bytes, kind, nullptr);
-  if (e != cudaSuccess) return e;
-  ++rt().waits.blocking_copy;
-  xtrain::interp::finish_stream(&rt().legacy);
-  return rt().sticky;
+  return e != cudaSuccess ? e : xtrain::interp::finish_blocking_call();
 }
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
   std::lock_guard lock(rt().mutex);
@@ -170,8 +170,5 @@ cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
   std::lock_guard lock(rt().mutex);
   if (const cudaError_t e = xtrain::interp::refuse_if_capturing("cudaMemset")) return e;
   const cudaError_t e = cudaMemsetAsync(ptr, value, bytes, nullptr);
-  if (e != cudaSuccess) return e;
-  ++rt().waits.blocking_copy;
-  xtrain::interp::finish_stream(&rt().legacy);
-  return rt().sticky;
+  return e != cudaSuccess ? e : xtrain::interp::finish_blocking_call();
 }

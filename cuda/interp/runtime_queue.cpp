@@ -71,7 +71,6 @@ std::uint64_t push(CUstream_st* s, WorkItem work, std::uint64_t after) {
   Runtime& r = rt();
   const std::uint64_t seq = r.next_seq++;
   s->pending.push_back(PendingWork{seq, after, std::move(work)});
-  r.pending.insert(seq);
   r.polled = nullptr;
   return seq;
 }
@@ -93,48 +92,45 @@ void push_implicit_waits(CUstream_st* s) {
 void run_head(CUstream_st* s) {
   PendingWork next = std::move(s->pending.front());
   s->pending.pop_front();
-  rt().pending.erase(next.seq);
   if (next.work.run && run_now(next.work) != cudaSuccess) drop_pending_work();
 }
 
-// The stream whose queue holds pending work `seq`.
+// The stream whose queue holds pending work `seq` (queues are in seq order); nullptr once it has run.
 CUstream_st* stream_holding(std::uint64_t seq) {
   for (CUstream_st* s : all_streams()) {
     const auto at = std::lower_bound(s->pending.begin(), s->pending.end(), seq,
                                      [](const PendingWork& w, std::uint64_t x) { return w.seq < x; });
     if (at != s->pending.end() && at->seq == seq) return s;
   }
-  throw std::logic_error("interpret mode: pending work " + std::to_string(seq) + " is in no stream");
-}
-
-// Runs pending work until `seq` has run, and only what it needs: its stream's earlier work and
-// what that waits for, so that a host waiting for one stream does not get another's for free.
-void run_through(std::uint64_t seq) {
-  while (!done(seq)) {
-    CUstream_st* at = stream_holding(seq);
-    while (!done(at->pending.front().after)) at = stream_holding(at->pending.front().after);
-    run_head(at);
-  }
+  return nullptr;
 }
 
 }  // namespace
 
-bool done(std::uint64_t seq) { return seq == 0 || rt().pending.count(seq) == 0; }
+bool done(std::uint64_t seq) { return seq == 0 || stream_holding(seq) == nullptr; }
 
-void finish_through(std::uint64_t seq) { run_through(seq); }
+// Only what `seq` needs: its stream's earlier work and what that waits for, so that a host
+// waiting for one stream does not get another's for free.
+void finish_through(std::uint64_t seq) {
+  while (CUstream_st* at = stream_holding(seq)) {
+    while (CUstream_st* before = stream_holding(at->pending.front().after)) at = before;
+    run_head(at);
+  }
+}
 void finish_stream(CUstream_st* s) {
-  if (!s->pending.empty()) run_through(s->pending.back().seq);
+  if (!s->pending.empty()) finish_through(s->pending.back().seq);
 }
 // The next work of every stream is a candidate if what it waits for has run; the one issued last
 // goes first. The oldest pending work is always a candidate (what it waits for was issued before
 // it), so this never deadlocks.
 void finish_all() {
-  while (!rt().pending.empty()) {
+  for (;;) {
     CUstream_st* chosen = nullptr;
     for (CUstream_st* s : all_streams()) {
       if (s->pending.empty() || !done(s->pending.front().after)) continue;
       if (chosen == nullptr || s->pending.front().seq > chosen->pending.front().seq) chosen = s;
     }
+    if (chosen == nullptr) return;  // nothing pending
     run_head(chosen);
   }
 }
@@ -145,13 +141,12 @@ bool still_busy(const void* target, std::uint64_t last) {
     rt().polled = target;
     return true;
   }
-  run_through(last);
+  finish_through(last);
   return false;
 }
 
 void drop_pending_work() {
   for (CUstream_st* s : all_streams()) s->pending.clear();
-  rt().pending.clear();
   rt().pinned_sources.clear();
 }
 

@@ -15,7 +15,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -84,8 +83,7 @@ struct Runtime {
   HostWaits waits;                          // host_waits.hpp
   std::map<std::uintptr_t, size_t> pinned;  // cudaHostAlloc'd host memory: start -> bytes
 
-  std::uint64_t next_seq = 1;
-  std::set<std::uint64_t> pending;  // the seqs of all work issued and not run yet
+  std::uint64_t next_seq = 1;  // the seq of the next work issued (PendingWork)
   // The stream or event that the last query found busy, if no work has been issued since: asked
   // again, it is finished (runtime_queue.cpp's rule for polling loops).
   const void* polled = nullptr;
