@@ -255,7 +255,7 @@ void NcclCommunicator::barrier() {
   all_reduce_average(&token, 1);  // returns once every rank has contributed
 }
 
-// The entry point of cuda/cuda_api.hpp (interpret mode's NCCL is a world of one: cuda/interp/nccl.cpp).
+// The entry point of cuda/cuda_api.hpp (interpret mode's NCCL: cuda/interp/nccl.cpp).
 std::unique_ptr<Communicator> make_nccl_communicator(const WorkerEnv& env, Backend& backend, double init_timeout_s) {
   // A missing or malformed id is reported before anything else (a world of one without an id
   // gets a fresh one in the communicator: asking for it here would start a second bootstrap).

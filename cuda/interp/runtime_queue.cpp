@@ -14,11 +14,17 @@
 //     copy runs, so a host that reads it without waiting reads garbage.
 // Queries (cudaStreamQuery, cudaEventQuery) answer "not ready" while work is pending; asked again
 // about the same stream or event with no work issued since, they finish it, so polling loops end.
+// Gated work (interpret mode's NCCL collectives, which wait for other processes) runs once its
+// gate opens: a query then answers "not ready" for as long as the gate is closed, and a host wait
+// waits for it; a gate that will never open (a peer that exited) is a fault at a host wait, where
+// a GPU's host would block for good, and only "not ready" to a query, as on a GPU.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "cuda/interp/kernel_fault.hpp"
@@ -89,6 +95,25 @@ void push_implicit_waits(CUstream_st* s) {
   }
 }
 
+bool gate_open(const PendingWork& w) { return !w.work.gate || w.work.gate().open; }
+
+// A host wait for closed gated work: polls its gate until it opens (true). A gate that never
+// will is a fault, which drops the pending work (false: the wait returns, the fault its error).
+bool wait_for_gate(const PendingWork& w) {
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    const GateState state = w.work.gate();
+    if (state.open) return true;
+    if (!state.stuck.empty()) {
+      record_fault(cudaErrorLaunchFailure, w.work.what + ": " + state.stuck +
+                                               "; a GPU's host would wait here for good (poll the stream with "
+                                               "cudaStreamQuery and the communicator's error instead)");
+      drop_pending_work();
+      return false;
+    }
+  }
+}
+
 void run_head(CUstream_st* s) {
   PendingWork next = std::move(s->pending.front());
   s->pending.pop_front();
@@ -105,33 +130,47 @@ CUstream_st* stream_holding(std::uint64_t seq) {
   return nullptr;
 }
 
+// Only what `seq` needs: its stream's earlier work and what that waits for, so that a host
+// waiting for one stream does not get another's for free. Without `block` it stops at closed
+// gated work; returns whether `seq` has run.
+bool advance_through(std::uint64_t seq, bool block) {
+  while (CUstream_st* at = stream_holding(seq)) {
+    while (CUstream_st* before = stream_holding(at->pending.front().after)) at = before;
+    if (!gate_open(at->pending.front()) && (!block || !wait_for_gate(at->pending.front()))) return done(seq);
+    run_head(at);
+  }
+  return true;
+}
+
 }  // namespace
 
 bool done(std::uint64_t seq) { return seq == 0 || stream_holding(seq) == nullptr; }
 
-// Only what `seq` needs: its stream's earlier work and what that waits for, so that a host
-// waiting for one stream does not get another's for free.
-void finish_through(std::uint64_t seq) {
-  while (CUstream_st* at = stream_holding(seq)) {
-    while (CUstream_st* before = stream_holding(at->pending.front().after)) at = before;
-    run_head(at);
-  }
-}
+void finish_through(std::uint64_t seq) { advance_through(seq, true); }
 void finish_stream(CUstream_st* s) {
   if (!s->pending.empty()) finish_through(s->pending.back().seq);
 }
 // The next work of every stream is a candidate if what it waits for has run; the one issued last
 // goes first. The oldest pending work is always a candidate (what it waits for was issued before
-// it), so this never deadlocks.
+// it), so this never deadlocks; gated work is one once its gate opens, which is waited for.
 void finish_all() {
   for (;;) {
     CUstream_st* chosen = nullptr;
+    const PendingWork* gated = nullptr;
     for (CUstream_st* s : all_streams()) {
       if (s->pending.empty() || !done(s->pending.front().after)) continue;
-      if (chosen == nullptr || s->pending.front().seq > chosen->pending.front().seq) chosen = s;
+      if (!gate_open(s->pending.front())) {
+        gated = &s->pending.front();
+      } else if (chosen == nullptr || s->pending.front().seq > chosen->pending.front().seq) {
+        chosen = s;
+      }
     }
-    if (chosen == nullptr) return;  // nothing pending
-    run_head(chosen);
+    if (chosen == nullptr && gated == nullptr) return;  // nothing pending
+    if (chosen != nullptr) {
+      run_head(chosen);
+    } else if (wait_for_gate(*gated)) {
+      run_head(stream_holding(gated->seq));
+    }
   }
 }
 
@@ -141,8 +180,7 @@ bool still_busy(const void* target, std::uint64_t last) {
     rt().polled = target;
     return true;
   }
-  finish_through(last);
-  return false;
+  return !advance_through(last, false);
 }
 
 void drop_pending_work() {
@@ -180,6 +218,22 @@ cudaError_t issue(cudaStream_t stream, WorkItem item, std::uint64_t after, std::
 
 cudaError_t enqueue(cudaStream_t stream, const char* what, std::function<void()> work) {
   return issue(stream, WorkItem{what, std::move(work)});
+}
+
+bool advance_stream(cudaStream_t stream) {
+  std::lock_guard lock(rt().mutex);
+  const CUstream_st* s = resolve(stream);
+  return s->pending.empty() || advance_through(s->pending.back().seq, false);
+}
+
+cudaError_t enqueue_gated(cudaStream_t stream, const char* what, std::function<GateState()> gate,
+                          std::function<void()> work) {
+  std::lock_guard lock(rt().mutex);
+  if (resolve(stream)->capturing) {
+    return refuse(cudaErrorStreamCaptureUnsupported,
+                  std::string(what) + ": interpret mode does not capture work that waits for another process");
+  }
+  return issue(stream, WorkItem{what, std::move(work), std::move(gate)});
 }
 
 cudaError_t issue_pinned_copy(CUstream_st* s, void* dst, const void* src, size_t bytes) {

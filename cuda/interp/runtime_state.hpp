@@ -22,10 +22,12 @@
 #include "common/cuda_interpret.hpp"
 #include "cuda/interp/host_waits.hpp"
 #include "cuda/interp/kernel_resources.hpp"
+#include "cuda/interp/stream_work.hpp"
 
 struct WorkItem {
   std::string what;
   std::function<void()> run;
+  std::function<xtrain::interp::GateState()> gate = {};  // empty: no gate (stream_work.hpp)
 };
 
 // Work issued to a stream and not run yet. `seq` numbers all issued work in issue order, across
@@ -118,12 +120,14 @@ bool known_stream(cudaStream_t s);
 bool done(std::uint64_t seq);
 // Host waits: run pending work through work `seq`, through a stream's last, or all of it; only
 // what the wait needs, except for all. A fault while running drops the rest of the work (the
-// sticky error says what happened).
+// sticky error says what happened). Gated work that is closed is waited for; one that never
+// opens is a fault (on a GPU the wait would never return).
 void finish_through(std::uint64_t seq);
 void finish_stream(CUstream_st* s);
 void finish_all();
 // A query of `target` (a stream or event) whose last work is `last`: true ("not ready") while it
-// is pending, unless the same target was asked last with no work issued since: then it is run first.
+// is pending, unless the same target was asked last with no work issued since: then it is run
+// first, as far as gated work lets it without waiting.
 bool still_busy(const void* target, std::uint64_t last);
 // cudaDeviceReset: the pending work is forgotten, as the device's is.
 void drop_pending_work();

@@ -187,7 +187,7 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsig
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   if (exec == nullptr) return refuse(cudaErrorInvalidValue, "cudaGraphLaunch of a null graph");
   for (const WorkItem& node : exec->nodes) {
-    if (const cudaError_t e = xtrain::interp::enqueue(stream, node.what.c_str(), node.run)) return e;
+    if (const cudaError_t e = xtrain::interp::issue(stream, node)) return e;
   }
   return cudaSuccess;
 }

@@ -1,5 +1,9 @@
 #include "launcher/plan/nccl.hpp"
 
+#include <random>
+
+#include "common/cuda_interpret.hpp"
+#include "common/gpu/nccl_id.hpp"
 #include "launcher/run/launch_error.hpp"
 
 #ifdef XTRAIN_HAVE_NCCL
@@ -8,11 +12,27 @@
 
 #include <dlfcn.h>
 #include <nccl.h>
-
-#include "common/gpu/nccl_id.hpp"
 #endif
 
 namespace xtrain::launcher {
+namespace {
+
+// Interpret mode's NCCL (in its plugin) needs no bootstrap address in the id, only an id that
+// no other job's ranks share: random bytes.
+std::string interpret_unique_id_hex() {
+  std::random_device random;
+  NcclIdBytes bytes;
+  for (std::uint8_t& b : bytes) b = static_cast<std::uint8_t>(random());
+  return encode_nccl_id(bytes);
+}
+
+std::string library_unique_id_hex();
+
+}  // namespace
+
+std::string nccl_unique_id_hex() {
+  return cuda_interpret_requested() ? interpret_unique_id_hex() : library_unique_id_hex();
+}
 
 #ifdef XTRAIN_HAVE_NCCL
 namespace {
@@ -51,7 +71,8 @@ const NcclLibrary& require_nccl(const std::map<std::string, std::string>& rank_e
   return nccl_api(NcclSearch::from_environment(rank_env)).library;
 }
 
-std::string nccl_unique_id_hex() {
+namespace {
+std::string library_unique_id_hex() {
   const NcclApi& api = nccl_api(NcclSearch::from_environment());
   ncclUniqueId id;
   const ncclResult_t result = api.get_unique_id(&id);
@@ -60,12 +81,15 @@ std::string nccl_unique_id_hex() {
   std::memcpy(bytes.data(), id.internal, bytes.size());
   return encode_nccl_id(bytes);
 }
+}  // namespace
 #else
 constexpr const char* kNoNccl = "backend \"nccl\": this xlaunch was built without NCCL (CMake found no nccl.h/libnccl)";
 
 const NcclLibrary& require_nccl(const std::map<std::string, std::string>&) { launch_failure(kNoNccl); }
 
-std::string nccl_unique_id_hex() { launch_failure(kNoNccl); }
+namespace {
+std::string library_unique_id_hex() { launch_failure(kNoNccl); }
+}  // namespace
 #endif
 
 }  // namespace xtrain::launcher

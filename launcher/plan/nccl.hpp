@@ -15,6 +15,7 @@ const NcclLibrary& require_nccl(const std::map<std::string, std::string>& rank_e
 
 // ncclGetUniqueId, hex-encoded (common/gpu/nccl_id.hpp), from the library require_nccl loaded (or,
 // without that call, the one this process's environment resolves to). Throws LaunchError (125).
+// In CUDA interpret mode, whose NCCL is its plugin's, random bytes.
 std::string nccl_unique_id_hex();
 
 }  // namespace xtrain::launcher

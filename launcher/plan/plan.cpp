@@ -84,7 +84,8 @@ void resolve_world(Plan& plan) {
   const JobSpec& spec = plan.spec;
   plan.visible_gpus = visible_gpus(plan.host.physical_gpus, plan.host.cuda_visible_devices);
   // Interpret mode (common/cuda_interpret.hpp) runs "cuda" ranks on the CPU: no GPU needed, one
-  // emulated device per rank, Gloo for the reductions.
+  // emulated device per rank, Gloo for the reductions unless the spec asks for interpret mode's
+  // NCCL, which joins the processes of one machine.
   const bool interpret = cuda_interpret_requested();
   plan.device = spec.device != "auto" ? spec.device : plan.visible_gpus > 0 || interpret ? "cuda" : "cpu";
   if (plan.device == "cuda" && plan.visible_gpus == 0 && !interpret) {
@@ -94,9 +95,10 @@ void resolve_world(Plan& plan) {
                                        : std::string()));
   }
   plan.backend = spec.backend != "auto" ? spec.backend : plan.device == "cuda" && !interpret ? "nccl" : "gloo";
-  if (interpret && plan.backend == "nccl") {
-    throw SpecError("backend", std::string("\"nccl\" needs GPUs; in CUDA interpret mode (") + kCudaInterpretVariable +
-                                   "=1) ranks reduce with \"gloo\" (or \"auto\")");
+  if (interpret && plan.backend == "nccl" && spec.nodes.nnodes > 1) {
+    throw SpecError("backend", std::string("\"nccl\" in CUDA interpret mode (") + kCudaInterpretVariable +
+                                   "=1) joins the ranks of one machine, but nodes.nnodes is " +
+                                   std::to_string(spec.nodes.nnodes) + "; use \"gloo\" (or \"auto\")");
   }
   if (plan.backend == "nccl" && plan.device == "cpu") {
     throw SpecError("backend", "\"nccl\" needs GPUs, but the job runs on CPU ranks (no GPU visible); "
@@ -320,7 +322,7 @@ Plan make_plan(const CliOptions& options, const HostInfo& host) {
   resolve_worker(plan, options);  // spec errors (2) come first, then the command (126/127), then NCCL (125)
   if (plan.own_worker && plan.device == "cuda" && cuda_interpret_requested()) require_interpret_plugin(plan, options);
   if (plan.own_worker) require_worker_cpu(plan);
-  if (plan.backend == "nccl") {
+  if (plan.backend == "nccl" && !cuda_interpret_requested()) {  // interpret mode's NCCL is in its plugin
     std::map<std::string, std::string> rank_env = plan.host.environment;
     for (const auto& [name, value] : plan.spec.worker.env) rank_env[name] = value;
     plan.nccl = require_nccl(rank_env);
@@ -334,7 +336,9 @@ std::map<std::string, std::string> rank_environment(const Plan& plan, const Rank
 }
 
 std::string describe_backend(const Plan& plan) {
-  return plan.backend == "nccl" ? plan.backend + " (" + plan.nccl.describe() + ")" : plan.backend;
+  if (plan.backend != "nccl") return plan.backend;
+  if (cuda_interpret_requested()) return plan.backend + " (interpret mode's, between the ranks of this machine)";
+  return plan.backend + " (" + plan.nccl.describe() + ")";
 }
 
 json plan_to_json(const Plan& plan) {
@@ -368,7 +372,9 @@ json plan_to_json(const Plan& plan) {
                      {"env", env}});
   }
   json nccl = nullptr;
-  if (plan.backend == "nccl") {
+  if (plan.backend == "nccl" && cuda_interpret_requested()) {
+    nccl = {{"library", "the CUDA interpret plugin's"}, {"version", nullptr}, {"found_by", kCudaInterpretVariable}};
+  } else if (plan.backend == "nccl") {
     nccl = {{"library", plan.nccl.path}, {"version", plan.nccl.version_string()}, {"found_by", plan.nccl.found_by}};
   }
   return {{"spec", to_json(plan.spec)},

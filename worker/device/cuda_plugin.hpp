@@ -78,7 +78,8 @@ class CudaPlugin {
   virtual std::unique_ptr<Communicator> make_nccl_communicator(const WorkerEnv& env, Backend& backend,
                                                                double init_timeout_s) const = 0;
   // True for interpret mode's plugin (cuda/interp/): the backend's code executed on the CPU, its
-  // device memory host memory, no NCCL (ranks reduce with Gloo).
+  // device memory host memory, its NCCL one of processes on one machine (ranks reduce with Gloo
+  // unless the spec names NCCL).
   virtual bool interpreted() const = 0;
   // Interpret mode's ranks: `host` (Gloo's communicator) running its collectives in the order of
   // `backend`'s stream, as NCCL's run on a GPU. The GPU plugin throws std::logic_error.

@@ -32,7 +32,7 @@ CudaPluginLoad load_cuda_plugin(const std::string& path) {
                              " names another)";
     return load;
   }
-  // Interpret mode has no NCCL (its ranks reduce with Gloo): nothing to load first.
+  // Interpret mode's NCCL is in its plugin: nothing to load first.
   NcclLibrary nccl;
   const bool interpret = cuda_interpret_requested();
   try {
@@ -67,7 +67,7 @@ CudaPluginLoad load_cuda_plugin(const std::string& path) {
   }
   if (e.plugin == nullptr) return refuse("returned no plugin object");
   load.plugin = e.plugin;
-  load.nccl = interpret ? std::string("no NCCL (interpret mode: Gloo reduces)") : nccl.describe();
+  load.nccl = interpret ? std::string("interpret mode's NCCL, in the plugin") : nccl.describe();
   return load;
 }
 

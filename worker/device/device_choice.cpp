@@ -173,20 +173,18 @@ std::unique_ptr<Backend> make_backend(const DeviceChoice& device) {
 
 std::unique_ptr<Communicator> make_communicator(const DeviceChoice& device, const JobSpec& spec,
                                                 const WorkerEnv& env, Backend& backend) {
-  // Interpret mode's device memory is host memory: its ranks reduce as CPU ranks do.
+  // Interpret mode's device memory is host memory: its ranks reduce with Gloo as CPU ranks do,
+  // unless the spec names interpret mode's NCCL.
   const bool on_gpu = device.cuda != nullptr && !device.interpreted;
   if (spec.backend == "gloo" && on_gpu) {
     throw SpecError("backend", "\"gloo\" reduces host memory; with device \"cuda\" use \"nccl\" or \"auto\"");
   }
-  if (spec.backend == "nccl" && !on_gpu) {
-    throw SpecError("backend", device.interpreted
-                                   ? std::string("\"nccl\" needs GPUs; in CUDA interpret mode (") + kCudaInterpretVariable +
-                                         "=1) ranks reduce with \"gloo\" (or \"auto\")"
-                                   : std::string("\"nccl\" needs device \"cuda\"; CPU ranks use \"gloo\" or \"auto\""));
+  if (spec.backend == "nccl" && device.cuda == nullptr) {
+    throw SpecError("backend", "\"nccl\" needs device \"cuda\"; CPU ranks use \"gloo\" or \"auto\"");
   }
   if (env.where.world_size == 1) return std::make_unique<SingleCommunicator>();
   const double timeout_s = spec.nodes.rdzv_timeout_s;
-  if (on_gpu) return device.cuda->make_nccl_communicator(env, backend, timeout_s);
+  if (on_gpu || spec.backend == "nccl") return device.cuda->make_nccl_communicator(env, backend, timeout_s);
   auto gloo = make_gloo_communicator(env, timeout_s);
   // Gloo reduces interpret mode's device memory only in the stream's order, as NCCL would.
   if (device.cuda != nullptr) return device.cuda->order_on_stream(std::move(gloo), backend);

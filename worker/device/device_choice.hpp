@@ -40,7 +40,7 @@ struct DeviceChoice {
   bool deterministic = true;              // on CUDA: train.deterministic, for the backend
   std::string summary;               // one log line: the device, and why
   std::string where;                 // its first part: the device, and why ("device auto: training on the CPU (...)")
-  bool interpreted = false;          // interpret mode's plugin: Gloo reduces, no NCCL
+  bool interpreted = false;          // interpret mode's plugin: Gloo reduces unless the spec names NCCL
   bool degraded = false;             // "auto" on a machine with GPUs it cannot use: log a warning
 };
 

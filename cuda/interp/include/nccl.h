@@ -1,9 +1,8 @@
 // Interpret mode (cuda/interp/): the part of NCCL's API that the backend's communicator
 // (cuda/nccl_communicator.cpp) calls, with NCCL's names, values and codes, executed by
-// cuda/interp/nccl.cpp for a world of one rank: its collectives are copies queued on the stream,
-// so the communicator's own code (non-blocking init, its stream and events, its polled waits,
-// host staging, teardown) runs on every machine. A larger world never completes its init, as
-// one whose peers never arrive.
+// cuda/interp/nccl.cpp between the processes of one machine: its collectives are work queued on
+// the stream, so the communicator's own code (non-blocking init, its stream and events, its polled
+// waits, host staging, a lost peer, teardown) runs on every machine.
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,7 @@
 // The interpret-mode switch (common/cuda_interpret.hpp) from a user's side: xlaunch --check with
 // XTRAIN_CUDA_INTERPRET set, each misuse one error line naming the switch or the field, exit 2,
-// before any rank starts; and a plan that resolves device "cuda" without a GPU, reducing with Gloo.
+// before any rank starts; and a plan that resolves device "cuda" without a GPU, reducing with Gloo
+// or, when the spec names it, interpret mode's NCCL.
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
@@ -59,10 +60,25 @@ TEST_CASE("interpret mode: device cuda without a GPU plans two ranks that reduce
   CHECK_THAT(o.output, Catch::Contains("\"backend\": \"gloo\"") && Catch::Contains("\"device\": \"cuda\""));
 }
 
-TEST_CASE("interpret mode refuses NCCL, a bad switch value and a build without it, before any rank starts",
+TEST_CASE("interpret mode plans its own NCCL when the spec names it, with no libnccl", "[interp][switch]") {
+  const Outcome o = xlaunch("XTRAIN_CUDA_INTERPRET=1 XTRAIN_NCCL_LIBRARY=/nonexistent/libnccl.so.2", "nccl",
+                            "--dry-run");
+  INFO(o.output);
+  CHECK(o.code == 0);
+  CHECK_THAT(o.output, Catch::Contains("\"backend\": \"nccl\"") &&
+                           Catch::Contains("\"library\": \"the CUDA interpret plugin's\"") &&
+                           Catch::Contains("\"found_by\": \"XTRAIN_CUDA_INTERPRET\""));
+}
+
+TEST_CASE("interpret mode refuses NCCL across nodes, a bad switch value and a build without it, before any rank "
+          "starts",
           "[interp][switch]") {
-  check_refused("XTRAIN_CUDA_INTERPRET=1", "nccl",
-                "backend: \"nccl\" needs GPUs; in CUDA interpret mode (XTRAIN_CUDA_INTERPRET=1)");
+  const Outcome across = xlaunch("XTRAIN_CUDA_INTERPRET=1", "nccl",
+                                 "--check --nnodes 2 --rdzv-endpoint 127.0.0.1:29400 --node-rank 0 --rdzv-id switch");
+  INFO(across.output);
+  CHECK(across.code == 2);
+  CHECK_THAT(across.output, Catch::Contains("backend: \"nccl\" in CUDA interpret mode (XTRAIN_CUDA_INTERPRET=1) "
+                                            "joins the ranks of one machine, but nodes.nnodes is 2"));
   check_refused("XTRAIN_CUDA_INTERPRET=yes", "auto",
                 "XTRAIN_CUDA_INTERPRET: expected 1 (interpret mode) or 0, got \"yes\"");
   check_refused("XTRAIN_CUDA_INTERPRET=1 XTRAIN_CUDA_PLUGIN=/nonexistent/libx.so", "auto",

@@ -1,7 +1,8 @@
 // Interpret mode's streams run behind the host, as a GPU's do (cuda/interp/runtime_queue.cpp):
 // work runs when the host waits for it, in the order across streams that is worst for a missing
 // wait; the legacy stream's implicit order holds; the host's misuse of pinned memory while a copy
-// is in flight shows. Device memory is host memory here, so the tests look at it directly.
+// is in flight shows; gated work (another process's part) holds its stream until its gate opens.
+// Device memory is host memory here, so the tests look at it directly.
 #include <cuda_runtime.h>
 
 #include <catch2/catch.hpp>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/interp/stream_work.hpp"
 #include "cuda/kernels/portable.cuh"
 
 namespace {
@@ -203,4 +205,70 @@ TEST_CASE("interpret mode fills a pinned download's destination with 0xFF until 
   CHECK(bits == 0xFFFFFFFFu);  // a NaN: the host read without waiting
   REQUIRE(cudaStreamSynchronize(s.s) == cudaSuccess);
   CHECK(arrived.floats()[3] == 1.0f);
+}
+
+TEST_CASE("interpret mode holds a stream at gated work until its gate opens: queries say not ready, waits wait",
+          "[interp][streams]") {
+  Floats x, y;
+  Stream s(cudaStreamNonBlocking), other(cudaStreamNonBlocking);
+  int asked = 0, open_at = 3;  // the gate opens at its third question (another process's part arrives)
+  const auto gate = [&]() -> xtrain::interp::GateState { return {++asked >= open_at, ""}; };
+  launch_kernel(add_one, 2, 32, 0, s.s, x.p, kN);
+  REQUIRE(xtrain::interp::enqueue_gated(s.s, "gated", gate, [&] { x.p[0] *= 10.0f; }) == cudaSuccess);
+  launch_kernel(add_one, 2, 32, 0, s.s, x.p, kN);
+  launch_kernel(add_one, 1, 32, 0, other.s, y.p, 1);
+  CHECK(cudaStreamQuery(s.s) == cudaErrorNotReady);  // asked once: nothing runs
+  CHECK(cudaStreamQuery(s.s) == cudaErrorNotReady);  // asked again: runs up to the closed gate
+  CHECK(x.p[0] == 1.0f);
+  CHECK(asked == 1);
+  CHECK(cudaStreamQuery(s.s) == cudaErrorNotReady);  // still closed: the work after it waits too
+  CHECK(x.p[2] == 1.0f);
+  CHECK(cudaStreamQuery(s.s) == cudaSuccess);  // open: the gated work and the rest ran
+  CHECK(x.p[0] == 11.0f);
+  CHECK(x.p[2] == 2.0f);
+
+  SECTION("a stream wait waits for the gate") {
+    asked = 0;
+    open_at = 50;
+    REQUIRE(xtrain::interp::enqueue_gated(s.s, "gated", gate, [&] { x.p[0] = -1.0f; }) == cudaSuccess);
+    REQUIRE(cudaStreamSynchronize(s.s) == cudaSuccess);
+    CHECK(asked == 50);
+    CHECK(x.p[0] == -1.0f);
+    CHECK(y.p[0] == 0.0f);  // the other stream's work is not this wait's
+  }
+  SECTION("a device wait runs the other streams while the gate is closed, then waits for it") {
+    asked = 0;
+    open_at = 20;
+    REQUIRE(xtrain::interp::enqueue_gated(s.s, "gated", gate, [&] { x.p[0] = y.p[0]; }) == cudaSuccess);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    CHECK(x.p[0] == 1.0f);  // the other stream's kernel, issued before, ran while the gate was closed
+  }
+  SECTION("capturing gated work is refused") {
+    REQUIRE(cudaStreamBeginCapture(s.s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    CHECK(xtrain::interp::enqueue_gated(s.s, "gated", gate, [] {}) == cudaErrorStreamCaptureUnsupported);
+    cudaGraph_t graph = nullptr;
+    cudaStreamEndCapture(s.s, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();
+  }
+}
+
+TEST_CASE("interpret mode faults a host wait on gated work that will never run, where a GPU's host would hang",
+          "[interp][streams]") {
+  Floats x;
+  Stream s(cudaStreamNonBlocking);
+  bool ran = false;
+  const auto gate = []() -> xtrain::interp::GateState { return {false, "rank 1 exited without its part"}; };
+  REQUIRE(xtrain::interp::enqueue_gated(s.s, "ncclAllReduce", gate, [&] { ran = true; }) == cudaSuccess);
+  // A query only says "not ready", as a GPU's would while NCCL's kernel waits: a poll can give up.
+  CHECK(cudaStreamQuery(s.s) == cudaErrorNotReady);
+  CHECK(cudaStreamQuery(s.s) == cudaErrorNotReady);
+  CHECK(cudaGetLastError() == cudaSuccess);
+  const cudaError_t synced = cudaStreamSynchronize(s.s);
+  CHECK(synced == cudaErrorLaunchFailure);
+  CHECK_THAT(cudaGetErrorString(synced), Contains("ncclAllReduce: rank 1 exited without its part; a GPU's host would "
+                                                  "wait here for good"));
+  CHECK_FALSE(ran);
+  cudaDeviceReset();
+  x.p = nullptr;
 }
