@@ -123,6 +123,7 @@ void PeerExchange::publish(const std::string& name, const std::string& what, con
 
 std::vector<std::uint8_t> PeerExchange::read(const std::string& name, int rank, const std::string& what) const {
   const fs::path path = file(name, rank);
+  if (!fs::exists(path)) throw std::runtime_error(path.string() + " is not there");
   const std::string contents = read_whole(path);
   const size_t line_end = contents.find('\n');
   if (line_end == std::string::npos) throw std::runtime_error(path.string() + " is damaged: no header line");
