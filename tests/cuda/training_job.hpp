@@ -70,6 +70,18 @@ class TrainingJob {
     REQUIRE(o.exit_code == 0);
   }
 
+  // `run`, two ranks of which rank 1 failed with exit 3 (XTRAIN_FAULT_EXIT=1:STEP:3) and took
+  // rank 0 down with it: xlaunch exits 3, rank 1 is the root cause, rank 0 reports a lost peer.
+  void check_rank_one_lost(const std::string& run, const Outcome& o) const {
+    INFO(o.output);
+    CHECK(o.exit_code == 3);
+    std::ifstream in(run_dir(run) / "summary.json");
+    const nlohmann::json summary = nlohmann::json::parse(in);
+    CHECK(summary.at("root_cause").at("rank") == 1);
+    CHECK(summary.at("ranks").at(0).at("result").at("failure_kind") == "peer_lost");
+    CHECK(summary.at("ranks").at(1).at("result").at("failure_kind") == "primary");
+  }
+
   std::map<long, double> losses(const std::string& run) const { return read_losses(run_dir(run)); }
   std::string digest(const std::string& run, int rank) const {
     std::ifstream in(run_dir(run) / "ranks" / ("rank-" + std::to_string(rank) + ".json"));

@@ -104,11 +104,5 @@ TEST_CASE("an interpreted rank's lost peer is reported as on CPU ranks: the rank
   // Rank 1 closes its connections at step 5 and exits 3 a second later, while rank 0's stream
   // runs a gradient all-reduce that waits for it.
   const auto o = job.run_xlaunch("run", 2, [](nlohmann::json&) {}, "XTRAIN_FAULT_EXIT=1:5:3:1");
-  INFO(o.output);
-  CHECK(o.exit_code == 3);
-  std::ifstream in(job.run_dir("run") / "summary.json");
-  const nlohmann::json summary = nlohmann::json::parse(in);
-  CHECK(summary.at("root_cause").at("rank") == 1);
-  CHECK(summary.at("ranks").at(0).at("result").at("failure_kind") == "peer_lost");
-  CHECK(summary.at("ranks").at(1).at("result").at("failure_kind") == "primary");
+  job.check_rank_one_lost("run", o);
 }
