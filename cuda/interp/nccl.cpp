@@ -8,6 +8,7 @@
 // Non-blocking communicators (config.blocking 0) return ncclInProgress from init and finalize
 // and report completion at a later ncclCommGetAsyncError. A world of one needs no peer: its
 // collectives are the identity, and its non-blocking calls complete at the next poll.
+#include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include <algorithm>
@@ -164,6 +165,11 @@ void reduce(float* out, const std::vector<std::vector<float>>& parts, size_t cou
 // The two pieces of work of a collective between processes (the header comment says why two).
 ncclResult_t exchange_collective(const Collective& c, ncclComm_t comm, cudaStream_t stream) {
   const std::shared_ptr<CommLink> link = comm->link;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
+    return refuse(comm, ncclInvalidUsage,
+                  std::string(c.call) + ": interpret mode does not capture collectives between processes");
+  }
   if (link->stream == nullptr) link->stream = stream;
   if (link->stream != stream) {
     return refuse(comm, ncclInvalidUsage,
@@ -220,7 +226,7 @@ ncclResult_t exchange_collective(const Collective& c, ncclComm_t comm, cudaStrea
     if (index > 0) link->exchange->forget(PeerExchange::part_name(index - 1));
   };
   if (xtrain::interp::enqueue_gated(stream, c.call, gate, combine) != cudaSuccess) {
-    return refuse(comm, ncclInvalidUsage, std::string(c.call) + ": the stream refused it (is it being captured?)");
+    return refuse(comm, ncclUnhandledCudaError, std::string(c.call) + ": the stream refused it");
   }
   return ncclSuccess;
 }

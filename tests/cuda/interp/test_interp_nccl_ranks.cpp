@@ -306,3 +306,32 @@ TEST_CASE("an interpreted rank's lost NCCL peer is reported as on GPUs: peer_los
                                  "TMPDIR='" + (meeting.dir / "tmp").string() + "' XTRAIN_FAULT_EXIT=1:5:3:1");
   job.check_rank_one_lost("run", o);
 }
+
+TEST_CASE("interpret mode's NCCL refuses to capture a collective between ranks",
+          "[interp][nccl]") {
+  MeetingDir meeting;
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  // Both ranks in this process: the refusal comes before any exchange.
+  ncclComm_t comms[2] = {nullptr, nullptr};
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  for (int r = 0; r < 2; ++r) CHECK(ncclCommInitRankConfig(&comms[r], 2, id, r, &config) == ncclInProgress);
+  ncclResult_t state = ncclInProgress;
+  while (state == ncclInProgress) REQUIRE(ncclCommGetAsyncError(comms[0], &state) == ncclSuccess);
+  REQUIRE(state == ncclSuccess);
+  float* data = nullptr;
+  REQUIRE(cudaMalloc(&data, 16 * sizeof(float)) == cudaSuccess);
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  CHECK(ncclAllReduce(data, data, 16, ncclFloat32, ncclSum, comms[0], stream) == ncclInvalidUsage);
+  CHECK_THAT(ncclGetLastError(comms[0]), Contains("interpret mode does not capture collectives between processes"));
+  cudaGraph_t graph = nullptr;
+  REQUIRE(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  for (ncclComm_t comm : comms) ncclCommAbort(comm);
+  cudaStreamDestroy(stream);
+  cudaFree(data);
+  CHECK_FALSE(meeting.meeting_left_behind());
+}
