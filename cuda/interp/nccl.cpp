@@ -47,7 +47,6 @@ struct ncclComm {
   int rank = 0;
   bool blocking = true;
   ncclResult_t state = ncclSuccess;  // what ncclCommGetAsyncError reports
-  bool settles = false;              // a world of one: an operation in progress completes at the next poll
   bool joining = false;              // init waits for every rank to join
   bool finalizing = false;           // finalize waits for every rank to finish
   bool finished = false;             // this rank's "finished" is written
@@ -73,10 +72,15 @@ std::string hex_of(const ncclUniqueId& id) {
   return xtrain::encode_nccl_id(bytes);
 }
 
-// Advances a communicator of more than one rank: its init waits for every rank to join, its
-// finalize for its collectives to run here and every rank to finish; a collective's lost peer is
-// its error. Failures of the exchange itself (its files) are system errors.
+// Advances a communicator: its init waits for every rank to join, its finalize for its
+// collectives to run here and every rank to finish; a collective's lost peer is its error.
+// Failures of the exchange itself (its files) are system errors. A world of one waits for nobody.
 void progress(ncclComm& c) {
+  if (c.link == nullptr) {
+    if (c.joining || c.finalizing) c.state = ncclSuccess;
+    c.joining = c.finalizing = false;
+    return;
+  }
   CommLink& link = *c.link;
   try {
     if (link.failure != ncclSuccess) {
@@ -110,11 +114,6 @@ void progress(ncclComm& c) {
 // waits for it here.
 ncclResult_t started(ncclComm_t comm) {
   comm->state = ncclInProgress;
-  if (comm->link == nullptr) {
-    if (comm->blocking) return comm->state = ncclSuccess;
-    comm->settles = true;
-    return ncclInProgress;
-  }
   if (!comm->blocking) return ncclInProgress;
   for (progress(*comm); comm->state == ncclInProgress; progress(*comm)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -279,26 +278,22 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId i
     } catch (const std::exception& e) {
       return refuse(nullptr, ncclSystemError, std::string("rank ") + std::to_string(rank) + " could not join: " + e.what());
     }
-    c->joining = true;
   }
+  c->joining = true;
   *comm = c.release();
   return started(*comm);
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* state) {
   if (comm == nullptr) return refuse(nullptr, ncclInvalidArgument, "ncclCommGetAsyncError of a null communicator");
-  if (comm->link != nullptr) progress(*comm);
+  progress(*comm);
   *state = comm->state;
-  if (comm->settles) {
-    comm->settles = false;
-    comm->state = ncclSuccess;
-  }
   return ncclSuccess;
 }
 
 ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   if (comm == nullptr) return refuse(nullptr, ncclInvalidArgument, "ncclCommFinalize of a null communicator");
-  comm->finalizing = comm->link != nullptr;
+  comm->finalizing = true;
   return started(comm);
 }
 
