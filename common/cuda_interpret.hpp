@@ -1,7 +1,8 @@
 // The switch that asks for CUDA interpret mode (cuda/interp/: the CUDA backend's own code run on
 // the CPU, kernels included): XTRAIN_CUDA_INTERPRET=1 in the environment of xlaunch (its ranks
 // inherit it) or of xtrain-worker. With it, device "cuda" needs no GPU, the worker loads
-// lib/libxtrain-cuda-interp.so instead of lib/libxtrain-cuda.so, and ranks reduce with Gloo.
+// lib/libxtrain-cuda-interp.so instead of lib/libxtrain-cuda.so, and ranks reduce with Gloo, or
+// with interpret mode's NCCL when the spec asks for it.
 #pragma once
 
 #include <cstddef>

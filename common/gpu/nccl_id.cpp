@@ -46,4 +46,9 @@ NcclIdBytes decode_nccl_id(std::string_view hex) {
   return id;
 }
 
+std::filesystem::path interpret_nccl_meeting_dir(std::string_view id_hex, const char* temp_dir) {
+  const std::filesystem::path base = temp_dir != nullptr && *temp_dir != '\0' ? temp_dir : "/tmp";
+  return base / ("xtrain-interp-nccl-" + std::string(id_hex.substr(0, 32)));
+}
+
 }  // namespace xtrain

@@ -12,17 +12,12 @@
 #include <unistd.h>
 
 #include "common/atomic_file.hpp"
+#include "common/gpu/nccl_id.hpp"
 
 namespace xtrain::interp {
 namespace {
 
 namespace fs = std::filesystem;
-
-fs::path meeting_dir(const std::string& id_hex) {
-  const char* tmp = std::getenv("TMPDIR");
-  // 32 hex characters (128 bits) of the id's 256 tell one communicator from another.
-  return fs::path(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") / ("xtrain-interp-nccl-" + id_hex.substr(0, 32));
-}
 
 std::string read_whole(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -41,7 +36,10 @@ bool process_exited(pid_t pid) {
 }  // namespace
 
 PeerExchange::PeerExchange(const std::string& id_hex, int rank, int nranks)
-    : dir_(meeting_dir(id_hex)), rank_(rank), nranks_(nranks), pids_(static_cast<size_t>(nranks), 0) {
+    : dir_(interpret_nccl_meeting_dir(id_hex, std::getenv("TMPDIR"))),
+      rank_(rank),
+      nranks_(nranks),
+      pids_(static_cast<size_t>(nranks), 0) {
   fs::create_directories(dir_);
   publish("joined", std::to_string(::getpid()), nullptr, 0);
   pids_[static_cast<size_t>(rank)] = ::getpid();

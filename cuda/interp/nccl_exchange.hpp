@@ -1,13 +1,14 @@
 // Interpret mode's NCCL between the processes of one machine (nccl.cpp): where the ranks of a
 // communicator meet and how the parts of a collective travel. The ranks share a directory named
-// by their unique id (under TMPDIR, else /tmp); every entry there is one rank's file, written
-// under a temporary name and renamed, so a reader sees all of it or nothing:
+// by their unique id (interpret_nccl_meeting_dir, common/gpu/nccl_id.hpp); every entry there is
+// one rank's file, written under a temporary name and renamed, so a reader sees all of it or
+// nothing:
 //   joined.rank<R>       the rank's process id: it has joined, and whether it still runs
 //   part-<I>.rank<R>     its part of collective I (a text line naming the collective, then data)
 //   finished.rank<R>     it has run all its collectives (ncclCommFinalize)
 //   left.rank<R>         it has destroyed or aborted its communicator
 // The last rank to leave (every other has left or exited) removes the directory; a rank that was
-// killed leaves its files behind, under the temporary directory.
+// killed leaves its files behind, and when every rank was, xlaunch removes them.
 #pragma once
 
 #include <cstdint>

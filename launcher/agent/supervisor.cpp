@@ -13,7 +13,9 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include "common/cuda_interpret.hpp"
 #include "common/exit_codes.hpp"
+#include "common/gpu/nccl_id.hpp"
 #include "common/heartbeat_record.hpp"
 #include "launcher/agent/supervisor_detail.hpp"
 #include "launcher/cli/torchrun.hpp"
@@ -171,6 +173,11 @@ void Supervisor::attempt_failed_to_start(const LaunchError& error) {
 }
 
 void Supervisor::launch_ranks(const AttemptEnv& env) {
+  if (!env.nccl_id_hex.empty() && cuda_interpret_requested()) {  // the ranks' TMPDIR, worker.env's or ours
+    const auto vars = rank_environment(plan_, ranks_.front().record.where, env);
+    const auto tmp = vars.find("TMPDIR");
+    interpret_meeting_ = interpret_nccl_meeting_dir(env.nccl_id_hex, tmp != vars.end() ? tmp->second.c_str() : nullptr);
+  }
   for (Rank& rank : ranks_) {
     if (!spawn(rank, env)) return;  // the failure began the teardown
   }
@@ -404,10 +411,27 @@ void Supervisor::conclude_attempt() {
     rank.process.reset();
     rank.stream.reset();
   }
+  remove_interpret_meeting();
   if (phase_ == Phase::kRestarting) {
     start_attempt();
   } else {
     finish();
+  }
+}
+
+// Interpreted NCCL ranks remove their meeting directory as they end; ranks killed by a signal
+// (a stop, a hang, a timeout) cannot. Every rank of the attempt has exited, and its id is never
+// used again.
+void Supervisor::remove_interpret_meeting() {
+  if (!interpret_meeting_) return;
+  const std::filesystem::path dir = *std::exchange(interpret_meeting_, std::nullopt);
+  std::error_code error;
+  const auto removed = std::filesystem::remove_all(dir, error);
+  if (error) {
+    spdlog::warn("could not remove {} (interpret mode's NCCL files of stopped ranks): {}", dir.string(),
+                    error.message());
+  } else if (removed > 0) {
+    spdlog::info("removed {}: interpret mode's NCCL files of ranks that were stopped", dir.string());
   }
 }
 

@@ -33,6 +33,7 @@
 #pragma once
 
 #include <atomic>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -100,6 +101,7 @@ class Supervisor {
   void end_attempt();
   void wrap_up_attempt();
   void conclude_attempt();
+  void remove_interpret_meeting();
   void finish();
 
   // Events.
@@ -194,6 +196,8 @@ class Supervisor {
   std::thread watcher_thread_;
   std::atomic<bool> cancel_rendezvous_{false};
   bool round_met_ = false;             // this attempt's round succeeded: close_round() is due
+  // CUDA interpret mode with NCCL: where this attempt's ranks meet (interpret_nccl_meeting_dir)
+  std::optional<std::filesystem::path> interpret_meeting_;
 };
 
 }  // namespace xtrain::launcher

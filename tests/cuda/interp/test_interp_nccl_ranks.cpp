@@ -307,6 +307,30 @@ TEST_CASE("an interpreted rank's lost NCCL peer is reported as on GPUs: peer_los
   job.check_rank_one_lost("run", o);
 }
 
+TEST_CASE("xlaunch removes the NCCL meeting files of interpreted ranks that it stopped", "[interp_training]") {
+  xtrain::test::TrainingJob job = small_job("nccl-stopped");  // before TMPDIR moves
+  MeetingDir meeting;
+  // The ranks' TMPDIR is the spec's worker.env's, not xlaunch's: xlaunch looks where they meet.
+  const fs::path ranks_tmp = meeting.dir / "ranks-tmp";
+  fs::create_directories(ranks_tmp);
+  // Rank 1 sleeps in step 2's backward while rank 0's all-reduce waits for its part; the watchdog
+  // stops both with SIGTERM, which kills them where they are, files and all.
+  const auto o = job.run_xlaunch(
+      "run", 2,
+      [&](nlohmann::json& s) {
+        s["backend"] = "nccl";
+        s["launcher"]["heartbeat_timeout_s"] = 6;
+        s["worker"]["env"]["TMPDIR"] = ranks_tmp.string();
+      },
+      "XTRAIN_FAULT_SLEEP=1:2:0");
+  INFO(o.output);
+  CHECK(o.exit_code == 124);
+  CHECK_THAT(o.output, Contains("removed " + (ranks_tmp / "xtrain-interp-nccl-").string()) &&
+                           Contains(": interpret mode's NCCL files of ranks that were stopped"));
+  CHECK(fs::is_empty(ranks_tmp));
+  CHECK_FALSE(meeting.meeting_left_behind());
+}
+
 TEST_CASE("interpret mode's NCCL refuses to capture a collective between ranks",
           "[interp][nccl]") {
   MeetingDir meeting;
