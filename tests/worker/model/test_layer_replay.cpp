@@ -260,6 +260,10 @@ TEST_CASE("train.cuda_graph: on is an error on CPU ranks, auto records where lau
   CHECK_FALSE(big.use);
   CHECK(big.device_ms > 10.0);
   CHECK_THAT(big.why, Contains("off (auto: "));
+  INFO(small_auto.why << "\n" << big.why);
+  // Readable at both ends: a ratio, not a percentage in the millions; microseconds, not "0.00 ms".
+  CHECK_THAT(small_auto.why, Contains(" times the ~") && Contains(" us its ") && Contains(" GFLOP take on the device"));
+  CHECK_THAT(big.why, Contains("% of the ~") && Contains(" ms its 13.2 TFLOP take on the device at 495 TFLOP/s bf16"));
 
   train.cuda_graph = "off";
   CHECK_FALSE(choose_cuda_graphs(train, small, "cuda", Precision::bf16).use);
