@@ -141,6 +141,12 @@ void Crc32c::replace(const void* was, const void* now, size_t count, std::uint64
   state_ ^= after_zeros(crc32c(was, count) ^ crc32c(now, count), after);
 }
 
+// A's final value is its state xor the initial value, so running it over |B| zero bytes gives what
+// A's state adds to B's past B's own initial value's share; B's CRC carries the rest.
+std::uint32_t crc32c_combine(std::uint32_t first, std::uint32_t second, std::uint64_t second_bytes) {
+  return after_zeros(first, second_bytes) ^ second;
+}
+
 void Crc32c::update(const void* data, size_t bytes) {
   state_ = update_any(state_, static_cast<const std::uint8_t*>(data), bytes);
 }

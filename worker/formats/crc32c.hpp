@@ -26,6 +26,9 @@ class Crc32c {
 };
 
 std::uint32_t crc32c(const void* data, size_t bytes);
+// The CRC-32C of a stream A then B from A's and B's own and B's length, without reading either
+// again (a file's header and its data, each checksummed as it went by).
+std::uint32_t crc32c_combine(std::uint32_t first, std::uint32_t second, std::uint64_t second_bytes);
 std::string crc32c_hex(std::uint32_t value);  // 8 lowercase hex digits
 
 // The portable version, whatever the CPU (for tests that compare it with the hardware one).

@@ -56,6 +56,17 @@ FileChecksum checksum_file(const std::string& path) {
   return {in.size(), crc.value()};
 }
 
+void check_recorded_checksum(const std::string& path, const FileChecksum& actual, const RecordedChecksum& recorded) {
+  if (actual.bytes != recorded.sum.bytes) {
+    throw FileError(path, std::to_string(actual.bytes) + " bytes, but " + recorded.where + " recorded " +
+                              std::to_string(recorded.sum.bytes) + " (truncated or overwritten)");
+  }
+  if (actual.crc32c != recorded.sum.crc32c) {
+    throw FileError(path, "damaged: its CRC-32C is " + crc32c_hex(actual.crc32c) + " but " + recorded.where +
+                              " recorded " + crc32c_hex(recorded.sum.crc32c));
+  }
+}
+
 InputFile::InputFile(const std::string& path) : path_(path) { fd_ = open_regular_file(path, size_); }
 
 InputFile::~InputFile() {

@@ -27,6 +27,18 @@ struct FileChecksum {
 // Reads the whole file in large blocks; throws FileError.
 FileChecksum checksum_file(const std::string& path);
 
+// A file's size and CRC-32C as recorded elsewhere, and where ("state.json"): what a reader checks
+// the whole file against.
+struct RecordedChecksum {
+  FileChecksum sum;
+  std::string where;
+};
+
+// Throws FileError(path, ...) unless `actual` is what was recorded: "100 bytes, but state.json
+// recorded 200 (truncated or overwritten)", "damaged: its CRC-32C is 0a1b2c3d but state.json
+// recorded 4e5f6071".
+void check_recorded_checksum(const std::string& path, const FileChecksum& actual, const RecordedChecksum& recorded);
+
 // A regular file opened for reading; a directory or other non-file is refused.
 class InputFile {
  public:

@@ -107,10 +107,10 @@ HfModelReader::HfModelReader(const std::string& path, const ParamLayout& layout)
   if (lm_head_) file_.get(lm_head_->name, {d.V, d.C});
 }
 
-void HfModelReader::load(float* params, const HostAccess& memory) {
+void HfModelReader::load(float* params, const HostAccess& memory, const RecordedChecksum* recorded) {
   const ModelDims& d = layout_.dims();
   const auto C = static_cast<size_t>(d.C);
-  file_.load();
+  file_.load(recorded);
   if (lm_head_) {  // compared row by row: the whole matrix is 0.3 GB for gpt2-xl
     const SafetensorsEntry& wte = *entries_[0];  // the layout's first tensor
     std::vector<float> a(C), b(C);

@@ -41,10 +41,11 @@ class HfModelReader {
   HfModelReader(const HfModelReader&) = delete;
   HfModelReader& operator=(const HfModelReader&) = delete;
 
-  // Maps the data, verifies its digest (when it has one) and lm_head.weight (when present), then
-  // fills `params` (layout.total() floats in `memory`): wte's padding rows zero, Conv1D weights
-  // transposed. `params` is untouched when a check fails.
-  void load(float* params, const HostAccess& memory = {});
+  // Maps the data, verifies its digest (when it has one), the whole file against `recorded` (when
+  // given: SafetensorsFile::load) and lm_head.weight (when present), then fills `params`
+  // (layout.total() floats in `memory`): wte's padding rows zero, Conv1D weights transposed.
+  // `params` is untouched when a check fails.
+  void load(float* params, const HostAccess& memory = {}, const RecordedChecksum* recorded = nullptr);
 
  private:
   SafetensorsFile file_;

@@ -275,7 +275,7 @@ const SafetensorsEntry& SafetensorsFile::get(const std::string& name, const std:
   throw FileError(path_, "tensor " + name + " is missing");
 }
 
-void SafetensorsFile::load() {
+void SafetensorsFile::load(const RecordedChecksum* recorded) {
   auto file = std::make_unique<MappedFile>(path_);
   if (file->size() != data_offset_ + data_size_) {
     throw FileError(path_, "changed size while being read (" + std::to_string(file->size()) + " bytes, was " +
@@ -283,28 +283,32 @@ void SafetensorsFile::load() {
   }
   const auto checksum = metadata_.find(kChecksumKey);
   const auto legacy = metadata_.find(kLegacyDigestKey);
-  if (checksum != metadata_.end() || legacy != metadata_.end()) {
+  const bool crc_needed = checksum != metadata_.end() || recorded != nullptr;
+  const bool digest_needed = checksum == metadata_.end() && legacy != metadata_.end();
+  Crc32c crc;
+  if (crc_needed || digest_needed) {
     // The first read of a mapped file's data: progress a piece at a time.
     constexpr std::uint64_t kPiece = 16 << 20;
-    Crc32c crc;
     LegacyDigest digest;
     const std::uint8_t* data = file->data() + data_offset_;
     for (std::uint64_t at = 0; at < data_size_; at += kPiece) {
       const std::uint64_t n = std::min(kPiece, data_size_ - at);
-      if (checksum != metadata_.end()) {
-        crc.update(data + at, n);
-      } else {
-        digest.add(data + at, n);
-      }
+      if (crc_needed) crc.update(data + at, n);
+      if (digest_needed) digest.add(data + at, n);
       WorkProgress::advance(n);
     }
-    const bool crc_checked = checksum != metadata_.end();
-    const std::string& recorded = crc_checked ? checksum->second : legacy->second;
-    const std::string found = crc_checked ? crc32c_hex(crc.value()) : digest.hex();
-    if (found != recorded) {
-      throw FileError(path_, std::string("corrupt: the data's ") + (crc_checked ? "CRC-32C" : "digest") + " is " +
-                                 found + " but the header says " + recorded);
+    if (checksum != metadata_.end() || digest_needed) {
+      const std::string& stored = digest_needed ? legacy->second : checksum->second;
+      const std::string found = digest_needed ? digest.hex() : crc32c_hex(crc.value());
+      if (found != stored) {
+        throw FileError(path_, std::string("corrupt: the data's ") + (digest_needed ? "digest" : "CRC-32C") +
+                                   " is " + found + " but the header says " + stored);
+      }
     }
+  }
+  if (recorded != nullptr) {
+    const std::uint32_t whole = crc32c_combine(crc32c(file->data(), data_offset_), crc.value(), data_size_);
+    check_recorded_checksum(path_, {file->size(), whole}, *recorded);
   }
   file_ = std::move(file);
 }

@@ -65,7 +65,9 @@ class SafetensorsFile {
   const SafetensorsEntry& get(const std::string& name, const std::vector<std::int64_t>& shape) const;
 
   // Maps the file and verifies the data's checksum (or an older file's digest) when the header has one.
-  void load();
+  // With `recorded` (a checkpoint's state.json entry), the whole file's size and CRC-32C too, in
+  // the same pass: the header, which the data's checksum leaves out, is covered as well.
+  void load(const RecordedChecksum* recorded = nullptr);
   // Tensor `name` (of exactly `shape`) as floats into `out`, in `memory`; needs load().
   void copy(const std::string& name, const std::vector<std::int64_t>& shape, float* out,
             const HostAccess& memory = {}) const;

@@ -119,18 +119,20 @@ void verify_state_content(const json& state, const std::string& dir) {
     spdlog::info("resume: {} is a format 1 checkpoint: its state.json carries no checksum of its own", dir);
   } else {
     const json recorded = state.value(kStateChecksumKey, json());
-    if (!recorded.is_string()) throw CheckpointError(dir, file + ": /" + kStateChecksumKey + " is missing or malformed");
+    if (!recorded.is_string()) {
+      throw CheckpointDamage(dir, file + ": /" + kStateChecksumKey + " is missing or malformed");
+    }
     const std::string actual = state_checksum(state);
     if (actual != recorded.get<std::string>()) {
-      throw CheckpointError(dir, file + ": damaged: its CRC-32C is " + actual + " but its crc32c key records " +
+      throw CheckpointDamage(dir, file + ": damaged: its CRC-32C is " + actual + " but its crc32c key records " +
                                      recorded.get<std::string>());
     }
   }
   const json step = state.value("step", json());
-  if (!step.is_number_unsigned()) throw CheckpointError(dir, file + ": /step is missing or malformed");
+  if (!step.is_number_unsigned()) throw CheckpointDamage(dir, file + ": /step is missing or malformed");
   const auto named = step_of_directory(dir);
   if (named && *named != step.get<std::int64_t>()) {
-    throw CheckpointError(dir, file + ": step is " + step.dump() + " but the directory's name says " +
+    throw CheckpointDamage(dir, file + ": step is " + step.dump() + " but the directory's name says " +
                                    std::to_string(*named));
   }
 }
@@ -144,18 +146,18 @@ json read_state(const std::string& dir) {
     text.resize(in.size());
     in.read_at(0, text.data(), in.size());
   } catch (const FileError& e) {
-    throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": " + e.message());
+    throw CheckpointDamage(dir, std::string(kCheckpointStateFile) + ": " + e.message());
   }
   json state = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (state.is_discarded() || !state.is_object()) {
-    throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": not a JSON object (truncated or corrupt)");
+    throw CheckpointDamage(dir, std::string(kCheckpointStateFile) + ": not a JSON object (truncated or corrupt)");
   }
   if (!state.contains("format") || state["format"] != kCheckpointFormat) {
-    throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": format is not \"" + kCheckpointFormat + "\"");
+    throw CheckpointDamage(dir, std::string(kCheckpointStateFile) + ": format is not \"" + kCheckpointFormat + "\"");
   }
   const json version = state.value("format_version", json());
   if (version != kCheckpointFormatVersion && version != kUncheckedStateVersion) {
-    throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": format_version is " + version.dump() +
+    throw CheckpointDamage(dir, std::string(kCheckpointStateFile) + ": format_version is " + version.dump() +
                                    ", expected " + std::to_string(kCheckpointFormatVersion) + " (or " +
                                    std::to_string(kUncheckedStateVersion) + ")");
   }
@@ -177,7 +179,7 @@ SafetensorsFile open_tensor_file(const std::string& dir, const char* name) {
   try {
     return SafetensorsFile((fs::path(dir) / name).string());
   } catch (const FileError& e) {
-    throw CheckpointError(dir, std::string(name) + ": " + e.message());
+    throw CheckpointDamage(dir, std::string(name) + ": " + e.message());
   }
 }
 
@@ -190,35 +192,48 @@ json verify_structure(const std::string& dir) {
   return state;
 }
 
-// Every file state.json lists has its recorded size and CRC-32C (a flipped bit in the weights
-// changes no size and no header). Reads every file once, or with `tensors` false all but the
-// safetensors files. Checkpoints written before checksums were recorded pass with a note.
-void verify_checksums(const std::string& dir, const json& state, bool tensors = true) {
+// state.json's "files" as each file's recorded size and CRC-32C; nullopt for a checkpoint written
+// before checksums were recorded.
+std::optional<std::map<std::string, RecordedChecksum>> recorded_checksums(const std::string& dir, const json& state) {
   const json files = state.value("files", json());
-  if (!files.is_object()) {
+  if (!files.is_object()) return std::nullopt;
+  std::map<std::string, RecordedChecksum> out;
+  for (const auto& [name, recorded] : files.items()) {
+    const json bytes = recorded.is_object() ? recorded.value("bytes", json()) : json();
+    const json crc = recorded.is_object() ? recorded.value("crc32c", json()) : json();
+    const std::string hex = crc.is_string() ? crc.get<std::string>() : std::string();
+    const bool hex_ok = hex.size() == 8 && hex.find_first_not_of("0123456789abcdef") == std::string::npos;
+    if (!bytes.is_number_unsigned() || !hex_ok) {
+      throw CheckpointDamage(dir, std::string(kCheckpointStateFile) + ": /files/" + name + " is not {bytes, crc32c}");
+    }
+    out[name] = {{bytes.get<std::uint64_t>(), static_cast<std::uint32_t>(std::stoul(hex, nullptr, 16))},
+                 kCheckpointStateFile};
+  }
+  return out;
+}
+
+// The files a check leaves out: none; the tensor files, which a load checks as it reads them; or
+// the optimizer's, which a model's use never reads.
+enum class Unread { kNone, kTensors, kOptimizer };
+
+// Every file state.json lists has its recorded size and CRC-32C (a flipped bit in the weights
+// changes no size and no header), but those `unread` leaves out. Reads each file it checks once.
+void verify_checksums(const std::string& dir, const json& state, Unread unread = Unread::kNone) {
+  const auto files = recorded_checksums(dir, state);
+  if (!files) {
     spdlog::info("{} records no checksums (an older checkpoint): its files are checked by their headers only", dir);
     return;
   }
-  for (const auto& [name, recorded] : files.items()) {
-    if (!tensors && fs::path(name).extension() == ".safetensors") continue;
-    const json bytes = recorded.is_object() ? recorded.value("bytes", json()) : json();
-    const json crc = recorded.is_object() ? recorded.value("crc32c", json()) : json();
-    if (!bytes.is_number_unsigned() || !crc.is_string()) {
-      throw CheckpointError(dir, std::string(kCheckpointStateFile) + ": /files/" + name + " is not {bytes, crc32c}");
+  for (const auto& [name, recorded] : *files) {
+    if ((unread == Unread::kTensors && fs::path(name).extension() == ".safetensors") ||
+        (unread == Unread::kOptimizer && name == kCheckpointOptimizerFile)) {
+      continue;
     }
-    FileChecksum actual;
+    const std::string path = (fs::path(dir) / name).string();
     try {
-      actual = checksum_file((fs::path(dir) / name).string());
+      check_recorded_checksum(path, checksum_file(path), recorded);
     } catch (const FileError& e) {
-      throw CheckpointError(dir, name + ": " + e.message());
-    }
-    if (actual.bytes != bytes.get<std::uint64_t>()) {
-      throw CheckpointError(dir, name + ": " + std::to_string(actual.bytes) + " bytes, but state.json recorded " +
-                                     bytes.dump() + " (truncated or overwritten)");
-    }
-    if (crc32c_hex(actual.crc32c) != crc.get<std::string>()) {
-      throw CheckpointError(dir, name + ": damaged: its CRC-32C is " + crc32c_hex(actual.crc32c) +
-                                     " but state.json recorded " + crc.get<std::string>());
+      throw CheckpointDamage(dir, name + ": " + e.message());
     }
   }
 }
@@ -338,25 +353,60 @@ std::string save_checkpoint(const std::string& run_dir, const JobSpec& spec, con
   return final_dir.string();
 }
 
-std::optional<std::string> find_resume_checkpoint(const std::string& run_dir, const std::string& resume) {
+namespace {
+
+// The first checkpoint `use` takes of those `resume` names, newest first: none ("never"), the path
+// (whose damage is an error), or under "auto" the complete ones in run_dir/checkpoints/, each
+// damaged one skipped with a warning that begins with `context`. `use` returns its result or
+// throws CheckpointDamage.
+template <class Use>
+auto first_usable(const std::string& run_dir, const std::string& resume, const char* context, const Use& use)
+    -> std::optional<decltype(use(std::string()))> {
   if (resume == "never") return std::nullopt;
   if (resume != "auto") {
     require_directory(resume);
-    verify_checksums(resume, verify_structure(resume));
-    return resume;
+    return use(resume);
   }
   for (const auto& [step, dir] : complete_checkpoints(fs::path(run_dir) / "checkpoints")) {
     try {
-      verify_checksums(dir.string(), verify_structure(dir.string()));
-      return dir.string();
-    } catch (const CheckpointError& e) {
-      spdlog::warn("resume: skipping damaged {}; trying the previous checkpoint", e.what());
+      return use(dir.string());
+    } catch (const CheckpointDamage& e) {
+      spdlog::warn("{}: skipping damaged {}; trying the previous checkpoint", context, e.what());
     }
   }
   return std::nullopt;
 }
 
-void verify_checkpoint_small_files(const std::string& dir) { verify_checksums(dir, read_state(dir), false); }
+}  // namespace
+
+std::optional<std::string> find_resume_checkpoint(const std::string& run_dir, const std::string& resume) {
+  return first_usable(run_dir, resume, "resume", [](const std::string& dir) {
+    verify_checksums(dir, verify_structure(dir));
+    return dir;
+  });
+}
+
+std::optional<std::string> find_model_checkpoint(const std::string& run_dir) {
+  return first_usable(run_dir, "auto", "model", [](const std::string& dir) {
+    const json state = read_state(dir);
+    open_tensor_file(dir, kModelWeightsFile);
+    verify_checksums(dir, state, Unread::kOptimizer);
+    return dir;
+  });
+}
+
+std::optional<ResumedCheckpoint> resume_from_checkpoint(const std::string& run_dir, const JobSpec& spec,
+                                                        const ParamLayout& layout, std::uint64_t train_tokens,
+                                                        float* params, float* m, float* v, const HostAccess& memory) {
+  return first_usable(run_dir, spec.checkpoint.resume, "resume", [&](const std::string& dir) {
+    verify_checksums(dir, verify_structure(dir), Unread::kTensors);
+    return ResumedCheckpoint{dir, load_checkpoint(dir, spec, layout, train_tokens, params, m, v, memory)};
+  });
+}
+
+void verify_checkpoint_small_files(const std::string& dir) {
+  verify_checksums(dir, read_state(dir), Unread::kTensors);
+}
 
 void resolve_training_model(JobSpec& spec, const json& doc, const std::optional<std::string>& resume_from) {
   const std::optional<ModelFileInfo> source = resolve_model_source(spec, doc, resume_from);
@@ -428,7 +478,15 @@ TrainState load_checkpoint(const std::string& dir, const JobSpec& spec, const Pa
     out.sampler.words[i] = *w;
   }
 
-  // Then the tensor files: names and shapes, nothing extra, data intact; all before any copy.
+  // Then the tensor files: names and shapes, nothing extra, data intact (their whole bytes against
+  // state.json's record as they load); all before any copy.
+  const auto files = recorded_checksums(dir, state);
+  const auto recorded = [&](const char* name) -> const RecordedChecksum* {
+    if (!files) return nullptr;  // an older checkpoint: the data's own checksums only
+    const auto it = files->find(name);
+    if (it == files->end()) throw CheckpointDamage(dir, std::string(kCheckpointStateFile) + ": /files has no " + name);
+    return &it->second;
+  };
   SafetensorsFile optimizer = open_tensor_file(dir, kCheckpointOptimizerFile);
   const auto total = static_cast<std::int64_t>(layout.total());
   try {
@@ -443,10 +501,10 @@ TrainState load_checkpoint(const std::string& dir, const JobSpec& spec, const Pa
       throw FileError(optimizer.path(), "metadata adam_step is missing or not a count");
     }
     out.adam_t = std::stoll(adam->second);
-    optimizer.load();
-    model.load(params, memory);  // checks its data before it writes
+    optimizer.load(recorded(kCheckpointOptimizerFile));
+    model.load(params, memory, recorded(kModelWeightsFile));  // checks its data before it writes
   } catch (const FileError& e) {
-    throw CheckpointError(dir, fs::path(e.path()).filename().string() + ": " + e.message());
+    throw CheckpointDamage(dir, fs::path(e.path()).filename().string() + ": " + e.message());
   }
 
   // Nothing can fail from here on.

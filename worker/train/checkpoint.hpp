@@ -53,6 +53,13 @@ class CheckpointError : public std::runtime_error {
   std::string dir_;
 };
 
+// A checkpoint whose files do not hold (a checksum, a size, a header, state.json's format), as
+// against one that does not fit the spec: what resume "auto" skips for the one before.
+class CheckpointDamage : public CheckpointError {
+ public:
+  using CheckpointError::CheckpointError;
+};
+
 // Everything besides the parameter and moment buffers that a resumed run needs.
 struct TrainState {
   std::int64_t step = 0;           // optimizer steps completed
@@ -76,8 +83,15 @@ std::string save_checkpoint(const std::string& run_dir, const JobSpec& spec, con
 // with one warning naming it and the file) or the path of a checkpoint directory (which must be
 // intact, else CheckpointError). Intact: state.json's own CRC-32C matches its content, its step
 // matches the directory's name (step-NNNNNNNN), the headers agree with the sizes, and every other
-// file has the size and CRC-32C that state.json recorded (so this reads the checkpoint's files once).
+// file has the size and CRC-32C that state.json recorded (so this reads the checkpoint's files once:
+// xlaunch's check before any rank starts; a rank resumes with resume_from_checkpoint).
 std::optional<std::string> find_resume_checkpoint(const std::string& run_dir, const std::string& resume);
+
+// The checkpoint a run directory stands for where its model is used (generate, eval, export):
+// the newest complete one whose state.json, model.safetensors and other small files are intact as
+// find_resume_checkpoint checks them, a damaged one skipped with a warning; its
+// optimizer.safetensors, two thirds of its bytes, is not read. nullopt: none.
+std::optional<std::string> find_model_checkpoint(const std::string& run_dir);
 
 // The files of checkpoint `dir` besides its tensor files (state.json, config.json, the tokenizer's)
 // against their recorded sizes and CRC-32Cs: what a checkpoint used as a model (init_from,
@@ -118,11 +132,25 @@ void check_checkpoint_fits(const std::string& dir, const JobSpec& spec, std::uin
 
 // Loads checkpoint `dir` into params, m, v (layout.total() floats each in `memory`) after checking it against
 // the spec (model shape, the kept train keys; each allowed change is logged in one line), against
-// `train_tokens` (the size of the current training split), and every file for damage. Throws
-// CheckpointError naming the checkpoint, the file and the mismatch; the buffers are untouched
-// unless everything loaded.
+// `train_tokens` (the size of the current training split), and its tensor files for damage: their
+// data's own checksums and, as they load, the sizes and CRC-32Cs state.json records. Throws
+// CheckpointError naming the checkpoint, the file and the mismatch (CheckpointDamage for damage);
+// the buffers are untouched unless everything loaded.
 TrainState load_checkpoint(const std::string& dir, const JobSpec& spec, const ParamLayout& layout,
                            std::uint64_t train_tokens, float* params, float* m, float* v,
                            const HostAccess& memory = {});
+
+// find_resume_checkpoint, then load_checkpoint of the one it finds, with every file read once: each
+// candidate's state.json and other small files are verified first, its tensor files as they
+// load. Under "auto" a damaged one is skipped with find_resume_checkpoint's warning, the buffers
+// untouched, and the one before tried. nullopt: nothing to resume (the buffers untouched).
+struct ResumedCheckpoint {
+  std::string dir;
+  TrainState state;
+};
+std::optional<ResumedCheckpoint> resume_from_checkpoint(const std::string& run_dir, const JobSpec& spec,
+                                                        const ParamLayout& layout, std::uint64_t train_tokens,
+                                                        float* params, float* m, float* v,
+                                                        const HostAccess& memory = {});
 
 }  // namespace xtrain

@@ -36,7 +36,7 @@ ModelFileInfo open_model_argument(const std::string& path) {
         throw FileError(path, std::string("not a model: ") + kKinds +
                                   "; this directory has neither checkpoints/ nor config.json");
       }
-      const auto newest = find_resume_checkpoint(path, "auto");
+      const auto newest = find_model_checkpoint(path);
       if (!newest) {
         throw FileError(path, "a run directory without a complete, intact checkpoint in checkpoints/ "
                               "(nothing to load yet)");

@@ -101,15 +101,15 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
   // of seconds.
   const HostAccess memory = host_access(backend_);
   const auto resume_start = std::chrono::steady_clock::now();
-  if (auto dir = find_resume_checkpoint(run_dir_, spec_.checkpoint.resume)) {
-    const TrainState state = load_checkpoint(*dir, spec_, model_->layout(), data_.train.count, model_->params(),
-                                             adamw_->m(), adamw_->v(), memory);
+  if (const auto resumed = resume_from_checkpoint(run_dir_, spec_, model_->layout(), data_.train.count,
+                                                  model_->params(), adamw_->m(), adamw_->v(), memory)) {
+    const TrainState& state = resumed->state;
     model_->refresh_weights();
     adamw_->set_step_count(state.adam_t);
     sampler_->set_state(state.sampler);
     start_step_ = state.step;
     completed_steps_ = state.step;
-    resumed_from_ = *dir;
+    resumed_from_ = resumed->dir;
     resume_seconds_ = seconds_since(resume_start);
   } else if (!spec_.model.init_from.empty()) {
     try {

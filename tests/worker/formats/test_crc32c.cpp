@@ -70,3 +70,17 @@ TEST_CASE("CRC-32C replace gives the checksum of the stream with the bytes chang
     }
   }
 }
+
+TEST_CASE("CRC-32C combine gives the checksum of two streams one after the other", "[crc32c]") {
+  std::vector<std::uint8_t> stream((3 << 20) + 11);
+  std::uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (auto& b : stream) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    b = static_cast<std::uint8_t>(x >> 32);
+  }
+  for (size_t split : {size_t{0}, size_t{1}, size_t{8}, size_t{4097}, stream.size() - 1, stream.size()}) {
+    INFO("split at " << split);
+    const std::uint32_t a = crc32c(stream.data(), split), b = crc32c(stream.data() + split, stream.size() - split);
+    CHECK(crc32c_combine(a, b, stream.size() - split) == crc32c(stream.data(), stream.size()));
+  }
+}

@@ -1,18 +1,21 @@
 // Checkpoints and resume: round trips, Hugging Face names and layouts, keep, interrupted writers,
-// and a one-line error for every kind of damaged or mismatched checkpoint (the safetensors format
-// itself: tests/worker/formats/test_safetensors.cpp).
+// and a one-line error for every kind of damaged or mismatched checkpoint (which checkpoint a
+// resume takes: test_checkpoint_resume.cpp; the safetensors format itself:
+// tests/worker/formats/test_safetensors.cpp).
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "tests/worker/test_files.hpp"
+#include "tests/worker/train/checkpoint_model.hpp"
 #include "worker/train/checkpoint.hpp"
 #include "worker/formats/crc32c.hpp"
 #include "worker/formats/llmc_model.hpp"
@@ -21,54 +24,10 @@
 #include "tests/worker/piecewise_memory.hpp"
 
 using namespace xtrain;
-using xtrain::test::error_message;
-using xtrain::test::read_bytes;
-using xtrain::test::ScratchDir;
-using xtrain::test::write_bytes;
+using namespace xtrain::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-JobSpec small_spec() {
-  JobSpec spec;
-  spec.model = test::model_spec(2, 2, 8, 6, 50);  // padded to 128: the padding rows must survive too
-  spec.checkpoint.keep = 2;
-  return spec;
-}
-
-// Distinct, reproducible values (no two tensors alike, so a misplaced copy shows).
-std::vector<float> random_floats(size_t n, std::uint64_t seed) {
-  Xoshiro256 rng(seed);
-  std::vector<float> out(n);
-  for (auto& x : out) x = static_cast<float>(static_cast<double>(rng.next() >> 11) * 0x1p-53 * 2.0 - 1.0);
-  return out;
-}
-
-struct Model {
-  JobSpec spec = small_spec();
-  ParamLayout layout{ModelDims::from(spec.model)};
-  std::vector<float> params = random_floats(layout.total(), 1);
-  std::vector<float> m = random_floats(layout.total(), 2);
-  std::vector<float> v = random_floats(layout.total(), 3);
-  TrainState state = [] {
-    TrainState s;
-    s.step = 10;
-    s.adam_t = 9;
-    s.sampler.words = {0xffffffffffffffffULL, 1, 0x8000000000000001ULL, 0x123456789abcdef0ULL};
-    s.train_tokens = 12345;
-    return s;
-  }();
-  // The run's tokenizer as the trainer reads it (the checkpoint copies it without parsing it).
-  std::vector<NamedFile> tokenizer = {{"vocab.json", "{\"!\": 0, \"<|endoftext|>\": 1}"},
-                                      {"merges.txt", "#version: 0.2\n"}};
-
-  std::string save(const std::string& run_dir, std::int64_t step) {
-    state.step = step;
-    return save_checkpoint(run_dir, spec, layout, params.data(), m.data(), v.data(), state, tokenizer);
-  }
-};
-
-void truncate_file(const std::string& path, std::uintmax_t drop) { fs::resize_file(path, fs::file_size(path) - drop); }
 
 std::set<std::string> names_in(const std::string& dir) {
   std::set<std::string> names;
@@ -80,7 +39,7 @@ std::set<std::string> names_in(const std::string& dir) {
 
 TEST_CASE("a checkpoint round-trips parameters, moments and state bit for bit", "[checkpoint]") {
   ScratchDir run;
-  Model model;
+  CheckpointModel model;
   const std::string dir = model.save(run.path(), 10);
   CHECK(dir == run / "checkpoints/step-00000010");
   CHECK(names_in(dir) ==
@@ -115,7 +74,7 @@ TEST_CASE("a checkpoint round-trips parameters, moments and state bit for bit", 
 
 TEST_CASE("a GPU's buffers are saved and loaded a piece at a time: the same files, the same bits", "[checkpoint]") {
   ScratchDir host_run, device_run;
-  Model model;
+  CheckpointModel model;
   const std::string host_dir = model.save(host_run.path(), 10);
   constexpr size_t kPiece = 100;
   test::PiecewiseMemory device(kPiece);
@@ -147,7 +106,7 @@ TEST_CASE("a GPU's buffers are saved and loaded a piece at a time: the same file
 
 TEST_CASE("model.safetensors has Hugging Face GPT-2's names, shapes and Conv1D layout", "[checkpoint]") {
   ScratchDir run;
-  Model model;
+  CheckpointModel model;
   const std::string dir = model.save(run.path(), 1);
   const int C = 8, V = 50, T = 6;
 
@@ -202,7 +161,7 @@ TEST_CASE("model.safetensors has Hugging Face GPT-2's names, shapes and Conv1D l
 
 TEST_CASE("keep retains the newest complete checkpoints and saving clears partial ones", "[checkpoint]") {
   ScratchDir run;
-  Model model;
+  CheckpointModel model;
   fs::create_directories(run / "checkpoints/step-00000099.tmp-4242");
   write_bytes(run / "checkpoints/step-00000099.tmp-4242/model.safetensors", "half");
   for (int step = 1; step <= 5; ++step) model.save(run.path(), step);
@@ -218,43 +177,9 @@ TEST_CASE("keep retains the newest complete checkpoints and saving clears partia
   }
 }
 
-TEST_CASE("resume picks the newest intact checkpoint, never a partial one", "[checkpoint]") {
-  ScratchDir run;
-  Model model;
-  CHECK_FALSE(find_resume_checkpoint(run.path(), "auto"));  // no checkpoints directory yet
-  model.save(run.path(), 1);
-  model.save(run.path(), 2);
-  CHECK(find_resume_checkpoint(run.path(), "auto") == run / "checkpoints/step-00000002");
-  CHECK_FALSE(find_resume_checkpoint(run.path(), "never"));
-
-  // A writer killed before its rename: complete-looking files under a temporary name.
-  fs::copy(run / "checkpoints/step-00000002", run / "checkpoints/step-00000003.tmp-777");
-  fs::create_directories(run / "checkpoints/step-00000004.tmp-778");
-  write_bytes(run / "checkpoints/not-a-checkpoint", "x");
-  CHECK(find_resume_checkpoint(run.path(), "auto") == run / "checkpoints/step-00000002");
-
-  SECTION("a truncated file makes auto fall back to the one before") {
-    truncate_file(run / "checkpoints/step-00000002/optimizer.safetensors", 100);
-    CHECK(find_resume_checkpoint(run.path(), "auto") == run / "checkpoints/step-00000001");
-    fs::remove(run / "checkpoints/step-00000001/state.json");
-    CHECK_FALSE(find_resume_checkpoint(run.path(), "auto"));
-  }
-  SECTION("an explicit path must exist and be intact") {
-    CHECK(find_resume_checkpoint(run.path(), run / "checkpoints/step-00000001") == run / "checkpoints/step-00000001");
-    const std::string missing = run / "checkpoints/step-00000007";
-    CHECK(error_message<CheckpointError>([&] { find_resume_checkpoint(run.path(), missing); }) ==
-          "checkpoint " + missing + ": No such file or directory");
-    const std::string cut = run / "checkpoints/step-00000001";
-    truncate_file(cut + "/model.safetensors", 4);
-    CHECK(error_message<CheckpointError>([&] {
-            find_resume_checkpoint(run.path(), cut);
-          }).rfind("checkpoint " + cut + ": model.safetensors: truncated: tensor ", 0) == 0);
-  }
-}
-
 TEST_CASE("state.json records every file's size and CRC-32C, the tokenizer's too", "[checkpoint]") {
   ScratchDir run;
-  Model model;
+  CheckpointModel model;
   const std::string dir = model.save(run.path(), 1);
   CHECK(read_bytes(dir + "/vocab.json") == model.tokenizer[0].content);
   CHECK(read_bytes(dir + "/merges.txt") == model.tokenizer[1].content);
@@ -269,39 +194,9 @@ TEST_CASE("state.json records every file's size and CRC-32C, the tokenizer's too
   }
 }
 
-TEST_CASE("a flipped bit (size unchanged): auto falls back, and an explicit path is refused naming the file",
-          "[checkpoint][errors]") {
-  ScratchDir run;
-  Model model;
-  model.save(run.path(), 1);
-  const std::string newest = model.save(run.path(), 2);
-  const auto flip = [](const std::string& path, size_t from_end) {
-    std::string bytes = read_bytes(path);
-    bytes[bytes.size() - from_end] ^= 0x10;
-    write_bytes(path, bytes);
-  };
-  SECTION("in the weights' data") { flip(newest + "/model.safetensors", 100); }
-  SECTION("in the optimizer's data") { flip(newest + "/optimizer.safetensors", 5); }
-  SECTION("in config.json") { flip(newest + "/config.json", 3); }
-  SECTION("in the tokenizer's merges.txt") { flip(newest + "/merges.txt", 2); }
-  SECTION("in state.json, still valid JSON") {  // "step": 2 becomes 3
-    std::string bytes = read_bytes(newest + "/state.json");
-    const size_t at = bytes.find("\"step\": 2");
-    REQUIRE(at != std::string::npos);
-    bytes[at + 8] ^= 0x01;
-    write_bytes(newest + "/state.json", bytes);
-    REQUIRE(nlohmann::json::parse(bytes)["step"] == 3);
-  }
-  CHECK(find_resume_checkpoint(run.path(), "auto") == run / "checkpoints/step-00000001");
-  const std::string error = error_message<CheckpointError>([&] { find_resume_checkpoint(run.path(), newest); });
-  INFO(error);
-  CHECK(error.rfind("checkpoint " + newest + ": ", 0) == 0);
-  CHECK(error.find(": damaged: its CRC-32C is ") != std::string::npos);
-}
-
 TEST_CASE("state.json checksums its own content: every flipped bit that changes it is refused", "[checkpoint][errors]") {
   ScratchDir run;
-  Model model;
+  CheckpointModel model;
   const std::string dir = model.save(run.path(), 6);
   const std::string path = dir + "/state.json";
   const std::string good = read_bytes(path);
@@ -335,19 +230,6 @@ TEST_CASE("state.json checksums its own content: every flipped bit that changes 
   CHECK(harmless <= 2);  // the "e" of eps 1e-08 and of min_lr 3e-05
 }
 
-TEST_CASE("a checkpoint whose step disagrees with its directory's name is skipped", "[checkpoint][errors]") {
-  ScratchDir run;
-  Model model;
-  model.save(run.path(), 2);
-  fs::copy(run / "checkpoints/step-00000002", run / "checkpoints/step-00000003");  // a copy under another name
-  CHECK(find_resume_checkpoint(run.path(), "auto") == run / "checkpoints/step-00000002");
-  const std::string copy = run / "checkpoints/step-00000003";
-  CHECK(error_message<CheckpointError>([&] { find_resume_checkpoint(run.path(), copy); }) ==
-        "checkpoint " + copy + ": state.json: step is 2 but the directory's name says 3");
-  fs::copy(run / "checkpoints/step-00000002", run / "best");  // any other name is not checked
-  CHECK(find_resume_checkpoint(run.path(), run / "best") == run / "best");
-}
-
 TEST_CASE("every train key is either part of the run or may change on resume", "[checkpoint]") {
   const nlohmann::json train = to_json(JobSpec{})["train"];
   for (const auto& [key, value] : train.items()) {
@@ -359,26 +241,10 @@ TEST_CASE("every train key is either part of the run or may change on resume", "
   CHECK_FALSE(train_key_on_resume("no_such_key"));
 }
 
-TEST_CASE("a checkpoint written before checksums were recorded still resumes", "[checkpoint]") {
-  ScratchDir run;
-  Model model;
-  const std::string dir = model.save(run.path(), 3);
-  nlohmann::json state = nlohmann::json::parse(read_bytes(dir + "/state.json"));
-  state.erase("files");
-  state.erase("crc32c");
-  state["format_version"] = 1;
-  write_bytes(dir + "/state.json", state.dump(2));
-  CHECK(find_resume_checkpoint(run.path(), "auto") == dir);
-  CHECK(find_resume_checkpoint(run.path(), dir) == dir);
-  std::vector<float> p(model.layout.total()), m(p), v(p);
-  CHECK(load_checkpoint(dir, model.spec, model.layout, 12345, p.data(), m.data(), v.data()).step == 3);
-  CHECK(p == model.params);
-}
-
 TEST_CASE("the launcher's check of the resume checkpoint compares the spec and the training split",
           "[checkpoint][errors]") {
   ScratchDir run;
-  Model model;
+  CheckpointModel model;
   const std::string dir = model.save(run.path(), 4);
   JobSpec spec = model.spec;
   std::uint64_t tokens = model.state.train_tokens;
@@ -402,7 +268,7 @@ TEST_CASE("the launcher's check of the resume checkpoint compares the spec and t
 
 TEST_CASE("a mismatched or damaged checkpoint is refused with one line and loads nothing", "[checkpoint][errors]") {
   ScratchDir run;
-  Model model;
+  CheckpointModel model;
   const std::string dir = model.save(run.path(), 10);
   JobSpec spec = model.spec;
   std::uint64_t tokens = model.state.train_tokens;
@@ -564,7 +430,7 @@ TEST_CASE("a run resumed from a checkpoint continues bit for bit", "[checkpoint]
 // against the llm.c export of the same weights, transposes included.
 TEST_CASE("Python loads model.safetensors as Hugging Face GPT-2 weights", "[checkpoint][python]") {
   ScratchDir run;
-  Model model;
+  CheckpointModel model;
   const std::string dir = model.save(run.path(), 3);
   export_llmc_model(run / "model.bin", model.layout, model.params.data());
   const std::string script = std::string(XTRAIN_SOURCE_DIR) + "/tests/worker/check_safetensors.py";
