@@ -33,6 +33,22 @@ class TrainingJob {
     for (int i = 0; i < corpus_lines; ++i) corpus << corpus_line(i) << "\n";
     spec_["data"]["train"] = (dir_ / "corpus.txt").string();
   }
+  // The interpreted end-to-end tests' job: `n_layer` layers 32 wide, T 16, bytes, bf16, batch 4 in
+  // micro-batches of 2, `steps` steps (2 of warmup), no checkpoints, on 400 lines of "line N" text;
+  // a step takes about a second in interpret mode.
+  static TrainingJob small_interpreted(const std::string& name, int n_layer, int steps) {
+    const nlohmann::json spec = {
+        {"name", name},
+        {"device", "cuda"},
+        {"launcher", {{"term_timeout_s", 5}, {"timeout_s", 600}}},
+        {"nodes", {{"rdzv_timeout_s", 60}}},
+        {"model", {{"n_layer", n_layer}, {"n_head", 2}, {"n_embd", 32}, {"seq_len", 16}, {"vocab_size", 256}}},
+        {"train",
+         {{"steps", steps}, {"batch_size", 4}, {"micro_batch_size", 2}, {"precision", "bf16"}, {"warmup_steps", 2}}},
+        {"checkpoint", {{"every", 0}, {"resume", "never"}}},
+    };
+    return TrainingJob(name, spec, 400, [](int i) { return "line " + std::to_string(i % 31); });
+  }
   ~TrainingJob() { std::filesystem::remove_all(dir_); }
   TrainingJob(const TrainingJob&) = delete;
   TrainingJob& operator=(const TrainingJob&) = delete;

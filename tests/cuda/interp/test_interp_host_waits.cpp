@@ -302,15 +302,7 @@ long total(const nlohmann::json& w) {
 // a step fails it.
 TEST_CASE("a training step waits for the device only where it must: twice, on one rank and on two",
           "[interp_training][host_waits]") {
-  const nlohmann::json spec = {
-      {"name", "host-waits"},
-      {"launcher", {{"term_timeout_s", 5}, {"timeout_s", 600}}},
-      {"nodes", {{"rdzv_timeout_s", 60}}},
-      {"model", {{"n_layer", 1}, {"n_head", 2}, {"n_embd", 32}, {"seq_len", 16}, {"vocab_size", 256}}},
-      {"train", {{"batch_size", 4}, {"micro_batch_size", 2}, {"log_every", 1}, {"precision", "bf16"}}},
-      {"checkpoint", {{"every", 0}, {"resume", "never"}}},
-  };
-  xtrain::test::TrainingJob job("host-waits", spec, 400, [](int i) { return "line " + std::to_string(i % 31) + " of the text"; });
+  auto job = xtrain::test::TrainingJob::small_interpreted("host-waits", 1, 1);  // steps: each run's own
   const std::filesystem::path root = std::filesystem::temp_directory_path() / ("xtrain-host-waits-" + std::to_string(::getpid()));
   const auto waits_of = [&](const std::string& run, int nproc, int steps) {
     const std::filesystem::path dir = root / run;

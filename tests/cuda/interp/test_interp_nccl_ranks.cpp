@@ -263,16 +263,7 @@ TEST_CASE("interpret mode's NCCL: ranks that issue different collectives fail, n
 namespace {
 
 xtrain::test::TrainingJob small_job(const std::string& name) {
-  const nlohmann::json spec = {
-      {"name", name},
-      {"device", "cuda"},
-      {"launcher", {{"term_timeout_s", 5}, {"timeout_s", 600}}},
-      {"nodes", {{"rdzv_timeout_s", 60}}},
-      {"model", {{"n_layer", 2}, {"n_head", 2}, {"n_embd", 32}, {"seq_len", 16}, {"vocab_size", 256}}},
-      {"train", {{"steps", 8}, {"batch_size", 4}, {"micro_batch_size", 2}, {"precision", "bf16"}, {"warmup_steps", 2}}},
-      {"checkpoint", {{"every", 0}, {"resume", "never"}}},
-  };
-  return xtrain::test::TrainingJob(name, spec, 400, [](int i) { return "line " + std::to_string(i % 31); });
+  return xtrain::test::TrainingJob::small_interpreted(name, 2, 8);
 }
 
 }  // namespace

@@ -91,16 +91,7 @@ TEST_CASE("interpret mode's collectives run in the stream's order, and a lost pe
 
 TEST_CASE("an interpreted rank's lost peer is reported as on CPU ranks: the rank that died is the cause",
           "[interp_training]") {
-  const nlohmann::json spec = {
-      {"name", "lost-peer"},
-      {"device", "cuda"},
-      {"launcher", {{"term_timeout_s", 5}, {"timeout_s", 600}}},
-      {"nodes", {{"rdzv_timeout_s", 60}}},
-      {"model", {{"n_layer", 1}, {"n_head", 2}, {"n_embd", 32}, {"seq_len", 16}, {"vocab_size", 256}}},
-      {"train", {{"steps", 20}, {"batch_size", 4}, {"micro_batch_size", 2}, {"precision", "bf16"}}},
-      {"checkpoint", {{"every", 0}, {"resume", "never"}}},
-  };
-  xtrain::test::TrainingJob job("lost-peer", spec, 400, [](int i) { return "line " + std::to_string(i % 31); });
+  auto job = xtrain::test::TrainingJob::small_interpreted("lost-peer", 1, 20);
   // Rank 1 closes its connections at step 5 and exits 3 a second later, while rank 0's stream
   // runs a gradient all-reduce that waits for it.
   const auto o = job.run_xlaunch("run", 2, [](nlohmann::json&) {}, "XTRAIN_FAULT_EXIT=1:5:3:1");
