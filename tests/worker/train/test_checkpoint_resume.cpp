@@ -32,6 +32,13 @@ std::uint64_t bytes_read_by_calls() {
   return 0;
 }
 
+// Flips one bit of the file, `from_end` bytes before its end: the size stays.
+void flip(const std::string& path, size_t from_end) {
+  std::string bytes = read_bytes(path);
+  bytes[bytes.size() - from_end] ^= 0x10;
+  write_bytes(path, bytes);
+}
+
 }  // namespace
 
 TEST_CASE("resume picks the newest intact checkpoint, never a partial one", "[checkpoint]") {
@@ -74,11 +81,6 @@ TEST_CASE("a flipped bit (size unchanged): auto falls back, and an explicit path
   CheckpointModel model;
   model.save(run.path(), 1);
   const std::string newest = model.save(run.path(), 2);
-  const auto flip = [](const std::string& path, size_t from_end) {
-    std::string bytes = read_bytes(path);
-    bytes[bytes.size() - from_end] ^= 0x10;
-    write_bytes(path, bytes);
-  };
   SECTION("in the weights' data") { flip(newest + "/model.safetensors", 100); }
   SECTION("in the optimizer's data") { flip(newest + "/optimizer.safetensors", 5); }
   SECTION("in config.json") { flip(newest + "/config.json", 3); }
@@ -194,15 +196,11 @@ TEST_CASE("a model's use of a run directory skips damaged weights but never read
   INFO(resume_reads << " bytes read for a resume, " << model_reads << " for a model's use");
   CHECK(resume_reads - model_reads + 16 >= fs::file_size(newest + "/optimizer.safetensors"));
 
-  std::string bytes = read_bytes(newest + "/optimizer.safetensors");
-  bytes[bytes.size() - 5] ^= 0x01;
-  write_bytes(newest + "/optimizer.safetensors", bytes);
+  flip(newest + "/optimizer.safetensors", 5);
   CHECK(find_resume_checkpoint(run.path(), "auto") == run / "checkpoints/step-00000001");
   CHECK(find_model_checkpoint(run.path()) == newest);
 
-  bytes = read_bytes(newest + "/model.safetensors");
-  bytes[bytes.size() - 5] ^= 0x01;
-  write_bytes(newest + "/model.safetensors", bytes);
+  flip(newest + "/model.safetensors", 5);
   CHECK(find_model_checkpoint(run.path()) == run / "checkpoints/step-00000001");
   fs::remove(run / "checkpoints/step-00000001/config.json");
   CHECK_FALSE(find_model_checkpoint(run.path()));
