@@ -429,7 +429,7 @@ void Supervisor::remove_interpret_meeting() {
   const auto removed = std::filesystem::remove_all(dir, error);
   if (error) {
     spdlog::warn("could not remove {} (interpret mode's NCCL files of stopped ranks): {}", dir.string(),
-                    error.message());
+                 error.message());
   } else if (removed > 0) {
     spdlog::info("removed {}: interpret mode's NCCL files of ranks that were stopped", dir.string());
   }

@@ -125,7 +125,7 @@ void verify_state_content(const json& state, const std::string& dir) {
     const std::string actual = state_checksum(state);
     if (actual != recorded.get<std::string>()) {
       throw CheckpointDamage(dir, file + ": damaged: its CRC-32C is " + actual + " but its crc32c key records " +
-                                     recorded.get<std::string>());
+                                      recorded.get<std::string>());
     }
   }
   const json step = state.value("step", json());
@@ -133,7 +133,7 @@ void verify_state_content(const json& state, const std::string& dir) {
   const auto named = step_of_directory(dir);
   if (named && *named != step.get<std::int64_t>()) {
     throw CheckpointDamage(dir, file + ": step is " + step.dump() + " but the directory's name says " +
-                                   std::to_string(*named));
+                                    std::to_string(*named));
   }
 }
 
@@ -158,8 +158,8 @@ json read_state(const std::string& dir) {
   const json version = state.value("format_version", json());
   if (version != kCheckpointFormatVersion && version != kUncheckedStateVersion) {
     throw CheckpointDamage(dir, std::string(kCheckpointStateFile) + ": format_version is " + version.dump() +
-                                   ", expected " + std::to_string(kCheckpointFormatVersion) + " (or " +
-                                   std::to_string(kUncheckedStateVersion) + ")");
+                                    ", expected " + std::to_string(kCheckpointFormatVersion) + " (or " +
+                                    std::to_string(kUncheckedStateVersion) + ")");
   }
   verify_state_content(state, dir);
   return state;
