@@ -112,12 +112,11 @@ std::optional<std::int64_t> step_of_directory(const std::string& dir) {
   return checkpoint_step(path.filename().string());
 }
 
-// state.json's own checksum (format_version 2 on) and its step against the directory's name.
+// state.json's own checksum (format_version 2 on; verify_checksums says when there is none) and
+// its step against the directory's name.
 void verify_state_content(const json& state, const std::string& dir) {
   const std::string file = kCheckpointStateFile;
-  if (state["format_version"] == kUncheckedStateVersion) {
-    spdlog::info("resume: {} is a format 1 checkpoint: its state.json carries no checksum of its own", dir);
-  } else {
+  if (state["format_version"] != kUncheckedStateVersion) {
     const json recorded = state.value(kStateChecksumKey, json());
     if (!recorded.is_string()) {
       throw CheckpointDamage(dir, file + ": /" + kStateChecksumKey + " is missing or malformed");
@@ -218,12 +217,16 @@ enum class Unread { kNone, kTensors, kOptimizer };
 
 // Every file state.json lists has its recorded size and CRC-32C (a flipped bit in the weights
 // changes no size and no header), but those `unread` leaves out. Reads each file it checks once.
+// An older checkpoint's missing checksums are said here, once for each check of it.
 void verify_checksums(const std::string& dir, const json& state, Unread unread = Unread::kNone) {
   const auto files = recorded_checksums(dir, state);
-  if (!files) {
+  if (state["format_version"] == kUncheckedStateVersion) {
+    spdlog::info("{} is a format 1 checkpoint: its state.json carries no checksum of its own{}", dir,
+                 files ? "" : ", nor of its other files, which are checked by their headers only");
+  } else if (!files) {
     spdlog::info("{} records no checksums (an older checkpoint): its files are checked by their headers only", dir);
-    return;
   }
+  if (!files) return;
   for (const auto& [name, recorded] : *files) {
     if ((unread == Unread::kTensors && fs::path(name).extension() == ".safetensors") ||
         (unread == Unread::kOptimizer && name == kCheckpointOptimizerFile)) {
