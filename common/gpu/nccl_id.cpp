@@ -1,5 +1,6 @@
 #include "common/gpu/nccl_id.hpp"
 
+#include <random>
 #include <stdexcept>
 
 namespace xtrain {
@@ -43,6 +44,13 @@ NcclIdBytes decode_nccl_id(std::string_view hex) {
     }
     id[i / 2] = static_cast<std::uint8_t>(i % 2 == 0 ? v << 4 : id[i / 2] | v);
   }
+  return id;
+}
+
+NcclIdBytes random_nccl_id() {
+  std::random_device random;
+  NcclIdBytes id;
+  for (std::uint8_t& b : id) b = static_cast<std::uint8_t>(random());
   return id;
 }
 

@@ -15,7 +15,6 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -64,6 +63,11 @@ std::string& global_last_error() {
 ncclResult_t refuse(ncclComm_t comm, ncclResult_t code, const std::string& why) {
   (comm != nullptr ? comm->last_error : global_last_error()) = "interpret mode: " + why;
   return code;
+}
+
+// A collective's work that the stream would not take (a capture gone wrong, a sticky error).
+ncclResult_t stream_refused(ncclComm_t comm, const char* call) {
+  return refuse(comm, ncclUnhandledCudaError, std::string(call) + ": the stream refused it");
 }
 
 std::string hex_of(const ncclUniqueId& id) {
@@ -187,7 +191,7 @@ ncclResult_t exchange_collective(const Collective& c, ncclComm_t comm, cudaStrea
     if (link->exchange != nullptr) link->exchange->publish(part, what, send, sent);
   });
   if (published != cudaSuccess) {
-    return refuse(comm, ncclUnhandledCudaError, std::string(c.call) + ": the stream refused it");
+    return stream_refused(comm, c.call);
   }
   auto gate = [link, part, call = std::string(c.call)]() -> xtrain::interp::GateState {
     if (link->exchange == nullptr) return {};
@@ -225,7 +229,7 @@ ncclResult_t exchange_collective(const Collective& c, ncclComm_t comm, cudaStrea
     if (index > 0) link->exchange->forget(PeerExchange::part_name(index - 1));
   };
   if (xtrain::interp::enqueue_gated(stream, c.call, gate, combine) != cudaSuccess) {
-    return refuse(comm, ncclUnhandledCudaError, std::string(c.call) + ": the stream refused it");
+    return stream_refused(comm, c.call);
   }
   return ncclSuccess;
 }
@@ -250,15 +254,15 @@ ncclResult_t collective(const Collective& c, ncclDataType_t datatype, ncclComm_t
   const cudaError_t e = xtrain::interp::enqueue(stream, c.call, [send = c.send, recv = c.recv, bytes] {
     if (send != recv) std::memmove(recv, send, bytes);  // the identity of one rank
   });
-  if (e != cudaSuccess) return refuse(comm, ncclUnhandledCudaError, std::string(c.call) + ": the stream refused it");
+  if (e != cudaSuccess) return stream_refused(comm, c.call);
   return ncclSuccess;
 }
 
 }  // namespace
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
-  std::random_device random;
-  for (char& c : id->internal) c = static_cast<char>(random());
+  const xtrain::NcclIdBytes bytes = xtrain::random_nccl_id();
+  std::memcpy(id->internal, bytes.data(), bytes.size());
   return ncclSuccess;
 }
 

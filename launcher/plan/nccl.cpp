@@ -1,7 +1,5 @@
 #include "launcher/plan/nccl.hpp"
 
-#include <random>
-
 #include "common/cuda_interpret.hpp"
 #include "common/gpu/nccl_id.hpp"
 #include "launcher/run/launch_error.hpp"
@@ -17,21 +15,12 @@
 namespace xtrain::launcher {
 namespace {
 
-// Interpret mode's NCCL (in its plugin) needs no bootstrap address in the id, only an id that
-// no other job's ranks share: random bytes.
-std::string interpret_unique_id_hex() {
-  std::random_device random;
-  NcclIdBytes bytes;
-  for (std::uint8_t& b : bytes) b = static_cast<std::uint8_t>(random());
-  return encode_nccl_id(bytes);
-}
-
 std::string library_unique_id_hex();
 
 }  // namespace
 
 std::string nccl_unique_id_hex() {
-  return cuda_interpret_requested() ? interpret_unique_id_hex() : library_unique_id_hex();
+  return cuda_interpret_requested() ? encode_nccl_id(random_nccl_id()) : library_unique_id_hex();
 }
 
 #ifdef XTRAIN_HAVE_NCCL

@@ -182,12 +182,17 @@ SafetensorsFile open_tensor_file(const std::string& dir, const char* name) {
   }
 }
 
+// The files a check leaves out: none; the tensor files, which a load checks as it reads them; or
+// the optimizer's, which a model's use never reads.
+enum class Unread { kNone, kTensors, kOptimizer };
+
 // The headers: the files exist, state.json parses, and the tensor files' headers agree with
-// their sizes (which catches truncation). Reads no tensor data. Returns state.json.
-json verify_structure(const std::string& dir) {
+// their sizes (which catches truncation), the optimizer's unless `unread` leaves it out. Reads no
+// tensor data. Returns state.json.
+json verify_structure(const std::string& dir, Unread unread = Unread::kNone) {
   json state = read_state(dir);
   open_tensor_file(dir, kModelWeightsFile);
-  open_tensor_file(dir, kCheckpointOptimizerFile);
+  if (unread != Unread::kOptimizer) open_tensor_file(dir, kCheckpointOptimizerFile);
   return state;
 }
 
@@ -210,10 +215,6 @@ std::optional<std::map<std::string, RecordedChecksum>> recorded_checksums(const 
   }
   return out;
 }
-
-// The files a check leaves out: none; the tensor files, which a load checks as it reads them; or
-// the optimizer's, which a model's use never reads.
-enum class Unread { kNone, kTensors, kOptimizer };
 
 // Every file state.json lists has its recorded size and CRC-32C (a flipped bit in the weights
 // changes no size and no header), but those `unread` leaves out. Reads each file it checks once.
@@ -391,9 +392,7 @@ std::optional<std::string> find_resume_checkpoint(const std::string& run_dir, co
 
 std::optional<std::string> find_model_checkpoint(const std::string& run_dir) {
   return first_usable(run_dir, "auto", "model", [](const std::string& dir) {
-    const json state = read_state(dir);
-    open_tensor_file(dir, kModelWeightsFile);
-    verify_checksums(dir, state, Unread::kOptimizer);
+    verify_checksums(dir, verify_structure(dir, Unread::kOptimizer), Unread::kOptimizer);
     return dir;
   });
 }
