@@ -29,8 +29,9 @@ namespace fs = std::filesystem;
 
 const char* const kUsage =
     "usage: xtrain-worker export SOURCE --format hf|llmc OUT [--dtype fp32|bf16] [--tokenizer PATH] [--force]\n"
-    "  Writes the weights of SOURCE (a run directory: its newest intact checkpoint; a checkpoint, or\n"
-    "  anything model.init_from takes: a Hugging Face GPT-2 directory or an llm.c model file) as\n"
+    "  Writes the weights of SOURCE (a run directory: its newest checkpoint with intact weights;\n"
+    "  a checkpoint, or anything model.init_from takes: a Hugging Face GPT-2 directory or an\n"
+    "  llm.c model file) as\n"
     "    hf    a Hugging Face GPT-2 directory: config.json, model.safetensors (F32, the default, or\n"
     "          BF16 with --dtype bf16, rounded to nearest even as PyTorch rounds) and, when the\n"
     "          source comes with GPT-2's vocabulary files (or --tokenizer names them), vocab.json +\n"

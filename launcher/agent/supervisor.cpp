@@ -13,7 +13,6 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
-#include "common/cuda_interpret.hpp"
 #include "common/exit_codes.hpp"
 #include "common/gpu/nccl_id.hpp"
 #include "common/heartbeat_record.hpp"
@@ -173,7 +172,7 @@ void Supervisor::attempt_failed_to_start(const LaunchError& error) {
 }
 
 void Supervisor::launch_ranks(const AttemptEnv& env) {
-  if (!env.nccl_id_hex.empty() && cuda_interpret_requested()) {  // the ranks' TMPDIR, worker.env's or ours
+  if (!env.nccl_id_hex.empty() && plan_.interpret) {  // the ranks' TMPDIR, worker.env's or ours
     const auto vars = rank_environment(plan_, ranks_.front().record.where, env);
     const auto tmp = vars.find("TMPDIR");
     interpret_meeting_ = interpret_nccl_meeting_dir(env.nccl_id_hex, tmp != vars.end() ? tmp->second.c_str() : nullptr);

@@ -86,7 +86,8 @@ void resolve_world(Plan& plan) {
   // Interpret mode (common/cuda_interpret.hpp) runs "cuda" ranks on the CPU: no GPU needed, one
   // emulated device per rank, Gloo for the reductions unless the spec asks for interpret mode's
   // NCCL, which joins the processes of one machine.
-  const bool interpret = cuda_interpret_requested();
+  plan.interpret = cuda_interpret_requested();
+  const bool interpret = plan.interpret;
   plan.device = spec.device != "auto" ? spec.device : plan.visible_gpus > 0 || interpret ? "cuda" : "cpu";
   if (plan.device == "cuda" && plan.visible_gpus == 0 && !interpret) {
     throw SpecError("device", "\"cuda\" needs a visible GPU, found none" +
@@ -320,9 +321,9 @@ Plan make_plan(const CliOptions& options, const HostInfo& host) {
     throw torchrun::attributed(e, options);
   }
   resolve_worker(plan, options);  // spec errors (2) come first, then the command (126/127), then NCCL (125)
-  if (plan.own_worker && plan.device == "cuda" && cuda_interpret_requested()) require_interpret_plugin(plan, options);
+  if (plan.own_worker && plan.device == "cuda" && plan.interpret) require_interpret_plugin(plan, options);
   if (plan.own_worker) require_worker_cpu(plan);
-  if (plan.backend == "nccl" && !cuda_interpret_requested()) {  // interpret mode's NCCL is in its plugin
+  if (plan.backend == "nccl" && !plan.interpret) {  // interpret mode's NCCL is in its plugin
     std::map<std::string, std::string> rank_env = plan.host.environment;
     for (const auto& [name, value] : plan.spec.worker.env) rank_env[name] = value;
     plan.nccl = require_nccl(rank_env);
@@ -337,7 +338,7 @@ std::map<std::string, std::string> rank_environment(const Plan& plan, const Rank
 
 std::string describe_backend(const Plan& plan) {
   if (plan.backend != "nccl") return plan.backend;
-  if (cuda_interpret_requested()) return plan.backend + " (interpret mode's, between the ranks of this machine)";
+  if (plan.interpret) return plan.backend + " (interpret mode's, between the ranks of this machine)";
   return plan.backend + " (" + plan.nccl.describe() + ")";
 }
 
@@ -372,7 +373,7 @@ json plan_to_json(const Plan& plan) {
                      {"env", env}});
   }
   json nccl = nullptr;
-  if (plan.backend == "nccl" && cuda_interpret_requested()) {
+  if (plan.backend == "nccl" && plan.interpret) {
     nccl = {{"library", "the CUDA interpret plugin's"}, {"version", nullptr}, {"found_by", kCudaInterpretVariable}};
   } else if (plan.backend == "nccl") {
     nccl = {{"library", plan.nccl.path}, {"version", plan.nccl.version_string()}, {"found_by", plan.nccl.found_by}};

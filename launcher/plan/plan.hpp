@@ -25,6 +25,7 @@ struct Plan {
   std::string backend;                   // resolved: "nccl" | "gloo"
   std::string precision;                 // resolved train.precision for our worker, else empty
   int visible_gpus = 0;
+  bool interpret = false;                // CUDA interpret mode (common/cuda_interpret.hpp) asked for
   std::vector<std::string> worker_argv;  // argv[0] resolved to an absolute path
   std::string python;                    // a .py or -m program: the interpreter that runs it
   std::string python_program;            // and the script or module, as given

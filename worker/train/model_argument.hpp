@@ -1,6 +1,7 @@
 // MODEL as the worker's commands take it (generate, eval, export): a run directory (its newest complete
-// and intact checkpoint, the one checkpoint.resume: auto would continue from), one of our
-// checkpoints, a Hugging Face GPT-2 directory or an llm.c model file.
+// checkpoint whose model is intact, find_model_checkpoint's: the one checkpoint.resume: auto would
+// continue from unless only that one's optimizer state is damaged), one of our checkpoints, a Hugging
+// Face GPT-2 directory or an llm.c model file.
 #pragma once
 
 #include <optional>
