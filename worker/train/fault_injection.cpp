@@ -52,6 +52,11 @@ FaultInjection FaultInjection::from_environment(int restart_count) {
       malformed("XTRAIN_FAULT_SLEEP", "RANK:STEP:LAYER", v);
     }
   }
+  if (const char* v = fault_variable("XTRAIN_FAULT_FLIP")) {
+    if (std::sscanf(v, "%d:%ld%c", &f.flip_rank_, &f.flip_step_, &tail) != 2 || f.flip_rank_ < 0 || f.flip_step_ < 1) {
+      malformed("XTRAIN_FAULT_FLIP", "RANK:STEP", v);
+    }
+  }
   return f;
 }
 

@@ -11,6 +11,8 @@
 //                                              step STEP reaches layer LAYER
 //   XTRAIN_FAULT_SLOW="RANK:FACTOR"            rank RANK takes FACTOR times as long for each
 //                                              micro-step (it sleeps after computing)
+//   XTRAIN_FAULT_FLIP="RANK:STEP"              rank RANK flips one bit of one parameter after
+//                                              step STEP's update, as memory that changed under it
 // Steps are 1-based.
 #pragma once
 
@@ -38,6 +40,8 @@ class FaultInjection {
   void at_backward_layer(int rank, long step, int layer) const;
   // After a micro-step that took `compute_s`: XTRAIN_FAULT_SLOW's extra time.
   void after_micro_step(int rank, double compute_s) const;
+  // Whether `rank` flips a parameter's bit after step `step`'s update (XTRAIN_FAULT_FLIP).
+  bool flips_after_step(int rank, long step) const { return rank == flip_rank_ && step == flip_step_; }
 
  private:
   int kill_rank_ = -1;
@@ -49,6 +53,8 @@ class FaultInjection {
   int sleep_rank_ = -1;
   long sleep_step_ = -1;
   int sleep_layer_ = -1;
+  int flip_rank_ = -1;
+  long flip_step_ = -1;
   int slow_rank_ = -1;
   double slow_factor_ = 1;
 };

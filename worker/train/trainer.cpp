@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <type_traits>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -14,6 +16,7 @@
 #include "worker/train/choice_scoring.hpp"
 #include "worker/model/cuda_graphs.hpp"
 #include "worker/train/lr_schedule.hpp"
+#include "worker/formats/crc32c.hpp"
 #include "worker/formats/model_io.hpp"
 #include "worker/model/memory_plan.hpp"
 #include "worker/train/text_sampler.hpp"
@@ -198,20 +201,99 @@ void Trainer::adopt_rank0_start(Communicator& comm) {
 void Trainer::verify_replicas(Communicator& comm) {
   if (comm.world_size() == 1) return;
   // Every rank built its weights alone (from the seed, or from the checkpoint); rank 0's copy
-  // arrives in a scratch buffer and must match bit for bit, or the replicas would drift apart.
+  // must match bit for bit, or the replicas would drift apart.
+  const size_t i = first_difference_from_rank0(comm);
+  if (i == model_->layout().total()) return;
+  throw std::runtime_error("rank " + std::to_string(rank_) + ": initial parameters differ from rank 0's (first at " +
+                           tensor_at(i) + ", flat index " + std::to_string(i) + ")");
+}
+
+size_t Trainer::first_difference_from_rank0(Communicator& comm) {
   const size_t n = model_->layout().total();
   float* scratch = backend_.alloc_floats(n);
   backend_.copy(scratch, model_->params(), n);
   comm.broadcast(scratch, n, 0);
   const size_t i = host_access(backend_).first_difference(model_->params(), scratch, n);
   backend_.free(scratch);
-  if (i == n) return;
-  std::string tensor = "?";
+  return i;
+}
+
+std::string Trainer::tensor_at(size_t index) const {
   for (const auto& p : model_->layout().tensors()) {
-    if (i >= p.offset && i < p.offset + p.count) tensor = p.name;
+    if (index >= p.offset && index < p.offset + p.count) return p.name;
   }
-  throw std::runtime_error("rank " + std::to_string(rank_) + ": initial parameters differ from rank 0's (first at " +
-                           tensor + ", flat index " + std::to_string(i) + ")");
+  return "?";
+}
+
+void Trainer::check_replicas_agree(Communicator& comm, long step) {
+  if (world_ == 1) return;
+  // The ranks apply the same averaged gradients with the same optimizer, so their parameters stay
+  // equal unless a collective handed ranks different results or memory changed under one of them
+  // (a hardware fault). A checkpoint is rank 0's copy alone: written from replicas that drifted
+  // apart, it would hide that the run is no longer one model.
+  Crc32c crc;
+  host_access(backend_).read(model_->params(), model_->layout().total(),
+                             [&](const float* host, size_t, size_t n) { crc.update(host, n * sizeof(float)); });
+  // Each rank's 32 bits in two 16-bit halves, each its own slot: every rank learns every CRC.
+  const auto halves_of = [this](std::uint64_t value) {
+    std::vector<float> slots(2 * static_cast<size_t>(world_), 0.0f);
+    slots[2 * static_cast<size_t>(rank_)] = static_cast<float>(value >> 16);
+    slots[2 * static_cast<size_t>(rank_) + 1] = static_cast<float>(value & 0xFFFFu);
+    return slots;
+  };
+  const auto value_of = [](const std::vector<std::uint64_t>& sums, int rank) {
+    return sums[2 * static_cast<size_t>(rank)] << 16 | sums[2 * static_cast<size_t>(rank) + 1];
+  };
+  const std::vector<std::uint64_t> crcs = sum_over_ranks(comm, halves_of(crc.value()));
+  std::vector<int> apart;
+  for (int r = 1; r < world_; ++r) {
+    if (value_of(crcs, r) != value_of(crcs, 0)) apart.push_back(r);
+  }
+  if (apart.empty()) return;
+  // Where each rank that differs does, so that every rank fails with the same whole message.
+  const size_t first = first_difference_from_rank0(comm);
+  const bool differs = std::find(apart.begin(), apart.end(), rank_) != apart.end();
+  const std::vector<std::uint64_t> firsts = sum_over_ranks(comm, halves_of(differs ? first : 0));
+  std::string ranks;
+  for (int r : apart) {
+    const size_t at = static_cast<size_t>(value_of(firsts, r));
+    ranks += (ranks.empty() ? "" : ", ") + std::to_string(r) + " (first at " + tensor_at(at) + ", flat index " +
+             std::to_string(at) + ")";
+  }
+  throw std::runtime_error("parameters of rank" + std::string(apart.size() > 1 ? "s " : " ") + ranks +
+                           " differ from rank 0's after step " + std::to_string(step) +
+                           ": the replicas drifted apart (a collective that gave the ranks different results, or "
+                           "memory that changed under a rank), so no checkpoint is written");
+}
+
+std::vector<std::uint64_t> Trainer::sum_over_ranks(Communicator& comm, const std::vector<float>& mine) {
+  // The collectives average floats: an average times the world size is the sum. fp32 holds each
+  // count below 2^24 exactly and the average to a few parts in 1e7, so rounding recovers the exact
+  // sum of counts below about a million.
+  float* buffer = mine.size() <= host_scalars_.size() ? scalars_ : backend_.alloc_floats(mine.size());
+  backend_.upload(buffer, mine.data(), mine.size());
+  comm.all_reduce_average(buffer, mine.size());
+  std::vector<float> averages(mine.size());
+  backend_.download(averages.data(), buffer, averages.size());
+  if (buffer != scalars_) backend_.free(buffer);
+  std::vector<std::uint64_t> sums;
+  for (float average : averages) sums.push_back(static_cast<std::uint64_t>(std::llround(double{average} * world_)));
+  return sums;
+}
+
+void Trainer::flip_parameter_bit() {
+  // The lowest bit of the float in the middle of the parameters: the smallest change there is.
+  float* at = model_->params() + model_->layout().total() / 2;
+  float value = 0;
+  backend_.download(&value, at, 1);
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, &value, sizeof bits);
+  bits ^= 1u;
+  std::memcpy(&value, &bits, sizeof bits);
+  backend_.upload(at, &value, 1);
+  model_->refresh_weights();
+  spdlog::warn("XTRAIN_FAULT_FLIP: rank {} flipped the lowest bit of {} (flat index {})", rank_,
+               tensor_at(model_->layout().total() / 2), model_->layout().total() / 2);
 }
 
 double Trainer::average_scalar(Communicator& comm, double value) {
@@ -319,18 +401,9 @@ double Trainer::evaluate(Communicator& comm) {
 ChoiceAccuracy Trainer::score_multiple_choice(Communicator& comm) {
   const ChoiceScore mine =
       score_choices(*model_, choices_, [this](std::uint64_t, std::uint64_t) { report_.heartbeat().beat(); });
-  // The collectives average floats: the average of the ranks' counts times the world size is their
-  // sum. fp32 holds each count exactly (below 2^24) and the average to a few parts in 1e7, so
-  // rounding recovers the exact sum for any file of fewer than a million examples.
-  const float counts[2] = {static_cast<float>(mine.correct), static_cast<float>(mine.examples)};
-  backend_.upload(scalars_, counts, 2);
-  comm.all_reduce_average(scalars_, 2);
-  float averages[2] = {0, 0};
-  backend_.download(averages, scalars_, 2);
-  const auto sum = [&](float average) {
-    return static_cast<std::uint64_t>(std::llround(static_cast<double>(average) * world_));
-  };
-  const ChoiceAccuracy all{sum(averages[0]), sum(averages[1])};
+  const std::vector<std::uint64_t> sums =
+      sum_over_ranks(comm, {static_cast<float>(mine.correct), static_cast<float>(mine.examples)});
+  const ChoiceAccuracy all{sums[0], sums[1]};
   if (all.examples != choices_total_) {
     throw std::runtime_error("multiple-choice validation: the ranks scored " + std::to_string(all.examples) +
                              " examples, expected " + std::to_string(choices_total_));
@@ -339,6 +412,7 @@ ChoiceAccuracy Trainer::score_multiple_choice(Communicator& comm) {
 }
 
 void Trainer::save(Communicator& comm, long step) {
+  check_replicas_agree(comm, step);
   const auto t0 = std::chrono::steady_clock::now();
   std::string dir;
   if (rank_ == 0) {
@@ -432,6 +506,7 @@ RankResult Trainer::run(Communicator& comm, const std::atomic<bool>& stop_reques
     fault_.at_step_start(rank_, step);
     const auto t0 = std::chrono::steady_clock::now();
     StepOutcome o = train_step(comm, busy, step - 1, stop_requested.load());
+    if (fault_.flips_after_step(rank_, step)) flip_parameter_bit();
     completed_steps_ = step;
     result.step = step;
     result.loss = o.loss;

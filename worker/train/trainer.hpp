@@ -83,7 +83,8 @@ class Trainer {
 
   // Trains to train.steps (or until a stop request), then samples text on rank 0. Returns this
   // rank's result (status, step, losses, parameter digest). Communication failures throw
-  // CommunicatorError; a replica mismatch throws std::runtime_error.
+  // CommunicatorError; a replica mismatch (at the start, or before a checkpoint) throws
+  // std::runtime_error.
   RankResult run(Communicator& comm, const std::atomic<bool>& stop_requested);
 
   long start_step() const { return start_step_; }
@@ -101,6 +102,16 @@ class Trainer {
 
   void adopt_rank0_start(Communicator& comm);
   void verify_replicas(Communicator& comm);
+  // Before a checkpoint is written (step `step` done): every rank's parameters are rank 0's, bit
+  // for bit, by a CRC-32C of them and one small collective; else every rank throws the same
+  // std::runtime_error naming the ranks that differ and the first tensor where each does, and no
+  // checkpoint of replicas that drifted apart is written.
+  void check_replicas_agree(Communicator& comm, long step);
+  // The first flat index at which this rank's parameters differ from rank 0's (the parameter
+  // count where none does), by a broadcast of all of them; every rank takes part.
+  size_t first_difference_from_rank0(Communicator& comm);
+  std::string tensor_at(size_t index) const;  // the parameter tensor holding flat index `index`
+  void flip_parameter_bit();  // XTRAIN_FAULT_FLIP: one bit of one parameter, on this rank only
   // Optimizer step `step` (0-based); `stop_here`: this rank was asked to stop.
   StepOutcome train_step(Communicator& comm, BusyClock& busy, long step, bool stop_here);
   // After backward: the loss (busy until it is downloaded), the gradients' and the step scalars'
@@ -111,6 +122,8 @@ class Trainer {
   // train.eval_multiple_choice on this rank's share of the examples, the counts summed over ranks.
   ChoiceAccuracy score_multiple_choice(Communicator& comm);
   double average_scalar(Communicator& comm, double value);
+  // Each slot's sum over the ranks of counts (whole numbers below a million, as floats).
+  std::vector<std::uint64_t> sum_over_ranks(Communicator& comm, const std::vector<float>& mine);
   void save(Communicator& comm, long step);
   std::string param_digest();
   // Samples sample.tokens after training (rank 0): prints the text and returns it, printable.

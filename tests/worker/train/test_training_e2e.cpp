@@ -188,6 +188,38 @@ TEST_CASE("resume is bit-exact: after a rerun and after an xlaunch restart", "[e
   }
 }
 
+TEST_CASE("replicas that drift apart stop the job before the next checkpoint, and the restart resumes from the last",
+          "[e2e]") {
+  Job job("drift");
+  const Outcome straight = job.launch("straight", 2, {"checkpoint.every=10"});
+  require_ok(straight);
+  // Rank 1 flips the lowest bit of one parameter after step 13 (memory that changed under it):
+  // the check before step 20's checkpoint finds it, every rank fails with the same message, and
+  // the restarted attempt, clean, resumes from step 10.
+  const Outcome o = job.launch("run", 2, {"checkpoint.every=10", "launcher.max_restarts=1"},
+                               {{"XTRAIN_FAULT_FLIP", "1:13"}});
+  require_ok(o);
+  INFO(o.output);
+  const std::string log = read_text(job.run_dir("run") / "logs/rank-1.log");
+  const std::string flipped = "XTRAIN_FAULT_FLIP: rank 1 flipped the lowest bit of ";
+  const size_t at = log.find(flipped);
+  REQUIRE(at != std::string::npos);
+  const std::string where = log.substr(at + flipped.size(), log.find(')', at) - at - flipped.size());
+  CHECK_THAT(where, Catch::Matchers::Matches("h\\.[0-9]\\.[a-z_.]+ \\(flat index [0-9]+"));
+  const std::string tensor = where.substr(0, where.find(' ')), index = where.substr(where.rfind(' ') + 1);
+  const std::string message = "parameters of rank 1 (first at " + tensor + ", flat index " + index +
+                              ") differ from rank 0's after step 20: the replicas drifted apart";
+  // Whichever rank exits first is the root cause: both say the same.
+  CHECK_THAT(o.output, Catch::Matchers::Contains("failed: exit code 1") && Catch::Matchers::Contains("message: " + message));
+  const json summary = json::parse(read_text(job.run_dir("run") / "summary.json"));
+  CHECK(summary.at("attempts") == 2);
+  const json& first = summary.at("attempt_history").at(0).at("root_cause");
+  CHECK_THAT(first.at("message").get<std::string>(), Catch::Matchers::StartsWith(message));
+  CHECK(job.result("run", 0).at("start_step") == 10);
+  CHECK(job.losses("run") == job.losses("straight"));
+  CHECK(job.common_digest("run", 2) == job.common_digest("straight", 2));
+}
+
 TEST_CASE("a rerun of a run trained to train.steps starts nothing and leaves the run dir as it was", "[e2e]") {
   Job job("done");
   const std::vector<std::string> ckpt = {"checkpoint.every=10"};
