@@ -210,7 +210,8 @@ TEST_CASE("replicas that drift apart stop the job before the next checkpoint, an
   const std::string message = "parameters of rank 1 (first at " + tensor + ", flat index " + index +
                               ") differ from rank 0's after step 20: the replicas drifted apart";
   // Whichever rank exits first is the root cause: both say the same.
-  CHECK_THAT(o.output, Catch::Matchers::Contains("failed: exit code 1") && Catch::Matchers::Contains("message: " + message));
+  CHECK_THAT(o.output,
+             Catch::Matchers::Contains("failed: exit code 1") && Catch::Matchers::Contains("message: " + message));
   const json summary = json::parse(read_text(job.run_dir("run") / "summary.json"));
   CHECK(summary.at("attempts") == 2);
   const json& first = summary.at("attempt_history").at(0).at("root_cause");
