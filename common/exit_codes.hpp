@@ -14,9 +14,11 @@ inline constexpr int kNotFound = 127;         // worker command not found
 inline constexpr int kSignalBase = 128;       // 128+N: killed (or xlaunch stopped) by signal N
 
 // The worker's programs (xtrain-worker's commands, xtrain-data): 0 done, 1 a failure while running
-// (I/O, a peer, the device), 2 bad input (command line, spec, an input file), as above.
+// (I/O, a peer, the device), 2 bad input (command line, spec, an input file), as above; 3 training
+// diverged (its loss or gradient norm stopped being finite), which a restart would only repeat.
 inline constexpr int kRuntimeFailure = 1;
 inline constexpr int kBadInput = kInvalidSpec;
+inline constexpr int kDiverged = 3;
 
 // A process's outcome as a shell reports it: its exit status, or 128+N for death by signal N.
 inline int from_outcome(int exit_status, int signal) { return signal > 0 ? kSignalBase + signal : exit_status; }

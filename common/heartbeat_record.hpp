@@ -47,6 +47,7 @@ enum class RecordedFailure : std::int32_t {
   kNone = 0,
   kPrimary = 1,   // its own failure
   kPeerLost = 2,  // a collective failed because a peer died: the echo of a failure elsewhere
+  kDiverged = 3,  // the loss or the gradient norm stopped being finite (every rank sees it alike)
 };
 
 inline constexpr std::uint32_t kHeartbeatMagic = 0x42485458;  // "XTHB" as little-endian bytes

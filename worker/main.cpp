@@ -116,10 +116,13 @@ int main(int argc, char** argv) {
       r.step = trainer ? trainer->completed_steps() : 0;
       r.error = e.what();
       const bool peer_lost = dynamic_cast<const CommunicatorError*>(&e) != nullptr;
-      r.failure_kind = peer_lost ? "peer_lost" : "primary";
+      const bool diverged = dynamic_cast<const TrainingDiverged*>(&e) != nullptr;
+      r.failure_kind = peer_lost ? "peer_lost" : diverged ? "diverged" : "primary";
       r.extra = {{"exit_code", code}};
       // First the record, which needs no disk space: on a full disk the result file cannot be written.
-      report->heartbeat().set_failure(peer_lost ? RecordedFailure::kPeerLost : RecordedFailure::kPrimary);
+      report->heartbeat().set_failure(peer_lost  ? RecordedFailure::kPeerLost
+                                      : diverged ? RecordedFailure::kDiverged
+                                                 : RecordedFailure::kPrimary);
       report->write_result(r);
     }
     return code;
@@ -196,6 +199,8 @@ int main(int argc, char** argv) {
     return code;
   } catch (const SpecError& e) {
     return fail(e, exit_code::kBadInput);
+  } catch (const TrainingDiverged& e) {
+    return fail(e, exit_code::kDiverged);
   } catch (const std::exception& e) {
     return fail(e, exit_code::kRuntimeFailure);
   }

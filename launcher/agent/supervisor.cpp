@@ -48,9 +48,11 @@ std::string make_run_id(const std::string& name) {
 json result_from_record(const std::string& heartbeat_file, const std::vector<std::string>& tail) {
   const auto record = read_heartbeat_record(heartbeat_file);
   if (!record || record->failure == static_cast<std::int32_t>(RecordedFailure::kNone)) return nullptr;
-  const bool peer_lost = record->failure == static_cast<std::int32_t>(RecordedFailure::kPeerLost);
+  const auto failure = static_cast<RecordedFailure>(record->failure);
   json result = {{"status", "failed"},
-                 {"failure_kind", peer_lost ? "peer_lost" : "primary"},
+                 {"failure_kind", failure == RecordedFailure::kPeerLost   ? "peer_lost"
+                                  : failure == RecordedFailure::kDiverged ? "diverged"
+                                                                          : "primary"},
                  {"note", "no result file (the rank could not write it): the failure kind is from its heartbeat "
                           "record, the error from its output"}};
   constexpr std::string_view kError = "error: ";
@@ -63,9 +65,13 @@ json result_from_record(const std::string& heartbeat_file, const std::vector<std
   return result;
 }
 
-// The worker says its failure is the echo of a peer's (worker/main.cpp: failure_kind).
+// The worker says what kind of failure it had (worker/main.cpp: failure_kind): the echo of a peer's,
+// or training that diverged, which a restart would repeat (it resumes bit-exactly).
 bool is_peer_lost(const json& result) {
   return result.is_object() && result.value("failure_kind", json()) == "peer_lost";
+}
+bool is_diverged(const json& result) {
+  return result.is_object() && result.value("failure_kind", json()) == "diverged";
 }
 
 std::string result_message(const json& result) {
@@ -303,7 +309,9 @@ void Supervisor::on_hung(int id) {
 void Supervisor::rank_failed(RankFailure failure, Outcome outcome) {
   if (phase_ != Phase::kRunning && phase_ != Phase::kStarting) return;  // teardown already under way
   drop_echo();  // a primary failure (or a hang) takes the place of a held echo
-  const bool restart = outcome.kind != OutcomeKind::kLaunchFailed && attempt_ <= plan_.spec.launcher.max_restarts;
+  const bool restarts_left = outcome.kind != OutcomeKind::kLaunchFailed && attempt_ <= plan_.spec.launcher.max_restarts;
+  const bool repeats = failure.kind == FailureKind::kExited && is_diverged(rank_at(failure.rank).record.result);
+  const bool restart = restarts_left && !repeats;
   failure.node = plan_.spec.nodes.node_rank;
   const bool diagnose = failure.kind == FailureKind::kHung && phase_ == Phase::kRunning;
   if (diagnose) {  // the rank whose clock ran out first is not necessarily the one the others wait for:
@@ -311,7 +319,10 @@ void Supervisor::rank_failed(RankFailure failure, Outcome outcome) {
     spdlog::warn("a rank sent no heartbeat for {} s (launcher.heartbeat_timeout_s); finding where every rank is",
                  plan_.spec.launcher.heartbeat_timeout_s);
   } else {
-    spdlog::error("{}; {}", outcome.reason, stopping_text(restart));
+    spdlog::error("{}; {}{}", outcome.reason, stopping_text(restart),
+                  restarts_left && repeats ? "; no restart: training diverged, and a restart would resume from "
+                                             "the last checkpoint and repeat it bit for bit"
+                                           : "");
   }
   root_cause_ = std::move(failure);
   outcome_ = std::move(outcome);

@@ -338,9 +338,20 @@ Trainer::StepOutcome Trainer::train_step(Communicator& comm, BusyClock& busy, lo
   }
   in_step_ = false;
   StepOutcome out = finish_step(comm, stop_here, busy);
+  const double lr = learning_rate(spec_.train, step);
+  if (!std::isfinite(out.loss) || !std::isfinite(out.grad_norm)) {
+    // Every rank holds the same averaged loss and gradient norm, so every rank stops here alike.
+    // An update with them would make every parameter NaN, and each checkpoint after it worthless
+    // (checkpoint.keep would rotate the sound ones away).
+    const auto value = [](double x) { return std::isnan(x) ? std::string("NaN") : fmt::format("{:.4g}", x); };
+    throw TrainingDiverged(fmt::format(
+        "step {}: training diverged (loss {}, gradient norm {}): stopped before the step's update, so the "
+        "parameters and the newest checkpoint stay finite; lower train.lr ({:.2e} at this step), lengthen "
+        "train.warmup_steps or set train.grad_clip",
+        step + 1, value(out.loss), value(out.grad_norm), lr));
+  }
   live.phase(WorkerPhase::kOptimizer);
   const float clip = clip_scale(out.grad_norm, spec_.train.grad_clip);
-  const double lr = learning_rate(spec_.train, step);
   adamw_->step(*model_, static_cast<float>(lr), clip);
   return out;
 }

@@ -69,6 +69,14 @@
 
 namespace xtrain {
 
+// Training diverged: a step's loss or gradient norm (both the same on every rank) is not finite.
+// Thrown before that step's update, so the parameters and the checkpoints stay finite; the worker
+// exits 3 (exit_code::kDiverged), failure_kind "diverged".
+class TrainingDiverged : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class Trainer {
  public:
   // Loads the data and the tokenizer, builds the model and optimizer, and takes the weights from

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -219,6 +220,40 @@ TEST_CASE("replicas that drift apart stop the job before the next checkpoint, an
   CHECK(job.result("run", 0).at("start_step") == 10);
   CHECK(job.losses("run") == job.losses("straight"));
   CHECK(job.common_digest("run", 2) == job.common_digest("straight", 2));
+}
+
+TEST_CASE("training that diverges stops before the update that would spoil it: exit 3, no restart, finite checkpoints",
+          "[e2e]") {
+  Job job("diverge");
+  // A learning rate of 1e3 sends the loss up within a few steps, until the gradient norm overflows.
+  const Outcome o = job.launch("run", 2, {"train.lr=1e3", "train.grad_clip=0", "checkpoint.every=1",
+                                          "launcher.max_restarts=1"});
+  INFO(o.output);
+  CHECK(o.exit_code == 3);
+  const std::regex diverged("error: step ([0-9]+): training diverged \\(loss [^,]+, gradient norm [^)]+\\): stopped "
+                            "before the step's update");
+  std::smatch m;
+  REQUIRE(std::regex_search(o.output, m, diverged));
+  const long step = std::stol(m[1]);
+  CHECK_THAT(o.output, Catch::Matchers::Contains("no restart: training diverged"));
+  const json summary = json::parse(read_text(job.run_dir("run") / "summary.json"));
+  CHECK(summary.at("attempts") == 1);
+  for (int r = 0; r < 2; ++r) CHECK(summary.at("ranks").at(r).at("result").at("failure_kind") == "diverged");
+  // The newest checkpoint is the step before, and its weights still give a finite loss.
+  const std::vector<std::string> written = job.checkpoints("run");
+  REQUIRE_FALSE(written.empty());
+  CHECK(written.back() == xtrain::checkpoint_dir_name(step - 1));
+  const fs::path out = job.dir() / "eval.json";
+  const pid_t eval = spawn({std::string(XTRAIN_BIN_DIR) + "/xtrain-worker", "eval",
+                            (job.run_dir("run") / "checkpoints" / written.back()).string(), "--data",
+                            job.spec()["data"]["train"].get<std::string>(), "--max-tokens", "64", "--json"},
+                           out, {});
+  REQUIRE(wait_for(eval, 60s) == 0);
+  std::istringstream lines(read_text(out));  // stderr's log lines, then stdout's one JSON line
+  std::string line;
+  while (std::getline(lines, line) && line.rfind('{', 0) != 0) {
+  }
+  CHECK(std::isfinite(json::parse(line).at("loss").get<double>()));
 }
 
 TEST_CASE("a rerun of a run trained to train.steps starts nothing and leaves the run dir as it was", "[e2e]") {
