@@ -1,5 +1,7 @@
 #include "launcher/plan/plan.hpp"
 
+#include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <sstream>
 
@@ -10,6 +12,7 @@
 #include "common/cuda_interpret.hpp"
 #include "common/exit_codes.hpp"
 #include "common/model_file.hpp"
+#include "common/number_format.hpp"
 #include "common/slurm.hpp"
 #include "common/worker_cpu.hpp"
 #include "common/store/kv_protocol.hpp"
@@ -161,10 +164,30 @@ void warn_about_vocabulary(const JobSpec& spec, bool byte_level) {
                spec.model.vocab_size, spec.data.train, kByteVocabulary);
 }
 
+// Legal but wasteful: validation windows spread over the validation tokens (worker/data/
+// batch_sampler.hpp) overlap once there are more of them than the tokens hold side by side; at
+// twice as many and more, each token is scored again and again, every validation.
+void warn_about_validation(const JobSpec& spec, std::uint64_t val_tokens) {
+  const TrainSpec& t = spec.train;
+  if (t.eval_every <= 0 || val_tokens == 0) return;
+  const std::uint64_t windows = static_cast<std::uint64_t>(t.eval_batches) * static_cast<std::uint64_t>(t.batch_size);
+  const std::uint64_t side_by_side = (val_tokens - 1) / static_cast<std::uint64_t>(spec.model.seq_len);
+  if (windows < 2 * side_by_side) return;  // a little overlap costs little
+  const std::uint64_t batches = std::max<std::uint64_t>(1, side_by_side / static_cast<std::uint64_t>(t.batch_size));
+  const auto count = [](std::uint64_t n) { return with_thousands(static_cast<long long>(n)); };
+  spdlog::warn("train.eval_batches {}: each validation scores {} windows of {} tokens, but the {} validation tokens "
+               "hold {} side by side, so the windows overlap and each token is scored about {} times; {} {} "
+               "score each about once",
+               t.eval_batches, count(windows), spec.model.seq_len, count(val_tokens), count(side_by_side),
+               count((windows + side_by_side / 2) / side_by_side), batches,
+               batches == 1 ? "batch would" : "batches would");
+}
+
 void check_training_inputs(const JobSpec& spec, const std::optional<std::string>& resume_from) {
   const DataFilesInfo data = check_data_files(spec.data, spec.model, spec.train.eval_every > 0);
   TextCodec::for_run(spec, data.byte_level);  // the tokenizer: its files, its vocabulary, the data's kind
   warn_about_vocabulary(spec, data.byte_level);
+  warn_about_validation(spec, data.val_tokens);
   // The whole multiple-choice file (HellaSwag's is a few MB): its header, every example whole, and
   // each within the model's vocabulary and context.
   if (!spec.train.eval_multiple_choice.empty()) read_spec_choices(spec.train, spec.model);

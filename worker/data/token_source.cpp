@@ -227,7 +227,8 @@ DataFilesInfo check_data_files(const DataSpec& data, const ModelSpec& model, boo
   const SourceSize train = inspect_source(data.train, "data.train", model.vocab_size);
   std::optional<SourceSize> val;
   if (!data.val.empty()) val = inspect_source(data.val, "data.val", model.vocab_size);
-  return {split_sizes(data, model, need_val, train, val).train, train.text};
+  const SplitSizes split = split_sizes(data, model, need_val, train, val);
+  return {split.train, val ? val->tokens : split.held_out, train.text};
 }
 
 TokenSource::TokenSource(const std::string& pattern, const std::string& field) : pattern_(pattern) {

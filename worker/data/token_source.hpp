@@ -108,6 +108,7 @@ TokenFileInfo inspect_token_file(const std::string& path, const std::string& fie
 // whether the data is byte-level text.
 struct DataFilesInfo {
   std::uint64_t train_tokens = 0;
+  std::uint64_t val_tokens = 0;  // data.val's, or those held out by data.val_fraction
   bool byte_level = true;
 };
 

@@ -139,6 +139,23 @@ TEST_CASE("a vocabulary beyond bytes on text is a warning of the plan", "[e2e][f
   CHECK(bytes.output.find("never occur") == std::string::npos);
 }
 
+TEST_CASE("validation windows that score each token many times over are a warning of the plan", "[e2e][faults]") {
+  Job job("valwarning");
+  const std::vector<std::string> val = {"train.eval_every=5", "data.val_fraction=0.01"};
+  std::vector<std::string> many = val;
+  many.push_back("train.eval_batches=1000");
+  const Outcome o = job.check("many", 2, many);
+  INFO(o.output);
+  CHECK(o.exit_code == 0);
+  CHECK_THAT(o.output, Catch::Matchers::Matches(
+                           "(.|\\n)*train\\.eval_batches 1000: each validation scores 8,000 windows of 16 tokens, but "
+                           "the [0-9,]+ validation tokens hold [0-9,]+ side by side, so the windows overlap and each "
+                           "token is scored about [0-9]+ times; [0-9]+ batches would score each about once(.|\\n)*"));
+  const Outcome few = job.check("few", 2, val);
+  CHECK(few.exit_code == 0);
+  CHECK(few.output.find("overlap") == std::string::npos);
+}
+
 TEST_CASE("a SIGTERM in xlaunch's first moments ends with 143, with a summary once a run dir exists",
           "[e2e][faults]") {
   Job job("earlyterm");
