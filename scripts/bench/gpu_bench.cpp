@@ -261,7 +261,7 @@ int main(int argc, char** argv) {
                         {"ms_per_step", step_ms},
                         {"tokens_per_s", tokens_per_step * 1000.0 / step_ms},
                         {"memory_mib", static_cast<double>(bytes_used) / (1024.0 * 1024.0)},
-                        {"memory_plan_mib", static_cast<double>(plan.steady_bytes()) / (1024.0 * 1024.0)},
+                        {"memory_plan_mib", static_cast<double>(plan.total_bytes()) / (1024.0 * 1024.0)},
                         {"compute_ms", compute_ms},
                         {"allreduce_ms", allreduce_ms},
                         {"hidden_share", hidden},

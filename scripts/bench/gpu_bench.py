@@ -216,7 +216,7 @@ def plan_memory_mib(bin_dir, s, prec, work, atomic_dq=False):
     mem = (got or {}).get("memory_per_rank") or {}
     if not isinstance(mem.get("total_bytes"), (int, float)):
         return None
-    return (mem["total_bytes"] + mem.get("startup_bytes", 0)) / 2**20
+    return mem["total_bytes"] / 2**20
 
 
 # ---------------------------------------------------------------------------------------------

@@ -413,7 +413,7 @@ TEST_CASE_METHOD(Seeded, "the CUDA backend holds what the memory plan counts, an
     const size_t element_bytes = (plan.floats + plan.ints) * 4 + plan.acts * dtype_bytes(plan.act_dtype);
     CHECK(gpu.allocated_bytes() == element_bytes);
     CHECK(gpu.own_bytes() == plan.backend_bytes);
-    CHECK(gpu.allocated_bytes() + gpu.own_bytes() == plan.steady_bytes());
+    CHECK(gpu.allocated_bytes() + gpu.own_bytes() == plan.total_bytes());
 
     r.forward_backward(b.tokens, b.targets);
     r.update(1e-3f);

@@ -226,8 +226,7 @@ TEST_CASE("launcher/plan: --dry-run shows each rank's memory plan and the CUDA g
   CHECK_THROWS_WITH(f.plan(spec, {"train.cuda_graph=on"}), Contains("train.cuda_graph: \"on\""));
   // The node's CPU ranks together against the memory its processes may use: two ranks' plans fit
   // in exactly that much, not in a byte less (refused before any rank starts); unknown is unchecked.
-  const std::uint64_t both = 2 * (cpu["memory_per_rank"]["total_bytes"].get<std::uint64_t>() +
-                                  cpu["memory_per_rank"]["startup_bytes"].get<std::uint64_t>());
+  const std::uint64_t both = 2 * cpu["memory_per_rank"]["total_bytes"].get<std::uint64_t>();
   f.host.memory_bytes = both;
   CHECK_NOTHROW(f.plan(spec));
   f.host.memory_bytes = both - 1;
@@ -243,7 +242,7 @@ TEST_CASE("launcher/plan: --dry-run shows each rank's memory plan and the CUDA g
   CHECK(memory["device"] == "cuda");
   CHECK(memory["activation_dtype"] == "bf16");
   CHECK(memory["complete"] == true);
-  CHECK(memory["total_bytes"].get<double>() + memory["startup_bytes"].get<double>() < 40.0 * (1 << 30));
+  CHECK(memory["total_bytes"].get<double>() < 40.0 * (1 << 30));
   CHECK(memory["items"][0]["name"] == "parameters");
   CHECK_THAT(gpu["world"]["cuda_graph"].get<std::string>(), Contains("off (auto: "));
   CHECK_THAT(plan_to_json(f.plan(spec, {"train.cuda_graph=on"}))["world"]["cuda_graph"].get<std::string>(),

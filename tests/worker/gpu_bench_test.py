@@ -63,7 +63,7 @@ import json, sys
 spec = json.load(open(sys.argv[1]))
 assert sys.argv[2] == "--dry-run" and spec["device"] == "cuda", sys.argv
 B = spec["train"]["micro_batch_size"]
-print(json.dumps({"memory_per_rank": {"total_bytes": B * 2**20, "startup_bytes": 2**20}}, indent=2))
+print(json.dumps({"memory_per_rank": {"total_bytes": (B + 1) * 2**20}}, indent=2))
 '''
 
 

@@ -1,7 +1,6 @@
 #include "worker/model/host_access.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <stdexcept>
 #include <utility>
 
@@ -26,23 +25,6 @@ void HostAccess::read(const float* src, size_t count,
 
 const float* HostAccess::whole(const float* src, size_t count) const {
   return in_place() ? src : view_(src, count);
-}
-
-size_t HostAccess::first_difference(const float* a, const float* b, size_t n) const {
-  std::vector<float> piece;  // of a, kept: the view of b's piece replaces the view of a's
-  size_t found = n;
-  read(a, n, [&](const float* host_a, size_t offset, size_t count) {
-    if (found < n) return;
-    if (!in_place()) {
-      piece.assign(host_a, host_a + count);
-      host_a = piece.data();
-    }
-    const float* host_b = whole(b + offset, count);
-    if (std::memcmp(host_a, host_b, count * sizeof(float)) == 0) return;
-    found = offset;
-    while (std::memcmp(host_a + (found - offset), host_b + (found - offset), sizeof(float)) == 0) ++found;
-  });
-  return found;
 }
 
 void HostAccess::fill(float* dst, size_t count,

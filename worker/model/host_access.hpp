@@ -39,9 +39,6 @@ class HostAccess {
   // until the next call.
   const float* whole(const float* src, size_t count) const;
 
-  // The index of the first of n floats whose bits differ between a and b, n where none does.
-  size_t first_difference(const float* a, const float* b, size_t n) const;
-
   // Fills [dst, dst + count): fill(host, offset, n) writes those n floats to `host`, which is dst
   // + offset in place, else a piece of staging that is then stored.
   void fill(float* dst, size_t count, const std::function<void(float* host, size_t offset, size_t n)>& fill) const;

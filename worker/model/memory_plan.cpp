@@ -171,7 +171,7 @@ BackendMemory backend_memory(const Backend& backend, const ModelDims& d, int B) 
 
 // ---- the plan -----------------------------------------------------------------------------------
 
-size_t MemoryPlan::steady_bytes() const {
+size_t MemoryPlan::total_bytes() const {
   size_t sum = 0;
   for (const MemoryItem& item : items) sum += item.bytes;
   return sum;
@@ -213,8 +213,6 @@ MemoryPlan plan_memory(const ModelSpec& model, int micro_batch, int world_size, 
                          (p.complete ? "; attention scratch fp32" : "; the CPU attention's scratch not counted")});
   p.items.push_back({"tokens and step scalars", a.ints * sizeof(int32_t) + scalars * sizeof(float), "int32, fp32"});
   add_backend_buffers(p, backend, ModelUse::kTraining);
-  // Before the first step, ranks broadcast rank 0's weights into a copy and compare (world > 1).
-  p.startup_bytes = world_size > 1 ? P * sizeof(float) : 0;
   return p;
 }
 
@@ -261,8 +259,7 @@ MemoryPlan plan_inference_memory(const ModelSpec& model, int batch, const Backen
 
 std::string MemoryPlan::summary() const {
   std::string s = "memory plan (" + device + ", " + dtype_name(act_dtype) + " activations): " +
-                  format_bytes(steady_bytes());
-  if (startup_bytes > 0) s += ", " + format_bytes(peak_bytes()) + " at the replica check before the first step";
+                  format_bytes(total_bytes());
   if (!complete) s += " (the CPU attention's per-head scratch not counted)";
   for (const MemoryItem& item : items) {
     s += "\n  " + item.name + ": " + format_bytes(item.bytes) + " (" + item.detail + ")";
@@ -277,9 +274,8 @@ nlohmann::json MemoryPlan::to_json() const {
   }
   return {{"device", device},
           {"activation_dtype", dtype_name(act_dtype)},
-          {"total_bytes", steady_bytes()},
-          {"total_gib", steady_bytes() / (kMiB * 1024.0)},
-          {"startup_bytes", startup_bytes},
+          {"total_bytes", total_bytes()},
+          {"total_gib", total_bytes() / (kMiB * 1024.0)},
           {"complete", complete},
           {"items", list}};
 }
@@ -312,8 +308,7 @@ namespace {
     advice = "; not even 1 sequence fits: make the model smaller (model.n_layer, n_embd, seq_len, vocab_size)" +
              std::string(precision == Precision::bf16 ? "" : " or train in bf16 (train.precision)");
   }
-  std::string parts = item_list(plan);
-  if (plan.startup_bytes > 0) parts += ", the replica check's copy " + format_bytes(plan.startup_bytes);
+  const std::string parts = item_list(plan);
   throw SpecError("train.micro_batch_size", sequences(micro_batch) + " of " + std::to_string(d.T) +
                                                 " tokens per micro-step do not fit " + where + ": " +
                                                 model_words(d, precision) + " needs " + needs(plan) + " (" + parts +
@@ -329,12 +324,12 @@ void check_memory_fit(const ModelSpec& model, int micro_batch, int world_size, P
   auto plan_at = [&](int B) {
     return plan_memory(model, B, world_size, cuda_backend_memory(d, B, precision, deterministic));
   };
-  auto fits = [&](const MemoryPlan& p) { return p.peak_bytes() + headroom <= gpu.free_bytes; };
+  auto fits = [&](const MemoryPlan& p) { return p.total_bytes() + headroom <= gpu.free_bytes; };
   const MemoryPlan plan = plan_at(micro_batch);
   if (fits(plan)) return;
   refuse_micro_batch(
       model, micro_batch, plan, precision, plan_at, fits, gpu.name,
-      [&](const MemoryPlan& p) { return format_bytes(p.peak_bytes()) + " + " + format_bytes(headroom) + " headroom"; },
+      [&](const MemoryPlan& p) { return format_bytes(p.total_bytes()) + " + " + format_bytes(headroom) + " headroom"; },
       "the GPU has " + format_bytes(gpu.free_bytes) + " free of " + format_bytes(gpu.total_bytes));
 }
 
@@ -343,14 +338,14 @@ void check_host_memory_fit(const ModelSpec& model, int micro_batch, int world_si
   const ModelDims d = ModelDims::from(model);
   auto plan_at = [&](int B) { return plan_memory(model, B, world_size, cpu_backend_memory(d, B, precision)); };
   const auto ranks = static_cast<size_t>(local_ranks);
-  auto fits = [&](const MemoryPlan& p) { return p.peak_bytes() * ranks <= usable_bytes; };
+  auto fits = [&](const MemoryPlan& p) { return p.total_bytes() * ranks <= usable_bytes; };
   const MemoryPlan plan = plan_at(micro_batch);
   if (fits(plan)) return;
   refuse_micro_batch(
       model, micro_batch, plan, precision, plan_at, fits, "this machine's memory",
       [&](const MemoryPlan& p) {
-        return local_ranks == 1 ? format_bytes(p.peak_bytes())
-                                : std::to_string(local_ranks) + " CPU ranks x " + format_bytes(p.peak_bytes());
+        return local_ranks == 1 ? format_bytes(p.total_bytes())
+                                : std::to_string(local_ranks) + " CPU ranks x " + format_bytes(p.total_bytes());
       },
       "the processes here may use " + format_bytes(usable_bytes));
 }
@@ -363,12 +358,12 @@ int fit_inference_batch(const ModelSpec& model, int batch, int needed, Precision
     return plan_inference_memory(model, B, cuda_backend_memory(d, B, precision, deterministic), use);
   };
   for (int B = batch; B >= needed; --B) {
-    if (plan_at(B).steady_bytes() + headroom <= gpu.free_bytes) return B;
+    if (plan_at(B).total_bytes() + headroom <= gpu.free_bytes) return B;
   }
   const MemoryPlan plan = plan_at(needed);
   throw BadInput("--device: " + gpu.name + " has " + format_bytes(gpu.free_bytes) + " free of " +
                  format_bytes(gpu.total_bytes) + ", and " + model_words(d, precision) + " needs " +
-                 format_bytes(plan.steady_bytes()) + " for " + sequences(needed) + " of " + std::to_string(d.T) +
+                 format_bytes(plan.total_bytes()) + " for " + sequences(needed) + " of " + std::to_string(d.T) +
                  " tokens at once (" + item_list(plan) + ") + " + format_bytes(headroom) +
                  " headroom: run it on the CPU (--device cpu)" +
                  (precision == Precision::bf16 ? std::string() : std::string(" or in bf16 (--precision bf16)")));
@@ -379,11 +374,11 @@ int fit_host_inference_batch(const ModelSpec& model, int batch, int needed, Prec
   const ModelDims d = ModelDims::from(model);
   auto plan_at = [&](int B) { return plan_inference_memory(model, B, cpu_backend_memory(d, B, precision), use); };
   for (int B = batch; B >= needed; --B) {
-    if (plan_at(B).steady_bytes() <= usable_bytes) return B;
+    if (plan_at(B).total_bytes() <= usable_bytes) return B;
   }
   const MemoryPlan plan = plan_at(needed);
   throw BadInput("--device: " + host_memory_words(usable_bytes) + model_words(d, precision) + " needs " +
-                 format_bytes(plan.steady_bytes()) + " for " + sequences(needed) + " of " + std::to_string(d.T) +
+                 format_bytes(plan.total_bytes()) + " for " + sequences(needed) + " of " + std::to_string(d.T) +
                  " tokens at once on the CPU (" + item_list(plan) + ")" + kHostMemoryAdvice);
 }
 

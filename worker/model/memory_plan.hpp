@@ -124,20 +124,17 @@ struct MemoryPlan {
   std::string device;
   DType act_dtype = DType::f32;
   std::vector<MemoryItem> items;   // held from the start of training to its end
-  size_t startup_bytes = 0;        // held for a moment before the first step: rank 0's weights,
-                                   // broadcast into a copy to check every replica (world > 1)
   bool complete = true;            // false: the CPU attention's scratch is not counted
   // Elements allocated through the Backend interface, by kind (what the tests compare), and the
   // backend's own buffers in bytes.
   size_t floats = 0, acts = 0, ints = 0;
   size_t backend_bytes = 0;
 
-  size_t steady_bytes() const;     // the sum of the items
-  size_t peak_bytes() const { return steady_bytes() + startup_bytes; }
+  size_t total_bytes() const;      // the sum of the items
 
   // A short block for the log, with units.
   std::string summary() const;
-  // {"device", "activation_dtype", "total_bytes", "total_gib", "startup_bytes", "complete",
+  // {"device", "activation_dtype", "total_bytes", "total_gib", "complete",
   //  "items": [{"name", "bytes", "mib", "detail"}]}
   nlohmann::json to_json() const;
 };

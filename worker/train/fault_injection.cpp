@@ -53,7 +53,7 @@ FaultInjection FaultInjection::from_environment(int restart_count) {
     }
   }
   if (const char* v = fault_variable("XTRAIN_FAULT_FLIP")) {
-    if (std::sscanf(v, "%d:%ld%c", &f.flip_rank_, &f.flip_step_, &tail) != 2 || f.flip_rank_ < 0 || f.flip_step_ < 1) {
+    if (std::sscanf(v, "%d:%ld%c", &f.flip_rank_, &f.flip_step_, &tail) != 2 || f.flip_rank_ < 0 || f.flip_step_ < 0) {
       malformed("XTRAIN_FAULT_FLIP", "RANK:STEP", v);
     }
   }

@@ -11,8 +11,10 @@
 //                                              step STEP reaches layer LAYER
 //   XTRAIN_FAULT_SLOW="RANK:FACTOR"            rank RANK takes FACTOR times as long for each
 //                                              micro-step (it sleeps after computing)
-//   XTRAIN_FAULT_FLIP="RANK:STEP"              rank RANK flips one bit of one parameter after
-//                                              step STEP's update, as memory that changed under it
+//   XTRAIN_FAULT_FLIP="RANK:STEP"              rank RANK flips one bit of one parameter once they
+//                                              are step STEP's (after its update; STEP 0, or the
+//                                              step a run resumes at: before the replica check that
+//                                              precedes the first step), as memory that changed
 // Steps are 1-based.
 #pragma once
 
@@ -40,7 +42,7 @@ class FaultInjection {
   void at_backward_layer(int rank, long step, int layer) const;
   // After a micro-step that took `compute_s`: XTRAIN_FAULT_SLOW's extra time.
   void after_micro_step(int rank, double compute_s) const;
-  // Whether `rank` flips a parameter's bit after step `step`'s update (XTRAIN_FAULT_FLIP).
+  // Whether `rank` flips a parameter's bit once its parameters are step `step`'s (XTRAIN_FAULT_FLIP).
   bool flips_after_step(int rank, long step) const { return rank == flip_rank_ && step == flip_step_; }
 
  private:

@@ -199,71 +199,74 @@ void Trainer::adopt_rank0_start(Communicator& comm) {
 }
 
 void Trainer::verify_replicas(Communicator& comm) {
-  if (comm.world_size() == 1) return;
-  // Every rank built its weights alone (from the seed, or from the checkpoint); rank 0's copy
-  // must match bit for bit, or the replicas would drift apart.
-  const size_t i = first_difference_from_rank0(comm);
-  if (i == model_->layout().total()) return;
-  throw std::runtime_error("rank " + std::to_string(rank_) + ": initial parameters differ from rank 0's (first at " +
-                           tensor_at(i) + ", flat index " + std::to_string(i) + ")");
-}
-
-size_t Trainer::first_difference_from_rank0(Communicator& comm) {
-  const size_t n = model_->layout().total();
-  float* scratch = backend_.alloc_floats(n);
-  backend_.copy(scratch, model_->params(), n);
-  comm.broadcast(scratch, n, 0);
-  const size_t i = host_access(backend_).first_difference(model_->params(), scratch, n);
-  backend_.free(scratch);
-  return i;
-}
-
-std::string Trainer::tensor_at(size_t index) const {
-  for (const auto& p : model_->layout().tensors()) {
-    if (index >= p.offset && index < p.offset + p.count) return p.name;
-  }
-  return "?";
+  // Every rank built its weights alone (from the seed, or from the checkpoint); rank 0's must
+  // match bit for bit, or the replicas would train apart.
+  const std::string apart = replicas_apart(comm);
+  if (apart.empty()) return;
+  throw std::runtime_error("initial parameters of " + apart + " differ from rank 0's before the first step");
 }
 
 void Trainer::check_replicas_agree(Communicator& comm, long step) {
-  if (world_ == 1) return;
   // The ranks apply the same averaged gradients with the same optimizer, so their parameters stay
   // equal unless a collective handed ranks different results or memory changed under one of them
   // (a hardware fault). A checkpoint is rank 0's copy alone: written from replicas that drifted
   // apart, it would hide that the run is no longer one model.
-  Crc32c crc;
-  host_access(backend_).read(model_->params(), model_->layout().total(),
-                             [&](const float* host, size_t, size_t n) { crc.update(host, n * sizeof(float)); });
-  // Each rank's 32 bits in two 16-bit halves, each its own slot: every rank learns every CRC.
-  const auto halves_of = [this](std::uint64_t value) {
-    std::vector<float> slots(2 * static_cast<size_t>(world_), 0.0f);
-    slots[2 * static_cast<size_t>(rank_)] = static_cast<float>(value >> 16);
-    slots[2 * static_cast<size_t>(rank_) + 1] = static_cast<float>(value & 0xFFFFu);
-    return slots;
-  };
-  const auto value_of = [](const std::vector<std::uint64_t>& sums, int rank) {
-    return sums[2 * static_cast<size_t>(rank)] << 16 | sums[2 * static_cast<size_t>(rank) + 1];
-  };
-  const std::vector<std::uint64_t> crcs = sum_over_ranks(comm, halves_of(crc.value()));
-  std::vector<int> apart;
-  for (int r = 1; r < world_; ++r) {
-    if (value_of(crcs, r) != value_of(crcs, 0)) apart.push_back(r);
-  }
+  const std::string apart = replicas_apart(comm);
   if (apart.empty()) return;
-  // Where each rank that differs does, so that every rank fails with the same whole message.
-  const size_t first = first_difference_from_rank0(comm);
-  const bool differs = std::find(apart.begin(), apart.end(), rank_) != apart.end();
-  const std::vector<std::uint64_t> firsts = sum_over_ranks(comm, halves_of(differs ? first : 0));
-  std::string ranks;
-  for (int r : apart) {
-    const size_t at = static_cast<size_t>(value_of(firsts, r));
-    ranks += (ranks.empty() ? "" : ", ") + std::to_string(r) + " (first at " + tensor_at(at) + ", flat index " +
-             std::to_string(at) + ")";
-  }
-  throw std::runtime_error("parameters of rank" + std::string(apart.size() > 1 ? "s " : " ") + ranks +
-                           " differ from rank 0's after step " + std::to_string(step) +
+  throw std::runtime_error("parameters of " + apart + " differ from rank 0's after step " + std::to_string(step) +
                            ": the replicas drifted apart (a collective that gave the ranks different results, or "
                            "memory that changed under a rank), so no checkpoint is written");
+}
+
+std::string Trainer::replicas_apart(Communicator& comm) {
+  if (world_ == 1) return "";
+  // A CRC-32C of each tensor, and of those CRCs for the whole: rank 0's against everyone's.
+  const std::vector<ParamTensor>& tensors = model_->layout().tensors();
+  std::vector<std::uint32_t> crcs;
+  Crc32c whole;
+  for (const ParamTensor& t : tensors) {
+    Crc32c crc;
+    host_access(backend_).read(model_->params() + t.offset, t.count,
+                               [&](const float* host, size_t, size_t n) { crc.update(host, n * sizeof(float)); });
+    crcs.push_back(crc.value());
+    whole.update(&crcs.back(), sizeof(std::uint32_t));
+  }
+  // The collectives average floats: a value goes as two 16-bit halves in slots of its own, exact,
+  // and comes back to every rank as the sum over the ranks (sum_over_ranks).
+  const auto put = [](std::vector<float>& slots, size_t at, std::uint32_t value) {
+    slots[2 * at] = static_cast<float>(value >> 16);
+    slots[2 * at + 1] = static_cast<float>(value & 0xFFFFu);
+  };
+  const auto get = [](const std::vector<std::uint64_t>& sums, size_t at) {
+    return static_cast<std::uint32_t>(sums[2 * at] << 16 | sums[2 * at + 1]);
+  };
+  const auto rank_slot = static_cast<size_t>(rank_);
+  std::vector<float> mine(2 * static_cast<size_t>(world_), 0.0f);
+  put(mine, rank_slot, whole.value());
+  const std::vector<std::uint64_t> wholes = sum_over_ranks(comm, mine);
+  std::vector<int> apart;
+  for (int r = 1; r < world_; ++r) {
+    if (get(wholes, static_cast<size_t>(r)) != get(wholes, 0)) apart.push_back(r);
+  }
+  if (apart.empty()) return "";
+  // Some differ: rank 0's CRC of each tensor to every rank, then each rank's first tensor that differs.
+  std::vector<float> rank0(2 * tensors.size(), 0.0f);
+  if (rank_ == 0) {
+    for (size_t i = 0; i < tensors.size(); ++i) put(rank0, i, crcs[i]);
+  }
+  const std::vector<std::uint64_t> reference = sum_over_ranks(comm, rank0);
+  size_t first = 0;
+  while (first < tensors.size() && crcs[first] == get(reference, first)) ++first;
+  std::vector<float> firsts(static_cast<size_t>(world_), 0.0f);
+  firsts[rank_slot] = static_cast<float>(first);
+  const std::vector<std::uint64_t> where = sum_over_ranks(comm, firsts);
+  std::string named = apart.size() > 1 ? "ranks " : "rank ";
+  for (int r : apart) {
+    const size_t t = where[static_cast<size_t>(r)];
+    named += (r == apart.front() ? "" : ", ") + std::to_string(r) + " (first at " +
+             (t < tensors.size() ? tensors[t].name : std::string("none: only their CRCs differ")) + ")";
+  }
+  return named;
 }
 
 std::vector<std::uint64_t> Trainer::sum_over_ranks(Communicator& comm, const std::vector<float>& mine) {
@@ -282,18 +285,17 @@ std::vector<std::uint64_t> Trainer::sum_over_ranks(Communicator& comm, const std
 }
 
 void Trainer::flip_parameter_bit() {
-  // The lowest bit of the float in the middle of the parameters: the smallest change there is.
-  float* at = model_->params() + model_->layout().total() / 2;
+  // The lowest bit of the first value of the middle tensor: the smallest change there is.
+  const ParamTensor& t = model_->layout().tensors()[model_->layout().tensors().size() / 2];
   float value = 0;
-  backend_.download(&value, at, 1);
+  backend_.download(&value, model_->params() + t.offset, 1);
   std::uint32_t bits = 0;
   std::memcpy(&bits, &value, sizeof bits);
   bits ^= 1u;
   std::memcpy(&value, &bits, sizeof bits);
-  backend_.upload(at, &value, 1);
+  backend_.upload(model_->params() + t.offset, &value, 1);
   model_->refresh_weights();
-  spdlog::warn("XTRAIN_FAULT_FLIP: rank {} flipped the lowest bit of {} (flat index {})", rank_,
-               tensor_at(model_->layout().total() / 2), model_->layout().total() / 2);
+  spdlog::warn("XTRAIN_FAULT_FLIP: rank {} flipped the lowest bit of {}'s first value", rank_, t.name);
 }
 
 double Trainer::average_scalar(Communicator& comm, double value) {
@@ -496,6 +498,7 @@ RankResult Trainer::run(Communicator& comm, const std::atomic<bool>& stop_reques
   comm.set_bucket_observer([&live](int bucket) { live.set_comm_bucket(bucket); });
   live.phase(WorkerPhase::kConnecting);
   adopt_rank0_start(comm);
+  if (fault_.flips_after_step(rank_, start_step_)) flip_parameter_bit();
   verify_replicas(comm);
   live.beat();
 

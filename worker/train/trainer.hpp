@@ -109,16 +109,16 @@ class Trainer {
   };
 
   void adopt_rank0_start(Communicator& comm);
+  // Before the first step: every rank's parameters are rank 0's, bit for bit, else std::runtime_error.
   void verify_replicas(Communicator& comm);
-  // Before a checkpoint is written (step `step` done): every rank's parameters are rank 0's, bit
-  // for bit, by a CRC-32C of them and one small collective; else every rank throws the same
-  // std::runtime_error naming the ranks that differ and the first tensor where each does, and no
-  // checkpoint of replicas that drifted apart is written.
+  // Before a checkpoint is written (step `step` done): the same check; replicas that differ throw
+  // std::runtime_error on every rank alike, and no checkpoint of them is written.
   void check_replicas_agree(Communicator& comm, long step);
-  // The first flat index at which this rank's parameters differ from rank 0's (the parameter
-  // count where none does), by a broadcast of all of them; every rank takes part.
-  size_t first_difference_from_rank0(Communicator& comm);
-  std::string tensor_at(size_t index) const;  // the parameter tensor holding flat index `index`
+  // The ranks whose parameters differ from rank 0's and the first tensor where each does ("rank 1
+  // (first at h.0.mlp.c_proj.weight)"), "" where none does; every rank takes part and learns the
+  // same. A CRC-32C of each tensor, one small collective where all agree (two more where not): no
+  // copy of the weights is made or sent.
+  std::string replicas_apart(Communicator& comm);
   void flip_parameter_bit();  // XTRAIN_FAULT_FLIP: one bit of one parameter, on this rank only
   // Optimizer step `step` (0-based); `stop_here`: this rank was asked to stop.
   StepOutcome train_step(Communicator& comm, BusyClock& busy, long step, bool stop_here);

@@ -46,20 +46,3 @@ TEST_CASE("reads and fills go once in place, else in pieces at their offsets, ea
   CHECK(device.views == std::vector<size_t>{100, 100, 50});
   CHECK(device.stores == std::vector<size_t>{100, 100, 50, 250});
 }
-
-TEST_CASE("the first difference between two buffers, by bits, in place and a piece at a time", "[host_access]") {
-  std::vector<float> a(1000);
-  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i);
-  test::PiecewiseMemory device(64);
-  const HostAccess host;
-  for (const HostAccess* memory : {&host, &device.access()}) {
-    std::vector<float> b = a;
-    CHECK(memory->first_difference(a.data(), b.data(), a.size()) == a.size());
-    b[700] = 700.5f;  // in the 11th piece, whose view replaces the view of a's
-    b[999] = 5.5f;
-    CHECK(memory->first_difference(a.data(), b.data(), a.size()) == 700);
-    b = a;
-    b[0] = -0.0f;  // equal to a[0] as a number, not as bits
-    CHECK(memory->first_difference(a.data(), b.data(), a.size()) == 0);
-  }
-}

@@ -93,8 +93,7 @@ TEST_CASE("the memory plan is what GPT, AdamW and the trainer allocate, element 
     const bool copy = std::any_of(plan.items.begin(), plan.items.end(),
                                   [](const MemoryItem& i) { return i.name == "weights' copy"; });
     CHECK(copy == (precision == Precision::bf16));
-    CHECK(plan.steady_bytes() == element_bytes(plan));
-    CHECK(plan.startup_bytes == 0);  // a world of one checks no replica
+    CHECK(plan.total_bytes() == element_bytes(plan));
   }
 }
 
@@ -118,8 +117,7 @@ TEST_CASE("the memory plan is what GPT and AdamW allocate for a backend that sto
     CHECK(watched.live().floats + 2 + static_cast<size_t>(world) + 2 == plan.floats);
     CHECK(watched.live().acts == plan.acts);
     CHECK(watched.live().ints == plan.ints);
-    CHECK(plan.steady_bytes() == element_bytes(plan));
-    CHECK(plan.startup_bytes == (world > 1 ? gpt.layout().total() * sizeof(float) : 0));
+    CHECK(plan.total_bytes() == element_bytes(plan));
   }
   // The same model stored in fp32 needs more: every activation twice the bytes.
   const MemoryPlan bf16 = plan_memory(m, B, 1, cuda_backend_memory(d, B, Precision::bf16, true));
@@ -128,7 +126,7 @@ TEST_CASE("the memory plan is what GPT and AdamW allocate for a backend that sto
   CHECK(fp32.act_dtype == DType::f32);
   CHECK(fp32.acts + gpt.layout().total() == bf16.acts);  // bf16 adds the weights' copy
   CHECK(fp32.floats == bf16.floats);
-  CHECK(bf16.steady_bytes() < fp32.steady_bytes());
+  CHECK(bf16.total_bytes() < fp32.total_bytes());
   // train.deterministic false: the bf16 attention backward's fp32 dQ sum (B x T x C floats, after
   // D rounded up to 4 floats), shared by the layers; fp32 storage keeps its deterministic kernels.
   const MemoryPlan bf16_atomic = plan_memory(m, B, 1, cuda_backend_memory(d, B, Precision::bf16, false));
@@ -145,8 +143,8 @@ TEST_CASE("GPT-2 124M at T 1024, 16 sequences per GPU, bf16, fits in 40 GiB", "[
     const MemoryPlan plan = plan_memory(m, 16, world, cuda_backend_memory(d, 16, Precision::bf16, true));
     INFO(plan.summary());
     CHECK(plan.complete);
-    CHECK(plan.steady_bytes() == element_bytes(plan));
-    CHECK(plan.peak_bytes() + memory_headroom_bytes(world) < 40 * kGiB);
+    CHECK(plan.total_bytes() == element_bytes(plan));
+    CHECK(plan.total_bytes() + memory_headroom_bytes(world) < 40 * kGiB);
     // The shares that dominate, from their formulas: 4 fp32 copies of the parameters (weights,
     // gradients, m, v) plus the bf16 copy; (B*T, Vp) bf16 logits.
     const size_t P = ParamLayout(d).total();
@@ -180,7 +178,7 @@ TEST_CASE("a model that does not fit the GPU is refused with the field, the plan
   int largest = 0;
   for (int B = 1; B <= 16; ++B) {
     const MemoryPlan p = plan_memory(m, B, 1, cuda_backend_memory(d, B, Precision::bf16, true));
-    if (p.peak_bytes() + memory_headroom_bytes(1) <= small_gpu.free_bytes) largest = B;
+    if (p.total_bytes() + memory_headroom_bytes(1) <= small_gpu.free_bytes) largest = B;
   }
   REQUIRE(largest >= 1);
   REQUIRE(largest < 16);
@@ -198,7 +196,7 @@ TEST_CASE("CPU ranks that do not fit the machine's memory together are refused w
           "[memory]") {
   const ModelSpec m = gpt2_124m();
   const ModelDims d = ModelDims::from(m);
-  const auto peak = [&](int B) { return plan_memory(m, B, 4, cpu_backend_memory(d, B, Precision::fp32)).peak_bytes(); };
+  const auto peak = [&](int B) { return plan_memory(m, B, 4, cpu_backend_memory(d, B, Precision::fp32)).total_bytes(); };
   // Four ranks of 8 sequences: room for exactly that passes, a byte less does not.
   CHECK_NOTHROW(check_host_memory_fit(m, 8, 4, 4, Precision::fp32, 4 * peak(8)));
   try {
@@ -216,7 +214,7 @@ TEST_CASE("CPU ranks that do not fit the machine's memory together are refused w
   }
   // One rank says no "ranks"; a machine too small for even one sequence says what to change.
   CHECK_THROWS_WITH(check_host_memory_fit(m, 2, 1, 1, Precision::fp32, peak(1) / 2),
-                    Contains("needs " + format_bytes(plan_memory(m, 2, 1, cpu_backend_memory(d, 2, Precision::fp32)).peak_bytes()) + " (") &&
+                    Contains("needs " + format_bytes(plan_memory(m, 2, 1, cpu_backend_memory(d, 2, Precision::fp32)).total_bytes()) + " (") &&
                         Contains("not even 1 sequence fits") && Contains("train.precision"));
 }
 
@@ -226,12 +224,13 @@ TEST_CASE("the plan's summary names every part with its units", "[memory]") {
   const std::string s = plan.summary();
   for (const char* part : {"memory plan (cuda, bf16 activations): ", "parameters: ", "weights' copy: ", "gradients: ",
                            "AdamW moments: ", "activations: ", "logits: ", "backward scratch: ", "backend buffers: ",
-                           "GiB", "at the replica check before the first step"}) {
+                           "GiB"}) {
     CHECK_THAT(s, Contains(part));
   }
   const nlohmann::json j = plan.to_json();
-  CHECK(j["total_bytes"] == plan.steady_bytes());
+  CHECK(j["total_bytes"] == plan.total_bytes());
   CHECK(j["items"].size() == plan.items.size());
+  CHECK_FALSE(j.contains("startup_bytes"));  // the replica checks compare CRCs: no copy of the weights
   CHECK(j["activation_dtype"] == "bf16");
   CHECK(format_bytes(96) == "96 B");
   CHECK(format_bytes(12 * 1024) == "12.0 KiB");
@@ -263,7 +262,7 @@ TEST_CASE("the inference and decoding plans are what a GPT built for them alloca
       CHECK(watched.live().floats == plan.floats);
       CHECK(watched.live().acts == plan.acts);
       CHECK(watched.live().ints == plan.ints);
-      CHECK(plan.steady_bytes() == element_bytes(plan));
+      CHECK(plan.total_bytes() == element_bytes(plan));
       CHECK(plan.items.front().name == "weights");
       CHECK(plan.items.front().bytes == gpt.layout().total() * (s.precision == Precision::bf16 ? dtype_bytes(s.reported) : 4));
       if (s.reported == DType::f32) {  // a forward (a decoder's window and step) allocates nothing more
@@ -286,7 +285,7 @@ TEST_CASE("the inference and decoding plans are what a GPT built for them alloca
   const MemoryPlan decoding = plan_inference_memory(m, B, gpu, ModelUse::kDecoding);
   INFO(inference.summary() << "\n" << decoding.summary());
   REQUIRE(decoding.items[3].name == "decoder rows");
-  CHECK(inference.steady_bytes() - decoding.steady_bytes() + decoding.items[3].bytes >=
+  CHECK(inference.total_bytes() - decoding.total_bytes() + decoding.items[3].bytes >=
         static_cast<size_t>(B) * d.T * d.Vp * 2);
   CHECK_THROWS_AS(plan_inference_memory(m, B, gpu, ModelUse::kTraining), std::invalid_argument);
 }
@@ -305,7 +304,7 @@ TEST_CASE("GPT-2 XL's eval fits in under a quarter of the training model's memor
   size_t moments = 0;
   for (const MemoryItem& i : training.items) moments += i.name == "AdamW moments" ? i.bytes : 0;
   CHECK(moments > 0);
-  CHECK(inference.steady_bytes() < (training.steady_bytes() - moments) / 4);
+  CHECK(inference.total_bytes() < (training.total_bytes() - moments) / 4);
   // The two largest items, from their formulas: the bf16 weights and L x (4 x 1024, 3C) of bf16.
   CHECK(inference.items[0].bytes == ParamLayout(d).total() * 2);
   CHECK(inference.items[1].name == "KV cache");
@@ -318,7 +317,7 @@ TEST_CASE("a command's model on the CPU runs as many sequences at once as this p
   const ModelDims d = ModelDims::from(m);
   const size_t weights = ParamLayout(d).total() * sizeof(float);
   const auto plan = [&](int B, Precision precision) {
-    return plan_inference_memory(m, B, cpu_backend_memory(d, B, precision)).steady_bytes();
+    return plan_inference_memory(m, B, cpu_backend_memory(d, B, precision)).total_bytes();
   };
   // The weights are read into the backend's memory (fp32 in place, bf16 a piece at a time into
   // its copy): the plan alone counts, no headroom (as training's CPU check).
@@ -355,7 +354,7 @@ TEST_CASE("a command's model on a GPU runs as many sequences at once as its free
   const ModelDims d = ModelDims::from(m);
   const size_t headroom = memory_headroom_bytes(1);
   const auto need = [&](int B, Precision precision) {
-    return plan_inference_memory(m, B, cuda_backend_memory(d, B, precision, true)).steady_bytes() + headroom;
+    return plan_inference_memory(m, B, cuda_backend_memory(d, B, precision, true)).total_bytes() + headroom;
   };
   const GpuMemory two{"GPU 0 (test card)", need(2, Precision::bf16), 8 * kGiB};  // exactly two sequences' worth
   CHECK(fit_inference_batch(m, 4, 1, Precision::bf16, true, two) == 2);

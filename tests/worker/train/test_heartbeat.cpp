@@ -283,7 +283,7 @@ TEST_CASE("fault injection reads its variables and refuses malformed ones", "[he
     const char* bad;
   };
   for (const Var& v : {Var{"XTRAIN_FAULT_KILL", "1"}, Var{"XTRAIN_FAULT_EXIT", "1:2:0"}, Var{"XTRAIN_FAULT_SLEEP", "1:2"},
-                       Var{"XTRAIN_FAULT_SLOW", "1:0.5"}, Var{"XTRAIN_FAULT_FLIP", "1:0"}}) {
+                       Var{"XTRAIN_FAULT_SLOW", "1:0.5"}, Var{"XTRAIN_FAULT_FLIP", "1:-1"}}) {
     INFO(v.name);
     ::setenv(v.name, v.bad, 1);
     try {

@@ -67,6 +67,15 @@ Outcome run_alone(Job& job) {
   return o;
 }
 
+// The tensor whose first value XTRAIN_FAULT_FLIP changed, from rank 1's log.
+std::string flipped_tensor(const Job& job, const std::string& run) {
+  const std::string log = read_text(job.run_dir(run) / "logs/rank-1.log");
+  const std::string flipped = "XTRAIN_FAULT_FLIP: rank 1 flipped the lowest bit of ";
+  const size_t at = log.find(flipped);
+  if (at == std::string::npos) return "";
+  return log.substr(at + flipped.size(), log.find("'s first value", at) - at - flipped.size());
+}
+
 }  // namespace
 
 TEST_CASE("1, 2 and 4 ranks train the same global batch to the same losses", "[e2e]") {
@@ -201,14 +210,9 @@ TEST_CASE("replicas that drift apart stop the job before the next checkpoint, an
                                {{"XTRAIN_FAULT_FLIP", "1:13"}});
   require_ok(o);
   INFO(o.output);
-  const std::string log = read_text(job.run_dir("run") / "logs/rank-1.log");
-  const std::string flipped = "XTRAIN_FAULT_FLIP: rank 1 flipped the lowest bit of ";
-  const size_t at = log.find(flipped);
-  REQUIRE(at != std::string::npos);
-  const std::string where = log.substr(at + flipped.size(), log.find(')', at) - at - flipped.size());
-  CHECK_THAT(where, Catch::Matchers::Matches("h\\.[0-9]\\.[a-z_.]+ \\(flat index [0-9]+"));
-  const std::string tensor = where.substr(0, where.find(' ')), index = where.substr(where.rfind(' ') + 1);
-  const std::string message = "parameters of rank 1 (first at " + tensor + ", flat index " + index +
+  const std::string tensor = flipped_tensor(job, "run");
+  CHECK_THAT(tensor, Catch::Matchers::Matches("h\\.[0-9]\\.[a-z_.]+"));
+  const std::string message = "parameters of rank 1 (first at " + tensor +
                               ") differ from rank 0's after step 20: the replicas drifted apart";
   // Whichever rank exits first is the root cause: both say the same.
   CHECK_THAT(o.output,
@@ -220,6 +224,15 @@ TEST_CASE("replicas that drift apart stop the job before the next checkpoint, an
   CHECK(job.result("run", 0).at("start_step") == 10);
   CHECK(job.losses("run") == job.losses("straight"));
   CHECK(job.common_digest("run", 2) == job.common_digest("straight", 2));
+
+  // Before the first step, the same check: nothing is trained or written.
+  const Outcome start = job.launch("start", 2, {"checkpoint.every=10"}, {{"XTRAIN_FAULT_FLIP", "1:0"}});
+  INFO(start.output);
+  CHECK(start.exit_code == 1);
+  CHECK_THAT(start.output, Catch::Matchers::Contains("message: initial parameters of rank 1 (first at " +
+                                                     flipped_tensor(job, "start") +
+                                                     ") differ from rank 0's before the first step"));
+  CHECK(job.checkpoints("start").empty());
 }
 
 TEST_CASE("training that diverges stops before the update that would spoil it: exit 3, no restart, finite checkpoints",
