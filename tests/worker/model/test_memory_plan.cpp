@@ -196,7 +196,10 @@ TEST_CASE("CPU ranks that do not fit the machine's memory together are refused w
           "[memory]") {
   const ModelSpec m = gpt2_124m();
   const ModelDims d = ModelDims::from(m);
-  const auto peak = [&](int B) { return plan_memory(m, B, 4, cpu_backend_memory(d, B, Precision::fp32)).total_bytes(); };
+  const auto total = [&](int B, int world) {
+    return plan_memory(m, B, world, cpu_backend_memory(d, B, Precision::fp32)).total_bytes();
+  };
+  const auto peak = [&](int B) { return total(B, 4); };
   // Four ranks of 8 sequences: room for exactly that passes, a byte less does not.
   CHECK_NOTHROW(check_host_memory_fit(m, 8, 4, 4, Precision::fp32, 4 * peak(8)));
   try {
@@ -214,7 +217,7 @@ TEST_CASE("CPU ranks that do not fit the machine's memory together are refused w
   }
   // One rank says no "ranks"; a machine too small for even one sequence says what to change.
   CHECK_THROWS_WITH(check_host_memory_fit(m, 2, 1, 1, Precision::fp32, peak(1) / 2),
-                    Contains("needs " + format_bytes(plan_memory(m, 2, 1, cpu_backend_memory(d, 2, Precision::fp32)).total_bytes()) + " (") &&
+                    Contains("needs " + format_bytes(total(2, 1)) + " (") &&
                         Contains("not even 1 sequence fits") && Contains("train.precision"));
 }
 
