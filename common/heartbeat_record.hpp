@@ -37,7 +37,7 @@ enum class WorkerPhase : std::uint16_t {
   kOptimizer = 7,
   kValidation = 8,
   kCheckpoint = 9,      // rank 0 writing the checkpoint of the step
-  kCheckpointWait = 10, // waiting in the barrier until the checkpoint is written
+  kCheckpointWait = 10, // the replicas' check before a checkpoint, the barrier until it is written
   kSampling = 11,
   kDone = 12,
 };

@@ -425,6 +425,7 @@ ChoiceAccuracy Trainer::score_multiple_choice(Communicator& comm) {
 }
 
 void Trainer::save(Communicator& comm, long step) {
+  report_.heartbeat().phase(WorkerPhase::kCheckpointWait);  // the replica check waits for every rank
   check_replicas_agree(comm, step);
   const auto t0 = std::chrono::steady_clock::now();
   std::string dir;
