@@ -316,6 +316,23 @@ TEST_CASE("three interpreted ranks over interpret mode's NCCL hold the same para
   CHECK_FALSE(meeting.meeting_left_behind());
 }
 
+TEST_CASE("interpreted ranks whose parameters drift apart fail before the checkpoint, over NCCL as over Gloo",
+          "[interp_training]") {
+  xtrain::test::TrainingJob job = xtrain::test::TrainingJob::small_interpreted("nccl-drift", 1, 2);
+  MeetingDir meeting;
+  // Rank 1 flips a bit of its parameters after step 1; the check before step 2's checkpoint (the
+  // last step's) finds it with the CRCs, and then the tensor with rank 0's CRC of each, which
+  // travels in a device buffer of its own.
+  const auto o = job.run_xlaunch("run", 2, [](nlohmann::json& s) { s["backend"] = "nccl"; },
+                                 "XTRAIN_FAULT_FLIP=1:1");
+  INFO(o.output);
+  CHECK(o.exit_code == 1);
+  CHECK_THAT(o.output, Contains("message: parameters of rank 1 (first at h.0.") &&
+                           Contains(") differ from rank 0's after step 2: the replicas drifted apart"));
+  CHECK_FALSE(std::filesystem::exists(job.run_dir("run") / "checkpoints" / "step-00000002"));
+  CHECK_FALSE(meeting.meeting_left_behind());
+}
+
 TEST_CASE("an interpreted rank's lost NCCL peer is reported as on GPUs: peer_lost, the rank that died the cause",
           "[interp_training]") {
   xtrain::test::TrainingJob job = small_job("nccl-lost-peer");  // before TMPDIR moves
