@@ -333,6 +333,28 @@ TEST_CASE("interpreted ranks whose parameters drift apart fail before the checkp
   CHECK_FALSE(meeting.meeting_left_behind());
 }
 
+TEST_CASE("interpreted ranks whose training diverges stop before the update, exit 3 and are not restarted",
+          "[interp_training]") {
+  xtrain::test::TrainingJob job = xtrain::test::TrainingJob::small_interpreted("nccl-diverge", 1, 8);
+  MeetingDir meeting;
+  // A learning rate of 1e4 overflows the CUDA backend's gradients within a few steps: its loss and
+  // gradient norm (the norm a kernel's sum of squares) come back not finite on both ranks alike.
+  const auto o = job.run_xlaunch("run", 2, [](nlohmann::json& s) {
+    s["backend"] = "nccl";
+    s["train"]["lr"] = 1e4;
+    s["train"]["grad_clip"] = 0;
+    s["launcher"]["max_restarts"] = 1;
+  });
+  INFO(o.output);
+  CHECK(o.exit_code == 3);
+  CHECK_THAT(o.output, Contains(": training diverged (loss ") && Contains("no restart: training diverged"));
+  std::ifstream in(job.run_dir("run") / "summary.json");
+  const nlohmann::json summary = nlohmann::json::parse(in);
+  CHECK(summary.at("attempts") == 1);
+  for (int r = 0; r < 2; ++r) CHECK(summary.at("ranks").at(r).at("result").at("failure_kind") == "diverged");
+  CHECK_FALSE(meeting.meeting_left_behind());
+}
+
 TEST_CASE("an interpreted rank's lost NCCL peer is reported as on GPUs: peer_lost, the rank that died the cause",
           "[interp_training]") {
   xtrain::test::TrainingJob job = small_job("nccl-lost-peer");  // before TMPDIR moves
