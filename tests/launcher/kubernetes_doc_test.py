@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """docs/kubernetes.md's manifests: each parses as YAML, the three kinds are there, every environment
-variable they set or reference as $(NAME) is one xlaunch reads, and every flag of their xlaunch
-command is one `xlaunch --help` lists.
+variable they set or reference as $(NAME) is one xlaunch reads, every flag of their xlaunch
+command is one `xlaunch --help` lists, and the exit codes a podFailurePolicy ends a Job on are the
+ones a restart would only repeat (common/exit_codes.hpp: bad input, training diverged).
 
   kubernetes_doc_test.py REPO_ROOT XLAUNCH
 
@@ -59,6 +60,12 @@ def strings(node):
             yield from strings(value)
 
 
+# The codes no restart can help: a spec refused (kInvalidSpec) and training that diverged (kDiverged).
+exit_codes = (root / "common/exit_codes.hpp").read_text()
+final_codes = sorted(int(re.search(rf"k{name} = ([0-9]+);", exit_codes).group(1))
+                     for name in ("InvalidSpec", "Diverged"))
+assert final_codes == [2, 3], final_codes
+
 help_text = subprocess.run([xlaunch, "--help"], capture_output=True, text=True, check=True).stdout
 for manifest in manifests:
     kind = manifest["kind"]
@@ -71,5 +78,8 @@ for manifest in manifests:
     for command in commands:
         for flag in (arg for arg in command if arg.startswith("--")):
             assert re.search(rf"(^|\s){re.escape(flag)}\b", help_text, re.M), f"{kind}: xlaunch --help has no {flag}"
+    for policy in (d["podFailurePolicy"] for d in walk(manifest) if "podFailurePolicy" in d):
+        codes = sorted(v for rule in policy["rules"] for v in rule["onExitCodes"]["values"])
+        assert codes == final_codes, f"{kind}: podFailurePolicy ends the Job on {codes}, not {final_codes}"
     print(f"kubernetes_doc_test: {kind}: parses; variables {sorted(named)} are read by xlaunch")
 print("kubernetes_doc_test: passed")
