@@ -19,7 +19,9 @@
 //
 // A failure that a worker reports as "peer_lost" (a collective failed because a peer died) is the
 // echo of another failure: it is held for up to kEchoWaitS while the primary failure is looked
-// for, and becomes the root cause only when none appears. Every heartbeat brings the rank's
+// for, and becomes the root cause only when none appears. A "diverged" failure (training whose loss
+// or gradient norm stopped being finite) is not restarted: the restart would resume from the last
+// checkpoint and repeat it bit for bit. Every heartbeat brings the rank's
 // progress record, whose busy time feeds the straggler detector (launcher/agent/stragglers.hpp).
 //
 // On several nodes (launcher/rendezvous/rendezvous.hpp) Starting begins with a rendezvous round on a helper

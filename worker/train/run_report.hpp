@@ -38,8 +38,9 @@ struct RankResult {
   std::optional<ChoiceAccuracy> mc;  // the last validation's multiple-choice answers
   std::string param_digest;  // FNV-1a 64 of the parameter bytes, 16 hex digits
   std::string error;         // when failed: the one-line reason
-  // When failed: "primary" (this rank's own failure) or "peer_lost" (a collective failed because a
-  // peer died or stopped answering: the echo of a failure elsewhere, never the root cause).
+  // When failed: "primary" (this rank's own failure), "peer_lost" (a collective failed because a
+  // peer died or stopped answering: the echo of a failure elsewhere, never the root cause) or
+  // "diverged" (the step's loss or gradient norm was not finite: every rank alike, and no restart).
   std::string failure_kind;
   nlohmann::json extra = nlohmann::json::object();  // more fields (world size, backends, timing)
 };
