@@ -161,8 +161,8 @@ int main(int argc, char** argv) {
     spec = parse_job_spec(doc, std::filesystem::path(job_path).stem().string());
     if (needs_training_model_resolution(spec)) {  // from the checkpoint the trainer will resume from
       resolve_training_model(spec, doc,
-                             find_resume_checkpoint(env.run_dir.empty() ? spec.run_dir : env.run_dir,
-                                                    spec.checkpoint.resume));
+                             find_resume_candidate(env.run_dir.empty() ? spec.run_dir : env.run_dir,
+                                                   spec.checkpoint.resume));
     }
     validate_for_training(spec, env.where.world_size);
     check_data_files(spec.data, spec.model, spec.train.eval_every > 0);  // a missing file first, not the memory plan

@@ -359,6 +359,10 @@ std::string save_checkpoint(const std::string& run_dir, const JobSpec& spec, con
 
 namespace {
 
+// What a resume checks of a candidate before it loads it: the structure and the small files; the
+// tensor files are checked as they load.
+void verify_before_load(const std::string& dir) { verify_checksums(dir, verify_structure(dir), Unread::kTensors); }
+
 // The first checkpoint `use` takes of those `resume` names, newest first: none ("never"), the path
 // (whose damage is an error), or under "auto" the complete ones in run_dir/checkpoints/, each
 // damaged one skipped with a warning that begins with `context`. `use` returns its result or
@@ -390,6 +394,13 @@ std::optional<std::string> find_resume_checkpoint(const std::string& run_dir, co
   });
 }
 
+std::optional<std::string> find_resume_candidate(const std::string& run_dir, const std::string& resume) {
+  return first_usable(run_dir, resume, "resume", [](const std::string& dir) {
+    verify_before_load(dir);
+    return dir;
+  });
+}
+
 std::optional<std::string> find_model_checkpoint(const std::string& run_dir) {
   return first_usable(run_dir, "auto", "model", [](const std::string& dir) {
     verify_checksums(dir, verify_structure(dir, Unread::kOptimizer), Unread::kOptimizer);
@@ -401,7 +412,7 @@ std::optional<ResumedCheckpoint> resume_from_checkpoint(const std::string& run_d
                                                         const ParamLayout& layout, std::uint64_t train_tokens,
                                                         float* params, float* m, float* v, const HostAccess& memory) {
   return first_usable(run_dir, spec.checkpoint.resume, "resume", [&](const std::string& dir) {
-    verify_checksums(dir, verify_structure(dir), Unread::kTensors);
+    verify_before_load(dir);
     return ResumedCheckpoint{dir, load_checkpoint(dir, spec, layout, train_tokens, params, m, v, memory)};
   });
 }

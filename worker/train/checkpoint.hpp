@@ -87,6 +87,13 @@ std::string save_checkpoint(const std::string& run_dir, const JobSpec& spec, con
 // xlaunch's check before any rank starts; a rank resumes with resume_from_checkpoint).
 std::optional<std::string> find_resume_checkpoint(const std::string& run_dir, const std::string& resume);
 
+// The checkpoint resume_from_checkpoint tries first, with only what it checks before loading:
+// state.json, the headers and the small files (the tensor files are not read). For what a rank
+// must know of it before the trainer loads it (the model's shape and carried tokenizer under
+// model.init_from): it is the one loaded unless a tensor file is damaged, and then the one loaded
+// is an earlier checkpoint of the same run, of the same shape and tokenizer.
+std::optional<std::string> find_resume_candidate(const std::string& run_dir, const std::string& resume);
+
 // The checkpoint a run directory stands for where its model is used (generate, eval, export):
 // the newest complete one whose state.json, model.safetensors and other small files are intact as
 // find_resume_checkpoint checks them, a damaged one skipped with a warning; its
