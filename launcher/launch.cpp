@@ -116,6 +116,7 @@ int run_job(const CliOptions& options) {
     return exit_code::kSuccess;
   }
   RunDir run_dir(plan.run_dir, to_json(plan.spec));
+  if (plan.superseded) set_aside(*plan.superseded);  // under the run dir's lock, before any rank starts
   if (options.detach && !detach(run_dir)) return exit_code::kSuccess;
   return supervise(plan, run_dir, !options.detach);
 }

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/checkpoint_dirs.hpp"
 #include "common/cuda_interpret.hpp"
 #include "common/exit_codes.hpp"
 #include "common/model_file.hpp"
@@ -202,6 +203,31 @@ void check_training_inputs(const JobSpec& spec, const std::optional<std::string>
   }
 }
 
+// Node 0's run dir (where rank 0 writes the checkpoints) with checkpoints of later steps than the
+// run starts from: said now, moved when the job starts. model.init_from cannot be one of them,
+// since the ranks read it after the move.
+void plan_superseded_checkpoints(Plan& plan) {
+  if (plan.spec.nodes.node_rank != 0) return;
+  std::int64_t start = 0;
+  if (plan.resume_from) start = checkpoint_step(fs::path(*plan.resume_from).filename().string()).value_or(0);
+  plan.superseded = find_superseded_checkpoints(plan.run_dir, start);
+  if (!plan.superseded) return;
+  const std::string init_from = plan.spec.model.init_from;
+  if (!init_from.empty() && !plan.resume_from) {
+    const fs::path model = fs::weakly_canonical(fs::absolute(init_from));
+    for (const std::string& dir : plan.superseded->dirs) {
+      const fs::path moved = fs::weakly_canonical(dir);
+      if (std::mismatch(moved.begin(), moved.end(), model.begin(), model.end()).first == moved.end()) {
+        throw SpecError("model.init_from", init_from + " is a checkpoint of this run dir from a later step than "
+                                           "this run starts at (" + std::to_string(start) + "), which xlaunch "
+                                           "moves out of checkpoints/ before the ranks start: copy it out of the "
+                                           "run dir, or give the run another run_dir");
+      }
+    }
+  }
+  spdlog::warn("{}", describe(*plan.superseded));
+}
+
 // Legal but almost certainly not meant: a schedule that never leaves its warmup.
 void warn_about_schedule(const TrainSpec& train) {
   if (train.warmup_steps >= train.steps) {
@@ -339,6 +365,7 @@ Plan make_plan(const CliOptions& options, const HostInfo& host) {
       check_training_inputs(plan.spec, plan.resume_from);  // a missing file first, then the memory
       require_host_memory_fit(plan, precision);
       warn_about_schedule(plan.spec.train);
+      plan_superseded_checkpoints(plan);
     }
   } catch (const SpecError& e) {
     throw torchrun::attributed(e, options);

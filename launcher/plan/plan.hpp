@@ -14,6 +14,7 @@
 #include "common/worker_env.hpp"
 #include "launcher/cli/cli.hpp"
 #include "launcher/cli/host.hpp"
+#include "launcher/run/superseded_checkpoints.hpp"
 #include "worker/model/memory_plan.hpp"
 
 namespace xtrain::launcher {
@@ -41,6 +42,8 @@ struct Plan {
   std::string cuda_graph;                // our worker: train.cuda_graph resolved, and why
   std::optional<std::string> resume_from;  // our worker: the checkpoint it resumes from, verified and
                                            // checked against the spec (worker/train/checkpoint.hpp)
+  std::optional<SupersededCheckpoints> superseded;  // our worker, node 0: checkpoints of later steps,
+                                                    // moved aside before the ranks start
 };
 
 // Throws SpecError (exit 2) for an invalid spec or world, LaunchError for a worker command that

@@ -9,6 +9,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <type_traits>
 #include <vector>
 
 #include "common/atomic_file.hpp"
@@ -242,6 +243,31 @@ void verify_checksums(const std::string& dir, const json& state, Unread unread =
   }
 }
 
+// The checkpoint's learning-rate schedule: `now` with the schedule keys train_then records.
+TrainSpec schedule_then(const json& train_then, TrainSpec now) {
+  const auto take = [&](const char* key, auto& field) {
+    const json value = train_then.value(key, json());
+    if (value.is_number()) field = value.get<std::remove_reference_t<decltype(field)>>();
+  };
+  take("steps", now.steps);
+  take("lr", now.lr);
+  take("min_lr", now.min_lr);
+  take("warmup_steps", now.warmup_steps);
+  return now;
+}
+
+// What a changed train key does to a run resumed after `step` completed steps, for its log line.
+std::string resume_effect(const std::string& key, const TrainSpec& then, const TrainSpec& now, long step) {
+  const std::string rate = fmt::format("step {} takes a learning rate of {:.3g} (it was {:.3g} on the old schedule)",
+                                       step + 1, learning_rate(now, step), learning_rate(then, step));
+  if (key == "steps") return fmt::format("the cosine decay now ends at step {}, so {}", now.steps, rate);
+  if (key == "lr" || key == "min_lr" || key == "warmup_steps") return rate + "; AdamW's moments carry over";
+  if (key == "weight_decay" || key == "beta1" || key == "beta2" || key == "eps" || key == "grad_clip") {
+    return fmt::format("AdamW takes it from step {} on; its moments carry over", step + 1);
+  }
+  return "the learning-rate schedule and the batches are unchanged";
+}
+
 // The spec fields a resumed run must keep (model shape, the train keys of the run); returns one
 // line for each train key that may change and did, saying what the change does.
 std::vector<std::string> check_against_spec(const json& state, const std::string& dir, const JobSpec& spec) {
@@ -256,25 +282,16 @@ std::vector<std::string> check_against_spec(const json& state, const std::string
     }
   }
   std::vector<std::string> changes;
+  const long step = state_field(state, dir, "/step", &json::is_number_unsigned).get<long>();
   for (const auto& [key, now] : train_now.items()) {
     const json then = train_then.value(key, json());
     if (then == now) continue;
     if (train_key_on_resume(key) != ResumeRule::kMayChange) {
       throw CheckpointError(dir, "train." + key + " is " + then.dump() + " but the spec says " + now.dump() +
-                                     "; a resumed run must keep it to continue the same training");
+                                     "; a resumed run must keep it to read the same batches");
     }
-    std::string line = "resume: train." + key + " changed from " + then.dump() + " to " + now.dump();
-    if (key == "steps" && then.is_number_integer()) {
-      TrainSpec old_schedule = spec.train;
-      old_schedule.steps = then.get<int>();
-      const auto step = state_field(state, dir, "/step", &json::is_number_unsigned).get<long>();
-      line += fmt::format(": the cosine decay now ends at step {}, so the learning rate of step {} is {:.3g} "
-                          "(it was {:.3g} on the old schedule)",
-                          spec.train.steps, step, learning_rate(spec.train, step), learning_rate(old_schedule, step));
-    } else {
-      line += ": the learning-rate schedule and the batches are unchanged";
-    }
-    changes.push_back(std::move(line));
+    changes.push_back("resume: train." + key + " changed from " + then.dump() + " to " + now.dump() + ": " +
+                      resume_effect(key, schedule_then(train_then, spec.train), spec.train, step));
   }
   return changes;
 }
@@ -348,6 +365,8 @@ std::string save_checkpoint(const std::string& run_dir, const JobSpec& spec, con
   }
   const auto complete = complete_checkpoints(root);
   for (size_t i = static_cast<size_t>(std::max(spec.checkpoint.keep, 1)); i < complete.size(); ++i) {
+    // Never the one just written: later steps here are another run's, which xlaunch moves aside.
+    if (complete[i].second == final_dir) continue;
     try {
       remove_checkpoint_dir(complete[i].second);
     } catch (const std::exception& e) {  // the new checkpoint is safe; an old one lingering is not fatal
@@ -444,11 +463,19 @@ bool needs_training_model_resolution(const JobSpec& spec) {
 }
 
 std::optional<ResumeRule> train_key_on_resume(const std::string& key) {
-  // The run: with the checkpoint's state they fix every later step's batch and update.
-  static const std::set<std::string> kept = {"batch_size",   "seed",  "lr",    "min_lr", "warmup_steps",
-                                             "weight_decay", "beta1", "beta2", "eps",    "grad_clip"};
-  // How the same steps are computed, checked or logged; steps moves the end of the schedule.
+  // With the checkpoint's sampler state they fix every later step's batch.
+  static const std::set<std::string> kept = {"batch_size", "seed"};
+  // The schedule and AdamW's settings from the resumed step on (the way on after a divergence), and
+  // how the same steps are computed, checked or logged.
   static const std::set<std::string> may_change = {"steps",
+                                                   "lr",
+                                                   "min_lr",
+                                                   "warmup_steps",
+                                                   "weight_decay",
+                                                   "beta1",
+                                                   "beta2",
+                                                   "eps",
+                                                   "grad_clip",
                                                    "micro_batch_size",
                                                    "eval_every",
                                                    "eval_batches",

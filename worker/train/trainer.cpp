@@ -28,6 +28,32 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The error of a step (1-based) whose loss or gradient norm is not finite, with the way on: a resume
+// takes a new learning rate, warmup or clip and keeps AdamW's moments (docs/job-spec.md), but not
+// from the checkpoint this very step started from, whose batch gives the same gradient again.
+std::string diverged_message(long step, double loss, double grad_norm, double lr, std::optional<long> checkpoint,
+                             const std::string& resume) {
+  const auto value = [](double x) { return std::isnan(x) ? std::string("NaN") : fmt::format("{:.4g}", x); };
+  std::string message = fmt::format("step {}: training diverged (loss {}, gradient norm {}): stopped before the "
+                                    "step's update, so the parameters",
+                                    step, value(loss), value(grad_norm));
+  message += checkpoint ? fmt::format(" and the checkpoint of step {} stay finite", *checkpoint)
+                        : std::string(" stay finite (no checkpoint was written yet)");
+  const std::string change = fmt::format("a lower train.lr ({:.2e} at this step), a longer train.warmup_steps or a "
+                                         "train.grad_clip",
+                                         lr);
+  if (checkpoint && *checkpoint == step - 1) {
+    return message + ", but this step started from that checkpoint, so a resume from it meets the same gradient: "
+                     "run again from an earlier checkpoint (checkpoint.resume set to its path) or from the start "
+                     "(checkpoint.resume \"never\"), with " + change;
+  }
+  message += "; run again with " + change;
+  if (checkpoint && resume == "auto") return message + ": it resumes from that checkpoint with them, keeping AdamW's "
+                                                       "moments";
+  if (checkpoint) return message + ", and checkpoint.resume \"auto\" to resume from that checkpoint";
+  return message;
+}
+
 }  // namespace
 
 Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_size, Backend& backend,
@@ -113,6 +139,7 @@ Trainer::Trainer(const JobSpec& spec, std::string run_dir, int rank, int world_s
     start_step_ = state.step;
     completed_steps_ = state.step;
     resumed_from_ = resumed->dir;
+    checkpoint_step_ = state.step;
     resume_seconds_ = seconds_since(resume_start);
   } else if (!spec_.model.init_from.empty()) {
     try {
@@ -345,12 +372,8 @@ Trainer::StepOutcome Trainer::train_step(Communicator& comm, BusyClock& busy, lo
     // Every rank holds the same averaged loss and gradient norm, so every rank stops here alike.
     // An update with them would make every parameter NaN, and each checkpoint after it worthless
     // (checkpoint.keep would rotate the sound ones away).
-    const auto value = [](double x) { return std::isnan(x) ? std::string("NaN") : fmt::format("{:.4g}", x); };
-    throw TrainingDiverged(fmt::format(
-        "step {}: training diverged (loss {}, gradient norm {}): stopped before the step's update, so the "
-        "parameters and the newest checkpoint stay finite; lower train.lr ({:.2e} at this step), lengthen "
-        "train.warmup_steps or set train.grad_clip",
-        step + 1, value(out.loss), value(out.grad_norm), lr));
+    throw TrainingDiverged(diverged_message(step + 1, out.loss, out.grad_norm, lr, checkpoint_step_,
+                                            spec_.checkpoint.resume));
   }
   live.phase(WorkerPhase::kOptimizer);
   const float clip = clip_scale(out.grad_norm, spec_.train.grad_clip);
@@ -445,6 +468,7 @@ void Trainer::save(Communicator& comm, long step) {
     const BeatWhileWaiting beating(report_.heartbeat());
     comm.barrier();
   }
+  checkpoint_step_ = step;
   report_.checkpoint(step, dir, seconds_since(t0));
 }
 

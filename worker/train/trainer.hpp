@@ -170,6 +170,7 @@ class Trainer {
   long current_step_ = 0;             // 1-based, the step in progress (for progress reports)
   bool in_step_ = false;              // the model's layers are a training step's (not validation's)
   std::string resumed_from_;          // the checkpoint training continued from
+  std::optional<long> checkpoint_step_;  // of the newest checkpoint resumed from or written, if any
   double resume_seconds_ = 0.0;       // finding, verifying and loading it
   std::string initialised_from_;      // the model file the weights came from (model.init_from)
   double bits_per_nat_ = 0;           // val bits per byte = val loss (nats per token) * this; 0 = unknown

@@ -68,7 +68,15 @@ TEST_CASE("a checkpoint round-trips parameters, moments and state bit for bit", 
     changed.train.steps *= 2;
     changed.train.micro_batch_size = 1;
     changed.train.eval_every = 3;
+    changed.train.lr *= 0.5;
+    changed.train.warmup_steps += 5;
+    changed.train.grad_clip = 0.5;
+    changed.train.beta2 = 0.99;
+    std::fill(m.begin(), m.end(), 0.0f);
+    std::fill(v.begin(), v.end(), 0.0f);
     CHECK_NOTHROW(load_checkpoint(dir, changed, model.layout, 12345, params.data(), m.data(), v.data()));
+    CHECK(std::memcmp(m.data(), model.m.data(), m.size() * 4) == 0);  // AdamW's moments carry over
+    CHECK(std::memcmp(v.data(), model.v.data(), v.size() * 4) == 0);
   }
 }
 
@@ -236,7 +244,9 @@ TEST_CASE("every train key is either part of the run or may change on resume", "
     INFO("train." << key);
     CHECK(train_key_on_resume(key).has_value());
   }
-  CHECK(train_key_on_resume("lr") == ResumeRule::kKept);
+  CHECK(train_key_on_resume("seed") == ResumeRule::kKept);
+  CHECK(train_key_on_resume("batch_size") == ResumeRule::kKept);
+  CHECK(train_key_on_resume("lr") == ResumeRule::kMayChange);
   CHECK(train_key_on_resume("steps") == ResumeRule::kMayChange);
   CHECK_FALSE(train_key_on_resume("no_such_key"));
 }
@@ -292,10 +302,10 @@ TEST_CASE("a mismatched or damaged checkpoint is refused with one line and loads
     spec.model.seq_len = 12;
     expected = "checkpoint " + dir + ": model.seq_len is 6 but the spec says 12";
   }
-  SECTION("a changed learning rate") {
-    spec.train.lr = 1e-3;
-    expected = "checkpoint " + dir +
-               ": train.lr is 0.0003 but the spec says 0.001; a resumed run must keep it to continue the same training";
+  SECTION("another batch size") {
+    spec.train.batch_size = 3;
+    expected = "checkpoint " + dir + ": train.batch_size is " + std::to_string(model.spec.train.batch_size) +
+               " but the spec says 3; a resumed run must keep it to read the same batches";
   }
   SECTION("other training data") {
     tokens = 999;

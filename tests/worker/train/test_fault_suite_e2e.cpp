@@ -92,13 +92,14 @@ TEST_CASE("an explicit checkpoint.resume with a flipped bit in any file: exit 2 
   }
 }
 
-TEST_CASE("resume settings: a key of the run is refused by --check and the plan, steps may change with a "
-          "log line", "[e2e][faults]") {
+TEST_CASE("resume settings: a key of the batches is refused by --check and the plan, the schedule may change with "
+          "a log line", "[e2e][faults]") {
   Job job("resumekeys");
   require_ok(job.launch("run", 2, {"train.steps=10", "checkpoint.every=10"}));
-  SECTION("train.lr changed under resume: auto") {
-    const std::vector<std::string> sets = {"train.steps=20", "train.lr=0.001"};
-    const std::string expect = "train.lr is 0.003 but the spec says 0.001";
+  SECTION("train.seed changed under resume: auto") {
+    const std::vector<std::string> sets = {"train.steps=20", "train.seed=7"};
+    const std::string expect = "train.seed is 11 but the spec says 7; a resumed run must keep it to read the same "
+                               "batches";
     const Outcome checked = job.check("run", 2, sets);
     INFO(checked.output);
     CHECK(checked.exit_code == 2);
@@ -114,8 +115,8 @@ TEST_CASE("resume settings: a key of the run is refused by --check and the plan,
     const Outcome o = job.launch("run", 2, {"train.steps=12"});
     INFO(o.output);
     REQUIRE(o.exit_code == 0);
-    CHECK(o.output.find("resume: train.steps changed from 10 to 12: the cosine decay now ends at step 12, so the "
-                        "learning rate of step 10 is ") != std::string::npos);
+    CHECK(o.output.find("resume: train.steps changed from 10 to 12: the cosine decay now ends at step 12, so step "
+                        "11 takes a learning rate of ") != std::string::npos);
     CHECK(job.result("run", 0).at("step") == 12);
   }
   SECTION("warmup_steps >= steps is a warning") {

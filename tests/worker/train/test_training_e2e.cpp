@@ -267,6 +267,88 @@ TEST_CASE("training that diverges stops before the update that would spoil it: e
   while (std::getline(lines, line) && line.rfind('{', 0) != 0) {
   }
   CHECK(std::isfinite(json::parse(line).at("loss").get<double>()));
+
+  // With a checkpoint every step, the newest is where the diverged step started: the error says a
+  // resume from it would meet the same gradient.
+  CHECK_THAT(o.output, Catch::Matchers::Contains("and the checkpoint of step " + std::to_string(step - 1) +
+                                                 " stay finite, but this step started from that checkpoint, so a "
+                                                 "resume from it meets the same gradient: run again from an "
+                                                 "earlier checkpoint"));
+}
+
+TEST_CASE("a run that diverges after a resume at a higher learning rate goes on from its checkpoint at the old "
+          "rate, bit for bit as if it had never diverged", "[e2e]") {
+  Job job("recover");
+  const std::vector<std::string> first = {"train.steps=10", "checkpoint.every=10"};
+  require_ok(job.launch("straight", 2, first));
+  require_ok(job.launch("straight", 2, {"checkpoint.every=10"}));
+  require_ok(job.launch("run", 2, first));
+  // The same run resumed at 1e3, without the clip: both changes are taken and said, and it
+  // diverges before its next checkpoint.
+  const Outcome high = job.launch("run", 2, {"train.lr=1e3", "train.grad_clip=0", "checkpoint.every=10"});
+  INFO(high.output);
+  CHECK(high.exit_code == 3);
+  CHECK_THAT(high.output,
+             Catch::Matchers::Contains("resume: train.lr changed from 0.003 to 1000.0: step 11 takes a learning rate "
+                                       "of ") &&
+                 Catch::Matchers::Contains("resume: train.grad_clip changed from 1.0 to 0.0: AdamW takes it from "
+                                           "step 11 on; its moments carry over") &&
+                 Catch::Matchers::Contains("and the checkpoint of step 10 stay finite; run again with a lower "
+                                           "train.lr (") &&
+                 Catch::Matchers::Contains(": it resumes from that checkpoint with them, keeping AdamW's moments"));
+  CHECK(job.checkpoints("run") == std::vector<std::string>{"step-00000010"});
+  // Run again at the old settings: from step 10, the very run that never went astray.
+  const Outcome again = job.launch("run", 2, {"checkpoint.every=10"});
+  INFO(again.output);
+  REQUIRE(again.exit_code == 0);
+  CHECK(job.result("run", 0).at("start_step") == 10);
+  CHECK(job.common_digest("run", 2) == job.common_digest("straight", 2));
+}
+
+TEST_CASE("a run that starts before the run dir's newest checkpoints moves them aside and keeps its own", "[e2e]") {
+  Job job("supersede");
+  require_ok(job.launch("run", 1, {"train.steps=30", "checkpoint.every=10"}));
+  REQUIRE(job.checkpoints("run") == std::vector<std::string>({"step-00000010", "step-00000020", "step-00000030"}));
+  const fs::path checkpoints = job.run_dir("run") / "checkpoints";
+  const auto set_aside = [&] {
+    std::vector<std::string> names;
+    for (const auto& when : fs::directory_iterator(job.run_dir("run") / "superseded")) {
+      for (const auto& e : fs::directory_iterator(when.path())) names.push_back(e.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  SECTION("checkpoint.resume never: every checkpoint goes, this run's stay") {
+    // model.init_from cannot name one of them: the ranks would read it after the move.
+    const Outcome init = job.check("run", 1, {"checkpoint.resume=never",
+                                              "model.init_from=" + (checkpoints / "step-00000020").string()});
+    INFO(init.output);
+    CHECK(init.exit_code == 2);
+    CHECK_THAT(error_line(init.output), Catch::Matchers::Contains("model.init_from: " +
+                                                                  (checkpoints / "step-00000020").string() +
+                                                                  " is a checkpoint of this run dir from a later "
+                                                                  "step than this run starts at (0)"));
+    const Outcome o = job.launch("run", 1, {"checkpoint.resume=never", "train.steps=15", "checkpoint.every=10"});
+    INFO(o.output);
+    REQUIRE(o.exit_code == 0);
+    CHECK_THAT(o.output, Catch::Matchers::Contains("this run starts at step 0, so the run dir's 3 checkpoints of "
+                                                   "later steps (step-00000010 to step-00000030), from an earlier "
+                                                   "run, move to " + (job.run_dir("run") / "superseded").string()));
+    CHECK(job.checkpoints("run") == std::vector<std::string>({"step-00000010", "step-00000015"}));
+    CHECK(set_aside() == std::vector<std::string>({"step-00000010", "step-00000020", "step-00000030"}));
+    // resume: auto goes on from this run's own newest.
+    require_ok(job.launch("run", 1, {"train.steps=20", "checkpoint.every=10"}));
+    CHECK(job.result("run", 0).at("start_step") == 15);
+  }
+  SECTION("an explicit checkpoint.resume: the later ones go") {
+    const Outcome o = job.launch("run", 1, {"checkpoint.resume=" + (checkpoints / "step-00000010").string(),
+                                            "train.steps=25", "checkpoint.every=10"});
+    INFO(o.output);
+    REQUIRE(o.exit_code == 0);
+    CHECK(job.result("run", 0).at("start_step") == 10);
+    CHECK(set_aside() == std::vector<std::string>({"step-00000020", "step-00000030"}));
+    CHECK(job.checkpoints("run") == std::vector<std::string>({"step-00000010", "step-00000020", "step-00000025"}));
+  }
 }
 
 TEST_CASE("a rerun of a run trained to train.steps starts nothing and leaves the run dir as it was", "[e2e]") {
