@@ -159,6 +159,14 @@ int main(int argc, char** argv) {
     const std::string job_path = job_path_from(argc, argv, env);
     const nlohmann::json doc = read_job_json(job_path);
     spec = parse_job_spec(doc, std::filesystem::path(job_path).stem().string());
+    const std::string resume = resume_for_attempt(env.run_dir.empty() ? spec.run_dir : env.run_dir,
+                                                  spec.checkpoint.resume, env.restart_count);
+    if (resume != spec.checkpoint.resume && rank == 0) {
+      spdlog::info("restart {}: checkpoint.resume {} was the job's start; this attempt goes on from the newest "
+                   "checkpoint the job wrote",
+                   env.restart_count, nlohmann::json(spec.checkpoint.resume).dump());
+    }
+    spec.checkpoint.resume = resume;
     if (needs_training_model_resolution(spec)) {  // from the checkpoint the trainer will resume from
       resolve_training_model(spec, doc,
                              find_resume_candidate(env.run_dir.empty() ? spec.run_dir : env.run_dir,

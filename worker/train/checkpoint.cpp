@@ -490,6 +490,15 @@ std::optional<ResumeRule> train_key_on_resume(const std::string& key) {
   return std::nullopt;
 }
 
+std::string resume_for_attempt(const std::string& run_dir, const std::string& resume, int restart_count) {
+  if (restart_count == 0 || resume == "auto") return resume;
+  const std::int64_t start =
+      resume == "never" ? 0 : checkpoint_step(fs::path(resume).lexically_normal().filename().string()).value_or(0);
+  const auto written = complete_checkpoints(fs::path(run_dir) / "checkpoints");
+  if (written.empty() || written.front().first <= start) return resume;
+  return "auto";
+}
+
 void check_checkpoint_fits(const std::string& dir, const JobSpec& spec, std::uint64_t train_tokens) {
   const json state = read_state(dir);
   check_against_spec(state, dir, spec);  // the allowed changes are said by the rank that resumes

@@ -87,6 +87,12 @@ std::string save_checkpoint(const std::string& run_dir, const JobSpec& spec, con
 // xlaunch's check before any rank starts; a rank resumes with resume_from_checkpoint).
 std::optional<std::string> find_resume_checkpoint(const std::string& run_dir, const std::string& resume);
 
+// checkpoint.resume for an attempt of a job (restart_count 0 for the first): a restarted attempt
+// goes on from the checkpoints the job itself wrote, the run dir's at later steps than `resume`
+// starts from ("never": any; xlaunch moved the others aside before the first attempt), as under
+// "auto"; where there are none, and for the first attempt, `resume` as given.
+std::string resume_for_attempt(const std::string& run_dir, const std::string& resume, int restart_count);
+
 // The checkpoint resume_from_checkpoint tries first, with only what it checks before loading:
 // state.json, the headers and the small files (the tensor files are not read). For what a rank
 // must know of it before the trainer loads it (the model's shape and carried tokenizer under

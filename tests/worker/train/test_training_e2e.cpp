@@ -305,6 +305,22 @@ TEST_CASE("a run that diverges after a resume at a higher learning rate goes on 
   CHECK(job.common_digest("run", 2) == job.common_digest("straight", 2));
 }
 
+TEST_CASE("a restarted attempt of a job that started over goes on from the job's own newest checkpoint", "[e2e]") {
+  Job job("restartnever");
+  require_ok(job.launch("straight", 2, {"checkpoint.every=10"}));
+  require_ok(job.launch("run", 2, {"checkpoint.every=10"}));  // an earlier run's checkpoints, moved aside
+  // Rank 1 dies at step 13 of the first attempt: the second takes the job's step 10, not step 0.
+  const Outcome o = job.launch("run", 2, {"checkpoint.resume=never", "checkpoint.every=10", "launcher.max_restarts=1"},
+                               {{"XTRAIN_FAULT_KILL", "1:13"}});
+  INFO(o.output);
+  require_ok(o);
+  CHECK_THAT(o.output, Catch::Matchers::Contains("restart 1: checkpoint.resume \"never\" was the job's start; this "
+                                                 "attempt goes on from the newest checkpoint the job wrote"));
+  CHECK(job.result("run", 0).at("start_step") == 10);
+  CHECK(job.losses("run") == job.losses("straight"));
+  CHECK(job.common_digest("run", 2) == job.common_digest("straight", 2));
+}
+
 TEST_CASE("a run that starts before the run dir's newest checkpoints moves them aside and keeps its own", "[e2e]") {
   Job job("supersede");
   require_ok(job.launch("run", 1, {"train.steps=30", "checkpoint.every=10"}));
