@@ -18,6 +18,7 @@
 #include "common/worker_cpu.hpp"
 #include "common/store/kv_protocol.hpp"
 #include "launcher/cli/torchrun.hpp"
+#include "launcher/plan/checkpoint_space.hpp"
 #include "launcher/plan/nccl.hpp"
 #include "launcher/run/launch_error.hpp"
 #include "launcher/run/run_dir.hpp"
@@ -366,6 +367,7 @@ Plan make_plan(const CliOptions& options, const HostInfo& host) {
       require_host_memory_fit(plan, precision);
       warn_about_schedule(plan.spec.train);
       plan_superseded_checkpoints(plan);
+      warn_about_checkpoint_space(plan);
     }
   } catch (const SpecError& e) {
     throw torchrun::attributed(e, options);

@@ -10,6 +10,7 @@
 #include "common/job_spec.hpp"
 #include "common/slurm.hpp"
 #include "launcher/cli/host.hpp"
+#include "launcher/plan/checkpoint_space.hpp"
 #include "launcher/plan/nccl.hpp"
 #include "launcher/plan/plan.hpp"
 #include "launcher/rendezvous/attempt.hpp"
@@ -367,3 +368,26 @@ TEST_CASE("launcher/plan: ncclGetUniqueId works without a GPU and is fresh every
   CHECK(a != b);
 }
 #endif
+
+TEST_CASE("launcher/plan: the checkpoints a run writes, and how many more the run dir holds at each", "[plan]") {
+  CHECK(checkpoints_written(0, 2000, 500) == 4);   // 500, 1000, 1500, 2000
+  CHECK(checkpoints_written(0, 2001, 500) == 5);   // and the last step's
+  CHECK(checkpoints_written(1000, 2000, 500) == 2);
+  CHECK(checkpoints_written(1200, 2000, 500) == 2);  // 1500, 2000
+  CHECK(checkpoints_written(0, 2000, 0) == 1);
+  CHECK(checkpoints_written(2000, 2000, 500) == 0);
+  CHECK(checkpoint_step_of(1, 1200, 2000, 500) == 1500);
+  CHECK(checkpoint_step_of(2, 1200, 2000, 500) == 2000);
+  CHECK(checkpoint_step_of(3, 1200, 2001, 500) == 2001);
+  CHECK(checkpoint_step_of(1, 0, 2000, 0) == 2000);
+  // keep 2 from an empty run dir: 1, then 2, then 3 at once (two kept and the one being written).
+  CHECK(new_checkpoints_at(1, 0, 2) == 1);
+  CHECK(new_checkpoints_at(2, 0, 2) == 2);
+  CHECK(new_checkpoints_at(3, 0, 2) == 3);
+  CHECK(new_checkpoints_at(9, 0, 2) == 3);
+  // Resumed with two already there: each new one is written before the oldest goes.
+  CHECK(new_checkpoints_at(1, 2, 2) == 1);
+  CHECK(new_checkpoints_at(5, 2, 2) == 1);
+  CHECK(new_checkpoints_at(1, 5, 2) == 1);  // more than keep: the rotation removes them
+  CHECK(new_checkpoints_at(3, 0, 0) == 2);  // keep 0 keeps one
+}

@@ -490,6 +490,8 @@ std::optional<ResumeRule> train_key_on_resume(const std::string& key) {
   return std::nullopt;
 }
 
+std::uint64_t checkpoint_tensor_bytes(const ModelDims& dims) { return 12ull * ParamLayout(dims).total(); }
+
 std::string resume_for_attempt(const std::string& run_dir, const std::string& resume, int restart_count) {
   if (restart_count == 0 || resume == "auto") return resume;
   const std::int64_t start =

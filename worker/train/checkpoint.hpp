@@ -78,6 +78,11 @@ std::string save_checkpoint(const std::string& run_dir, const JobSpec& spec, con
                             const float* params, const float* m, const float* v, const TrainState& state,
                             const std::vector<NamedFile>& tokenizer, const HostAccess& memory = {});
 
+// The bytes of a checkpoint's tensor files for a model of `dims`, which save_checkpoint writes: the
+// fp32 weights (4 bytes a parameter) and AdamW's m and v (8), padding included; the headers and the
+// small files (config, state, tokenizer) add some KiB, or a few MiB with GPT-2's tokenizer.
+std::uint64_t checkpoint_tensor_bytes(const ModelDims& dims);
+
 // Which checkpoint to resume from: `resume` is "never" (none), "auto" (the newest complete
 // checkpoint under run_dir/checkpoints/ whose files are intact, or none; a damaged one is skipped
 // with one warning naming it and the file) or the path of a checkpoint directory (which must be

@@ -80,6 +80,18 @@ TEST_CASE("a checkpoint round-trips parameters, moments and state bit for bit", 
   }
 }
 
+TEST_CASE("checkpoint_tensor_bytes is the size of a checkpoint's tensor files", "[checkpoint]") {
+  ScratchDir run;
+  CheckpointModel model;  // its vocabulary padded, so the optimizer file carries the padding rows
+  const std::string dir = model.save(run.path(), 3);
+  const std::uint64_t tensors = std::filesystem::file_size(dir + "/model.safetensors") +
+                                std::filesystem::file_size(dir + "/optimizer.safetensors");
+  const std::uint64_t estimate = checkpoint_tensor_bytes(model.layout.dims());
+  CHECK(estimate <= tensors);
+  CHECK(tensors - estimate < 8192);  // the two safetensors headers
+  CHECK(checkpoint_bytes(dir) - tensors < 16384);  // config, state and the tokenizer
+}
+
 TEST_CASE("a GPU's buffers are saved and loaded a piece at a time: the same files, the same bits", "[checkpoint]") {
   ScratchDir host_run, device_run;
   CheckpointModel model;

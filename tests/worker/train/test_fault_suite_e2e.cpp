@@ -4,6 +4,7 @@
 // first moments. Each bad input is refused by --check and by a run with the same line, and the
 // run starts no rank (no logs/ directory).
 #include <csignal>
+#include <regex>
 
 #include "tests/worker/e2e_job.hpp"
 
@@ -125,6 +126,22 @@ TEST_CASE("resume settings: a key of the batches is refused by --check and the p
     CHECK(o.exit_code == 0);
     CHECK(o.output.find("train.warmup_steps 5 >= train.steps 5") != std::string::npos);
   }
+}
+
+TEST_CASE("checkpoints that would outgrow the run dir's disk are a warning of the plan", "[e2e][faults]") {
+  Job job("diskspace");
+  // A checkpoint a step, all kept: a billion of them outgrow any disk.
+  const Outcome o = job.check("big", 2, {"train.steps=1000000000", "checkpoint.every=1", "checkpoint.keep=1000000000"});
+  INFO(o.output);
+  CHECK(o.exit_code == 0);
+  const std::regex warning("the run dir's file system has [0-9.]+ [KMGT]?i?B free, but this run's checkpoints of "
+                           "[0-9.]+ KiB each take [0-9.]+ [KMGT]?i?B more by step [0-9]+ \\(checkpoint.keep "
+                           "1000000000, and each new one written before the oldest goes\\), so that checkpoint "
+                           "would fail with the disk full");
+  CHECK(std::regex_search(o.output, warning));
+  const Outcome fits = job.check("small", 2);
+  CHECK(fits.exit_code == 0);
+  CHECK(fits.output.find("disk full") == std::string::npos);
 }
 
 TEST_CASE("a vocabulary beyond bytes on text is a warning of the plan", "[e2e][faults]") {
