@@ -200,7 +200,13 @@ void check_training_inputs(const JobSpec& spec, const std::optional<std::string>
   try {
     check_checkpoint_fits(*resume_from, spec, data.train_tokens);
   } catch (const CheckpointError& e) {
-    throw SpecError("checkpoint.resume", e.what());
+    // Under "auto" the run dir chose it: another job in the same run dir, most likely.
+    throw SpecError("checkpoint.resume", std::string(e.what()) +
+                                             (spec.checkpoint.resume == "auto"
+                                                  ? "; to start over in this run dir set checkpoint.resume to "
+                                                    "\"never\" (its checkpoints move to superseded/), or give the "
+                                                    "run another run_dir"
+                                                  : ""));
   }
 }
 

@@ -100,7 +100,8 @@ TEST_CASE("resume settings: a key of the batches is refused by --check and the p
   SECTION("train.seed changed under resume: auto") {
     const std::vector<std::string> sets = {"train.steps=20", "train.seed=7"};
     const std::string expect = "train.seed is 11 but the spec says 7; a resumed run must keep it to read the same "
-                               "batches";
+                               "batches; to start over in this run dir set checkpoint.resume to \"never\" (its "
+                               "checkpoints move to superseded/), or give the run another run_dir";
     const Outcome checked = job.check("run", 2, sets);
     INFO(checked.output);
     CHECK(checked.exit_code == 2);
