@@ -43,7 +43,7 @@ std::string describe(const SupersededCheckpoints& superseded) {
                                    : name(superseded.dirs.front()) + " to " + name(superseded.dirs.back());
   return "this run starts at step " + std::to_string(superseded.start_step) + ", so the run dir's " +
          std::to_string(n) + " checkpoint" + (n == 1 ? "" : "s") + " of later steps (" + which +
-         "), from an earlier run, move to " + superseded.destination +
+         "), which this run does not continue, move to " + superseded.destination +
          " when it starts: left in checkpoints/, checkpoint.keep would remove this run's own checkpoints in "
          "their favour and a later resume would take them; delete that directory once it is not needed";
 }

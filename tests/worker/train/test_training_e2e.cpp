@@ -348,8 +348,9 @@ TEST_CASE("a run that starts before the run dir's newest checkpoints moves them 
     INFO(o.output);
     REQUIRE(o.exit_code == 0);
     CHECK_THAT(o.output, Catch::Matchers::Contains("this run starts at step 0, so the run dir's 3 checkpoints of "
-                                                   "later steps (step-00000010 to step-00000030), from an earlier "
-                                                   "run, move to " + (job.run_dir("run") / "superseded").string()));
+                                                   "later steps (step-00000010 to step-00000030), which this run "
+                                                   "does not continue, move to " +
+                                                   (job.run_dir("run") / "superseded").string()));
     CHECK(job.checkpoints("run") == std::vector<std::string>({"step-00000010", "step-00000015"}));
     CHECK(set_aside() == std::vector<std::string>({"step-00000010", "step-00000020", "step-00000030"}));
     // resume: auto goes on from this run's own newest.
