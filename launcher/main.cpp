@@ -9,6 +9,7 @@
 #include "launcher/inspect.hpp"
 #include "launcher/launch.hpp"
 #include "launcher/list_runs.hpp"
+#include "launcher/process/console.hpp"
 #include "launcher/report/html_report.hpp"
 #include "launcher/run/launch_error.hpp"
 
@@ -32,6 +33,7 @@ int dispatch(const xtrain::launcher::CliOptions& options) {
 
 int run_command(int argc, char** argv) {
   namespace exit_code = xtrain::exit_code;
+  xtrain::launcher::init_command_logging();
   try {
     return dispatch(xtrain::launcher::parse_cli({argv + 1, argv + argc}, xtrain::launcher::process_environment()));
   } catch (const xtrain::launcher::CliError& e) {

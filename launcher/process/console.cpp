@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <spdlog/sinks/base_sink.h>
+#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 namespace xtrain::launcher {
@@ -123,6 +124,13 @@ void Console::run() {
     writing_ = false;
     if (queue_.empty()) idle_.notify_all();
   }
+}
+
+void init_command_logging() {
+  auto logger = std::make_shared<spdlog::logger>("xlaunch", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  logger->set_pattern("xlaunch: %l: %v");
+  logger->set_level(spdlog::level::info);
+  spdlog::set_default_logger(logger);
 }
 
 void init_supervisor_logging(Console* console, const std::string& log_file) {

@@ -50,6 +50,11 @@ class Console {
   std::thread thread_;
 };
 
+// Makes spdlog's default logger write to stderr as "xlaunch: warning: message", as the errors are:
+// what the plan says before any run dir or console exists, so that stdout carries only a
+// command's own output (--dry-run's JSON, --check's line).
+void init_command_logging();
+
 // Makes spdlog's default logger write xlaunch's events to `log_file` (time-stamped, appended)
 // and, when `console` is not null, to the console as "[xlaunch] message".
 void init_supervisor_logging(Console* console, const std::string& log_file);

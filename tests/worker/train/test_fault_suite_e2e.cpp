@@ -4,6 +4,7 @@
 // first moments. Each bad input is refused by --check and by a run with the same line, and the
 // run starts no rank (no logs/ directory).
 #include <csignal>
+#include <fstream>
 #include <regex>
 
 #include "tests/worker/e2e_job.hpp"
@@ -143,6 +144,22 @@ TEST_CASE("checkpoints that would outgrow the run dir's disk are a warning of th
   const Outcome fits = job.check("small", 2);
   CHECK(fits.exit_code == 0);
   CHECK(fits.output.find("disk full") == std::string::npos);
+}
+
+TEST_CASE("the stdout of --dry-run is the plan's JSON alone when the plan warns: warnings go to stderr", "[e2e][faults]") {
+  Job job("dryrunwarn");
+  job.spec()["train"]["warmup_steps"] = 40;
+  const fs::path spec = job.dir() / "warm.json", out = job.dir() / "stdout", err = job.dir() / "stderr";
+  std::ofstream(spec) << job.spec().dump(2);
+  const std::string xlaunch = std::string(XTRAIN_BIN_DIR) + "/xlaunch";
+  const pid_t pid = spawn({"/bin/sh", "-c",
+                           "'" + xlaunch + "' '" + spec.string() + "' --run-dir '" + job.run_dir("warm").string() +
+                               "' --dry-run >'" + out.string() + "' 2>'" + err.string() + "'"},
+                          job.dir() / "sh.out", {});
+  REQUIRE(wait_for(pid, 60s) == 0);
+  INFO(read_text(out));
+  CHECK(json::parse(read_text(out)).at("spec").at("train").at("warmup_steps") == 40);
+  CHECK_THAT(read_text(err), Catch::Matchers::StartsWith("xlaunch: warning: train.warmup_steps 40 >= train.steps 20"));
 }
 
 TEST_CASE("a vocabulary beyond bytes on text is a warning of the plan", "[e2e][faults]") {
