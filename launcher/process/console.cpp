@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <spdlog/sinks/base_sink.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -34,9 +35,12 @@ std::string dropped_notice(size_t lines) {
 // console. The file is opened O_CLOEXEC so that ranks do not inherit it.
 class SupervisorSink : public spdlog::sinks::base_sink<std::mutex> {
  public:
-  SupervisorSink(Console* console, const std::string& path) : console_(console) {
+  // `earlier`: lines already said on the console (the plan's warnings), for the file only.
+  SupervisorSink(Console* console, const std::string& path, const std::vector<std::string>& earlier)
+      : console_(console) {
     fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd_ < 0) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
+    for (const std::string& line : earlier) write_all(fd_, line);
   }
   ~SupervisorSink() override { ::close(fd_); }
 
@@ -126,17 +130,30 @@ void Console::run() {
   }
 }
 
+// The supervisor's log file's line format.
+constexpr const char* kLogPattern = "%Y-%m-%d %H:%M:%S.%e [%n] %l: %v";
+
 void init_command_logging() {
-  auto logger = std::make_shared<spdlog::logger>("xlaunch", std::make_shared<spdlog::sinks::stderr_sink_mt>());
-  logger->set_pattern("xlaunch: %l: %v");
+  auto console = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+  console->set_pattern("xlaunch: %l: %v");
+  // Kept for the run's log file, which does not exist yet (a plan says a few lines at most).
+  auto kept = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64);
+  kept->set_pattern(kLogPattern);
+  auto logger = std::make_shared<spdlog::logger>("xlaunch", spdlog::sinks_init_list{console, kept});
   logger->set_level(spdlog::level::info);
   spdlog::set_default_logger(logger);
 }
 
 void init_supervisor_logging(Console* console, const std::string& log_file) {
-  auto sink = std::make_shared<SupervisorSink>(console, log_file);
+  std::vector<std::string> earlier;
+  for (const auto& sink : spdlog::default_logger()->sinks()) {
+    if (const auto kept = std::dynamic_pointer_cast<spdlog::sinks::ringbuffer_sink_mt>(sink)) {
+      for (std::string& line : kept->last_formatted()) earlier.push_back(std::move(line));
+    }
+  }
+  auto sink = std::make_shared<SupervisorSink>(console, log_file, earlier);
   auto logger = std::make_shared<spdlog::logger>("xlaunch", sink);
-  logger->set_pattern("%Y-%m-%d %H:%M:%S.%e [%n] %l: %v");
+  logger->set_pattern(kLogPattern);
   logger->set_level(spdlog::level::info);
   spdlog::set_default_logger(logger);
 }

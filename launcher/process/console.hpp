@@ -56,7 +56,8 @@ class Console {
 void init_command_logging();
 
 // Makes spdlog's default logger write xlaunch's events to `log_file` (time-stamped, appended)
-// and, when `console` is not null, to the console as "[xlaunch] message".
+// and, when `console` is not null, to the console as "[xlaunch] message". The file first gets what
+// init_command_logging's logger said (the plan's warnings), already on the console.
 void init_supervisor_logging(Console* console, const std::string& log_file);
 
 }  // namespace xtrain::launcher

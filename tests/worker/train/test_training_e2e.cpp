@@ -351,6 +351,9 @@ TEST_CASE("a run that starts before the run dir's newest checkpoints moves them 
                                                    "later steps (step-00000010 to step-00000030), which this run "
                                                    "does not continue, move to " +
                                                    (job.run_dir("run") / "superseded").string()));
+    // The run's own log keeps the plan's warning too.
+    CHECK_THAT(read_text(job.run_dir("run") / "logs/xlaunch.log"),
+               Catch::Matchers::Contains("[xlaunch] warning: this run starts at step 0, so the run dir's 3 "));
     CHECK(job.checkpoints("run") == std::vector<std::string>({"step-00000010", "step-00000015"}));
     CHECK(set_aside() == std::vector<std::string>({"step-00000010", "step-00000020", "step-00000030"}));
     // resume: auto goes on from this run's own newest.
