@@ -77,6 +77,14 @@ TEST_CASE("launcher/ls: one line per run with its state and progress and loss wi
   REQUIRE(nested);
   CHECK(std::regex_search(nested->out, std::regex(R"((^|\n)pair/node-1 +completed +\d{4}-)")));
 
+  // A project directory holding its spec as job.json (run_job wrote one), and runs/: its runs, not
+  // itself as a lost one.
+  REQUIRE(std::filesystem::exists(dir / "job.json"));
+  const auto project = run_xlaunch({"ls", dir.path()});
+  REQUIRE(project);
+  INFO(project->out);
+  CHECK(std::regex_search(project->out, std::regex(R"((^|\n)runs/done +completed +\d{4}-)")));
+
   const auto one = run_xlaunch({"ls", runs + "/done"});  // a run dir itself: that run
   REQUIRE(one);
   CHECK(split_lines(one->out).size() == 2);
