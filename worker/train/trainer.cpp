@@ -31,17 +31,19 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // The error of a step (1-based) whose loss or gradient norm is not finite, with the way on: a resume
 // takes a new learning rate, warmup or clip and keeps AdamW's moments (docs/job-spec.md), but not
 // from the checkpoint this very step started from, whose batch gives the same gradient again.
-std::string diverged_message(long step, double loss, double grad_norm, double lr, std::optional<long> checkpoint,
-                             const std::string& resume) {
+std::string diverged_message(long step, double loss, double grad_norm, const TrainSpec& train,
+                             std::optional<long> checkpoint, const std::string& resume) {
   const auto value = [](double x) { return std::isnan(x) ? std::string("NaN") : fmt::format("{:.4g}", x); };
   std::string message = fmt::format("step {}: training diverged (loss {}, gradient norm {}): stopped before the "
                                     "step's update, so the parameters",
                                     step, value(loss), value(grad_norm));
   message += checkpoint ? fmt::format(" and the checkpoint of step {} stay finite", *checkpoint)
                         : std::string(" stay finite (no checkpoint was written yet)");
-  const std::string change = fmt::format("a lower train.lr ({:.2e} at this step), a longer train.warmup_steps or a "
-                                         "train.grad_clip",
-                                         lr);
+  const std::string clip = train.grad_clip > 0 ? fmt::format("a lower train.grad_clip (now {:g})", train.grad_clip)
+                                               : std::string("a train.grad_clip (now off)");
+  const std::string change = fmt::format("a lower train.lr ({:.2e} at this step), a longer train.warmup_steps (now "
+                                         "{}) or {}",
+                                         learning_rate(train, step - 1), train.warmup_steps, clip);
   if (checkpoint && *checkpoint == step - 1) {
     return message + ", but this step started from that checkpoint, so a resume from it meets the same gradient: "
                      "run again from an earlier checkpoint (checkpoint.resume set to its path) or from the start "
@@ -372,7 +374,7 @@ Trainer::StepOutcome Trainer::train_step(Communicator& comm, BusyClock& busy, lo
     // Every rank holds the same averaged loss and gradient norm, so every rank stops here alike.
     // An update with them would make every parameter NaN, and each checkpoint after it worthless
     // (checkpoint.keep would rotate the sound ones away).
-    throw TrainingDiverged(diverged_message(step + 1, out.loss, out.grad_norm, lr, checkpoint_step_,
+    throw TrainingDiverged(diverged_message(step + 1, out.loss, out.grad_norm, spec_.train, checkpoint_step_,
                                             spec_.checkpoint.resume));
   }
   live.phase(WorkerPhase::kOptimizer);
