@@ -3,7 +3,6 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
-#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -12,7 +11,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "common/checkpoint_dirs.hpp"
 #include "common/exit_codes.hpp"
 #include "launcher/agent/supervisor.hpp"
 #include "launcher/plan/plan.hpp"
@@ -82,9 +80,8 @@ std::optional<std::string> trained_already(const Plan& plan) {
   if (!plan.own_worker || spec.checkpoint.resume != "auto" || spec.nodes.nnodes > 1 || !plan.resume_from) {
     return std::nullopt;
   }
-  const auto step = checkpoint_step(std::filesystem::path(*plan.resume_from).filename().string());
-  if (!step || *step < spec.train.steps) return std::nullopt;
-  return plan.run_dir + " is already trained to step " + std::to_string(*step) + " (train.steps " +
+  if (plan.start_step < spec.train.steps) return std::nullopt;
+  return plan.run_dir + " is already trained to step " + std::to_string(plan.start_step) + " (train.steps " +
          std::to_string(spec.train.steps) + ", checkpoint " + *plan.resume_from +
          "): nothing to train, nothing started; raise train.steps to train on, or set checkpoint.resume to "
          "never to start over";

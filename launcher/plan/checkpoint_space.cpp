@@ -35,8 +35,7 @@ std::int64_t checkpoint_step_of(std::int64_t k, std::int64_t start, std::int64_t
 void warn_about_checkpoint_space(const Plan& plan) {
   const JobSpec& spec = plan.spec;
   if (!plan.own_worker || spec.nodes.node_rank != 0) return;
-  std::int64_t start = 0;
-  if (plan.resume_from) start = checkpoint_step(fs::path(*plan.resume_from).filename().string()).value_or(0);
+  const std::int64_t start = plan.start_step;
   const std::int64_t written = checkpoints_written(start, spec.train.steps, spec.checkpoint.every);
   // Those of later steps are moved aside: still on the disk, out of the rotation.
   const auto existing = static_cast<std::int64_t>(complete_checkpoints(fs::path(plan.run_dir) / "checkpoints").size() -

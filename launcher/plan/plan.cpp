@@ -215,9 +215,7 @@ void check_training_inputs(const JobSpec& spec, const std::optional<std::string>
 // since the ranks read it after the move.
 void plan_superseded_checkpoints(Plan& plan) {
   if (plan.spec.nodes.node_rank != 0) return;
-  std::int64_t start = 0;
-  if (plan.resume_from) start = checkpoint_step(fs::path(*plan.resume_from).filename().string()).value_or(0);
-  plan.superseded = find_superseded_checkpoints(plan.run_dir, start);
+  plan.superseded = find_superseded_checkpoints(plan.run_dir, plan.start_step);
   if (!plan.superseded) return;
   const std::string init_from = plan.spec.model.init_from;
   if (!init_from.empty() && !plan.resume_from) {
@@ -226,7 +224,7 @@ void plan_superseded_checkpoints(Plan& plan) {
       const fs::path moved = fs::weakly_canonical(dir);
       if (std::mismatch(moved.begin(), moved.end(), model.begin(), model.end()).first == moved.end()) {
         throw SpecError("model.init_from", init_from + " is a checkpoint of this run dir from a later step than "
-                                           "this run starts at (" + std::to_string(start) + "), which xlaunch "
+                                           "this run starts at (" + std::to_string(plan.start_step) + "), which xlaunch "
                                            "moves out of checkpoints/ before the ranks start: copy it out of the "
                                            "run dir, or give the run another run_dir");
       }
@@ -363,6 +361,9 @@ Plan make_plan(const CliOptions& options, const HostInfo& host) {
       // The model shape from model.init_from's header (or the checkpoint a resume continues
       // from), so the job.json every rank reads carries the resolved shape.
       plan.resume_from = resume_checkpoint(plan);
+      if (plan.resume_from) {
+        plan.start_step = checkpoint_step(fs::path(*plan.resume_from).filename().string()).value_or(0);
+      }
       resolve_training_model(plan.spec, doc, plan.resume_from);
       validate_for_training(plan.spec, static_cast<int>(plan.ranks.size()));
       const Precision precision = resolve_precision(plan.spec.train, plan.device);

@@ -2,6 +2,7 @@
 // many ranks, which device and backend) + the worker command, checked before anything starts.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -42,6 +43,7 @@ struct Plan {
   std::string cuda_graph;                // our worker: train.cuda_graph resolved, and why
   std::optional<std::string> resume_from;  // our worker: the checkpoint it resumes from, verified and
                                            // checked against the spec (worker/train/checkpoint.hpp)
+  std::int64_t start_step = 0;           // our worker: resume_from's step, else 0
   std::optional<SupersededCheckpoints> superseded;  // our worker, node 0: checkpoints of later steps,
                                                     // moved aside before the ranks start
 };
