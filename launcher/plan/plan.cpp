@@ -9,7 +9,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/checkpoint_dirs.hpp"
 #include "common/cuda_interpret.hpp"
 #include "common/exit_codes.hpp"
 #include "common/model_file.hpp"
@@ -233,6 +232,16 @@ void plan_superseded_checkpoints(Plan& plan) {
   spdlog::warn("{}", describe(*plan.superseded));
 }
 
+// The step the chosen checkpoint records (an explicit checkpoint.resume may be a copy under any
+// name, or end in a slash).
+std::int64_t resumed_step(const std::string& dir) {
+  try {
+    return recorded_step(dir);
+  } catch (const CheckpointError& e) {
+    throw SpecError("checkpoint.resume", e.what());
+  }
+}
+
 // Legal but almost certainly not meant: a schedule that never leaves its warmup.
 void warn_about_schedule(const TrainSpec& train) {
   if (train.warmup_steps >= train.steps) {
@@ -361,9 +370,7 @@ Plan make_plan(const CliOptions& options, const HostInfo& host) {
       // The model shape from model.init_from's header (or the checkpoint a resume continues
       // from), so the job.json every rank reads carries the resolved shape.
       plan.resume_from = resume_checkpoint(plan);
-      if (plan.resume_from) {
-        plan.start_step = checkpoint_step(fs::path(*plan.resume_from).filename().string()).value_or(0);
-      }
+      if (plan.resume_from) plan.start_step = resumed_step(*plan.resume_from);
       resolve_training_model(plan.spec, doc, plan.resume_from);
       validate_for_training(plan.spec, static_cast<int>(plan.ranks.size()));
       const Precision precision = resolve_precision(plan.spec.train, plan.device);

@@ -492,10 +492,21 @@ std::optional<ResumeRule> train_key_on_resume(const std::string& key) {
 
 std::uint64_t checkpoint_tensor_bytes(const ModelDims& dims) { return 12ull * ParamLayout(dims).total(); }
 
+std::int64_t recorded_step(const std::string& dir) {
+  const json state = read_state(dir);
+  return state_field(state, dir, "/step", &json::is_number_unsigned).get<std::int64_t>();
+}
+
 std::string resume_for_attempt(const std::string& run_dir, const std::string& resume, int restart_count) {
   if (restart_count == 0 || resume == "auto") return resume;
-  const std::int64_t start =
-      resume == "never" ? 0 : checkpoint_step(fs::path(resume).lexically_normal().filename().string()).value_or(0);
+  std::int64_t start = 0;
+  if (resume != "never") {
+    try {
+      start = recorded_step(resume);
+    } catch (const CheckpointError&) {
+      return resume;  // gone since the first attempt: the resume says so itself
+    }
+  }
   const auto written = complete_checkpoints(fs::path(run_dir) / "checkpoints");
   if (written.empty() || written.front().first <= start) return resume;
   return "auto";

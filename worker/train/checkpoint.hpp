@@ -92,6 +92,10 @@ std::uint64_t checkpoint_tensor_bytes(const ModelDims& dims);
 // xlaunch's check before any rank starts; a rank resumes with resume_from_checkpoint).
 std::optional<std::string> find_resume_checkpoint(const std::string& run_dir, const std::string& resume);
 
+// The step checkpoint `dir`'s state.json records (its directory may be a copy under any name).
+// Throws CheckpointError.
+std::int64_t recorded_step(const std::string& dir);
+
 // checkpoint.resume for an attempt of a job (restart_count 0 for the first): a restarted attempt
 // goes on from the checkpoints the job itself wrote, the run dir's at later steps than `resume`
 // starts from ("never": any; xlaunch moved the others aside before the first attempt), as under
