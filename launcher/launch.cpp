@@ -89,7 +89,9 @@ std::optional<std::string> trained_already(const Plan& plan) {
 
 std::string describe_plan(const Plan& plan) {
   return std::to_string(plan.ranks.size()) + " rank(s) on " + plan.device + " with " + describe_backend(plan) +
-         ", run dir " + plan.run_dir;
+         ", run dir " + plan.run_dir +
+         (plan.resume_from ? ", resuming at step " + std::to_string(plan.start_step) + " from " + *plan.resume_from
+                           : std::string());
 }
 
 }  // namespace
@@ -106,6 +108,7 @@ int run_job(const CliOptions& options) {
   if (options.check) {
     const std::string what = options.job_path.empty() ? "the command line" : options.job_path;
     std::cout << "xlaunch: " << what << " is valid: " << describe_plan(plan) << std::endl;
+    for (const std::string& change : plan.resume_changes) std::cout << "xlaunch: " << change << "\n";
     return exit_code::kSuccess;
   }
   if (const auto done = trained_already(plan)) {

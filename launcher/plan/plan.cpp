@@ -184,7 +184,8 @@ void warn_about_validation(const JobSpec& spec, std::uint64_t val_tokens) {
                batches == 1 ? "batch would" : "batches would");
 }
 
-void check_training_inputs(const JobSpec& spec, const std::optional<std::string>& resume_from) {
+// Returns the resume's change lines (check_checkpoint_fits), none without a resume.
+std::vector<std::string> check_training_inputs(const JobSpec& spec, const std::optional<std::string>& resume_from) {
   const DataFilesInfo data = check_data_files(spec.data, spec.model, spec.train.eval_every > 0);
   TextCodec::for_run(spec, data.byte_level);  // the tokenizer: its files, its vocabulary, the data's kind
   warn_about_vocabulary(spec, data.byte_level);
@@ -194,10 +195,10 @@ void check_training_inputs(const JobSpec& spec, const std::optional<std::string>
   if (!spec.train.eval_multiple_choice.empty()) read_spec_choices(spec.train, spec.model);
   if (!resume_from) {
     if (!spec.model.init_from.empty()) check_init_from(spec);
-    return;
+    return {};
   }
   try {
-    check_checkpoint_fits(*resume_from, spec, data.train_tokens);
+    return check_checkpoint_fits(*resume_from, spec, data.train_tokens);
   } catch (const CheckpointError& e) {
     // Under "auto" the run dir chose it: another job in the same run dir, most likely.
     throw SpecError("checkpoint.resume", std::string(e.what()) +
@@ -377,7 +378,8 @@ Plan make_plan(const CliOptions& options, const HostInfo& host) {
       plan.precision = precision_name(precision);
       plan.cuda_graph = choose_cuda_graphs(plan.spec.train, plan.spec.model, plan.device, precision).why;
       plan_rank_memory(plan, precision);
-      check_training_inputs(plan.spec, plan.resume_from);  // a missing file first, then the memory
+      plan.resume_changes = check_training_inputs(plan.spec, plan.resume_from);  // a missing file first, then
+                                                                                  // the memory
       require_host_memory_fit(plan, precision);
       warn_about_schedule(plan.spec.train);
       plan_superseded_checkpoints(plan);
@@ -444,8 +446,21 @@ json plan_to_json(const Plan& plan) {
   } else if (plan.backend == "nccl") {
     nccl = {{"library", plan.nccl.path}, {"version", plan.nccl.version_string()}, {"found_by", plan.nccl.found_by}};
   }
+  json resume = nullptr;
+  if (plan.own_worker) {
+    json superseded = json::array();
+    if (plan.superseded) {
+      for (const std::string& dir : plan.superseded->dirs) superseded.push_back(dir);
+    }
+    resume = {{"from", plan.resume_from ? json(*plan.resume_from) : json(nullptr)},
+              {"start_step", plan.start_step},
+              {"changes", plan.resume_changes},
+              {"superseded", superseded},
+              {"superseded_to", plan.superseded ? json(plan.superseded->destination) : json(nullptr)}};
+  }
   return {{"spec", to_json(plan.spec)},
           {"run_dir", plan.run_dir},
+          {"resume", resume},
           {"nccl", nccl},
           {"world",
            {{"world_size", plan.ranks.empty() ? 0 : plan.ranks.front().world_size},

@@ -44,6 +44,7 @@ struct Plan {
   std::optional<std::string> resume_from;  // our worker: the checkpoint it resumes from, verified and
                                            // checked against the spec (worker/train/checkpoint.hpp)
   std::int64_t start_step = 0;           // our worker: resume_from's step, else 0
+  std::vector<std::string> resume_changes;  // our worker: the train keys the resume changes, one line each
   std::optional<SupersededCheckpoints> superseded;  // our worker, node 0: checkpoints of later steps,
                                                     // moved aside before the ranks start
 };

@@ -512,10 +512,12 @@ std::string resume_for_attempt(const std::string& run_dir, const std::string& re
   return "auto";
 }
 
-void check_checkpoint_fits(const std::string& dir, const JobSpec& spec, std::uint64_t train_tokens) {
+std::vector<std::string> check_checkpoint_fits(const std::string& dir, const JobSpec& spec,
+                                               std::uint64_t train_tokens) {
   const json state = read_state(dir);
-  check_against_spec(state, dir, spec);  // the allowed changes are said by the rank that resumes
+  std::vector<std::string> changes = check_against_spec(state, dir, spec);
   check_train_tokens(state, dir, train_tokens);
+  return changes;
 }
 
 TrainState load_checkpoint(const std::string& dir, const JobSpec& spec, const ParamLayout& layout,

@@ -149,9 +149,11 @@ std::optional<ResumeRule> train_key_on_resume(const std::string& key);
 
 // What the launcher checks before starting anything, on the checkpoint find_resume_checkpoint
 // chose: its model settings and kept train keys match the spec, and it was trained on
-// `train_tokens` training tokens (the split the data gives now). Reads state.json only. Throws
-// CheckpointError.
-void check_checkpoint_fits(const std::string& dir, const JobSpec& spec, std::uint64_t train_tokens);
+// `train_tokens` training tokens (the split the data gives now). Reads state.json only. Returns the
+// lines rank 0 will say of the train keys that changed (`resume: train.lr changed from ...`), for
+// --check and --dry-run. Throws CheckpointError.
+std::vector<std::string> check_checkpoint_fits(const std::string& dir, const JobSpec& spec,
+                                               std::uint64_t train_tokens);
 
 // Loads checkpoint `dir` into params, m, v (layout.total() floats each in `memory`) after checking it against
 // the spec (model shape, the kept train keys; each allowed change is logged in one line), against

@@ -114,6 +114,30 @@ TEST_CASE("resume settings: a key of the batches is refused by --check and the p
     CHECK(error_line(o.output).find(expect) != std::string::npos);
     CHECK_FALSE(fs::exists(job.run_dir("run") / "logs"));
   }
+  SECTION("train.lr changed: --check and --dry-run say it before the ranks take it") {
+    const std::vector<std::string> sets = {"train.steps=12", "train.lr=0.001"};
+    const fs::path checkpoint = job.run_dir("run") / "checkpoints" / "step-00000010";
+    const std::string line = "resume: train.lr changed from 0.003 to 0.001: step 11 takes a learning rate of ";
+    const Outcome checked = job.check("run", 2, sets);
+    INFO(checked.output);
+    CHECK(checked.exit_code == 0);
+    CHECK_THAT(checked.output, Catch::Matchers::Contains("is valid: 2 rank(s) on cpu with gloo, run dir " +
+                                                         job.run_dir("run").string() + ", resuming at step 10 from " +
+                                                         checkpoint.string()) &&
+                                   Catch::Matchers::Contains("xlaunch: " + line));
+    const Outcome dry = job.finish(job.start("run", 2, sets, {}, {"--dry-run"}), "run");
+    const json resume = json::parse(dry.output).at("resume");
+    CHECK(resume.at("from") == checkpoint.string());
+    CHECK(resume.at("start_step") == 10);
+    REQUIRE(resume.at("changes").size() == 2);  // lr and steps, in the keys' order
+    CHECK_THAT(resume.at("changes").at(0).get<std::string>(), Catch::Matchers::StartsWith(line));
+    CHECK(resume.at("superseded").empty());
+    const Outcome o = job.launch("run", 2, sets);
+    INFO(o.output);
+    REQUIRE(o.exit_code == 0);
+    CHECK_THAT(o.output, Catch::Matchers::Contains("info: " + line));
+    CHECK(job.result("run", 0).at("start_step") == 10);
+  }
   SECTION("train.steps changed: taken, the new schedule said in one line") {
     const Outcome o = job.launch("run", 2, {"train.steps=12"});
     INFO(o.output);
