@@ -8,6 +8,7 @@
 
 #include "common/checkpoint_dirs.hpp"
 #include "common/number_format.hpp"
+#include "launcher/run/run_dir.hpp"
 #include "worker/train/checkpoint.hpp"
 
 namespace xtrain::launcher {
@@ -40,10 +41,8 @@ void warn_about_checkpoint_space(const Plan& plan) {
   // Those of later steps are moved aside: still on the disk, out of the rotation.
   const auto existing = static_cast<std::int64_t>(complete_checkpoints(fs::path(plan.run_dir) / "checkpoints").size() -
                                                   (plan.superseded ? plan.superseded->dirs.size() : 0));
-  fs::path dir = plan.run_dir;
   std::error_code ec;
-  while (!fs::exists(dir, ec) && dir.has_parent_path() && dir != dir.parent_path()) dir = dir.parent_path();
-  const fs::space_info space = fs::space(dir, ec);
+  const fs::space_info space = fs::space(existing_ancestor(plan.run_dir), ec);
   if (ec || written == 0) return;
   const std::uint64_t each = checkpoint_tensor_bytes(ModelDims::from(spec.model));
   // The need grows with each write until the rotation caps it: the first write it outgrows fails.

@@ -27,13 +27,19 @@ int open_directory(const std::string& dir) {
 
 }  // namespace
 
-void check_run_dir_creatable(const std::string& dir) {
+std::string existing_ancestor(const std::string& dir) {
   fs::path existing = dir;
   std::error_code ec;
   while (!fs::exists(fs::symlink_status(existing, ec)) && existing.has_parent_path() &&
          existing != existing.parent_path()) {
     existing = existing.parent_path();
   }
+  return existing.string();
+}
+
+void check_run_dir_creatable(const std::string& dir) {
+  const fs::path existing = existing_ancestor(dir);
+  std::error_code ec;
   // "runs/x" is ... | cannot create "runs/x": "runs" is ...
   const std::string subject = existing == dir ? "\"" + dir + "\""
                                               : "cannot create \"" + dir + "\": \"" + existing.string() + "\"";

@@ -34,6 +34,9 @@ inline std::string rank_log(const std::string& dir, int rank) {
 // hang report of 8 KB each, twice over (the atomic write needs only the new file's blocks).
 inline constexpr long kSummaryReserveBytes = 1 << 20;
 
+// `dir` itself, or its nearest ancestor that exists (where a run dir not yet made would be created).
+std::string existing_ancestor(const std::string& dir);
+
 // Throws SpecError on field run_dir when `dir` could not be created or written (a file in the
 // way, no write permission, a read-only file system). Creates nothing.
 void check_run_dir_creatable(const std::string& dir);
