@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <type_traits>
 #include <vector>
 
@@ -257,13 +256,19 @@ TrainSpec schedule_then(const json& train_then, TrainSpec now) {
 }
 
 // What a changed train key does to a run resumed after `step` completed steps, for its log line.
-std::string resume_effect(const std::string& key, const TrainSpec& then, const TrainSpec& now, long step) {
+std::string resume_effect(const std::string& key, ResumeRule rule, const TrainSpec& then, const TrainSpec& now,
+                          long step) {
   const std::string rate = fmt::format("step {} takes a learning rate of {:.3g} (it was {:.3g} on the old schedule)",
                                        step + 1, learning_rate(now, step), learning_rate(then, step));
-  if (key == "steps") return fmt::format("the cosine decay now ends at step {}, so {}", now.steps, rate);
-  if (key == "lr" || key == "min_lr" || key == "warmup_steps") return rate + "; AdamW's moments carry over";
-  if (key == "weight_decay" || key == "beta1" || key == "beta2" || key == "eps" || key == "grad_clip") {
-    return fmt::format("AdamW takes it from step {} on; its moments carry over", step + 1);
+  switch (rule) {
+    case ResumeRule::kSchedule:
+      if (key == "steps") return fmt::format("the cosine decay now ends at step {}, so {}", now.steps, rate);
+      return rate + "; AdamW's moments carry over";
+    case ResumeRule::kOptimizer:
+      return fmt::format("AdamW takes it from step {} on; its moments carry over", step + 1);
+    case ResumeRule::kKept:
+    case ResumeRule::kComputing:
+      break;
   }
   return "the learning-rate schedule and the batches are unchanged";
 }
@@ -286,12 +291,13 @@ std::vector<std::string> check_against_spec(const json& state, const std::string
   for (const auto& [key, now] : train_now.items()) {
     const json then = train_then.value(key, json());
     if (then == now) continue;
-    if (train_key_on_resume(key) != ResumeRule::kMayChange) {
+    const std::optional<ResumeRule> rule = train_key_on_resume(key);
+    if (!rule || *rule == ResumeRule::kKept) {
       throw CheckpointError(dir, "train." + key + " is " + then.dump() + " but the spec says " + now.dump() +
                                      "; a resumed run must keep it to read the same batches");
     }
     changes.push_back("resume: train." + key + " changed from " + then.dump() + " to " + now.dump() + ": " +
-                      resume_effect(key, schedule_then(train_then, spec.train), spec.train, step));
+                      resume_effect(key, *rule, schedule_then(train_then, spec.train), spec.train, step));
   }
   return changes;
 }
@@ -463,31 +469,32 @@ bool needs_training_model_resolution(const JobSpec& spec) {
 }
 
 std::optional<ResumeRule> train_key_on_resume(const std::string& key) {
-  // With the checkpoint's sampler state they fix every later step's batch.
-  static const std::set<std::string> kept = {"batch_size", "seed"};
-  // The schedule and AdamW's settings from the resumed step on (the way on after a divergence), and
-  // how the same steps are computed, checked or logged.
-  static const std::set<std::string> may_change = {"steps",
-                                                   "lr",
-                                                   "min_lr",
-                                                   "warmup_steps",
-                                                   "weight_decay",
-                                                   "beta1",
-                                                   "beta2",
-                                                   "eps",
-                                                   "grad_clip",
-                                                   "micro_batch_size",
-                                                   "eval_every",
-                                                   "eval_batches",
-                                                   "eval_multiple_choice",
-                                                   "eval_multiple_choice_examples",
-                                                   "log_every",
-                                                   "precision",
-                                                   "cuda_graph",
-                                                   "deterministic"};
-  if (kept.count(key)) return ResumeRule::kKept;
-  if (may_change.count(key)) return ResumeRule::kMayChange;
-  return std::nullopt;
+  static const std::map<std::string, ResumeRule> rules = {
+      // With the checkpoint's sampler state they fix every later step's batch.
+      {"batch_size", ResumeRule::kKept},
+      {"seed", ResumeRule::kKept},
+      // The way on after a divergence: a lower rate, a longer warmup, a gradient clip.
+      {"steps", ResumeRule::kSchedule},
+      {"lr", ResumeRule::kSchedule},
+      {"min_lr", ResumeRule::kSchedule},
+      {"warmup_steps", ResumeRule::kSchedule},
+      {"weight_decay", ResumeRule::kOptimizer},
+      {"beta1", ResumeRule::kOptimizer},
+      {"beta2", ResumeRule::kOptimizer},
+      {"eps", ResumeRule::kOptimizer},
+      {"grad_clip", ResumeRule::kOptimizer},
+      {"micro_batch_size", ResumeRule::kComputing},
+      {"eval_every", ResumeRule::kComputing},
+      {"eval_batches", ResumeRule::kComputing},
+      {"eval_multiple_choice", ResumeRule::kComputing},
+      {"eval_multiple_choice_examples", ResumeRule::kComputing},
+      {"log_every", ResumeRule::kComputing},
+      {"precision", ResumeRule::kComputing},
+      {"cuda_graph", ResumeRule::kComputing},
+      {"deterministic", ResumeRule::kComputing}};
+  const auto it = rules.find(key);
+  if (it == rules.end()) return std::nullopt;
+  return it->second;
 }
 
 std::uint64_t checkpoint_tensor_bytes(const ModelDims& dims) { return 12ull * ParamLayout(dims).total(); }

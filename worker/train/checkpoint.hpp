@@ -138,13 +138,15 @@ bool needs_training_model_resolution(const JobSpec& spec);
 // What may change on resume, for each train.* key (docs/job-spec.md has the table):
 //   kKept       batch_size and seed, which with the checkpoint's sampler state fix every later step's
 //               batch: a change is refused, naming the key and both values;
-//   kMayChange  the schedule (steps, lr, min_lr, warmup_steps: the rate moves at once, said in one log
-//               line with both rates), AdamW's settings (weight_decay, beta1, beta2, eps, grad_clip:
-//               taken from the resumed step on, the moments carried over), micro_batch_size,
-//               eval_every, eval_batches, eval_multiple_choice, eval_multiple_choice_examples,
-//               log_every, precision, cuda_graph, deterministic (no change to the schedule).
+//   kSchedule   steps, lr, min_lr, warmup_steps: the rate moves at once, said in one log line with
+//               both rates;
+//   kOptimizer  weight_decay, beta1, beta2, eps, grad_clip: AdamW takes them from the resumed step
+//               on, its moments carried over;
+//   kComputing  micro_batch_size, eval_every, eval_batches, eval_multiple_choice,
+//               eval_multiple_choice_examples, log_every, precision, cuda_graph, deterministic: how
+//               the same steps are computed, checked or logged.
 // nullopt for a key it does not know, which is then kept; a test keeps the table complete.
-enum class ResumeRule { kKept, kMayChange };
+enum class ResumeRule { kKept, kSchedule, kOptimizer, kComputing };
 std::optional<ResumeRule> train_key_on_resume(const std::string& key);
 
 // What the launcher checks before starting anything, on the checkpoint find_resume_checkpoint

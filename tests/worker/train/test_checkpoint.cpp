@@ -258,8 +258,10 @@ TEST_CASE("every train key is either part of the run or may change on resume", "
   }
   CHECK(train_key_on_resume("seed") == ResumeRule::kKept);
   CHECK(train_key_on_resume("batch_size") == ResumeRule::kKept);
-  CHECK(train_key_on_resume("lr") == ResumeRule::kMayChange);
-  CHECK(train_key_on_resume("steps") == ResumeRule::kMayChange);
+  CHECK(train_key_on_resume("lr") == ResumeRule::kSchedule);
+  CHECK(train_key_on_resume("steps") == ResumeRule::kSchedule);
+  CHECK(train_key_on_resume("grad_clip") == ResumeRule::kOptimizer);
+  CHECK(train_key_on_resume("log_every") == ResumeRule::kComputing);
   CHECK_FALSE(train_key_on_resume("no_such_key"));
 }
 
