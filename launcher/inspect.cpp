@@ -31,11 +31,12 @@ using nlohmann::json;
 
 constexpr int kLivenessCheckMs = 500;  // logs --follow: how often to ask whether a silent supervisor died
 
-// The run's newest record: summary.json when finished, else state.json. Throws when neither exists.
+// The run's newest record: summary.json when finished, else state.json. Throws CliError when
+// `dir` is not a run directory.
 json read_run(const std::string& dir) {
+  if (const auto why = why_not_a_run_dir(dir)) throw CliError(*why);
   if (auto summary = read_json_file(run_files::summary(dir))) return *summary;
-  if (auto state = read_json_file(run_files::state(dir))) return *state;
-  throw CliError("\"" + dir + "\" is not a run directory (no state.json or summary.json)");
+  return read_json_file(run_files::state(dir)).value_or(json());
 }
 
 // object[key] as text, "-" when missing or null (files from an older or a dead xlaunch may lack keys).

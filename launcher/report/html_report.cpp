@@ -425,8 +425,8 @@ void write_report(const RunInfo& run, const MetricsLog& metrics, const std::stri
 }
 
 int report_command(const CliOptions& options) {
+  if (const auto why = why_not_a_run_dir(options.run_dir)) throw CliError(*why);
   const auto run = read_run_info(options.run_dir);
-  if (!run) throw CliError("\"" + options.run_dir + "\" is not a run directory (no job.json, state.json or summary.json)");
   MetricsLog metrics(run_files::metrics(options.run_dir));
   metrics.update();
   const std::string path = options.out.empty() ? run_files::report(options.run_dir) : options.out;

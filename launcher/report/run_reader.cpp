@@ -96,11 +96,7 @@ std::optional<RunInfo> read_run_info(const std::string& dir) {
   run.job = read_or_null(run_files::job(dir));
   run.state = read_or_null(run_files::state(dir));
   run.summary = read_or_null(run_files::summary(dir));
-  std::error_code ec;
-  // A supervisor writes state.json at once; job.json alone is as likely a user's spec file (a
-  // project directory holding job.json and runs/).
-  const bool has_any = fs::exists(run_files::state(dir), ec) || fs::exists(run_files::summary(dir), ec);
-  if (!has_any) return std::nullopt;
+  if (why_not_a_run_dir(dir)) return std::nullopt;
   run.name = run.job.is_object() && run.job.value("name", json()).is_string()
                  ? run.job.at("name").get<std::string>()
                  : fs::path(dir).filename().string();

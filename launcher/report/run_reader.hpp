@@ -34,8 +34,7 @@ struct RunInfo {
   std::optional<double> tokens_per_step;
 };
 
-// nullopt when `dir` is not a run directory (neither state.json nor summary.json: job.json alone
-// is as likely a spec file).
+// nullopt when `dir` is not a run directory (launcher/run/run_dir.hpp's why_not_a_run_dir).
 std::optional<RunInfo> read_run_info(const std::string& dir);
 
 // "running", "completed", "failed (3)", "stopped (143)", "lost"; alive but not running: the phase.

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/atomic_file.hpp"
+#include "common/checkpoint_dirs.hpp"
 #include "common/job_spec.hpp"
 #include "common/worker_env.hpp"
 #include "launcher/run/launch_error.hpp"
@@ -23,6 +24,15 @@ namespace fs = std::filesystem;
 
 int open_directory(const std::string& dir) {
   return ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+// A checkpoint's state.json (worker/train/checkpoint.hpp), read without trusting it.
+std::optional<std::int64_t> checkpoint_state_step(const std::string& dir) {
+  std::ifstream in(fs::path(dir) / kCheckpointStateFile);
+  const nlohmann::json state = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!state.is_object() || state.value("format", nlohmann::json()) != kCheckpointFormat) return std::nullopt;
+  const nlohmann::json step = state.value("step", nlohmann::json());
+  return step.is_number_unsigned() ? step.get<std::int64_t>() : -1;
 }
 
 }  // namespace
@@ -44,6 +54,10 @@ void check_run_dir_creatable(const std::string& dir) {
   const std::string subject = existing == dir ? "\"" + dir + "\""
                                               : "cannot create \"" + dir + "\": \"" + existing.string() + "\"";
   if (!fs::is_directory(existing, ec)) throw SpecError("run_dir", subject + " is not a directory");
+  if (existing == dir && checkpoint_state_step(dir)) {
+    throw SpecError("run_dir", *why_not_a_run_dir(dir) + "; a run there would overwrite its state.json: give the run "
+                               "a run_dir of its own (to continue from this checkpoint, set checkpoint.resume to it)");
+  }
   struct statvfs vfs {};
   if (::statvfs(existing.c_str(), &vfs) == 0 && (vfs.f_flag & ST_RDONLY)) {
     throw SpecError("run_dir", subject + " is on a read-only file system");
@@ -139,6 +153,26 @@ std::optional<nlohmann::json> read_json_file(const std::string& path) {
   } catch (const nlohmann::json::parse_error& e) {
     throw std::runtime_error(path + ": malformed JSON: " + e.what());
   }
+}
+
+std::optional<std::string> why_not_a_run_dir(const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(run_files::summary(dir), ec)) return std::nullopt;
+  if (!fs::exists(run_files::state(dir), ec)) return "\"" + dir + "\" is not a run directory (no state.json or summary.json)";
+  const std::optional<std::int64_t> step = checkpoint_state_step(dir);
+  if (!step) return std::nullopt;
+  std::string why = "\"" + dir + "\" is a checkpoint" + (*step >= 0 ? " (step " + std::to_string(*step) + ")" : "") +
+                    ", not a run directory";
+  // RUN/checkpoints/step-N, or RUN/superseded/<time>/step-N.
+  fs::path self = fs::absolute(dir, ec).lexically_normal();
+  if (!self.has_filename()) self = self.parent_path();  // "DIR/"
+  const fs::path checkpoints = self.parent_path();
+  for (const fs::path& run : {checkpoints.parent_path(), checkpoints.parent_path().parent_path()}) {
+    if (run.has_relative_path() && !why_not_a_run_dir(run.string())) {
+      return why + ": it belongs to the run directory \"" + run.string() + "\"";
+    }
+  }
+  return why;
 }
 
 }  // namespace xtrain::launcher

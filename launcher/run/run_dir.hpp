@@ -74,4 +74,9 @@ void wait_for_supervisor_exit(const std::string& dir);
 // Reads a JSON file; nullopt when it does not exist. Throws std::runtime_error when malformed.
 std::optional<nlohmann::json> read_json_file(const std::string& path);
 
+// Why `dir` is not a run directory, as one error line; nullopt when it is one: it holds
+// summary.json, or a state.json that is not a checkpoint's (a checkpoint holds one too, and a
+// copied checkpoint beside run dirs is common). job.json alone is as likely a user's spec file.
+std::optional<std::string> why_not_a_run_dir(const std::string& dir);
+
 }  // namespace xtrain::launcher

@@ -85,6 +85,15 @@ TEST_CASE("launcher/ls: one line per run with its state and progress and loss wi
   INFO(project->out);
   CHECK(std::regex_search(project->out, std::regex(R"((^|\n)runs/done +completed +\d{4}-)")));
 
+  // A checkpoint copied beside the runs (its state.json is a checkpoint's, not a supervisor's):
+  // not a run.
+  std::filesystem::create_directories(runs + "/best");
+  write_file(runs + "/best/state.json", R"({"format": "xtrain-checkpoint", "format_version": 2, "step": 7})");
+  const auto with_copy = run_xlaunch({"ls", runs});
+  REQUIRE(with_copy);
+  CHECK(with_copy->out.find("best") == std::string::npos);
+  CHECK(split_lines(with_copy->out).size() == split_lines(nested->out).size());
+
   const auto one = run_xlaunch({"ls", runs + "/done"});  // a run dir itself: that run
   REQUIRE(one);
   CHECK(split_lines(one->out).size() == 2);

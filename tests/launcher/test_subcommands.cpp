@@ -105,14 +105,39 @@ TEST_CASE("launcher/logs: --follow streams a live run and ends with it", "[integ
   CHECK_THAT(followed->out, Contains("[rank 1] second\n"));
 }
 
-TEST_CASE("launcher/status: a directory that is not a run is an error", "[integration][subcommands]") {
+TEST_CASE("launcher/status: a directory that is not a run, or a checkpoint, is an error", "[integration][subcommands]") {
   TempDir dir;
-  for (const char* command : {"status", "logs", "stop"}) {
+  for (const char* command : {"status", "logs", "stop", "report"}) {
     const auto r = run_xlaunch({command, dir.path()});
     REQUIRE(r);
     CHECK(r->exit_code == 2);
-    CHECK_THAT(r->err, Contains("is not a run directory"));
+    CHECK_THAT(r->err, Contains("is not a run directory (no state.json or summary.json)"));
   }
+  // A checkpoint holds a state.json too: in its run dir (checkpoints/ or superseded/<time>/), and
+  // a copy elsewhere.
+  REQUIRE(run_job(dir, test_spec(dir, 1, {})).run.exit_code == 0);
+  const std::string state = R"({"format": "xtrain-checkpoint", "format_version": 2, "step": 7})";
+  for (const std::string checkpoint : {"run/checkpoints/step-00000007", "run/superseded/20261207-101500/step-00000007/",
+                                       "best"}) {
+    std::filesystem::create_directories(dir / checkpoint);
+    write_file(dir / checkpoint + "/state.json", state);
+    for (const char* command : {"status", "logs", "stop", "report"}) {
+      INFO(command << " " << checkpoint);
+      const auto r = run_xlaunch({command, dir / checkpoint});
+      REQUIRE(r);
+      CHECK(r->exit_code == 2);
+      const std::string what = "\"" + dir / checkpoint + "\" is a checkpoint (step 7), not a run directory";
+      CHECK_THAT(r->err, Contains(checkpoint == "best" ? what + "\n" : what + ": it belongs to the run directory \"" +
+                                                                          dir / "run" + "\"\n"));
+    }
+  }
+  // Nor is a checkpoint a run dir to run in: its state.json would be overwritten.
+  const auto run_in = run_xlaunch({"--check", write_spec(dir, test_spec(dir, 1, {})), "--set", "run_dir=" + dir / "best"});
+  REQUIRE(run_in);
+  CHECK(run_in->exit_code == 2);
+  CHECK_THAT(run_in->err, Contains("run_dir: \"" + dir / "best" + "\" is a checkpoint (step 7), not a run directory; a "
+                                   "run there would overwrite its state.json"));
+  CHECK(read_file(dir / "best/state.json") == state);
 }
 
 TEST_CASE("launcher/status: stragglers with their start, how much slower, and their recovery", "[integration][subcommands]") {
