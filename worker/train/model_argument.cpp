@@ -33,8 +33,12 @@ ModelFileInfo open_model_argument(const std::string& path) {
   if (fs::is_directory(p, ec)) {
     if (!fs::exists(p / "config.json", ec)) {
       if (!fs::is_directory(p / "checkpoints", ec)) {
+        const auto held = complete_checkpoints(p);  // a run's checkpoints/ itself
         throw FileError(path, std::string("not a model: ") + kKinds +
-                                  "; this directory has neither checkpoints/ nor config.json");
+                                  (held.empty() ? "; this directory has neither checkpoints/ nor config.json"
+                                                : "; this directory holds checkpoints (the newest " +
+                                                      held.front().second.filename().string() +
+                                                      "): give one of them, or the run directory above it"));
       }
       const auto newest = find_model_checkpoint(path);
       if (!newest) {
