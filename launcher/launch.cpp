@@ -70,23 +70,6 @@ std::optional<pid_t> detach(RunDir& run_dir) {
   return self;
 }
 
-// Our worker resuming (checkpoint.resume auto) from a sound checkpoint at train.steps or later
-// would train nothing: say so instead of starting, so that the run dir (its summary, status and
-// progress) keeps what the run that trained it left. The plan has chosen that checkpoint as the
-// worker does (every file's CRC verified, checked against the spec). One node only: on several,
-// node 0's checkpoint decides (docs/multinode.md), which the other nodes learn at the rendezvous.
-std::optional<std::string> trained_already(const Plan& plan) {
-  const JobSpec& spec = plan.spec;
-  if (!plan.own_worker || spec.checkpoint.resume != "auto" || spec.nodes.nnodes > 1 || !plan.resume_from) {
-    return std::nullopt;
-  }
-  if (plan.start_step < spec.train.steps) return std::nullopt;
-  return plan.run_dir + " is already trained to step " + std::to_string(plan.start_step) + " (train.steps " +
-         std::to_string(spec.train.steps) + ", checkpoint " + *plan.resume_from +
-         "): nothing to train, nothing started; raise train.steps to train on, or set checkpoint.resume to "
-         "never to start over";
-}
-
 std::string describe_plan(const Plan& plan) {
   return std::to_string(plan.ranks.size()) + " rank(s) on " + plan.device + " with " + describe_backend(plan) +
          ", run dir " + plan.run_dir +
@@ -108,11 +91,15 @@ int run_job(const CliOptions& options) {
   if (options.check) {
     const std::string what = options.job_path.empty() ? "the command line" : options.job_path;
     std::cout << "xlaunch: " << what << " is valid: " << describe_plan(plan) << std::endl;
+    if (plan.nothing_to_train) {
+      std::cout << "xlaunch: a run would start nothing: " << *plan.nothing_to_train << std::endl;
+      return exit_code::kSuccess;
+    }
     for (const std::string& change : plan.resume_changes) std::cout << "xlaunch: " << change << "\n";
     return exit_code::kSuccess;
   }
-  if (const auto done = trained_already(plan)) {
-    std::cout << "xlaunch: " << *done << std::endl;
+  if (plan.nothing_to_train) {
+    std::cout << "xlaunch: nothing started: " << *plan.nothing_to_train << std::endl;
     return exit_code::kSuccess;
   }
   RunDir run_dir(plan.run_dir, to_json(plan.spec));

@@ -233,6 +233,19 @@ void plan_superseded_checkpoints(Plan& plan) {
   spdlog::warn("{}", describe(*plan.superseded));
 }
 
+std::optional<std::string> nothing_to_train(const Plan& plan) {
+  const JobSpec& spec = plan.spec;
+  if (spec.nodes.nnodes > 1 || !plan.resume_from || plan.start_step < spec.train.steps) return std::nullopt;
+  const std::string steps = std::to_string(spec.train.steps);
+  if (spec.checkpoint.resume == "auto") {
+    return plan.run_dir + " is already trained to step " + std::to_string(plan.start_step) + " (train.steps " + steps +
+           ", checkpoint " + *plan.resume_from + "): nothing to train; raise train.steps to train on, or set "
+           "checkpoint.resume to never to start over";
+  }
+  return "checkpoint.resume " + *plan.resume_from + " is at step " + std::to_string(plan.start_step) +
+         " and train.steps is " + steps + ": nothing to train; raise train.steps to train on from it";
+}
+
 // The step the chosen checkpoint records (an explicit checkpoint.resume may be a copy under any
 // name, or end in a slash).
 std::int64_t resumed_step(const std::string& dir) {
@@ -382,8 +395,11 @@ Plan make_plan(const CliOptions& options, const HostInfo& host) {
                                                                                   // the memory
       require_host_memory_fit(plan, precision);
       warn_about_schedule(plan.spec.train);
-      plan_superseded_checkpoints(plan);
-      warn_about_checkpoint_space(plan);
+      plan.nothing_to_train = nothing_to_train(plan);
+      if (!plan.nothing_to_train) {
+        plan_superseded_checkpoints(plan);
+        warn_about_checkpoint_space(plan);
+      }
     }
   } catch (const SpecError& e) {
     throw torchrun::attributed(e, options);
@@ -456,7 +472,8 @@ json plan_to_json(const Plan& plan) {
               {"start_step", plan.start_step},
               {"changes", plan.resume_changes},
               {"superseded", superseded},
-              {"superseded_to", plan.superseded ? json(plan.superseded->destination) : json(nullptr)}};
+              {"superseded_to", plan.superseded ? json(plan.superseded->destination) : json(nullptr)},
+              {"nothing_to_train", plan.nothing_to_train ? json(*plan.nothing_to_train) : json(nullptr)}};
   }
   return {{"spec", to_json(plan.spec)},
           {"run_dir", plan.run_dir},

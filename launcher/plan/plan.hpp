@@ -47,6 +47,11 @@ struct Plan {
   std::vector<std::string> resume_changes;  // our worker: the train keys the resume changes, one line each
   std::optional<SupersededCheckpoints> superseded;  // our worker, node 0: checkpoints of later steps,
                                                     // moved aside before the ranks start
+  // Our worker on one node, resuming from a checkpoint at train.steps or later: why a run would
+  // train nothing, and the way on. xlaunch then starts nothing and moves nothing aside, so that the
+  // run dir (its summary, status and progress) keeps what the run that trained it left. On several
+  // nodes node 0's checkpoint decides, which the others learn at the rendezvous (docs/multinode.md).
+  std::optional<std::string> nothing_to_train;
 };
 
 // Throws SpecError (exit 2) for an invalid spec or world, LaunchError for a worker command that

@@ -319,12 +319,22 @@ bool tokenizer_gone(const JobSpec& spec) {
   return !spec.tokenizer.empty() && !fs::exists(spec.tokenizer, ec);
 }
 
-// An explicit checkpoint.resume path: a directory, or CheckpointError.
-void require_directory(const std::string& dir) {
+// An explicit checkpoint.resume path: a directory, and not a run directory or its checkpoints/
+// (a user naming the run to go on from), or CheckpointError.
+void require_checkpoint_directory(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     throw CheckpointError(dir, fs::exists(dir, ec) ? "is not a directory" : "No such file or directory");
   }
+  if (fs::exists(fs::path(dir) / kCheckpointStateFile, ec) && !fs::exists(fs::path(dir) / "summary.json", ec)) return;
+  const bool run_dir = fs::is_directory(fs::path(dir) / "checkpoints", ec) || fs::exists(fs::path(dir) / "summary.json", ec);
+  const auto held = complete_checkpoints(run_dir ? fs::path(dir) / "checkpoints" : fs::path(dir));
+  if (!run_dir && held.empty()) return;  // its own checks name what is missing
+  const std::string newest = held.empty() ? "; it holds no complete checkpoint"
+                                          : ": set checkpoint.resume to one of its checkpoints (the newest is " +
+                                                held.front().second.string() + ")";
+  throw CheckpointError(dir, run_dir ? "is a run directory, not a checkpoint" + newest
+                                     : "is a folder of checkpoints, not one" + newest);
 }
 
 }  // namespace
@@ -397,7 +407,7 @@ auto first_usable(const std::string& run_dir, const std::string& resume, const c
     -> std::optional<decltype(use(std::string()))> {
   if (resume == "never") return std::nullopt;
   if (resume != "auto") {
-    require_directory(resume);
+    require_checkpoint_directory(resume);
     return use(resume);
   }
   for (const auto& [step, dir] : complete_checkpoints(fs::path(run_dir) / "checkpoints")) {

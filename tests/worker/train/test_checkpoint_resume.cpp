@@ -67,6 +67,14 @@ TEST_CASE("resume picks the newest intact checkpoint, never a partial one", "[ch
     const std::string missing = run / "checkpoints/step-00000007";
     CHECK(error_message<CheckpointError>([&] { find_resume_checkpoint(run.path(), missing); }) ==
           "checkpoint " + missing + ": No such file or directory");
+    // A run directory or its checkpoints/ named instead of a checkpoint: which one to give.
+    const std::string newest = " (the newest is " + run / "checkpoints/step-00000002" + ")";
+    CHECK(error_message<CheckpointError>([&] { find_resume_checkpoint(run.path(), run.path()); }) ==
+          "checkpoint " + run.path() + ": is a run directory, not a checkpoint: set checkpoint.resume to one of its "
+          "checkpoints" + newest);
+    CHECK(error_message<CheckpointError>([&] { find_resume_checkpoint(run.path(), run / "checkpoints"); }) ==
+          "checkpoint " + run / "checkpoints" + ": is a folder of checkpoints, not one: set checkpoint.resume to one "
+          "of its checkpoints" + newest);
     const std::string cut = run / "checkpoints/step-00000001";
     truncate_file(cut + "/model.safetensors", 4);
     CHECK(error_message<CheckpointError>([&] {

@@ -394,6 +394,24 @@ TEST_CASE("a rerun of a run trained to train.steps starts nothing and leaves the
   CHECK(read_text(job.run_dir("done") / "summary.json") == summary);
   const Outcome status = job.command({"status", job.run_dir("done").string()}, "status");
   CHECK_THAT(status.output, Catch::Matchers::Contains("progress: step 20/20"));
+  // An explicit checkpoint.resume at train.steps: nothing starts, nothing is moved aside (step 20
+  // is later than step 10, which a run would start from), and --check says so.
+  const std::string step10 = (job.run_dir("done") / "checkpoints/step-00000010").string();
+  const std::vector<std::string> from10 = {"checkpoint.every=10", "train.steps=10", "checkpoint.resume=" + step10};
+  const std::string nothing = "checkpoint.resume " + step10 + " is at step 10 and train.steps is 10: nothing to train; "
+                              "raise train.steps to train on from it";
+  const Outcome checked = job.check("done", 1, from10);
+  CHECK(checked.exit_code == 0);
+  CHECK_THAT(checked.output, Catch::Matchers::Contains("xlaunch: a run would start nothing: " + nothing));
+  CHECK_THAT(checked.output, !Catch::Matchers::Contains("resume: train.steps changed"));
+  const Outcome explicit_path = job.launch("done", 1, from10);
+  INFO(explicit_path.output);
+  CHECK(explicit_path.exit_code == 0);
+  CHECK_THAT(explicit_path.output, Catch::Matchers::Contains("xlaunch: nothing started: " + nothing));
+  CHECK_THAT(explicit_path.output, !Catch::Matchers::Contains("superseded"));
+  CHECK(job.checkpoints("done") == std::vector<std::string>({"step-00000010", "step-00000020"}));
+  CHECK_FALSE(fs::exists(job.run_dir("done") / "superseded"));
+  CHECK(read_text(job.run_dir("done") / "summary.json") == summary);
   // More steps train on from the checkpoint.
   require_ok(job.launch("done", 1, {"checkpoint.every=10", "train.steps=30"}));
   CHECK(job.result("done", 0).at("start_step") == 20);
