@@ -36,6 +36,17 @@ std::vector<std::pair<std::int64_t, std::filesystem::path>> complete_checkpoints
   return found;
 }
 
+std::optional<std::string> describe_checkpoint_holder(const std::filesystem::path& dir) {
+  std::error_code ec;
+  const bool run_dir = std::filesystem::is_directory(dir / "checkpoints", ec) ||
+                       std::filesystem::exists(dir / "summary.json", ec);
+  const auto held = complete_checkpoints(run_dir ? dir / "checkpoints" : dir);
+  if (!run_dir && held.empty()) return std::nullopt;
+  const std::string what = run_dir ? "a run directory" : "a run's checkpoints/ folder";
+  if (held.empty()) return what + " without a complete checkpoint";
+  return what + ", whose newest checkpoint is " + held.front().second.string();
+}
+
 std::uint64_t checkpoint_bytes(const std::filesystem::path& dir) {
   std::uint64_t bytes = 0;
   std::error_code ignored;

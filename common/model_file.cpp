@@ -108,8 +108,10 @@ ModelFileInfo read_directory(const std::string& path) {
   info.shape_source = (dir / kModelConfigFile).string();
   info.weights = (dir / kModelWeightsFile).string();
   if (!is_file(info.shape_source)) {
-    throw FileError(path, "no config.json: expected a Hugging Face GPT-2 directory (config.json + "
-                          "model.safetensors), one of our checkpoints or an llm.c model file");
+    const std::string expected = "expected a Hugging Face GPT-2 directory (config.json + model.safetensors), one "
+                                 "of our checkpoints or an llm.c model file";
+    const auto holder = describe_checkpoint_holder(dir);
+    throw FileError(path, holder ? "this is " + *holder + ": " + expected : "no config.json: " + expected);
   }
   read_config(info, info.shape_source);
   if (!is_file(info.weights)) {

@@ -216,6 +216,13 @@ TEST_CASE("a model file that cannot be used is one line naming the file", "[mode
     expected = path + ": no config.json: expected a Hugging Face GPT-2 directory (config.json + model.safetensors), "
                       "one of our checkpoints or an llm.c model file";
   }
+  SECTION("a run directory: its newest checkpoint is named") {
+    fs::create_directories(path + "/checkpoints/step-00000010");
+    fs::create_directories(path + "/checkpoints/step-00000020");
+    expected = path + ": this is a run directory, whose newest checkpoint is " + path + "/checkpoints/step-00000020: "
+                      "expected a Hugging Face GPT-2 directory (config.json + model.safetensors), one of our "
+                      "checkpoints or an llm.c model file";
+  }
   SECTION("n_embd not a multiple of n_head") {
     config["n_head"] = 5;
     write_hf(path, config);

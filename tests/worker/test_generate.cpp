@@ -202,8 +202,8 @@ TEST_CASE("generate: bad input is one error line, exit 2, nothing on stdout", "[
       {{dir / "notes.txt"}, dir / "notes.txt" + ": " + kinds + "this file begins with 544501614, not llm.c's magic 20240326"},
       {{dir / "empty"}, dir / "empty" + ": " + kinds + "this directory has neither checkpoints/ nor config.json"},
       {{dir / "fresh-run"}, dir / "fresh-run" + ": a run directory without a complete, intact checkpoint"},
-      {{dir / "run/checkpoints"}, dir / "run/checkpoints" + ": " + kinds + "this directory holds checkpoints (the newest "
-                                  "step-"},
+      {{dir / "run/checkpoints"}, dir / "run/checkpoints" + ": " + kinds + "this is a run's checkpoints/ folder, whose "
+                                  "newest checkpoint is " + dir / "run/checkpoints/step-"},
       {{dir / "missing"}, dir / "missing" + ": No such file or directory"},
       {{flipped.dir}, "checkpoint " + flipped.dir + ": merges.txt: damaged: its CRC-32C is "},
       {{bytes.dir, "--prompt", std::string(16, 'x')},

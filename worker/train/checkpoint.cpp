@@ -326,15 +326,9 @@ void require_checkpoint_directory(const std::string& dir) {
   if (!fs::is_directory(dir, ec)) {
     throw CheckpointError(dir, fs::exists(dir, ec) ? "is not a directory" : "No such file or directory");
   }
-  if (fs::exists(fs::path(dir) / kCheckpointStateFile, ec) && !fs::exists(fs::path(dir) / "summary.json", ec)) return;
-  const bool run_dir = fs::is_directory(fs::path(dir) / "checkpoints", ec) || fs::exists(fs::path(dir) / "summary.json", ec);
-  const auto held = complete_checkpoints(run_dir ? fs::path(dir) / "checkpoints" : fs::path(dir));
-  if (!run_dir && held.empty()) return;  // its own checks name what is missing
-  const std::string newest = held.empty() ? "; it holds no complete checkpoint"
-                                          : ": set checkpoint.resume to one of its checkpoints (the newest is " +
-                                                held.front().second.string() + ")";
-  throw CheckpointError(dir, run_dir ? "is a run directory, not a checkpoint" + newest
-                                     : "is a folder of checkpoints, not one" + newest);
+  if (const auto holder = describe_checkpoint_holder(dir)) {
+    throw CheckpointError(dir, "is " + *holder + ": set checkpoint.resume to one checkpoint");
+  }
 }
 
 }  // namespace

@@ -33,12 +33,10 @@ ModelFileInfo open_model_argument(const std::string& path) {
   if (fs::is_directory(p, ec)) {
     if (!fs::exists(p / "config.json", ec)) {
       if (!fs::is_directory(p / "checkpoints", ec)) {
-        const auto held = complete_checkpoints(p);  // a run's checkpoints/ itself
+        const auto holder = describe_checkpoint_holder(p);  // a run's checkpoints/ itself
         throw FileError(path, std::string("not a model: ") + kKinds +
-                                  (held.empty() ? "; this directory has neither checkpoints/ nor config.json"
-                                                : "; this directory holds checkpoints (the newest " +
-                                                      held.front().second.filename().string() +
-                                                      "): give one of them, or the run directory above it"));
+                                  (holder ? "; this is " + *holder + ": give it, or the run directory above it"
+                                          : "; this directory has neither checkpoints/ nor config.json"));
       }
       const auto newest = find_model_checkpoint(path);
       if (!newest) {

@@ -68,13 +68,12 @@ TEST_CASE("resume picks the newest intact checkpoint, never a partial one", "[ch
     CHECK(error_message<CheckpointError>([&] { find_resume_checkpoint(run.path(), missing); }) ==
           "checkpoint " + missing + ": No such file or directory");
     // A run directory or its checkpoints/ named instead of a checkpoint: which one to give.
-    const std::string newest = " (the newest is " + run / "checkpoints/step-00000002" + ")";
+    const std::string newest = ", whose newest checkpoint is " + run / "checkpoints/step-00000002" +
+                               ": set checkpoint.resume to one checkpoint";
     CHECK(error_message<CheckpointError>([&] { find_resume_checkpoint(run.path(), run.path()); }) ==
-          "checkpoint " + run.path() + ": is a run directory, not a checkpoint: set checkpoint.resume to one of its "
-          "checkpoints" + newest);
+          "checkpoint " + run.path() + ": is a run directory" + newest);
     CHECK(error_message<CheckpointError>([&] { find_resume_checkpoint(run.path(), run / "checkpoints"); }) ==
-          "checkpoint " + run / "checkpoints" + ": is a folder of checkpoints, not one: set checkpoint.resume to one "
-          "of its checkpoints" + newest);
+          "checkpoint " + run / "checkpoints" + ": is a run's checkpoints/ folder" + newest);
     const std::string cut = run / "checkpoints/step-00000001";
     truncate_file(cut + "/model.safetensors", 4);
     CHECK(error_message<CheckpointError>([&] {
