@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -43,6 +44,26 @@ size_t edit_distance(const std::string& a, const std::string& b) {
     }
   }
   return row[b.size()];
+}
+
+// What other trainers call a key of ours (nanoGPT, llm.c, Hugging Face's Trainer and config.json),
+// for "did you mean" where spelling alone does not find it. A name maps to ours only in the
+// section that has that key.
+const std::map<std::string, std::string>& key_synonyms() {
+  static const std::map<std::string, std::string> synonyms = {
+      {"learning_rate", "lr"},          {"min_learning_rate", "min_lr"},   {"max_steps", "steps"},
+      {"max_iters", "steps"},           {"num_iterations", "steps"},       {"warmup_iters", "warmup_steps"},
+      {"warmup", "warmup_steps"},       {"lr_warmup_steps", "warmup_steps"}, {"max_grad_norm", "grad_clip"},
+      {"clip_grad_norm", "grad_clip"},  {"adam_beta1", "beta1"},           {"adam_beta2", "beta2"},
+      {"adam_epsilon", "eps"},          {"eval_interval", "eval_every"},   {"eval_steps", "eval_every"},
+      {"val_loss_every", "eval_every"}, {"eval_iters", "eval_batches"},    {"val_max_steps", "eval_batches"},
+      {"log_interval", "log_every"},    {"logging_steps", "log_every"},    {"block_size", "seq_len"},
+      {"n_ctx", "seq_len"},             {"n_positions", "seq_len"},        {"max_seq_len", "seq_len"},
+      {"context_length", "seq_len"},    {"num_hidden_layers", "n_layer"},  {"num_layers", "n_layer"},
+      {"num_attention_heads", "n_head"}, {"num_heads", "n_head"},          {"hidden_size", "n_embd"},
+      {"d_model", "n_embd"},            {"save_every", "every"},           {"save_steps", "every"},
+      {"checkpoint_every", "every"},    {"save_total_limit", "keep"},      {"keep_last", "keep"}};
+  return synonyms;
 }
 
 // Each section's fields are listed once, in describe(); the Reader and the Writer walk that list.
@@ -176,6 +197,11 @@ class Reader {
       for (const auto& k : seen_all_) {
         const size_t d = edit_distance(key, k);
         if (d < best) best = d, hint = " (did you mean \"" + k + "\"?)";
+      }
+      const auto synonym = key_synonyms().find(key);
+      if (synonym != key_synonyms().end() &&
+          std::find(seen_all_.begin(), seen_all_.end(), synonym->second) != seen_all_.end()) {
+        hint = " (did you mean \"" + synonym->second + "\"?)";
       }
       std::string known;
       for (const auto& k : seen_all_) known += (known.empty() ? "" : ", ") + k;

@@ -126,6 +126,17 @@ TEST_CASE("unknown keys are errors, with a suggestion when one is close", "[spec
   CHECK_THAT(typo, Catch::StartsWith(R"(train.stpes: unknown key (did you mean "steps"?); expected one of: steps, )"));
   const std::string far = error_of(json::parse(R"({"colour": "blue"})"));
   CHECK_THAT(far, Catch::StartsWith("colour: unknown key; expected one of: name, run_dir,"));
+  // Other trainers' names for our keys, in the section that has the key.
+  CHECK_THAT(error_of(json::parse(R"({"train": {"learning_rate": 0.001}})")),
+             Catch::StartsWith(R"(train.learning_rate: unknown key (did you mean "lr"?); expected one of: steps, )"));
+  CHECK_THAT(error_of(json::parse(R"({"train": {"max_iters": 5000}})")),
+             Catch::StartsWith(R"(train.max_iters: unknown key (did you mean "steps"?))"));
+  CHECK_THAT(error_of(json::parse(R"({"model": {"block_size": 1024}})")),
+             Catch::StartsWith(R"(model.block_size: unknown key (did you mean "seq_len"?))"));
+  CHECK_THAT(error_of(json::parse(R"({"checkpoint": {"save_every": 100}})")),
+             Catch::StartsWith(R"(checkpoint.save_every: unknown key (did you mean "every"?))"));
+  CHECK_THAT(error_of(json::parse(R"({"model": {"learning_rate": 0.001}})")),
+             Catch::StartsWith("model.learning_rate: unknown key; expected one of: "));
 }
 
 TEST_CASE("train.precision is resolved per device, and the old key and tf32 on CPU are errors naming the field",
