@@ -66,6 +66,9 @@ const std::map<std::string, std::string>& key_synonyms() {
   return synonyms;
 }
 
+// Every key of the spec, each section an object, with its default value.
+const json& spec_key_tree();
+
 // Each section's fields are listed once, in describe(); the Reader and the Writer walk that list.
 // Range arguments are inclusive bounds.
 class Reader {
@@ -202,6 +205,8 @@ class Reader {
       if (synonym != key_synonyms().end() &&
           std::find(seen_all_.begin(), seen_all_.end(), synonym->second) != seen_all_.end()) {
         hint = " (did you mean \"" + synonym->second + "\"?)";
+      } else if (const std::string there = key_elsewhere(key); hint.empty() && !there.empty()) {
+        hint = " (did you mean \"" + there + "\"?)";
       }
       std::string known;
       for (const auto& k : seen_all_) known += (known.empty() ? "" : ", ") + k;
@@ -210,6 +215,17 @@ class Reader {
   }
 
  private:
+  // The spec's path of `key` in another section than this one ("model.n_layer" for a train.n_layer,
+  // "train.steps" for a top-level steps), else "".
+  std::string key_elsewhere(const std::string& key) const {
+    const json& all = spec_key_tree();
+    if (!path_.empty() && all.contains(key)) return key;
+    for (const auto& [section, fields] : all.items()) {
+      if (fields.is_object() && section != path_ && fields.contains(key)) return section + "." + key;
+    }
+    return "";
+  }
+
   const json* take(const char* key) {
     seen_all_.push_back(key);
     auto it = object_.find(key);
@@ -233,30 +249,32 @@ class Reader {
 
 class Writer {
  public:
-  explicit Writer(json& out) : out_(out) { out_ = json::object(); }
+  // every_key: empty strings and lists too (the spec's every key, for spec_key_tree).
+  explicit Writer(json& out, bool every_key = false) : out_(out), every_key_(every_key) { out_ = json::object(); }
   template <class T> void integer(const char* key, const T& v, long long, long long = 0) { out_[key] = v; }
   void number(const char* key, const double& v, double, double = 0, bool = false) { out_[key] = v; }
   // Empty strings and lists mean "not set" (the reader rejects them), so they are left out.
   void string(const char* key, const std::string& v, std::initializer_list<const char*> = {}) {
-    if (!v.empty()) out_[key] = v;
+    if (!v.empty() || every_key_) out_[key] = v;
   }
   void boolean(const char* key, const bool& v) { out_[key] = v; }
   void count_or_auto(const char* key, const std::optional<int>& v) {
     out_[key] = v ? json(*v) : json("auto");
   }
   void string_list(const char* key, const std::vector<std::string>& v) {
-    if (!v.empty()) out_[key] = v;
+    if (!v.empty() || every_key_) out_[key] = v;
   }
   void string_map(const char* key, const std::map<std::string, std::string>& v) { out_[key] = v; }
   void replaced(const char*, const char*, const char*) {}
   template <class Section>
   void section(const char* key, const Section& v) {
-    Writer nested(out_[key]);
+    Writer nested(out_[key], every_key_);
     describe(nested, const_cast<Section&>(v));
   }
 
  private:
   json& out_;
+  bool every_key_;
 };
 
 template <class V> void describe(V& v, WorkerSpec& s) {
@@ -344,6 +362,17 @@ template <class V> void describe(V& v, JobSpec& s) {
   v.section("train", s.train);
   v.section("sample", s.sample);
   v.section("checkpoint", s.checkpoint);
+}
+
+const json& spec_key_tree() {
+  static const json keys = [] {
+    json out;
+    Writer writer(out, /*every_key=*/true);
+    JobSpec defaults;
+    describe(writer, defaults);
+    return out;
+  }();
+  return keys;
 }
 
 }  // namespace
