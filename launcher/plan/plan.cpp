@@ -18,6 +18,7 @@
 #include "common/store/kv_protocol.hpp"
 #include "launcher/cli/torchrun.hpp"
 #include "launcher/plan/checkpoint_space.hpp"
+#include "launcher/plan/relative_paths.hpp"
 #include "launcher/plan/nccl.hpp"
 #include "launcher/run/launch_error.hpp"
 #include "launcher/run/run_dir.hpp"
@@ -381,6 +382,7 @@ Plan make_plan(const CliOptions& options, const HostInfo& host) {
     plan.own_worker = is_own_worker(plan.spec);
     resolve_world(plan);
     if (plan.own_worker) {
+      check_relative_paths(plan.spec, options.job_path);
       // The model shape from model.init_from's header (or the checkpoint a resume continues
       // from), so the job.json every rank reads carries the resolved shape.
       plan.resume_from = resume_checkpoint(plan);

@@ -13,6 +13,7 @@
 #include "launcher/plan/checkpoint_space.hpp"
 #include "launcher/plan/nccl.hpp"
 #include "launcher/plan/plan.hpp"
+#include "launcher/plan/relative_paths.hpp"
 #include "launcher/rendezvous/attempt.hpp"
 #include "launcher/run/launch_error.hpp"
 
@@ -390,4 +391,39 @@ TEST_CASE("launcher/plan: the checkpoints a run writes, and how many more the ru
   CHECK(new_checkpoints_at(5, 2, 2) == 1);
   CHECK(new_checkpoints_at(1, 5, 2) == 1);  // more than keep: the rotation removes them
   CHECK(new_checkpoints_at(3, 0, 0) == 2);  // keep 0 keeps one
+}
+
+TEST_CASE("plan: a relative input path that names something only from the spec's directory or above says so",
+          "[plan][errors]") {
+  Fixture f;
+  fs::create_directories(f.dir / "proj/configs");
+  fs::create_directories(f.dir / "proj/data");
+  std::ofstream(f.dir / "proj/data/f.txt") << "text";
+  std::ofstream(f.dir / "proj/configs/tok.json") << "{}";
+  const std::string job = (f.dir / "proj/configs/j.json").string();
+  struct Cwd {  // the test's current directory, put back whatever happens
+    fs::path before = fs::current_path();
+    explicit Cwd(const fs::path& to) { fs::current_path(to); }
+    ~Cwd() { fs::current_path(before); }
+  } cwd(f.dir);
+  const std::string proj = (f.dir / "proj").string();
+  JobSpec spec;
+  spec.data.train = "data/f.txt";
+  CHECK_THROWS_WITH(check_relative_paths(spec, job),
+                    "data.train: data/f.txt names nothing from the current directory (" + f.dir.string() +
+                        "), which relative paths are read from; from " + proj + " (above the spec) it names " + proj +
+                        "/data/f.txt: run xlaunch from there, or give the path from here");
+  spec.data.train = "data/f*.txt";  // a glob
+  CHECK_THROWS_WITH(check_relative_paths(spec, job), StartsWith("data.train: data/f*.txt names nothing from"));
+  spec.data.train = "proj/data/f.txt";  // found from here
+  spec.tokenizer = "tok.json";
+  CHECK_THROWS_WITH(check_relative_paths(spec, job), Contains("tokenizer: tok.json names nothing from the current "
+                                                              "directory") &&
+                                                         Contains("(the spec's directory) it names"));
+  spec.tokenizer = "nowhere.json";  // found nowhere: left to the checks that read it
+  CHECK_NOTHROW(check_relative_paths(spec, job));
+  spec.data.train = "data/f.txt";
+  CHECK_NOTHROW(check_relative_paths(spec, ""));  // no spec file
+  fs::current_path(proj);
+  CHECK_NOTHROW(check_relative_paths(spec, job));
 }

@@ -28,6 +28,12 @@ std::string relative_note(const std::string& path) {
   return " (a relative path, taken from the current directory " + std::filesystem::current_path(ec).string() + ")";
 }
 
+// A file that could not be opened: its error, and relative_note when it is not there.
+DataError open_error(const std::string& field, const std::string& path, const FileError& e) {
+  std::error_code ec;
+  return DataError(field, e.what() + (std::filesystem::exists(path, ec) ? "" : relative_note(path)));
+}
+
 // The directory a pattern lists: its part before the first wildcard, up to the last '/'.
 std::string pattern_directory(const std::string& pattern) {
   const std::string fixed = pattern.substr(0, pattern.find_first_of("*?["));
@@ -61,8 +67,7 @@ MappedFile map_data_file(const std::string& path, const std::string& field) {
   try {
     return MappedFile(path);
   } catch (const FileError& e) {
-    std::error_code ec;
-    throw DataError(field, e.what() + (std::filesystem::exists(path, ec) ? "" : relative_note(path)));
+    throw open_error(field, path, e);
   }
 }
 
@@ -219,7 +224,7 @@ TokenFileInfo inspect_token_file(const std::string& path, const std::string& fie
     if (!shard) return {path, true, in.size(), std::nullopt};
     return {path, false, *shard, recorded_max_token(header)};
   } catch (const FileError& e) {
-    throw DataError(field, e.what());
+    throw open_error(field, path, e);
   }
 }
 
