@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <optional>
 
+#include "common/did_you_mean.hpp"
+
 namespace xtrain {
 
 CommandLine::CommandLine(const char* usage, std::string help) : usage_(usage), help_(std::move(help)) {}
@@ -44,7 +46,11 @@ std::vector<std::string> CommandLine::parse(int argc, char** argv) const {
     }
     const auto handler = handlers_.find(arg);
     if (handler == handlers_.end()) {
-      throw BadInput("command line: unknown option \"" + arg + "\" (see " + help_ + ")");
+      std::vector<std::string> known = {"--help"};
+      for (const auto& [name, unused] : handlers_) known.push_back(name);
+      const std::string close = closest_name(arg, known, typo_edits(arg));
+      throw BadInput("command line: unknown option \"" + arg + "\"" +
+                     (close.empty() ? "" : " (did you mean \"" + close + "\"?)") + " (see " + help_ + ")");
     }
     if (!handler->second.take) {
       if (inline_value) throw BadInput("command line: " + arg + " takes no value (see " + help_ + ")");

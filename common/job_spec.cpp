@@ -1,5 +1,6 @@
 #include "common/job_spec.hpp"
 
+#include "common/did_you_mean.hpp"
 #include "common/number_format.hpp"
 #include "common/worker_env.hpp"
 
@@ -28,22 +29,6 @@ std::string show(const json& value) {
 
 std::string join_path(const std::string& parent, const std::string& key) {
   return parent.empty() ? key : parent + "." + key;
-}
-
-// Levenshtein distance, for "did you mean" on unknown keys.
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
 }
 
 // What other trainers call a key of ours (nanoGPT, llm.c, Hugging Face's Trainer and config.json),
@@ -195,12 +180,8 @@ class Reader {
   void reject_unknown() const {
     for (const auto& [key, value] : object_.items()) {
       if (seen_.count(key)) continue;
-      std::string hint;
-      size_t best = 3;
-      for (const auto& k : seen_all_) {
-        const size_t d = edit_distance(key, k);
-        if (d < best) best = d, hint = " (did you mean \"" + k + "\"?)";
-      }
+      const std::string close = closest_name(key, seen_all_, 2);
+      std::string hint = close.empty() ? "" : " (did you mean \"" + close + "\"?)";
       const auto synonym = key_synonyms().find(key);
       if (synonym != key_synonyms().end() &&
           std::find(seen_all_.begin(), seen_all_.end(), synonym->second) != seen_all_.end()) {

@@ -24,11 +24,13 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "common/command_line.hpp"
+#include "common/did_you_mean.hpp"
 #include "common/exit_codes.hpp"
 #include "common/job_spec.hpp"
 #include "common/log.hpp"
@@ -70,11 +72,26 @@ const char* const kUsage =
     "exit codes: 0 completed (or preempted by SIGUSR1 after a checkpoint); 1 runtime failure;\n"
     "  2 bad input (command line, environment, spec, data, checkpoint, device)\n";
 
+// The commands main() dispatches to by their first argument.
+const std::vector<std::string> kCommands = {"export", "generate", "eval"};
+
+// An argument where a command or an option was expected: a typo of a command, or a job spec given
+// as xlaunch takes it.
+std::string unexpected_argument(const std::string& arg) {
+  const std::string close = closest_name(arg, kCommands, typo_edits(arg));
+  if (!close.empty()) return "command line: unknown command \"" + arg + "\" (did you mean \"" + close + "\"?)";
+  std::string text = "command line: unexpected argument \"" + arg + "\"";
+  if (arg.size() > 5 && arg.compare(arg.size() - 5, 5, ".json") == 0) {
+    text += ": to train, run xlaunch " + arg + " (every rank), or xtrain-worker --job " + arg + " (a world of one)";
+  }
+  return text + " (see --help)";
+}
+
 std::string job_path_from(int argc, char** argv, const WorkerEnv& env) {
   std::string path = env.job_path;
   const std::vector<std::string> positional =
       CommandLine(kUsage, "--help").option("--job", path).parse(argc, argv);
-  if (!positional.empty()) throw BadInput("command line: unexpected argument \"" + positional.front() + "\" (see --help)");
+  if (!positional.empty()) throw BadInput(unexpected_argument(positional.front()));
   if (path.empty()) throw BadInput("command line: no job: give --job FILE or run under xlaunch (XTRAIN_JOB)");
   return path;
 }

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/did_you_mean.hpp"
 #include "launcher/cli/torchrun.hpp"
 
 namespace xtrain::launcher {
@@ -235,7 +236,13 @@ bool read_option(ParseState& state, const std::vector<std::string>& args, size_t
     throw CliError("torchrun's " + typed + " is not supported by xlaunch: " + why);
   }
   const auto rule = option_rules().find(name);
-  if (rule == option_rules().end()) throw CliError("unknown option " + typed + " (see xlaunch --help)");
+  if (rule == option_rules().end()) {
+    std::vector<std::string> known = {"--help"};
+    for (const auto& [option, unused] : option_rules()) known.push_back(option);
+    const std::string close = closest_name(typed, known, typo_edits(typed));
+    throw CliError("unknown option " + typed + (close.empty() ? "" : " (did you mean " + close + "?)") +
+                   " (see xlaunch --help)");
+  }
   state.given.insert(name);
   if (rule->second.takes_value && !inline_value) {
     if (i + 1 >= args.size()) throw CliError(typed + ": expected a value");
@@ -462,6 +469,13 @@ exit codes: 0 every rank exited 0; 2 bad command line or spec; 124 timeout or lo
 (129 SIGHUP, 130 SIGINT, 143 SIGTERM); otherwise the exit code of the first rank to fail (128+N
 if signal N killed it).
 )";
+}
+
+std::string subcommand_hint(const std::string& program) {
+  std::vector<std::string> names;
+  for (const auto& [name, unused] : kSubcommands) names.push_back(name);
+  const std::string close = closest_name(program, names, typo_edits(program));
+  return close.empty() ? "" : " (did you mean `xlaunch " + close + "`?)";
 }
 
 }  // namespace xtrain::launcher

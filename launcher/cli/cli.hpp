@@ -77,4 +77,8 @@ CliOptions parse_cli(const std::vector<std::string>& args, const std::map<std::s
 
 std::string usage();
 
+// For a program that is not found: " (did you mean `xlaunch status`?)" when its name is a typo of
+// one of xlaunch's subcommands, else "".
+std::string subcommand_hint(const std::string& program);
+
 }  // namespace xtrain::launcher

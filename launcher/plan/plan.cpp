@@ -298,7 +298,13 @@ void resolve_worker(Plan& plan, const CliOptions& options) {
   const std::string what = options.program.empty() ? "worker.command[0]"
                            : python ? std::string("the Python interpreter (") + torchrun::kPythonVariable + ")"
                                     : "the program";
-  plan.worker_argv.front() = resolve_command(command.front(), path_env, what);
+  try {
+    plan.worker_argv.front() = resolve_command(command.front(), path_env, what);
+  } catch (const LaunchError& e) {
+    const std::string hint = options.program.empty() || python ? "" : subcommand_hint(command.front());
+    if (hint.empty() || e.exit_code() != exit_code::kNotFound) throw;
+    throw LaunchError(e.exit_code(), e.what() + hint);
+  }
   if (python) {
     plan.python = plan.worker_argv.front();
     plan.python_program = options.program.front();

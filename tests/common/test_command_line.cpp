@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/command_line.hpp"
+#include "common/did_you_mean.hpp"
 
 using xtrain::BadInput;
 using xtrain::CommandLine;
@@ -49,6 +50,10 @@ TEST_CASE("command line: each mistake is one error naming the argument and the h
   CHECK_THROWS_WITH(walk({"--bogus"}), "command line: unknown option \"--bogus\" (see cmd --help)");
   CHECK_THROWS_WITH(walk({"-x"}), "command line: unknown option \"-x\" (see cmd --help)");
   CHECK_THROWS_WITH(walk({"--bogus=1"}), "command line: unknown option \"--bogus\" (see cmd --help)");
+  // A typo of an option: the option it was meant to be.
+  CHECK_THROWS_WITH(walk({"--cuont", "3"}), "command line: unknown option \"--cuont\" (did you mean \"--count\"?) "
+                                            "(see cmd --help)");
+  CHECK_THROWS_WITH(walk({"--quite"}), "command line: unknown option \"--quite\" (did you mean \"--quiet\"?) (see cmd --help)");
   CHECK_THROWS_WITH(walk({"a", "--data"}), "command line: --data needs a value (see cmd --help)");
   CHECK_THROWS_WITH(walk({"--quiet=yes"}), "command line: --quiet takes no value (see cmd --help)");
   CHECK_THROWS_AS(walk({"--data"}), BadInput);
@@ -75,4 +80,21 @@ TEST_CASE("command line: integers and numbers are whole and in range, or an erro
     INFO(bad);
     CHECK_THROWS_WITH(parse_number("--t", bad), std::string("--t: expected a number, got \"") + bad + "\"");
   }
+}
+
+TEST_CASE("did you mean: the known name one typo away, two for a long one, a swap counted once", "[command_line]") {
+  using xtrain::closest_name;
+  using xtrain::spelling_distance;
+  using xtrain::typo_edits;
+  CHECK(spelling_distance("status", "stauts") == 1);  // a swap of neighbours
+  CHECK(spelling_distance("--dry-run", "--dryrun") == 1);
+  CHECK(spelling_distance("kitten", "sitting") == 3);
+  CHECK(spelling_distance("", "abc") == 3);
+  CHECK(spelling_distance("abc", "") == 3);
+  CHECK(spelling_distance("ca", "abc") == 3);  // no edit of a swapped pair again (optimal string alignment)
+  const std::vector<std::string> known = {"--job", "--dry-run", "--nproc-per-node"};
+  CHECK(closest_name("--dryrun", known, typo_edits("--dryrun")) == "--dry-run");
+  CHECK(closest_name("--nproc-per-nod", known, typo_edits("--nproc-per-nod")) == "--nproc-per-node");
+  CHECK(closest_name("--foo", known, typo_edits("--foo")).empty());  // two edits from --job: not a typo of it
+  CHECK(closest_name("--jbo", known, typo_edits("--jbo")) == "--job");
 }

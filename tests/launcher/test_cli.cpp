@@ -57,7 +57,10 @@ TEST_CASE("launcher/cli: errors say what is wrong", "[cli]") {
   CHECK_THROWS_WITH(parse_cli({}), Contains("expected a job spec"));
   CHECK_THROWS_WITH(parse_cli({"status"}), Contains("expected a run directory: xlaunch status RUN_DIR"));
   CHECK_THROWS_WITH(parse_cli({"a.json", "b.json"}), Contains("unexpected argument \"b.json\""));
-  CHECK_THROWS_WITH(parse_cli({"a.json", "--frobnicate"}), Contains("unknown option --frobnicate"));
+  CHECK_THROWS_WITH(parse_cli({"a.json", "--frobnicate"}), Contains("unknown option --frobnicate (see xlaunch --help)"));
+  CHECK_THROWS_WITH(parse_cli({"a.json", "--dryrun"}), Contains("unknown option --dryrun (did you mean --dry-run?)"));
+  CHECK(subcommand_hint("stauts") == " (did you mean `xlaunch status`?)");
+  CHECK(subcommand_hint("train.py").empty());
   CHECK_THROWS_WITH(parse_cli({"a.json", "--set"}), Contains("--set: expected a value"));
   CHECK_THROWS_WITH(parse_cli({"a.json", "--set", "novalue"}), Contains("--set: expected KEY=VALUE"));
   CHECK_THROWS_WITH(parse_cli({"a.json", "--tee", "some"}), Contains("--tee: expected all, rank0 or none"));

@@ -154,7 +154,7 @@ TEST_CASE("export: bad input is exit 2, an unwritable OUT exit 1, one error line
       {{ckpt.dir, "--format", "onnx", dir / "out"}, 2, "error: --format: expected \"hf\" or \"llmc\", got \"onnx\""},
       {{ckpt.dir, "--format", "hf"}, 2, "error: command line: expected SOURCE and OUT, got 1 paths (see export --help)"},
       {{ckpt.dir, "--format=llmc", "--dtpye", "bf16", dir / "out"}, 2,
-       "error: command line: unknown option \"--dtpye\" (see export --help)"},
+       "error: command line: unknown option \"--dtpye\" (did you mean \"--dtype\"?) (see export --help)"},
       {{ckpt.dir, "--format", "hf", "--tokenizer", dir / "run", dir / "out"}, 2,
        "error: --tokenizer: " + dir / "run" +
            ": holds neither encoder.json + vocab.bpe (OpenAI's GPT-2 vocabulary) nor vocab.json + merges.txt "
@@ -411,4 +411,15 @@ TEST_CASE("export: a run directory is its newest checkpoint, a Hugging Face expo
   CHECK(byte_llmc.output.find("is byte-level (256 tokens, one per byte): there is no tokenizer to ship") !=
         std::string::npos);
   CHECK_FALSE(fs::exists(dir / "bytes-llmc/gpt2_tokenizer.bin"));
+}
+
+TEST_CASE("xtrain-worker: a typo of a command, or a job spec as xlaunch takes it, says what was meant", "[errors]") {
+  ScratchDir dir;
+  const Run typo = xtrain::test::run_worker(dir, "genrate", {"run"});
+  CHECK(typo.code == 2);
+  CHECK(error_line(typo.output) == "error: command line: unknown command \"genrate\" (did you mean \"generate\"?)");
+  const Run spec = xtrain::test::run_worker(dir, "job.json", {});
+  CHECK(spec.code == 2);
+  CHECK(error_line(spec.output) == "error: command line: unexpected argument \"job.json\": to train, run xlaunch "
+                                   "job.json (every rank), or xtrain-worker --job job.json (a world of one) (see --help)");
 }
