@@ -89,6 +89,7 @@ int run_job(const CliOptions& options) {
     return exit_code::kSuccess;
   }
   if (options.check) {
+    if (supervisor_running(plan.run_dir)) fail_run_dir_in_use(plan.run_dir);  // as the launch would
     const std::string what = options.job_path.empty() ? "the command line" : options.job_path;
     std::cout << "xlaunch: " << what << " is valid: " << describe_plan(plan) << std::endl;
     if (plan.nothing_to_train) {

@@ -77,8 +77,7 @@ RunDir::RunDir(const std::string& dir, const nlohmann::json& job) : dir_(dir) {
   if (lock_fd_ < 0) launch_failure("run dir: cannot open \"" + dir + "\": " + std::strerror(errno));
   if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
     ::close(lock_fd_);
-    launch_failure("run dir \"" + dir + "\" is in use by another xlaunch; choose another run_dir or `xlaunch stop " +
-                   dir + "`");
+    fail_run_dir_in_use(dir);
   }
   try {
     fs::remove(run_files::summary(dir));
@@ -127,6 +126,11 @@ int RunDir::open_rank_log(int rank) const {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);  // read: see append_line
   if (fd < 0) launch_failure("run dir: cannot open \"" + path + "\": " + std::strerror(errno));
   return fd;
+}
+
+void fail_run_dir_in_use(const std::string& dir) {
+  launch_failure("run dir \"" + dir + "\" is in use by another xlaunch; choose another run_dir or `xlaunch stop " + dir +
+                 "`");
 }
 
 bool supervisor_running(const std::string& dir) {

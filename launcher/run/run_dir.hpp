@@ -68,6 +68,9 @@ class RunDir {
 // Whether a supervisor holds `dir` (is running).
 bool supervisor_running(const std::string& dir);
 
+// The launch failure (exit 125) of a run whose run dir another supervisor holds.
+[[noreturn]] void fail_run_dir_in_use(const std::string& dir);
+
 // Blocks until no supervisor holds `dir`.
 void wait_for_supervisor_exit(const std::string& dir);
 

@@ -330,7 +330,7 @@ TEST_CASE("launcher/signals: SIGUSR1 and SIGUSR2 reach every rank", "[integratio
   }
 }
 
-TEST_CASE("launcher/run dir: a second xlaunch on a busy run dir is refused with 125", "[integration]") {
+TEST_CASE("launcher/run dir: a second xlaunch, or --check, on a busy run dir is refused with 125", "[integration]") {
   TempDir dir;
   const std::string spec = write_spec(dir, test_spec(dir, 1, {"--pid-dir", dir.path(), "--hang"}));
   Process first = start_xlaunch(spec);
@@ -339,6 +339,10 @@ TEST_CASE("launcher/run dir: a second xlaunch on a busy run dir is refused with 
   REQUIRE(second);
   CHECK(second->exit_code == 125);
   CHECK_THAT(second->err, Contains("is in use by another xlaunch"));
+  const auto check = run_xlaunch({"--check", spec});  // says so too, with the launch's code
+  REQUIRE(check);
+  CHECK(check->exit_code == 125);
+  CHECK_THAT(check->err, Contains("is in use by another xlaunch"));
   first.signal(SIGTERM);
   const auto r = first.wait(10);
   REQUIRE(r);
