@@ -16,6 +16,7 @@
 #include "common/command_line.hpp"
 #include "common/exit_codes.hpp"
 #include "common/model_file.hpp"
+#include "common/number_format.hpp"
 #include "common/usable_cpus.hpp"
 #include "common/tokenizer/gpt2_tokenizer.hpp"
 #include "worker/data_tool/documents.hpp"
@@ -141,8 +142,11 @@ void choose_val_tokens(Options& o, const std::vector<InputFile>& files) {
 extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
 
 std::string summary(const char* name, const ShardSet::Split& s) {
-  return std::string(name) + " " + std::to_string(s.shards) + (s.shards == 1 ? " shard, " : " shards, ") +
-         std::to_string(s.tokens) + " tokens, " + std::to_string(s.documents) + " documents";
+  const auto count = [](auto n, const char* one, const char* many) {
+    return with_thousands(static_cast<long long>(n)) + " " + (n == 1 ? one : many);
+  };
+  return std::string(name) + " " + count(s.shards, "shard", "shards") + ", " + count(s.tokens, "token", "tokens") +
+         ", " + count(s.documents, "document", "documents");
 }
 
 }  // namespace

@@ -222,7 +222,7 @@ TEST_CASE("without --val-tokens a small corpus gives a tenth to validation and s
   REQUIRE(r.code == 0);
   CHECK_THAT(r.err, Catch::Contains("xtrain-data: validation split: the first documents up to 75 tokens (default "
                                     "--val-tokens: a tenth of the input's about 754 tokens, at most --shard-tokens)"));
-  CHECK_THAT(r.err, Catch::Contains("val 1 shard") && Catch::Contains("1 documents; train 1 shard"));
+  CHECK_THAT(r.err, Catch::Contains("val 1 shard") && Catch::Contains("1 document; train 1 shard"));
 }
 
 TEST_CASE("one text file is one document: validation is its first --val-tokens tokens, training the rest",
@@ -234,7 +234,7 @@ TEST_CASE("one text file is one document: validation is its first --val-tokens t
   const Result r = run_tool("--out " + dir / "out --val-tokens 100 --quiet " + dir / "book.txt " + dir / "empty.txt");
   INFO(r.err);
   REQUIRE(r.code == 0);
-  CHECK_THAT(r.err, Catch::Contains("val 1 shard, 101 tokens, 1 documents; train 1 shard, ") &&
+  CHECK_THAT(r.err, Catch::Contains("val 1 shard, 101 tokens, 1 document; train 1 shard, ") &&
                         Catch::Contains(" (the input is one document: validation is its first 100 tokens, training "
                                         "the rest)"));
   const std::vector<std::int32_t> val = read_tokens(dir / "out/out_val_*.bin");
