@@ -32,7 +32,11 @@ std::optional<SupersededCheckpoints> find_superseded_checkpoints(const std::stri
   }
   if (found.dirs.empty()) return std::nullopt;
   std::reverse(found.dirs.begin(), found.dirs.end());
-  found.destination = run_dir + "/superseded/" + utc_now_compact();
+  // A second set-aside within the same second (a short run started over twice) gets a name of its own.
+  const std::string base = run_dir + "/superseded/" + utc_now_compact();
+  found.destination = base;
+  std::error_code ec;
+  for (int n = 2; fs::exists(found.destination, ec); ++n) found.destination = base + "-" + std::to_string(n);
   return found;
 }
 

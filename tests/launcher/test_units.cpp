@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <csignal>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "launcher/process/log_stream.hpp"
 #include "launcher/process/rank_process.hpp"
 #include "launcher/run/outcome.hpp"
+#include "launcher/run/superseded_checkpoints.hpp"
 
 using namespace xtrain;
 using namespace xtrain::launcher;
@@ -86,4 +88,23 @@ TEST_CASE("launcher/report: the root cause reads as one actionable paragraph", "
   CHECK(json["signal"].is_null());
   CHECK(json["message"] == "CUDA out of memory");
   CHECK(json["log_tail"].size() == 2);
+}
+
+TEST_CASE("superseded checkpoints: a second set-aside in the same second goes to a directory of its own", "[units]") {
+  namespace fs = std::filesystem;
+  std::string pattern = (fs::temp_directory_path() / "xlaunch-superseded-XXXXXX").string();
+  const fs::path run = ::mkdtemp(pattern.data());
+  for (int round = 0; round < 3; ++round) {  // faster than the clock's seconds: the names must differ anyway
+    fs::create_directories(run / "checkpoints/step-00000010");
+    fs::create_directories(run / "checkpoints/step-00000020");
+    const auto found = find_superseded_checkpoints(run.string(), 0);
+    REQUIRE(found);
+    CHECK(found->dirs.size() == 2);
+    CHECK_FALSE(fs::exists(found->destination));
+    set_aside(*found);
+    CHECK(fs::is_directory(fs::path(found->destination) / "step-00000020"));
+    CHECK_FALSE(fs::exists(run / "checkpoints/step-00000010"));
+  }
+  CHECK(std::distance(fs::directory_iterator(run / "superseded"), fs::directory_iterator()) == 3);
+  fs::remove_all(run);
 }
