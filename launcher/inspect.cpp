@@ -79,17 +79,30 @@ std::string stragglers_line(const json& stragglers) {
   return line;
 }
 
+// The phase column: what a running rank is doing; for one that failed or was stopped, where it
+// was when it ended ("last: ..."), and for a diverged one the step.
+std::string phase_text(const json& rank) {
+  const json phase = rank.value("phase", json());
+  if (!phase.is_object()) return "-";
+  const std::string status = text(rank, "status");
+  if (status == "running" || status == "succeeded") return text(phase, "text");
+  const json result = rank.value("result", json());
+  if (result.is_object() && result.value("failure_kind", json()) == "diverged") {
+    return "diverged at step " + text(phase, "step");
+  }
+  return "last: " + text(phase, "text");
+}
+
 void print_ranks(const json& ranks) {
-  std::cout << fmt::format("{:>6}  {:>8}  {:<13} {:<5} {:>9}  {}\n", "rank", "pid", "status", "exit", "heartbeat",
+  std::cout << fmt::format("{:>6}  {:>8}  {:<13} {:<9} {:>9}  {}\n", "rank", "pid", "status", "exit", "heartbeat",
                            "phase");
   for (const json& rank : ranks) {
     const bool running = text(rank, "status") == "running";
     const json age = rank.value("heartbeat_age_s", json());
-    const json phase = rank.value("phase", json());
-    std::cout << fmt::format("{:>6}  {:>8}  {:<13} {:<5} {:>9}  {}\n", text(rank, "rank"), text(rank, "pid"),
+    std::cout << fmt::format("{:>6}  {:>8}  {:<13} {:<9} {:>9}  {}\n", text(rank, "rank"), text(rank, "pid"),
                              text(rank, "status"), exit_text(rank),
                              running && age.is_number() ? fmt::format("{:.1f} s", age.get<double>()) : "-",
-                             phase.is_object() ? text(phase, "text") : "-");
+                             phase_text(rank));
   }
 }
 

@@ -12,7 +12,7 @@
 //      checkpoint, or a device that is not there (a CPU without x86-64-v3 too, said on stderr
 //      only); retrying cannot help
 // SIGTERM and SIGINT keep their default action: the rank dies at once (the launcher's way to stop
-// a gang). SIGUSR2 makes the receiving thread write its backtrace (worker/train/backtrace.hpp). Every
+// a gang), until a failure is recorded: then the rank exits with its own code. SIGUSR2 makes the receiving thread write its backtrace (worker/train/backtrace.hpp). Every
 // failure prints one line "error: <field or file>: <what>" on stderr, and the result file says
 // whether the failure is this rank's own ("primary") or a collective that failed because a peer
 // died or stopped answering ("peer_lost": xlaunch then looks for the primary one elsewhere).
@@ -125,6 +125,11 @@ int main(int argc, char** argv) {
   std::unique_ptr<Trainer> trainer;
   // Until the report exists, failures go to stderr only.
   auto fail = [&](const std::exception& e, int code) {
+    // From here on the rank exits with its own code. Another rank's failure, seen first, makes the
+    // launcher stop the gang with SIGTERM, which would turn this rank's recorded failure into
+    // "stopped"; a signal before this line finds no result written, so the two always agree. A
+    // teardown that hangs still ends by the launcher's SIGKILL.
+    for (const int stop : {SIGTERM, SIGINT, SIGHUP}) std::signal(stop, SIG_IGN);
     std::fprintf(stderr, "error: %s\n", e.what());
     if (report) {
       RankResult r;

@@ -242,7 +242,10 @@ void Supervisor::on_exit(int id, ExitStatus status) {
     }
     if (held_echo_ && running_count() == 0) settle_echo();  // every rank is gone: nothing more will come
   } else if (record.status == RankStatus::kRunning) {
-    record.status = status.ok() ? RankStatus::kSucceeded : RankStatus::kStopped;
+    // Stopping: a rank the stop ended is "stopped"; one that exited with a code of its own and a
+    // recorded failure failed by itself (every rank of a diverged step does, as the first one).
+    const bool own_failure = !status.signal && record.result.is_object() && record.result.value("status", "") == "failed";
+    record.status = status.ok() ? RankStatus::kSucceeded : own_failure ? RankStatus::kFailed : RankStatus::kStopped;
   }
   save_state();
   check_attempt_over();

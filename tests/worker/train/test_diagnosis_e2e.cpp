@@ -249,6 +249,7 @@ TEST_CASE("xlaunch status shows where training is, and after the supervisor was 
   INFO(lost.output);
   CHECK(lost.output.find("status:   lost") != std::string::npos);
   CHECK(lost.output.find(" running ") == std::string::npos);
+  CHECK(count(lost.output, "  last: ") == 2);  // where each rank was when it was killed
   const json after = json::parse(job.command({"status", run.string(), "--json"}, "lost-json").output);
   CHECK(after.at("supervisor_running") == false);
   for (const json& rank : after.at("ranks")) {

@@ -252,14 +252,21 @@ TEST_CASE("training that diverges stops before the update that would spoil it: e
   const json summary = json::parse(read_text(job.run_dir("run") / "summary.json"));
   CHECK(summary.at("attempts") == 1);
   // The first rank out is the cause; the other saw the same values and diverged too, unless xlaunch
-  // stopped it before it wrote its result.
+  // stopped it before it wrote its result; once written, the rank exits with its own code.
   const int cause = summary.at("root_cause").at("rank").get<int>();
   CHECK(summary.at("ranks").at(cause).at("result").at("failure_kind") == "diverged");
   for (int r = 0; r < 2; ++r) {
     const json& rank = summary.at("ranks").at(r);
+    INFO(rank.dump());
     CHECK((rank.at("result").is_null() ? rank.at("status") == "stopped"
-                                       : rank.at("result").at("failure_kind") == "diverged"));
+                                       : rank.at("result").at("failure_kind") == "diverged" &&
+                                             rank.at("status") == "failed" && rank.at("exit_code") == 3));
   }
+  // xlaunch status says where: the step, not the all-reduce that brought the values.
+  const Outcome status = job.command({"status", job.run_dir("run").string()}, "status");
+  const std::regex cause_row("\n +" + std::to_string(cause) + " +[0-9]+ +failed +3 +- +diverged at step " +
+                             std::to_string(step) + "\n");
+  CHECK(std::regex_search(status.output, cause_row));
   // The newest checkpoint is the step before, and its weights still give a finite loss.
   const std::vector<std::string> written = job.checkpoints("run");
   REQUIRE_FALSE(written.empty());
