@@ -95,15 +95,20 @@ cat >job.json <<EOF
  "worker": {"command": ["$test_worker", "--pid-dir", "$tmp/work/pids", "--print-env", "--print", "trained", "--sleep", "0.5"]}}
 EOF
 mkdir -p pids
-# 1. A job that succeeds, submitted as the README says (no XLAUNCH: the submit directory's build/bin/xlaunch).
+# 1. A job that succeeds, submitted as the README says (no XLAUNCH: the submit directory's build/bin/xlaunch;
+#    no RUN_DIR), twice, as a job is resubmitted after its time limit: both in runs/job/node-0, where a
+#    training job's second submission resumes from the first one's checkpoints.
 mkdir -p build/bin
 ln -s "$xlaunch" build/bin/xlaunch
-status=0
-RUN_DIR="$tmp/work/runs/ok" sbatch --wait --nodes=1 -o "$tmp/work/ok-%j.out" \
-  "$here/xtrain.sbatch" job.json >sbatch.out 2>&1 || status=$?
-[[ $status == 0 ]] || fail "sbatch --wait exited $status: $(cat sbatch.out ok-*.out 2>/dev/null)"
-summary=runs/ok/node-0/summary.json
+for n in 1 2; do
+  status=0
+  sbatch --wait --nodes=1 -o "$tmp/work/ok-$n-%j.out" "$here/xtrain.sbatch" job.json >sbatch.out 2>&1 || status=$?
+  [[ $status == 0 ]] || fail "sbatch --wait (submission $n) exited $status: $(cat sbatch.out ok-*.out 2>/dev/null)"
+done
+summary=runs/job/node-0/summary.json
 [[ -f $summary ]] || fail "no $summary: $(cat ok-*.out)"
+[[ $(grep -c "^==== xlaunch: attempt 1 of 1 at " runs/job/node-0/logs/rank-0.log) == 2 ]] ||
+  fail "the second submission did not run in the first one's run directory: $(ls runs)"
 /usr/bin/python3 - "$summary" <<'EOF' || fail "summary: $(cat "$summary")"
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -111,9 +116,9 @@ assert d["status"] == "succeeded" and d["exit_code"] == 0, d
 assert [r["exit_code"] for r in d["ranks"]] == [0, 0], d["ranks"]
 EOF
 grep -q "^\[rank 1\] trained" ok-*.out || fail "the ranks' lines are not in the job's output: $(cat ok-*.out)"
-grep -q "^trained" runs/ok/node-0/logs/rank-0.log || fail "logs/rank-0.log"
-grep -q "^ENV SLURM_JOB_ID=" runs/ok/node-0/logs/rank-0.log || fail "the ranks did not see SLURM's environment"
-echo "slurm ci-test: sbatch --wait: exit 0, summary.json and logs as expected"
+grep -q "^trained" runs/job/node-0/logs/rank-0.log || fail "logs/rank-0.log"
+grep -q "^ENV SLURM_JOB_ID=" runs/job/node-0/logs/rank-0.log || fail "the ranks did not see SLURM's environment"
+echo "slurm ci-test: sbatch --wait twice: exit 0, one run directory, summary.json and logs as expected"
 
 # 2. scancel a running job.
 rm -f pids/*
