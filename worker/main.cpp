@@ -11,9 +11,11 @@
 //   2  "failed", bad input given to the worker: command line, environment, job spec, data,
 //      checkpoint, or a device that is not there (a CPU without x86-64-v3 too, said on stderr
 //      only); retrying cannot help
+//   3  "failed", training diverged: a non-finite loss or gradient norm, the same on every rank
 // SIGTERM and SIGINT keep their default action: the rank dies at once (the launcher's way to stop
-// a gang), until a failure is recorded: then the rank exits with its own code. SIGUSR2 makes the receiving thread write its backtrace (worker/train/backtrace.hpp). Every
-// failure prints one line "error: <field or file>: <what>" on stderr, and the result file says
+// a gang), until the rank fails: then it exits with its own code. SIGUSR2 makes the receiving
+// thread write its backtrace (worker/train/backtrace.hpp). Every failure prints one line
+// "error: <field or file>: <what>" on stderr, and the result file says
 // whether the failure is this rank's own ("primary") or a collective that failed because a peer
 // died or stopped answering ("peer_lost": xlaunch then looks for the primary one elsewhere).
 #include <atomic>

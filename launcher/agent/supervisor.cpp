@@ -244,7 +244,8 @@ void Supervisor::on_exit(int id, ExitStatus status) {
   } else if (record.status == RankStatus::kRunning) {
     // Stopping: a rank the stop ended is "stopped"; one that exited with a code of its own and a
     // recorded failure failed by itself (every rank of a diverged step does, as the first one).
-    const bool own_failure = !status.signal && record.result.is_object() && record.result.value("status", "") == "failed";
+    const bool own_failure =
+        !status.signal && record.result.is_object() && record.result.value("status", "") == "failed";
     record.status = status.ok() ? RankStatus::kSucceeded : own_failure ? RankStatus::kFailed : RankStatus::kStopped;
   }
   save_state();

@@ -129,8 +129,8 @@ int RunDir::open_rank_log(int rank) const {
 }
 
 void fail_run_dir_in_use(const std::string& dir) {
-  launch_failure("run dir \"" + dir + "\" is in use by another xlaunch; choose another run_dir or `xlaunch stop " + dir +
-                 "`");
+  launch_failure("run dir \"" + dir + "\" is in use by another xlaunch; choose another run_dir or `xlaunch stop " +
+                 dir + "`");
 }
 
 bool supervisor_running(const std::string& dir) {
@@ -162,7 +162,9 @@ std::optional<nlohmann::json> read_json_file(const std::string& path) {
 std::optional<std::string> why_not_a_run_dir(const std::string& dir) {
   std::error_code ec;
   if (fs::exists(run_files::summary(dir), ec)) return std::nullopt;
-  if (!fs::exists(run_files::state(dir), ec)) return "\"" + dir + "\" is not a run directory (no state.json or summary.json)";
+  if (!fs::exists(run_files::state(dir), ec)) {
+    return "\"" + dir + "\" is not a run directory (no state.json or summary.json)";
+  }
   const std::optional<std::int64_t> step = checkpoint_state_step(dir);
   if (!step) return std::nullopt;
   std::string why = "\"" + dir + "\" is a checkpoint" + (*step >= 0 ? " (step " + std::to_string(*step) + ")" : "") +

@@ -53,7 +53,8 @@ TEST_CASE("command line: each mistake is one error naming the argument and the h
   // A typo of an option: the option it was meant to be.
   CHECK_THROWS_WITH(walk({"--cuont", "3"}), "command line: unknown option \"--cuont\" (did you mean \"--count\"?) "
                                             "(see cmd --help)");
-  CHECK_THROWS_WITH(walk({"--quite"}), "command line: unknown option \"--quite\" (did you mean \"--quiet\"?) (see cmd --help)");
+  CHECK_THROWS_WITH(walk({"--quite"}),
+                    "command line: unknown option \"--quite\" (did you mean \"--quiet\"?) (see cmd --help)");
   CHECK_THROWS_WITH(walk({"a", "--data"}), "command line: --data needs a value (see cmd --help)");
   CHECK_THROWS_WITH(walk({"--quiet=yes"}), "command line: --quiet takes no value (see cmd --help)");
   CHECK_THROWS_AS(walk({"--data"}), BadInput);

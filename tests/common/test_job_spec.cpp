@@ -138,7 +138,8 @@ TEST_CASE("unknown keys are errors, with a suggestion when one is close", "[spec
   CHECK_THAT(error_of(json::parse(R"({"model": {"learning_rate": 0.001}})")),
              Catch::StartsWith("model.learning_rate: unknown key; expected one of: "));
   // A key of another section: where it belongs.
-  CHECK_THAT(error_of(json::parse(R"({"steps": 100})")), Catch::StartsWith(R"(steps: unknown key (did you mean "train.steps"?))"));
+  CHECK_THAT(error_of(json::parse(R"({"steps": 100})")),
+             Catch::StartsWith(R"(steps: unknown key (did you mean "train.steps"?))"));
   CHECK_THAT(error_of(json::parse(R"({"train": {"n_layer": 4}})")),
              Catch::StartsWith(R"(train.n_layer: unknown key (did you mean "model.n_layer"?))"));
   CHECK_THAT(error_of(json::parse(R"({"train": {"run_dir": "x"}})")),

@@ -57,7 +57,8 @@ TEST_CASE("launcher/cli: errors say what is wrong", "[cli]") {
   CHECK_THROWS_WITH(parse_cli({}), Contains("expected a job spec"));
   CHECK_THROWS_WITH(parse_cli({"status"}), Contains("expected a run directory: xlaunch status RUN_DIR"));
   CHECK_THROWS_WITH(parse_cli({"a.json", "b.json"}), Contains("unexpected argument \"b.json\""));
-  CHECK_THROWS_WITH(parse_cli({"a.json", "--frobnicate"}), Contains("unknown option --frobnicate (see xlaunch --help)"));
+  CHECK_THROWS_WITH(parse_cli({"a.json", "--frobnicate"}),
+                    Contains("unknown option --frobnicate (see xlaunch --help)"));
   CHECK_THROWS_WITH(parse_cli({"a.json", "--dryrun"}), Contains("unknown option --dryrun (did you mean --dry-run?)"));
   CHECK(subcommand_hint("stauts") == " (did you mean `xlaunch status`?)");
   CHECK(subcommand_hint("train.py").empty());

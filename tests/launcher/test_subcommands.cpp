@@ -105,7 +105,8 @@ TEST_CASE("launcher/logs: --follow streams a live run and ends with it", "[integ
   CHECK_THAT(followed->out, Contains("[rank 1] second\n"));
 }
 
-TEST_CASE("launcher/status: a directory that is not a run, or a checkpoint, is an error", "[integration][subcommands]") {
+TEST_CASE("launcher/status: a directory that is not a run, or a checkpoint, is an error",
+          "[integration][subcommands]") {
   TempDir dir;
   for (const char* command : {"status", "logs", "stop", "report"}) {
     const auto r = run_xlaunch({command, dir.path()});
@@ -132,7 +133,8 @@ TEST_CASE("launcher/status: a directory that is not a run, or a checkpoint, is a
     }
   }
   // Nor is a checkpoint a run dir to run in: its state.json would be overwritten.
-  const auto run_in = run_xlaunch({"--check", write_spec(dir, test_spec(dir, 1, {})), "--set", "run_dir=" + dir / "best"});
+  const std::string spec = write_spec(dir, test_spec(dir, 1, {}));
+  const auto run_in = run_xlaunch({"--check", spec, "--set", "run_dir=" + dir / "best"});
   REQUIRE(run_in);
   CHECK(run_in->exit_code == 2);
   CHECK_THAT(run_in->err, Contains("run_dir: \"" + dir / "best" + "\" is a checkpoint (step 7), not a run directory; a "

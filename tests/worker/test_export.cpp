@@ -421,5 +421,6 @@ TEST_CASE("xtrain-worker: a typo of a command, or a job spec as xlaunch takes it
   const Run spec = xtrain::test::run_worker(dir, "job.json", {});
   CHECK(spec.code == 2);
   CHECK(error_line(spec.output) == "error: command line: unexpected argument \"job.json\": to train, run xlaunch "
-                                   "job.json (every rank), or xtrain-worker --job job.json (a world of one) (see --help)");
+                                   "job.json (every rank), or xtrain-worker --job job.json (a world of one) "
+                                   "(see --help)");
 }

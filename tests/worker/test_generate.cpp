@@ -182,6 +182,8 @@ TEST_CASE("generate: bad input is one error line, exit 2, nothing on stdout", "[
   write_bytes(dir / "notes.txt", "not a model");
   fs::create_directories(dir / "empty");
   fs::create_directories(dir / "fresh-run/checkpoints");
+  fs::create_directories(dir / "failed-run");  // a run that failed before its first checkpoint
+  write_bytes(dir / "failed-run/summary.json", "{}");
   // A checkpoint's tokenizer with a flipped bit: caught by its checksum before it is loaded.
   fs::create_directories(dir / "vocab");
   write_bytes(dir / "vocab/vocab.json", "{\"a\": 0}");
@@ -202,6 +204,7 @@ TEST_CASE("generate: bad input is one error line, exit 2, nothing on stdout", "[
       {{dir / "notes.txt"}, dir / "notes.txt" + ": " + kinds + "this file begins with 544501614, not llm.c's magic 20240326"},
       {{dir / "empty"}, dir / "empty" + ": " + kinds + "this directory has neither checkpoints/ nor config.json"},
       {{dir / "fresh-run"}, dir / "fresh-run" + ": a run directory without a complete, intact checkpoint"},
+      {{dir / "failed-run"}, dir / "failed-run" + ": a run directory without a complete, intact checkpoint"},
       {{dir / "run/checkpoints"}, dir / "run/checkpoints" + ": " + kinds + "this is a run's checkpoints/ folder, whose "
                                   "newest checkpoint is " + dir / "run/checkpoints/step-"},
       {{dir / "missing"}, dir / "missing" + ": No such file or directory"},

@@ -144,8 +144,8 @@ TEST_CASE("bad data files give one-line errors naming the field and the file", "
               cwd + ")");
     // The plan's check of the headers says the same.
     CHECK(error_message<DataError>([&] { inspect_token_file("no-such-file.bin", "data.train"); }) ==
-          "data.train: no-such-file.bin: No such file or directory (a relative path, taken from the current directory " +
-              cwd + ")");
+          "data.train: no-such-file.bin: No such file or directory (a relative path, taken from the current "
+          "directory " + cwd + ")");
   }
   SECTION("a .bin file without the shard magic") {
     write_shard(dir / "x.bin", iota_tokens(10, 0), 20240326);
