@@ -1,6 +1,7 @@
 // xlaunch: parse the command line, run the command, map every error to the contract's exit code.
 #include <iostream>
 
+#include "common/build_info.hpp"
 #include "common/exit_codes.hpp"
 #include "common/job_spec.hpp"
 #include "launcher/agent/supervisor.hpp"
@@ -33,6 +34,10 @@ int dispatch(const xtrain::launcher::CliOptions& options) {
 
 int run_command(int argc, char** argv) {
   namespace exit_code = xtrain::exit_code;
+  if (argc == 2 && std::string(argv[1]) == "--version") {
+    std::cout << "xlaunch " << xtrain::build_version() << "\n";
+    return exit_code::kSuccess;
+  }
   xtrain::launcher::init_command_logging();
   try {
     return dispatch(xtrain::launcher::parse_cli({argv + 1, argv + argc}, xtrain::launcher::process_environment()));

@@ -31,6 +31,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "common/build_info.hpp"
 #include "common/command_line.hpp"
 #include "common/did_you_mean.hpp"
 #include "common/exit_codes.hpp"
@@ -69,6 +70,7 @@ const char* const kUsage =
     "       xtrain-worker export SOURCE --format hf|llmc OUT ...   (see export --help)\n"
     "       xtrain-worker generate MODEL [--prompt TEXT] ...         (see generate --help)\n"
     "       xtrain-worker eval MODEL --data GLOB ...                 (see eval --help)\n"
+    "       xtrain-worker --version\n"
     "  One rank of data-parallel GPT-2 training. Under xlaunch the job and the rank come from the\n"
     "  environment (XTRAIN_JOB, RANK, WORLD_SIZE, ...); by hand, --job FILE runs a world of one.\n"
     "exit codes: 0 completed (or preempted by SIGUSR1 after a checkpoint); 1 runtime failure;\n"
@@ -111,6 +113,10 @@ int main(int argc, char** argv) {
   if (const auto missing = missing_worker_cpu_features(); !missing.empty()) {
     std::fprintf(stderr, "error: CPU: %s\n", describe_missing_cpu_features(missing).c_str());
     return exit_code::kBadInput;
+  }
+  if (argc == 2 && std::string(argv[1]) == "--version") {
+    std::printf("xtrain-worker %s\n", build_version().c_str());
+    return exit_code::kSuccess;
   }
   if (argc > 1 && std::string(argv[1]) == "export") return run_export(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "generate") return run_generate(argc - 1, argv + 1);

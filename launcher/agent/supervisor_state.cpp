@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include "common/build_info.hpp"
 #include "launcher/agent/supervisor_detail.hpp"
 
 namespace xtrain::launcher {
@@ -86,7 +87,8 @@ json Supervisor::summary_json() const {
           {"ranks", ranks},
           {"stragglers", stragglers_.to_json()},
           {"hang_report", hang_report_},
-          {"attempt_history", attempt_history_}};
+          {"attempt_history", attempt_history_},
+          {"xlaunch_version", build_version()}};
 }
 
 }  // namespace xtrain::launcher

@@ -442,6 +442,7 @@ std::string usage() {
        xlaunch stop RUN_DIR             graceful stop of a running supervisor
        xlaunch ls [DIR] [--json]        the runs under DIR (default runs), one line each
        xlaunch report RUN_DIR [--out FILE]   write the run's report (default RUN_DIR/report.html)
+       xlaunch --version                the version and the commit this build comes from
 
 options of a run (flags win over the spec file):
   --set KEY=VALUE         override a spec field by dotted path (repeatable); VALUE is JSON,

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <csignal>
+#include <regex>
 
 #include "harness.hpp"
 
@@ -156,4 +157,25 @@ TEST_CASE("launcher/status: stragglers with their start, how much slower, and th
   CHECK(r->exit_code == 0);
   CHECK_THAT(r->out, Contains("stragglers: rank 1 (79% slower from step 202, recovered at step 633), "
                               "rank 3 (40% slower from step 1200)\n"));
+}
+
+TEST_CASE("launcher/version: xlaunch, xtrain-worker and xtrain-data say their build, and summary.json records it",
+          "[integration][subcommands]") {
+  std::string version;
+  for (const char* program : {"xlaunch", "xtrain-worker", "xtrain-data"}) {
+    Process p({bin_path(program), "--version"});
+    const auto r = p.wait(10);
+    REQUIRE(r);
+    INFO(program << ": " << r->out << r->err);
+    CHECK(r->exit_code == 0);
+    std::smatch m;
+    // The commit is the source tree's (unknown outside a git checkout), the same in every program.
+    REQUIRE(std::regex_match(r->out, m, std::regex(std::string(program) +
+                                                   R"( ([0-9]+\.[0-9]+\.[0-9]+ \(commit ([0-9a-f]{12}(-dirty)?|unknown)\))\n)")));
+    if (version.empty()) version = m[1];
+    CHECK(m[1] == version);
+  }
+  TempDir dir;
+  const auto done = run_job(dir, test_spec(dir, 1, {}));
+  CHECK(done.summary.at("xlaunch_version") == version);
 }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/build_info.hpp"
 #include "common/command_line.hpp"
 #include "common/exit_codes.hpp"
 #include "common/model_file.hpp"
@@ -32,7 +33,7 @@ namespace fs = std::filesystem;
 constexpr int kMaxUint16Vocab = 65536;
 
 const char* const kUsage =
-    "usage: xtrain-data --vocab PATH --out DIR [options] INPUT...\n"
+    "usage: xtrain-data --vocab PATH --out DIR [options] INPUT...   (xtrain-data --version: the build)\n"
     "  Encodes text with GPT-2's tokenizer into llm.c token shards DIR/PREFIX_val_000000.bin,\n"
     "  DIR/PREFIX_train_000001.bin, ... Each document (a text file, or a line of a JSON Lines\n"
     "  file) is preceded by <|endoftext|>, as in llm.c's shards. INPUT: files, or directories\n"
@@ -152,6 +153,10 @@ std::string summary(const char* name, const ShardSet::Split& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--version") {
+    std::printf("xtrain-data %s\n", build_version().c_str());
+    return exit_code::kSuccess;
+  }
   try {
     Options o = parse(argc, argv);
     const std::vector<InputFile> files = list_inputs(o.inputs, !o.pipeline.jsonl_field.empty());
