@@ -7,6 +7,8 @@
 #include <functional>
 #include <set>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "common/did_you_mean.hpp"
@@ -423,6 +425,11 @@ CliOptions parse_cli(const std::vector<std::string>& args, const std::map<std::s
       if (!o.job_path.empty()) throw CliError("unexpected argument \"" + arg + "\": one job spec at most");
       o.job_path = arg;
       continue;
+    }
+    if (!program_flag && (ends_with(arg, ".yaml") || ends_with(arg, ".yml") || ends_with(arg, ".toml")) &&
+        ::access(arg.c_str(), X_OK) != 0) {
+      throw CliError("\"" + arg + "\": job specs are JSON (JOB.json, comments allowed), and this is not a program "
+                     "to run either");
     }
     o.program.assign(args.begin() + static_cast<long>(i), args.end());
     break;

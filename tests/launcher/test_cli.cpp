@@ -61,6 +61,7 @@ TEST_CASE("launcher/cli: errors say what is wrong", "[cli]") {
                     Contains("unknown option --frobnicate (see xlaunch --help)"));
   CHECK_THROWS_WITH(parse_cli({"a.json", "--dryrun"}), Contains("unknown option --dryrun (did you mean --dry-run?)"));
   CHECK(subcommand_hint("stauts") == " (did you mean `xlaunch status`?)");
+  CHECK_THROWS_WITH(parse_cli({"job.yaml"}), Contains("\"job.yaml\": job specs are JSON (JOB.json, comments allowed)"));
   CHECK(subcommand_hint("train.py").empty());
   CHECK_THROWS_WITH(parse_cli({"a.json", "--set"}), Contains("--set: expected a value"));
   CHECK_THROWS_WITH(parse_cli({"a.json", "--set", "novalue"}), Contains("--set: expected KEY=VALUE"));
