@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "common/atomic_file.hpp"
+#include "common/build_info.hpp"
 #include "common/exit_codes.hpp"
 #include "launcher/report/svg_chart.hpp"
 #include "launcher/run/run_dir.hpp"
@@ -408,8 +409,9 @@ std::string render_report(const RunInfo& run, const MetricsLog& metrics) {
   restarts(html, run);
   stragglers(html, run);
   html += "</div>\n";
-  html += fmt::format("<footer>Written by xlaunch from {}/metrics.jsonl: {} step and {} validation records",
-                      html_escape(run.dir), metrics.steps().size(), metrics.validations().size());
+  html += fmt::format("<footer>Written by xlaunch {} from {}/metrics.jsonl: {} step and {} validation records",
+                      html_escape(build_version()), html_escape(run.dir), metrics.steps().size(),
+                      metrics.validations().size());
   if (metrics.superseded() > 0) {
     html += fmt::format(" ({} earlier records of repeated steps left out: the last record of a step wins)",
                         metrics.superseded());

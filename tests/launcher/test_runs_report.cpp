@@ -111,6 +111,7 @@ TEST_CASE("launcher/report: every outcome leaves a report and a failed run's nam
   CHECK(ok.run.exit_code == 0);
   const std::string ok_report = read_file(dir / "runs/ok/report.html");
   CHECK_THAT(ok_report, Contains(R"(<span class="badge completed">completed</span>)"));
+  CHECK(matches(ok_report, R"(<footer>Written by xlaunch [0-9]+\.[0-9]+\.[0-9]+ \(commit [^)]+\) from )") == 1);
   for (const char* chart : {"loss-step", "lr", "grad-norm", "tokens-per-s", "rank-step-ms"}) {
     CHECK(matches(ok_report, std::string("data-chart=\"") + chart + "\" viewBox") == 1);
   }
