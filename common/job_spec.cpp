@@ -182,11 +182,15 @@ class Reader {
       if (seen_.count(key)) continue;
       const std::string close = closest_name(key, seen_all_, 2);
       std::string hint = close.empty() ? "" : " (did you mean \"" + close + "\"?)";
+      // Another trainer's name for one of our keys: here, or in the section that has it (nanoGPT's
+      // configs are flat: learning_rate at the top level is train.lr).
       const auto synonym = key_synonyms().find(key);
-      if (synonym != key_synonyms().end() &&
-          std::find(seen_all_.begin(), seen_all_.end(), synonym->second) != seen_all_.end()) {
+      const bool here = synonym != key_synonyms().end() &&
+                        std::find(seen_all_.begin(), seen_all_.end(), synonym->second) != seen_all_.end();
+      const std::string there = here ? "" : key_elsewhere(synonym != key_synonyms().end() ? synonym->second : key);
+      if (here) {
         hint = " (did you mean \"" + synonym->second + "\"?)";
-      } else if (const std::string there = key_elsewhere(key); hint.empty() && !there.empty()) {
+      } else if (!there.empty() && (hint.empty() || synonym != key_synonyms().end())) {
         hint = " (did you mean \"" + there + "\"?)";
       }
       std::string known;

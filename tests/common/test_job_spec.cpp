@@ -135,8 +135,15 @@ TEST_CASE("unknown keys are errors, with a suggestion when one is close", "[spec
              Catch::StartsWith(R"(model.block_size: unknown key (did you mean "seq_len"?))"));
   CHECK_THAT(error_of(json::parse(R"({"checkpoint": {"save_every": 100}})")),
              Catch::StartsWith(R"(checkpoint.save_every: unknown key (did you mean "every"?))"));
+  // Flat, as nanoGPT's configs are, or in another section: where our key is.
+  CHECK_THAT(error_of(json::parse(R"({"learning_rate": 0.001})")),
+             Catch::StartsWith(R"(learning_rate: unknown key (did you mean "train.lr"?))"));
   CHECK_THAT(error_of(json::parse(R"({"model": {"learning_rate": 0.001}})")),
-             Catch::StartsWith("model.learning_rate: unknown key; expected one of: "));
+             Catch::StartsWith(R"(model.learning_rate: unknown key (did you mean "train.lr"?))"));
+  CHECK_THAT(error_of(json::parse(R"({"train": {"save_every": 100}})")),
+             Catch::StartsWith(R"(train.save_every: unknown key (did you mean "checkpoint.every"?))"));
+  CHECK_THAT(error_of(json::parse(R"({"train": {"block_size": 1024}})")),
+             Catch::StartsWith(R"(train.block_size: unknown key (did you mean "model.seq_len"?))"));
   // A key of another section: where it belongs.
   CHECK_THAT(error_of(json::parse(R"({"steps": 100})")),
              Catch::StartsWith(R"(steps: unknown key (did you mean "train.steps"?))"));
