@@ -182,15 +182,15 @@ class Reader {
       if (seen_.count(key)) continue;
       const std::string close = closest_name(key, seen_all_, 2);
       std::string hint = close.empty() ? "" : " (did you mean \"" + close + "\"?)";
-      // Another trainer's name for one of our keys: here, or in the section that has it (nanoGPT's
-      // configs are flat: learning_rate at the top level is train.lr).
-      const auto synonym = key_synonyms().find(key);
-      const bool here = synonym != key_synonyms().end() &&
-                        std::find(seen_all_.begin(), seen_all_.end(), synonym->second) != seen_all_.end();
-      const std::string there = here ? "" : key_elsewhere(synonym != key_synonyms().end() ? synonym->second : key);
-      if (here) {
-        hint = " (did you mean \"" + synonym->second + "\"?)";
-      } else if (!there.empty() && (hint.empty() || synonym != key_synonyms().end())) {
+      // Another trainer's name for one of our keys, named from here: "lr" in train, "train.lr"
+      // elsewhere (nanoGPT's configs are flat: learning_rate at the top level is train.lr).
+      const auto synonym = other_trainer_key_names().find(key);
+      const std::string ours = synonym != other_trainer_key_names().end() ? synonym->second : "";
+      const std::string prefix = path_.empty() ? "" : path_ + ".";
+      if (!ours.empty()) {
+        const bool here = ours.rfind(prefix, 0) == 0 && ours.find('.', prefix.size()) == std::string::npos;
+        hint = " (did you mean \"" + (here ? ours.substr(prefix.size()) : ours) + "\"?)";
+      } else if (const std::string there = hint.empty() ? key_elsewhere(key) : ""; !there.empty()) {
         hint = " (did you mean \"" + there + "\"?)";
       }
       std::string known;
@@ -444,6 +444,20 @@ void apply_override(json& doc, const std::string& assignment) {
     if (node->is_null()) *node = json::object();
     start = dot + 1;
   }
+}
+
+const std::map<std::string, std::string>& other_trainer_key_names() {
+  static const std::map<std::string, std::string> paths = [] {
+    std::map<std::string, std::string> out;
+    for (const auto& [name, key] : key_synonyms()) {
+      out[name] = "";
+      for (const auto& [section, fields] : spec_key_tree().items()) {
+        if (fields.is_object() && fields.contains(key)) out[name] = section + "." + key;
+      }
+    }
+    return out;
+  }();
+  return paths;
 }
 
 json to_json(const JobSpec& spec) {

@@ -135,6 +135,11 @@ void apply_override(nlohmann::json& doc, const std::string& assignment);
 // The spec with every default filled in, as written to the run directory's job.json.
 nlohmann::json to_json(const JobSpec& spec);
 
+// Other trainers' names for our keys (nanoGPT, llm.c, Hugging Face's Trainer and config.json), each
+// with the dotted path of ours ("learning_rate": "train.lr"), as unknown-key errors suggest them;
+// "" for a name whose key the spec no longer has (a test keeps there being none).
+const std::map<std::string, std::string>& other_trainer_key_names();
+
 // Checks that only make sense for our own worker and a known world size: batch divisibility,
 // head size, data paths present. Throws SpecError naming the field.
 void validate_for_training(const JobSpec& spec, int world_size);

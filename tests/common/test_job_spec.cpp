@@ -121,6 +121,18 @@ TEST_CASE("train.eval_multiple_choice: off by default, a path and a count, only 
         "train.eval_multiple_choice_examples: expected an integer >= 0, got -1");
 }
 
+TEST_CASE("each other trainer's name of a key leads to a key the spec has", "[spec]") {
+  const nlohmann::json all = to_json(JobSpec{});
+  CHECK(other_trainer_key_names().size() >= 30);
+  for (const auto& [name, ours] : other_trainer_key_names()) {
+    INFO(name << " -> " << ours);
+    REQUIRE(ours.find('.') != std::string::npos);
+    const std::string section = ours.substr(0, ours.find('.'));
+    CHECK(all.at(section).contains(ours.substr(section.size() + 1)));
+    CHECK_FALSE(all.contains(name));  // not a key of ours itself
+  }
+}
+
 TEST_CASE("unknown keys are errors, with a suggestion when one is close", "[spec]") {
   const std::string typo = error_of(json::parse(R"({"train": {"stpes": 10}})"));
   CHECK_THAT(typo, Catch::StartsWith(R"(train.stpes: unknown key (did you mean "steps"?); expected one of: steps, )"));
