@@ -10,4 +10,8 @@ namespace xtrain {
 // in "-dirty" for one with uncommitted changes.
 std::string build_version();
 
+// When the command line is exactly `PROGRAM --version`: prints "PROGRAM <build_version()>" on stdout
+// and returns true.
+bool print_version_if_asked(int argc, char** argv, const char* program);
+
 }  // namespace xtrain

@@ -36,10 +36,13 @@ std::vector<std::pair<std::int64_t, std::filesystem::path>> complete_checkpoints
   return found;
 }
 
-std::optional<std::string> describe_checkpoint_holder(const std::filesystem::path& dir) {
+bool holds_a_run(const std::filesystem::path& dir) {
   std::error_code ec;
-  const bool run_dir = std::filesystem::is_directory(dir / "checkpoints", ec) ||
-                       std::filesystem::exists(dir / "summary.json", ec);
+  return std::filesystem::is_directory(dir / "checkpoints", ec) || std::filesystem::exists(dir / "summary.json", ec);
+}
+
+std::optional<std::string> describe_checkpoint_holder(const std::filesystem::path& dir) {
+  const bool run_dir = holds_a_run(dir);
   const auto held = complete_checkpoints(run_dir ? dir / "checkpoints" : dir);
   if (!run_dir && held.empty()) return std::nullopt;
   const std::string what = run_dir ? "a run directory" : "a run's checkpoints/ folder";

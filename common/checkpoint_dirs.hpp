@@ -33,8 +33,12 @@ bool is_partial_checkpoint(const std::string& name);
 // when root does not exist.
 std::vector<std::pair<std::int64_t, std::filesystem::path>> complete_checkpoints(const std::filesystem::path& root);
 
-// For an error about `dir` given where one checkpoint (or model) was expected: when it is a run
-// directory (it has checkpoints/ or summary.json) or a run's checkpoints/ itself, what it is and
+// Whether `dir` is where a run keeps its checkpoints: it has checkpoints/ or summary.json (a run that
+// ended before its first checkpoint). xlaunch's own views of a run need more (launcher/run/run_dir.hpp).
+bool holds_a_run(const std::filesystem::path& dir);
+
+// For an error about `dir` given where one checkpoint (or model) was expected: when it holds_a_run
+// or is a run's checkpoints/ itself, what it is and
 // its newest complete checkpoint by name: "a run directory, whose newest checkpoint is
 // R/checkpoints/step-00000400"; nullopt for anything else.
 std::optional<std::string> describe_checkpoint_holder(const std::filesystem::path& dir);

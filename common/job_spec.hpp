@@ -68,6 +68,10 @@ struct DataSpec {
   double val_fraction = 0.05;       // share of train held out when val is empty
 };
 
+// A data path with any of these characters is a glob, listed in sorted order, rather than one file.
+inline constexpr const char* kGlobCharacters = "*?[";
+inline bool is_glob_pattern(const std::string& path) { return path.find_first_of(kGlobCharacters) != std::string::npos; }
+
 struct TrainSpec {
   int steps = 100;
   int batch_size = 8;               // sequences per optimizer step, all ranks together

@@ -34,10 +34,7 @@ int dispatch(const xtrain::launcher::CliOptions& options) {
 
 int run_command(int argc, char** argv) {
   namespace exit_code = xtrain::exit_code;
-  if (argc == 2 && std::string(argv[1]) == "--version") {
-    std::cout << "xlaunch " << xtrain::build_version() << "\n";
-    return exit_code::kSuccess;
-  }
+  if (xtrain::print_version_if_asked(argc, argv, "xlaunch")) return exit_code::kSuccess;
   xtrain::launcher::init_command_logging();
   try {
     return dispatch(xtrain::launcher::parse_cli({argv + 1, argv + argc}, xtrain::launcher::process_environment()));

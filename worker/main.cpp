@@ -74,15 +74,28 @@ const char* const kUsage =
     "  One rank of data-parallel GPT-2 training. Under xlaunch the job and the rank come from the\n"
     "  environment (XTRAIN_JOB, RANK, WORLD_SIZE, ...); by hand, --job FILE runs a world of one.\n"
     "exit codes: 0 completed (or preempted by SIGUSR1 after a checkpoint); 1 runtime failure;\n"
-    "  2 bad input (command line, environment, spec, data, checkpoint, device)\n";
+    "  2 bad input (command line, environment, spec, data, checkpoint, device); 3 training diverged\n";
 
-// The commands main() dispatches to by their first argument.
-const std::vector<std::string> kCommands = {"export", "generate", "eval"};
+// The commands main() dispatches to by their first argument; each is given the whole command line and
+// passes its own arguments (from its name on) to the command. eval's forwards are OpenBLAS's products,
+// as training's are (below); export and generate (its own kernels on the CPU) run none, so they start
+// without executing this program again.
+struct SubCommand {
+  const char* name;
+  int (*run)(int argc, char** argv);
+};
+const SubCommand kSubCommands[] = {
+    {"export", [](int argc, char** argv) { return run_export(argc - 1, argv + 1); }},
+    {"generate", [](int argc, char** argv) { return run_generate(argc - 1, argv + 1); }},
+    {"eval", [](int argc, char** argv) { return run_eval(argc - 1, argv + 1, choose_openblas_core(argv)); }},
+};
 
 // An argument where a command or an option was expected: a typo of a command, or a job spec given
 // as xlaunch takes it.
 std::string unexpected_argument(const std::string& arg) {
-  const std::string close = closest_name(arg, kCommands, typo_edits(arg));
+  std::vector<std::string> names;
+  for (const SubCommand& command : kSubCommands) names.emplace_back(command.name);
+  const std::string close = closest_name(arg, names, typo_edits(arg));
   if (!close.empty()) return "command line: unknown command \"" + arg + "\" (did you mean \"" + close + "\"?)";
   std::string text = "command line: unexpected argument \"" + arg + "\"";
   if (arg.size() > 5 && arg.compare(arg.size() - 5, 5, ".json") == 0) {
@@ -114,15 +127,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: CPU: %s\n", describe_missing_cpu_features(missing).c_str());
     return exit_code::kBadInput;
   }
-  if (argc == 2 && std::string(argv[1]) == "--version") {
-    std::printf("xtrain-worker %s\n", build_version().c_str());
-    return exit_code::kSuccess;
+  if (print_version_if_asked(argc, argv, "xtrain-worker")) return exit_code::kSuccess;
+  for (const SubCommand& command : kSubCommands) {
+    if (argc > 1 && std::string(argv[1]) == command.name) return command.run(argc, argv);
   }
-  if (argc > 1 && std::string(argv[1]) == "export") return run_export(argc - 1, argv + 1);
-  if (argc > 1 && std::string(argv[1]) == "generate") return run_generate(argc - 1, argv + 1);
-  // eval's forwards are OpenBLAS's products, as training's are (below); export and generate (its own
-  // kernels on the CPU) run none, so they start without executing themselves again.
-  if (argc > 1 && std::string(argv[1]) == "eval") return run_eval(argc - 1, argv + 1, choose_openblas_core(argv));
   // Declared in dependency order: the trainer refers to the spec, the report and the backend, so
   // it must be destroyed first.
   int rank = 0;

@@ -14,7 +14,7 @@ namespace fs = std::filesystem;
 // Whether `path` (a file, a directory or a glob) names anything from `base`.
 bool names_something(const fs::path& base, const std::string& path) {
   const std::string full = (base / path).string();
-  if (path.find_first_of("*?[") == std::string::npos) {
+  if (!is_glob_pattern(path)) {
     std::error_code ec;
     return fs::exists(full, ec);
   }

@@ -15,8 +15,6 @@
 namespace xtrain {
 namespace {
 
-bool is_glob(const std::string& pattern) { return pattern.find_first_of("*?[") != std::string::npos; }
-
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -36,13 +34,13 @@ DataError open_error(const std::string& field, const std::string& path, const Fi
 
 // The directory a pattern lists: its part before the first wildcard, up to the last '/'.
 std::string pattern_directory(const std::string& pattern) {
-  const std::string fixed = pattern.substr(0, pattern.find_first_of("*?["));
+  const std::string fixed = pattern.substr(0, pattern.find_first_of(kGlobCharacters));
   const size_t slash = fixed.rfind('/');
   return slash == std::string::npos ? "." : slash == 0 ? "/" : fixed.substr(0, slash);
 }
 
 std::vector<std::string> expand(const std::string& pattern, const std::string& field) {
-  if (!is_glob(pattern)) return {pattern};
+  if (!is_glob_pattern(pattern)) return {pattern};
   glob_t g{};
   const int rc = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &g);
   std::vector<std::string> files;

@@ -153,10 +153,7 @@ std::string summary(const char* name, const ShardSet::Split& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 2 && std::string(argv[1]) == "--version") {
-    std::printf("xtrain-data %s\n", build_version().c_str());
-    return exit_code::kSuccess;
-  }
+  if (print_version_if_asked(argc, argv, "xtrain-data")) return exit_code::kSuccess;
   try {
     Options o = parse(argc, argv);
     const std::vector<InputFile> files = list_inputs(o.inputs, !o.pipeline.jsonl_field.empty());

@@ -32,7 +32,7 @@ ModelFileInfo open_model_argument(const std::string& path) {
   const fs::path p(path);
   if (fs::is_directory(p, ec)) {
     if (!fs::exists(p / "config.json", ec)) {
-      if (!fs::is_directory(p / "checkpoints", ec) && !fs::exists(p / "summary.json", ec)) {
+      if (!holds_a_run(p)) {
         const auto holder = describe_checkpoint_holder(p);  // a run's checkpoints/ itself, or nothing of ours
         throw FileError(path, std::string("not a model: ") + kKinds +
                                   (holder ? "; this is " + *holder + ": give it, or the run directory above it"
