@@ -26,9 +26,34 @@ std::string relative_note(const std::string& path) {
   return " (a relative path, taken from the current directory " + std::filesystem::current_path(ec).string() + ")";
 }
 
+// Bare uint16 tokens without a header are nanoGPT's format (its prepare.py scripts write them).
+std::string nanogpt_note(const std::string& dir) {
+  return "nanoGPT's train.bin and val.bin hold bare uint16 tokens without a header: make llm.c token shards of them "
+         "with xtrain-data --nanogpt " + dir + " --out DIR";
+}
+
+// For a directory given as data.train or data.val: the glob of its llm.c shards of that split
+// (llm.c names them PREFIX_train_NNNNNN.bin, PREFIX_val_NNNNNN.bin), or what to do with nanoGPT's.
+std::string directory_hint(const std::string& dir, const std::string& field) {
+  const std::string split = field == "data.val" ? "_val_" : "_train_";
+  bool shards = false, nanogpt = false;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    shards = shards || (name.find(split) != std::string::npos && ends_with(name, ".bin"));
+    nanogpt = nanogpt || name == "train.bin";
+  }
+  if (shards) return ": give the glob of its shards, " + (std::filesystem::path(dir) / ("*" + split + "*.bin")).string();
+  if (nanogpt) return "; " + nanogpt_note(dir);
+  return "";
+}
+
 // A file that could not be opened: its error, and relative_note when it is not there.
 DataError open_error(const std::string& field, const std::string& path, const FileError& e) {
   std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return DataError(field, path + ": is a directory, expected a file or a glob" + directory_hint(path, field));
+  }
   return DataError(field, e.what() + (std::filesystem::exists(path, ec) ? "" : relative_note(path)));
 }
 
@@ -85,8 +110,9 @@ std::optional<std::uint64_t> shard_token_count(const std::uint8_t* bytes, std::u
   const bool shard = available >= sizeof(std::int32_t) && read_int32(bytes) == kShardMagic;
   if (!shard && ends_with(path, ".bin")) {
     const std::string magic = available >= sizeof(std::int32_t) ? std::to_string(read_int32(bytes)) : "missing";
-    throw DataError(
-        field, path + ": not an llm.c token shard: magic is " + magic + ", expected " + std::to_string(kShardMagic));
+    const std::string dir = std::filesystem::path(path).parent_path().string();
+    throw DataError(field, path + ": not an llm.c token shard: magic is " + magic + ", expected " +
+                               std::to_string(kShardMagic) + "; " + nanogpt_note(dir.empty() ? "." : dir));
   }
   // Read as text, JSON Lines would train on its syntax (quotes, keys, escapes) rather than its text.
   if (!shard && ends_with(path, ".jsonl")) {

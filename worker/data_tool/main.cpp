@@ -21,6 +21,7 @@
 #include "common/usable_cpus.hpp"
 #include "common/tokenizer/gpt2_tokenizer.hpp"
 #include "worker/data_tool/documents.hpp"
+#include "worker/data_tool/nanogpt_import.hpp"
 #include "worker/data_tool/pipeline.hpp"
 #include "worker/data_tool/shard_set.hpp"
 
@@ -53,10 +54,15 @@ const char* const kUsage =
     "  --threads N          encoding threads (default: the CPUs this process may use)\n"
     "  --chunk-bytes N      text per unit of work (default 1048576; changes no output)\n"
     "  --quiet              no progress line\n"
+    "       xtrain-data --nanogpt DIR --out DIR [--vocab PATH] [--prefix NAME] [--shard-tokens N]\n"
+    "  Makes shards of nanoGPT's prepared data: DIR/val.bin (validation) and DIR/train.bin (training),\n"
+    "  bare uint16 GPT-2 token ids, copied unchanged; every id is checked against GPT-2's 50257 tokens\n"
+    "  (or --vocab's).\n"
     "exit codes: 0 done; 1 the file system failed; 2 bad input; 128+N stopped by signal N\n";
 
 struct Options {
   std::string vocab, out, prefix;
+  std::string nanogpt;  // nanoGPT's data directory, instead of inputs
   std::uint64_t shard_tokens = 100'000'000;
   std::uint64_t val_tokens = 0;
   bool val_tokens_given = false;
@@ -86,6 +92,7 @@ Options parse(int argc, char** argv) {
                  .option("--vocab", o.vocab)
                  .option("--out", o.out)
                  .option("--prefix", o.prefix)
+                 .option("--nanogpt", o.nanogpt)
                  .option("--jsonl-field",
                          [&](const std::string& v) {
                            if (v.empty()) throw BadInput("command line: --jsonl-field needs a field name");
@@ -101,9 +108,18 @@ Options parse(int argc, char** argv) {
                                                 [&](std::uint64_t n) { o.pipeline.chunk_bytes = n; }))
                  .flag("--quiet", [&] { o.pipeline.progress = false; })
                  .parse(argc, argv);
-  if (o.vocab.empty()) throw BadInput("command line: no vocabulary: give --vocab PATH (see --help)");
+  if (!o.nanogpt.empty()) {
+    // nanoGPT's files are tokens already, split already.
+    if (!o.inputs.empty()) throw BadInput("command line: --nanogpt DIR is the input: no INPUT with it");
+    if (!o.pipeline.jsonl_field.empty() || o.val_tokens_given) {
+      throw BadInput("command line: --nanogpt's splits are its files (val.bin, train.bin): no " +
+                     std::string(o.val_tokens_given ? "--val-tokens" : "--jsonl-field") + " with it");
+    }
+  } else {
+    if (o.vocab.empty()) throw BadInput("command line: no vocabulary: give --vocab PATH (see --help)");
+    if (o.inputs.empty()) throw BadInput("command line: no input: give text files, directories or JSON Lines files");
+  }
   if (o.out.empty()) throw BadInput("command line: no output directory: give --out DIR (see --help)");
-  if (o.inputs.empty()) throw BadInput("command line: no input: give text files, directories or JSON Lines files");
   if (o.prefix.empty()) o.prefix = fs::path(o.out).lexically_normal().filename().string();
   if (o.prefix.empty()) o.prefix = fs::path(o.out).lexically_normal().parent_path().filename().string();
   if (o.prefix.empty() || o.prefix.find('/') != std::string::npos) {
@@ -142,12 +158,43 @@ void choose_val_tokens(Options& o, const std::vector<InputFile>& files) {
 
 extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
 
+Gpt2Tokenizer load_vocabulary(const std::string& path) {
+  if (is_llmc_tokenizer_file(path)) {
+    throw BadInput("--vocab: " + path + " is llm.c's tokenizer file, which decodes only: give GPT-2's "
+                   "vocabulary files (encoder.json + vocab.bpe, or vocab.json + merges.txt) to encode text");
+  }
+  Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(path);
+  if (tokenizer.vocab_size() > kMaxUint16Vocab) {
+    throw BadInput(tokenizer.source() + ": " + std::to_string(tokenizer.vocab_size()) +
+                   " tokens, but llm.c shards store tokens as uint16 (at most " + std::to_string(kMaxUint16Vocab) + ")");
+  }
+  return tokenizer;
+}
+
+std::string count_of(std::uint64_t n, const char* one, const char* many) {
+  return with_thousands(static_cast<long long>(n)) + " " + (n == 1 ? one : many);
+}
+
 std::string summary(const char* name, const ShardSet::Split& s) {
-  const auto count = [](auto n, const char* one, const char* many) {
-    return with_thousands(static_cast<long long>(n)) + " " + (n == 1 ? one : many);
+  return std::string(name) + " " + count_of(s.shards, "shard", "shards") + ", " + count_of(s.tokens, "token", "tokens") +
+         ", " + count_of(s.documents, "document", "documents");
+}
+
+// --nanogpt DIR: its val.bin and train.bin, copied into shards.
+int import_nanogpt_dir(const Options& o) {
+  const NanogptData data = find_nanogpt_data(o.nanogpt);
+  const int vocab_size = o.vocab.empty() ? kGpt2Tokens : load_vocabulary(o.vocab).vocab_size();
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+  ShardSet shards({o.out, o.prefix, o.shard_tokens, data.val_tokens, /*end_token=*/-1, /*one_document=*/false});
+  import_nanogpt(data, vocab_size, shards, o.pipeline.progress);
+  const auto split = [](const ShardSet::Split& s) {
+    return count_of(s.shards, "shard", "shards") + ", " + count_of(s.tokens, "token", "tokens");
   };
-  return std::string(name) + " " + count(s.shards, "shard", "shards") + ", " + count(s.tokens, "token", "tokens") +
-         ", " + count(s.documents, "document", "documents");
+  std::fprintf(stderr, "xtrain-data: wrote %s from nanoGPT's %s: val %s (val.bin%s); train %s (train.bin)\n",
+               o.out.c_str(), o.nanogpt.c_str(), split(shards.val()).c_str(), data.val.empty() ? ": none" : "",
+               split(shards.train()).c_str());
+  return exit_code::kSuccess;
 }
 
 }  // namespace
@@ -156,18 +203,10 @@ int main(int argc, char** argv) {
   if (print_version_if_asked(argc, argv, "xtrain-data")) return exit_code::kSuccess;
   try {
     Options o = parse(argc, argv);
+    if (!o.nanogpt.empty()) return import_nanogpt_dir(o);
     const std::vector<InputFile> files = list_inputs(o.inputs, !o.pipeline.jsonl_field.empty());
     check_output_outside_inputs(o);
-    if (is_llmc_tokenizer_file(o.vocab)) {
-      throw BadInput("--vocab: " + o.vocab + " is llm.c's tokenizer file, which decodes only: give GPT-2's "
-                     "vocabulary files (encoder.json + vocab.bpe, or vocab.json + merges.txt) to encode text");
-    }
-    const Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(o.vocab);
-    if (tokenizer.vocab_size() > kMaxUint16Vocab) {
-      throw BadInput(tokenizer.source() + ": " + std::to_string(tokenizer.vocab_size()) +
-                       " tokens, but llm.c shards store tokens as uint16 (at most " + std::to_string(kMaxUint16Vocab) +
-                       ")");
-    }
+    const Gpt2Tokenizer tokenizer = load_vocabulary(o.vocab);
     std::signal(SIGINT, on_stop_signal);
     std::signal(SIGTERM, on_stop_signal);
     choose_val_tokens(o, files);  // said once every input is known good

@@ -1,7 +1,5 @@
 #include "worker/data_tool/pipeline.hpp"
 
-#include <unistd.h>
-
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -11,54 +9,13 @@
 #include <mutex>
 #include <thread>
 
-#include "common/number_format.hpp"
+#include "worker/data_tool/progress_line.hpp"
 
 namespace xtrain::data_tool {
 
 std::atomic<int> g_stop_signal{0};
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// "12.3 MB of 45.6 MB (27%), 21.0 MB/s, 1,234 documents, 3,456,789 tokens, ETA 0:02"; on a
-// terminal rewritten in place up to four times a second, in a log one line every ten seconds.
-class ProgressLine {
- public:
-  ProgressLine(bool enabled, std::uint64_t total_bytes)
-      : enabled_(enabled), tty_(::isatty(STDERR_FILENO) == 1), total_(total_bytes), start_(Clock::now()), last_(start_) {}
-
-  void update(std::uint64_t bytes, std::uint64_t documents, std::uint64_t tokens, bool final = false) {
-    const auto now = Clock::now();
-    if (!enabled_ || (!final && now - last_ < (tty_ ? std::chrono::milliseconds(250) : std::chrono::seconds(10)))) return;
-    last_ = now;
-    const double seconds = std::chrono::duration<double>(now - start_).count();
-    const double rate = seconds > 0 ? static_cast<double>(bytes) / seconds : 0;
-    const double eta = rate > 0 ? static_cast<double>(total_ - std::min(bytes, total_)) / rate : 0;
-    char line[256];
-    std::snprintf(line, sizeof line, "xtrain-data: %.1f MB of %.1f MB (%.0f%%), %.1f MB/s, %s documents, %s tokens, ETA %d:%02d",
-                  static_cast<double>(bytes) / 1e6, static_cast<double>(total_) / 1e6,
-                  total_ ? 100.0 * static_cast<double>(bytes) / static_cast<double>(total_) : 100.0, rate / 1e6,
-                  with_thousands(static_cast<long long>(documents)).c_str(),
-                  with_thousands(static_cast<long long>(tokens)).c_str(), static_cast<int>(eta) / 60,
-                  static_cast<int>(eta) % 60);
-    if (tty_) {
-      std::fprintf(stderr, "\r%-130s%s", line, final ? "\n" : "");
-    } else {
-      std::fprintf(stderr, "%s\n", line);
-    }
-    shown_ = !final;
-  }
-  ~ProgressLine() {
-    if (shown_ && tty_) std::fputc('\n', stderr);  // an error line after a partial progress line
-  }
-
- private:
-  bool enabled_, tty_;
-  std::uint64_t total_;
-  Clock::time_point start_, last_;
-  bool shown_ = false;
-};
 
 class Pipeline {
  public:

@@ -122,9 +122,23 @@ TEST_CASE("bad data files give one-line errors naming the field and the file", "
     CHECK(error_message<DataError>([&] { TokenSource(path, "data.train"); }) ==
           "data.train: " + path + ": No such file or directory");
   }
-  SECTION("a directory") {
+  SECTION("a directory: of llm.c shards, the glob of the split's; of nanoGPT's data, how to make shards") {
     CHECK(error_message<DataError>([&] { TokenSource(dir.path(), "data.val"); }) ==
-          "data.val: " + dir.path() + ": is a directory, expected a file");
+          "data.val: " + dir.path() + ": is a directory, expected a file or a glob");
+    write_shard(dir / "fineweb_val_000000.bin", iota_tokens(10, 0));
+    write_shard(dir / "fineweb_train_000001.bin", iota_tokens(10, 0));
+    CHECK(error_message<DataError>([&] { TokenSource(dir.path(), "data.val"); }) ==
+          "data.val: " + dir.path() + ": is a directory, expected a file or a glob: give the glob of its shards, " +
+              dir / "*_val_*.bin");
+    CHECK(error_message<DataError>([&] { TokenSource(dir.path(), "data.train"); }) ==
+          "data.train: " + dir.path() + ": is a directory, expected a file or a glob: give the glob of its shards, " +
+              dir / "*_train_*.bin");
+    std::filesystem::create_directories(dir / "nanogpt");
+    write_bytes(dir / "nanogpt/train.bin", std::string(20, '\x01'));
+    CHECK(error_message<DataError>([&] { TokenSource(dir / "nanogpt", "data.train"); }) ==
+          "data.train: " + dir / "nanogpt" + ": is a directory, expected a file or a glob; nanoGPT's train.bin and "
+          "val.bin hold bare uint16 tokens without a header: make llm.c token shards of them with xtrain-data "
+          "--nanogpt " + dir / "nanogpt" + " --out DIR");
   }
   SECTION("a glob matching nothing") {
     CHECK(error_message<DataError>([&] { TokenSource(dir / "*.bin", "data.train"); }) ==
@@ -150,7 +164,9 @@ TEST_CASE("bad data files give one-line errors naming the field and the file", "
   SECTION("a .bin file without the shard magic") {
     write_shard(dir / "x.bin", iota_tokens(10, 0), 20240326);
     CHECK(error_message<DataError>([&] { TokenSource(dir / "x.bin", "data.train"); }) ==
-          "data.train: " + dir / "x.bin" + ": not an llm.c token shard: magic is 20240326, expected 20240520");
+          "data.train: " + dir / "x.bin" + ": not an llm.c token shard: magic is 20240326, expected 20240520; "
+          "nanoGPT's train.bin and val.bin hold bare uint16 tokens without a header: make llm.c token shards of "
+          "them with xtrain-data --nanogpt " + dir.path() + " --out DIR");
   }
   SECTION("a JSON Lines file, whose syntax would be read as text") {
     write_bytes(dir / "d.jsonl", "{\"text\": \"a document\"}\n");

@@ -1,7 +1,7 @@
 // xtrain-data end to end: corpora through the real tool, read back with the worker's token source
-// and decoded; the same shards whatever the thread count or chunk size, and run after run; bad
-// input (JSON Lines lines, fields, vocabularies, output directories) as one line and exit 2 with
-// nothing left behind; a run killed mid-write leaves no shard a training run would pick up.
+// and decoded; nanoGPT's token files copied unchanged; the same shards whatever the thread count or
+// chunk size, and run after run; bad input (JSON Lines lines, fields, vocabularies, output
+// directories, token files) as one line and exit 2 with nothing left behind; a run killed mid-write leaves no shard a training run would pick up.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "common/number_format.hpp"
 #include "common/tokenizer/gpt2_tokenizer.hpp"
 #include "tests/common/tokenizer/gpt2_reference.hpp"
 #include "tests/worker/test_files.hpp"
@@ -37,12 +38,12 @@ struct Result {
   std::string err;  // stderr
 };
 
-// Runs xtrain-data with the GPT-2 vocabulary and `args`.
-Result run_tool(const std::string& args) {
+// Runs xtrain-data with `args`, and the GPT-2 vocabulary unless told not to.
+Result run_tool(const std::string& args, bool with_vocab = true) {
   ScratchDir tmp;
-  const int status = std::system((test::shell_quote(kTool) + " --vocab " + test::shell_quote(test::gpt2_openai_dir()) +
-                                  " " + args + " 2>" + test::shell_quote(tmp / "err"))
-                                     .c_str());
+  const std::string vocab = with_vocab ? " --vocab " + test::shell_quote(test::gpt2_openai_dir()) : "";
+  const int status =
+      std::system((test::shell_quote(kTool) + vocab + " " + args + " 2>" + test::shell_quote(tmp / "err")).c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), test::read_bytes(tmp / "err")};
 }
 
@@ -87,6 +88,22 @@ std::string generated_text(int lines, int seed) {
     text += (i % 5 == 0) ? "\n\n" : "\n";
   }
   return text;
+}
+
+// nanoGPT's prepare.py layout: bare little-endian uint16 ids (numpy's), each document closed by EOT.
+void write_nanogpt_tokens(const std::string& path, const std::vector<std::int32_t>& tokens) {
+  std::string bytes;
+  for (const std::int32_t t : tokens) bytes += {static_cast<char>(t & 0xFF), static_cast<char>(t >> 8)};
+  write_bytes(path, bytes);
+}
+
+std::vector<std::int32_t> nanogpt_tokens(int documents, int seed) {
+  std::vector<std::int32_t> tokens;
+  for (int d = 0; d < documents; ++d) {
+    gpt2().encode(generated_text(40 + d, seed + d), tokens);
+    tokens.push_back(gpt2().eot());
+  }
+  return tokens;
 }
 
 }  // namespace
@@ -326,6 +343,73 @@ TEST_CASE("bad inputs, vocabularies and outputs are one error line and exit 2", 
   CHECK(r.code == 2);
   CHECK_THAT(r.err, Catch::StartsWith("xtrain-data: error: " + dir / "big/encoder.json:1: not valid JSON: "));
   CHECK(files_in(dir.path()) == std::vector<std::string>{"a.txt", "big", "err", "mine", "one.jsonl", "x.jsonl"});
+}
+
+TEST_CASE("nanoGPT's val.bin and train.bin become shards of the same tokens, each id checked", "[data_tool]") {
+  ScratchDir dir;
+  fs::create_directories(dir / "owt");
+  const std::vector<std::int32_t> val = nanogpt_tokens(3, 11), train = nanogpt_tokens(20, 5);
+  write_nanogpt_tokens(dir / "owt/val.bin", val);
+  write_nanogpt_tokens(dir / "owt/train.bin", train);
+  Result r = run_tool("--nanogpt " + dir / "owt --out " + dir / "shards --shard-tokens 2000", /*with_vocab=*/false);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto shards = [](std::size_t tokens) { return std::to_string((tokens + 1999) / 2000) + " shards, "; };
+  const auto count = [](std::size_t tokens) { return with_thousands(static_cast<long long>(tokens)) + " tokens"; };
+  CHECK_THAT(r.err, Catch::Contains("wrote " + dir / "shards from nanoGPT's " + dir / "owt: val " + shards(val.size()) +
+                                    count(val.size()) + " (val.bin); train " + shards(train.size()) +
+                                    count(train.size()) + " (train.bin)\n"));
+  CHECK(read_tokens(dir / "shards/shards_val_*.bin") == val);
+  CHECK(read_tokens(dir / "shards/shards_train_*.bin") == train);
+  CHECK(files_in(dir / "shards").size() == (val.size() + 1999) / 2000 + (train.size() + 1999) / 2000);
+  for (const std::string& name : files_in(dir / "shards")) {
+    const std::vector<std::int32_t> tokens = read_tokens(dir / "shards/" + name);
+    CHECK(inspect_token_file(dir / "shards/" + name, "data.train").max_token ==
+          *std::max_element(tokens.begin(), tokens.end()));
+  }
+
+  // Without val.bin, no validation split: the trainer holds out data.val_fraction.
+  fs::remove(dir / "owt/val.bin");
+  r = run_tool("--nanogpt " + dir / "owt --out " + dir / "shards --quiet");
+  CHECK(r.code == 0);
+  CHECK_THAT(r.err, Catch::Contains(": val 0 shards, 0 tokens (val.bin: none); train 1 shard"));
+  CHECK(files_in(dir / "shards") == std::vector<std::string>{"shards_train_000000.bin"});
+  CHECK(read_tokens(dir / "shards/shards_train_*.bin") == train);
+
+  // What cannot be GPT-2's tokens, and options that do not apply, are one line and exit 2; nothing is written.
+  const auto refused = [&](const std::string& args, const std::string& message) {
+    INFO(args);
+    const Result bad = run_tool(args);
+    CHECK(bad.code == 2);
+    CHECK(bad.err == "xtrain-data: error: " + message + "\n");
+    CHECK_FALSE(fs::exists(dir / "out"));
+  };
+  std::vector<std::int32_t> outside = train;
+  outside[1234] = 50257;
+  write_nanogpt_tokens(dir / "owt/train.bin", outside);
+  refused("--nanogpt " + dir / "owt --out " + dir / "out --quiet",
+          dir / "owt/train.bin" + ": token 1234 is 50257, outside the vocabulary's 50257 tokens: not GPT-2 token ids "
+                                  "(or not little-endian)");
+  write_bytes(dir / "owt/train.bin", "odd");
+  refused("--nanogpt " + dir / "owt --out " + dir / "out", dir / "owt/train.bin" + ": 3 bytes, an odd number: not "
+                                                                                    "bare uint16 tokens");
+  write_nanogpt_tokens(dir / "owt/train.bin", train);
+  fs::copy_file(dir / "shards/shards_train_000000.bin", dir / "owt/val.bin");
+  refused("--nanogpt " + dir / "owt --out " + dir / "out",
+          dir / "owt/val.bin" + ": already an llm.c token shard (its header's magic is 20240520): give it to "
+                                "data.train or data.val as it is");
+  fs::remove(dir / "owt/val.bin");
+  write_bytes(dir / "owt/meta.pkl", "pickle");
+  refused("--nanogpt " + dir / "owt --out " + dir / "out",
+          dir / "owt/meta.pkl" + ": a character-level vocabulary (nanoGPT's *_char datasets): its token ids are "
+                                 "characters, not GPT-2's tokens; make shards of the text itself with xtrain-data "
+                                 "--vocab GPT2_DIR");
+  refused("--nanogpt " + dir / "shards --out " + dir / "out",
+          "--nanogpt: " + dir / "shards: no train.bin (nanoGPT's prepare.py writes train.bin and val.bin)");
+  refused("--nanogpt " + dir / "owt --out " + dir / "out --val-tokens 10",
+          "command line: --nanogpt's splits are its files (val.bin, train.bin): no --val-tokens with it");
+  refused("--nanogpt " + dir / "owt --out " + dir / "out " + dir / "owt/train.bin",
+          "command line: --nanogpt DIR is the input: no INPUT with it");
 }
 
 TEST_CASE("a run killed mid-write leaves no shard a training run would pick up, and the next run cleans up", "[data_tool]") {
