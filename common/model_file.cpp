@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/checkpoint_dirs.hpp"
+#include "common/foreign_model.hpp"
 #include "common/tokenizer/gpt2_tokenizer.hpp"
 #include "common/tokenizer/gpt2_vocabulary.hpp"
 #include "common/tokenizer/hf_tokenizer_json.hpp"
@@ -269,7 +270,7 @@ bool holds_vocabulary(const std::string& dir) {
 ModelFileInfo read_model_file_info(const std::string& path) {
   std::error_code ec;
   const auto status = fs::status(path, ec);
-  if (!fs::exists(status)) throw FileError(path, "No such file or directory");
+  if (!fs::exists(status)) throw FileError(path, "No such file or directory" + hub_name_note(path));
   if (fs::is_directory(status)) return read_directory(path);
   if (!fs::is_regular_file(status)) throw FileError(path, "is not a regular file or a directory");
   const fs::path file(path);
@@ -277,6 +278,7 @@ ModelFileInfo read_model_file_info(const std::string& path) {
     throw FileError(path, "is one file of a Hugging Face GPT-2 directory: give the directory (" +
                               file.parent_path().string() + ")");
   }
+  if (is_pytorch_checkpoint(path)) throw FileError(path, pytorch_checkpoint_message());
   return read_llmc(path);
 }
 

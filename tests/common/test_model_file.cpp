@@ -260,12 +260,60 @@ TEST_CASE("a model file that cannot be used is one line naming the file", "[mode
     expected = path + ": truncated: size is " + std::to_string(fs::file_size(path)) +
                " bytes but its header's shape needs " + std::to_string(fs::file_size(path) + 1);
   }
+  SECTION("a PyTorch checkpoint: torch.save's zip (nanoGPT's ckpt.pt) and its older pickle") {
+    // A zip's first local header as torch.save writes it (checked against PyTorch 1.13's): "PK\3\4", 22
+    // bytes of fields, the name's length and the extra field's, then "ckpt/data.pkl".
+    std::string zip = std::string("PK\x03\x04") + std::string(22, '\0') + "\x0d" + '\0' + "\x15" + '\0' +
+                      "ckpt/data.pkl" + std::string(2000, 'x');
+    const std::string message =
+        ": a PyTorch checkpoint (torch.save: nanoGPT's ckpt.pt, an older pytorch_model.bin), which is not read "
+        "(unpickling runs code, and its layout is its writer's): load it in PyTorch and save the model as a Hugging "
+        "Face GPT-2 directory (config.json + model.safetensors, e.g. GPT2LMHeadModel.save_pretrained(DIR)), then give "
+        "that directory";
+    // The older format: pickle protocol 2, then torch's magic number.
+    write(d / "pytorch_model.bin",
+          std::string("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19") + std::string(2000, 'x'));
+    CHECK(file_error(d / "pytorch_model.bin") == d / "pytorch_model.bin" + message);
+    path = d / "ckpt.pt";
+    write(path, zip);
+    expected = path + message;
+  }
+  SECTION("a zip that is not PyTorch's is an llm.c file's error") {
+    path = d / "other.zip";
+    write(path, std::string("PK\x03\x04") + std::string(22, '\0') + "\x05" + '\0' + '\0' + '\0' + "a.txt" +
+                    std::string(2000, 'x'));
+    expected = path + ": not an llm.c model file: magic is 67324752, expected 20240326 (model.init_from takes a "
+                      "Hugging Face GPT-2 directory, a checkpoint directory or an llm.c model file)";
+  }
   SECTION("an llm.c header with an impossible size") {
     path = d / "m.bin";
     write_llmc(path, 3, 16, 70, 0, 2, 8, 128);
     expected = path + ": llm.c header: L is 0, expected a positive size";
   }
   CHECK(file_error(path) == expected);
+}
+
+TEST_CASE("a Hugging Face hub name is not downloaded: the cache's copy is named, or how to fetch it", "[model_file][errors]") {
+  Dir d;
+  const char* old_cache = std::getenv("HF_HUB_CACHE");
+  const std::optional<std::string> saved = old_cache ? std::optional<std::string>(old_cache) : std::nullopt;
+  ::setenv("HF_HUB_CACHE", (d / "hub").c_str(), 1);
+  CHECK(file_error("gpt2") == "gpt2: No such file or directory; if \"gpt2\" is a Hugging Face hub name: models are not "
+                              "downloaded here, so fetch it first (e.g. huggingface-cli download gpt2 --local-dir "
+                              "models/gpt2) and give that directory");
+  // huggingface_hub's layout: models--ORG--NAME/refs/main names the snapshot the cache holds.
+  write(d / "hub/models--openai-community--gpt2/refs/main", "abc123\n");
+  write_hf(d / "hub/models--openai-community--gpt2/snapshots/abc123");
+  const std::string snapshot = d / "hub/models--openai-community--gpt2/snapshots/abc123";
+  for (const std::string name : {"gpt2", "openai-community/gpt2"}) {
+    CHECK(file_error(name) == name + ": No such file or directory; Hugging Face's cache holds the hub's "
+                                     "\"openai-community/gpt2\" at " + snapshot + ": give that directory");
+  }
+  // A path that names a file, or that exists, is not taken for a hub name.
+  CHECK(file_error("weights.bin") == "weights.bin: No such file or directory");
+  CHECK(file_error(d / "nope/gpt2") == d / "nope/gpt2" + ": No such file or directory");
+  if (saved) ::setenv("HF_HUB_CACHE", saved->c_str(), 1);
+  else ::unsetenv("HF_HUB_CACHE");
 }
 
 TEST_CASE("init_from fills the model keys the spec leaves out, and keys set must agree", "[model_file][spec]") {

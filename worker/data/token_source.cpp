@@ -236,6 +236,22 @@ SourceSize inspect_source(const std::string& pattern, const std::string& field, 
   return out;
 }
 
+// Validation on files the model also trains on measures memorisation, not generalisation: a glob
+// like DIR/*.bin takes llm.c's DIR/NAME_val_000000.bin into training along with data.val.
+void check_splits_apart(const DataSpec& data) {
+  if (data.val.empty()) return;
+  const std::vector<std::string> train = expand(data.train, "data.train");
+  for (const std::string& file : expand(data.val, "data.val")) {
+    for (const std::string& taken : train) {
+      std::error_code ec;
+      if (!std::filesystem::equivalent(file, taken, ec)) continue;
+      throw DataError("data.val", file + " is in data.train too (" + data.train +
+                                      "): validation would score tokens the model trains on; give the splits "
+                                      "files of their own (llm.c's shards: *_train_*.bin and *_val_*.bin)");
+    }
+  }
+}
+
 }  // namespace
 
 TokenFileInfo inspect_token_file(const std::string& path, const std::string& field) {
@@ -253,6 +269,7 @@ TokenFileInfo inspect_token_file(const std::string& path, const std::string& fie
 }
 
 DataFilesInfo check_data_files(const DataSpec& data, const ModelSpec& model, bool need_val) {
+  check_splits_apart(data);
   const SourceSize train = inspect_source(data.train, "data.train", model.vocab_size);
   std::optional<SourceSize> val;
   if (!data.val.empty()) val = inspect_source(data.val, "data.val", model.vocab_size);
@@ -338,6 +355,7 @@ void TokenSpan::copy(std::uint64_t start, std::uint64_t n, std::int32_t* out) co
 }
 
 DataSplit load_data(const DataSpec& data, const ModelSpec& model, bool need_val) {
+  check_splits_apart(data);
   auto train = std::make_shared<const TokenSource>(data.train, "data.train");
   train->check_vocab(model.vocab_size, "data.train");
   std::shared_ptr<const TokenSource> val;

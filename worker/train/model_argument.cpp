@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "common/bad_input.hpp"
+#include "common/foreign_model.hpp"
 #include "worker/train/checkpoint.hpp"
 
 namespace xtrain {
@@ -47,6 +48,7 @@ ModelFileInfo open_model_argument(const std::string& path) {
     }
   } else if (fs::is_regular_file(p, ec) && p.filename() != "config.json" && p.extension() != ".safetensors") {
     const auto magic = first_int32(path);
+    if (magic != kLlmcModelMagic && is_pytorch_checkpoint(path)) throw FileError(path, pytorch_checkpoint_message());
     if (magic != kLlmcModelMagic) {
       throw FileError(path, std::string("not a model: ") + kKinds + "; this file begins with " +
                                 (magic ? std::to_string(*magic) : "fewer than 4 bytes") + ", not llm.c's magic " +

@@ -204,6 +204,23 @@ TEST_CASE("bad data files give one-line errors naming the field and the file", "
           }) == "data.val: " + dir / "val.bin" + " is llm.c token shards but data.train (" + dir / "train.txt" +
                     ") is text; validate on the same kind of tokens");
   }
+  SECTION("validation files that data.train takes too, by any name") {
+    write_shard(dir / "web_val_000000.bin", iota_tokens(100, 0));
+    write_shard(dir / "web_train_000001.bin", iota_tokens(100, 0));
+    std::filesystem::create_symlink(dir / "web_val_000000.bin", dir / "held-out.shard");
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {dir / "web_val_*.bin", dir / "web_val_000000.bin"}, {dir / "held-out.shard", dir / "held-out.shard"}};
+    for (const auto& [val, named] : cases) {
+      INFO(val);
+      const std::string message = "data.val: " + named + " is in data.train too (" + dir / "*.bin" +
+                                  "): validation would score tokens the model trains on; give the splits files of "
+                                  "their own (llm.c's shards: *_train_*.bin and *_val_*.bin)";
+      const DataSpec spec = data_spec(dir / "*.bin", val);
+      CHECK(error_message<DataError>([&] { load_data(spec, model_spec(4, 256), true); }) == message);
+      CHECK(error_message<DataError>([&] { check_data_files(spec, model_spec(4, 256), true); }) == message);
+    }
+    CHECK_NOTHROW(load_data(data_spec(dir / "*_train_*.bin", dir / "*_val_*.bin"), model_spec(4, 256), true));
+  }
   SECTION("tokens beyond the model's vocabulary") {
     write_bytes(dir / "a.txt", "plain ascii and one \xc8 byte");  // 0xc8 = 200
     CHECK(error_message<DataError>([&] { load_data(data_spec(dir / "a.txt"), model_spec(4, 128), false); }) ==
