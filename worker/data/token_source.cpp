@@ -119,7 +119,12 @@ std::optional<std::uint64_t> shard_token_count(const std::uint8_t* bytes, std::u
     throw DataError(field, path + ": JSON Lines, whose JSON syntax would be read as text: make llm.c token shards "
                                   "of its text field with xtrain-data --jsonl-field NAME");
   }
-  if (!shard) return std::nullopt;
+  if (!shard) {
+    const std::string_view head(reinterpret_cast<const char*>(bytes), std::min<std::uint64_t>(available, 16));
+    const char* compression = compression_of(head);
+    if (compression) throw DataError(field, path + ": " + compression + "-compressed, not text: decompress it first");
+    return std::nullopt;
+  }
   if (size < kShardHeaderBytes) {
     throw DataError(field, path + ": truncated llm.c token shard: " + std::to_string(size) + " bytes, less than its " +
                                std::to_string(kShardHeaderBytes) + "-byte header");
@@ -237,19 +242,27 @@ SourceSize inspect_source(const std::string& pattern, const std::string& field, 
 }
 
 // Validation on files the model also trains on measures memorisation, not generalisation: a glob
-// like DIR/*.bin takes llm.c's DIR/NAME_val_000000.bin into training along with data.val.
+// like DIR/*.bin takes llm.c's DIR/NAME_val_000000.bin into training along with data.val. The
+// same files for both (overfitting a sequence on purpose, to watch validation follow) are meant.
 void check_splits_apart(const DataSpec& data) {
   if (data.val.empty()) return;
   const std::vector<std::string> train = expand(data.train, "data.train");
-  for (const std::string& file : expand(data.val, "data.val")) {
-    for (const std::string& taken : train) {
-      std::error_code ec;
-      if (!std::filesystem::equivalent(file, taken, ec)) continue;
-      throw DataError("data.val", file + " is in data.train too (" + data.train +
-                                      "): validation would score tokens the model trains on; give the splits "
-                                      "files of their own (llm.c's shards: *_train_*.bin and *_val_*.bin)");
-    }
-  }
+  const std::vector<std::string> val = expand(data.val, "data.val");
+  const auto same = [](const std::string& a, const std::string& b) {
+    std::error_code ec;
+    return std::filesystem::equivalent(a, b, ec);
+  };
+  const auto in = [&](const std::vector<std::string>& files, const std::string& file) {
+    return std::any_of(files.begin(), files.end(), [&](const std::string& f) { return same(f, file); });
+  };
+  const auto shared = std::find_if(val.begin(), val.end(), [&](const std::string& f) { return in(train, f); });
+  if (shared == val.end()) return;
+  const bool identical = train.size() == val.size() &&
+                         std::all_of(train.begin(), train.end(), [&](const std::string& f) { return in(val, f); });
+  if (identical) return;
+  throw DataError("data.val", *shared + " is in data.train too (" + data.train +
+                                  "): validation would score tokens the model trains on; give the splits files of "
+                                  "their own (llm.c's shards: *_train_*.bin and *_val_*.bin)");
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 //   - a glob of either (expanded with glob(3), sorted by name, concatenated in that order).
 // A file is a shard when it starts with the shard magic; a *.bin file that does not is an error
 // rather than text, since it almost certainly is a damaged or foreign shard, and so is a *.jsonl
-// file (xtrain-data makes shards of its text field). Files are mapped
+// file (xtrain-data makes shards of its text field) and a compressed one (gzip, zip, ...). Files are mapped
 // read-only, so a large corpus costs page cache, not heap.
 #pragma once
 
@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/job_spec.hpp"
@@ -27,6 +28,17 @@ inline constexpr std::uint64_t kShardHeaderBytes = 256 * sizeof(std::int32_t);
 // header[3] = kShardMaxTokenTag and header[4] = the id. Other tools leave both 0: unknown then.
 inline constexpr std::int32_t kShardMaxTokenTag = 0x78746d74;  // "tmtx"
 inline constexpr int kShardMaxTokenWord = 3;                   // the tag; the id is the word after
+
+// The compression format a file's first 10 bytes announce (gzip, zip, zstd, bzip2, xz), nullptr for
+// none: read as text, a compressed file trains on noise, so it is refused instead.
+inline const char* compression_of(std::string_view head) {
+  if (head.starts_with("\x1f\x8b")) return "gzip";
+  if (head.starts_with("PK\x03\x04")) return "zip";
+  if (head.starts_with("\x28\xb5\x2f\xfd")) return "zstd";
+  if (head.size() >= 10 && head.starts_with("BZh") && head.substr(4, 6) == "1AY&SY") return "bzip2";  // not text "BZh..."
+  if (head.starts_with("\xfd" "7zXZ")) return "xz";
+  return nullptr;
+}
 
 // Bad data: what() is "FIELD: MESSAGE" with FIELD the spec field ("data.train", "data.val",
 // "data.val_fraction"), and the message names the file, e.g.

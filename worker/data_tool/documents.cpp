@@ -10,12 +10,44 @@
 
 #include <nlohmann/json.hpp>
 
+#include "worker/data/token_source.hpp"
+
 namespace xtrain::data_tool {
 namespace {
 
 namespace fs = std::filesystem;
 
 bool hidden(const fs::path& p) { return p.filename().string().starts_with("."); }
+
+// Bytes of a file's start that tell text from other data: git's and grep's test reads as many.
+constexpr std::size_t kSniffBytes = 8000;
+
+// Why the file is not UTF-8 text, from its first bytes ("" when nothing says so): encoded as it is,
+// a compressed file, UTF-16 text or binary data would become tokens of noise.
+std::string not_text(const fs::path& path) {
+  std::string head(kSniffBytes, '\0');
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw BadInput(path.string() + ": cannot open: " + std::strerror(errno));
+  ssize_t n;
+  do {
+    n = ::read(fd, head.data(), head.size());
+  } while (n < 0 && errno == EINTR);
+  ::close(fd);
+  if (n < 0) throw BadInput(path.string() + ": read failed: " + std::strerror(errno));
+  head.resize(static_cast<std::size_t>(n));
+  if (const char* compression = compression_of(head)) {
+    return std::string(compression) + "-compressed, not text: decompress it first";
+  }
+  if (head.starts_with("\xff\xfe") || head.starts_with("\xfe\xff")) {
+    return "UTF-16 text (its byte order mark), which GPT-2's tokenizer would read as bytes of noise: convert it to "
+           "UTF-8 first (iconv -f UTF-16 -t UTF-8)";
+  }
+  if (const std::size_t nul = head.find('\0'); nul != std::string::npos) {
+    return "binary data, not text (a NUL byte at offset " + std::to_string(nul) +
+           "): leave it out of the input";
+  }
+  return "";
+}
 
 void add_file(const fs::path& path, bool jsonl, std::vector<InputFile>& out) {
   if (!jsonl && path.extension() == ".jsonl") {
@@ -25,6 +57,7 @@ void add_file(const fs::path& path, bool jsonl, std::vector<InputFile>& out) {
   std::error_code ec;
   const auto size = fs::file_size(path, ec);
   if (ec) throw BadInput(path.string() + ": " + ec.message());
+  if (const std::string why = not_text(path); !why.empty()) throw BadInput(path.string() + ": " + why);
   out.push_back({path.string(), size});
 }
 

@@ -30,7 +30,8 @@ struct InputFile {
 // The files to read, in order: each argument is a file, or a directory whose regular files are
 // taken recursively in byte order of their paths (names starting with "." are skipped). With a
 // JSON Lines field every file is JSON Lines; without one, a *.jsonl file is an error (it would be
-// read as one text). Throws BadInput.
+// read as one text). A file whose first 8000 bytes show it is not UTF-8 text (compressed, UTF-16 by
+// its byte order mark, or binary by a NUL byte) is an error naming what it is. Throws BadInput.
 std::vector<InputFile> list_inputs(const std::vector<std::string>& arguments, bool jsonl);
 
 struct Chunk {

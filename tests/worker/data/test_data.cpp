@@ -168,6 +168,14 @@ TEST_CASE("bad data files give one-line errors naming the field and the file", "
           "nanoGPT's train.bin and val.bin hold bare uint16 tokens without a header: make llm.c token shards of "
           "them with xtrain-data --nanogpt " + dir.path() + " --out DIR");
   }
+  SECTION("a compressed file, which would train on noise") {
+    write_bytes(dir / "enwik8.zip", std::string("PK\x03\x04\x14\x00", 6) + std::string(100, 'z'));
+    write_bytes(dir / "book.txt.gz", std::string("\x1f\x8b\x08\x00", 4) + std::string(100, 'z'));
+    CHECK(error_message<DataError>([&] { TokenSource(dir / "enwik8.zip", "data.train"); }) ==
+          "data.train: " + dir / "enwik8.zip" + ": zip-compressed, not text: decompress it first");
+    CHECK(error_message<DataError>([&] { inspect_token_file(dir / "book.txt.gz", "data.val"); }) ==
+          "data.val: " + dir / "book.txt.gz" + ": gzip-compressed, not text: decompress it first");
+  }
   SECTION("a JSON Lines file, whose syntax would be read as text") {
     write_bytes(dir / "d.jsonl", "{\"text\": \"a document\"}\n");
     CHECK(error_message<DataError>([&] { TokenSource(dir / "d.jsonl", "data.train"); }) ==
@@ -204,7 +212,7 @@ TEST_CASE("bad data files give one-line errors naming the field and the file", "
           }) == "data.val: " + dir / "val.bin" + " is llm.c token shards but data.train (" + dir / "train.txt" +
                     ") is text; validate on the same kind of tokens");
   }
-  SECTION("validation files that data.train takes too, by any name") {
+  SECTION("validation files that data.train takes too, among others, by any name") {
     write_shard(dir / "web_val_000000.bin", iota_tokens(100, 0));
     write_shard(dir / "web_train_000001.bin", iota_tokens(100, 0));
     std::filesystem::create_symlink(dir / "web_val_000000.bin", dir / "held-out.shard");
@@ -220,6 +228,8 @@ TEST_CASE("bad data files give one-line errors naming the field and the file", "
       CHECK(error_message<DataError>([&] { check_data_files(spec, model_spec(4, 256), true); }) == message);
     }
     CHECK_NOTHROW(load_data(data_spec(dir / "*_train_*.bin", dir / "*_val_*.bin"), model_spec(4, 256), true));
+    // The same files for both splits are meant (a sequence overfitted on purpose), by any name.
+    CHECK_NOTHROW(check_data_files(data_spec(dir / "*_val_*.bin", dir / "held-out.shard"), model_spec(4, 256), true));
   }
   SECTION("tokens beyond the model's vocabulary") {
     write_bytes(dir / "a.txt", "plain ascii and one \xc8 byte");  // 0xc8 = 200

@@ -292,6 +292,27 @@ TEST_CASE("bad inputs, vocabularies and outputs are one error line and exit 2", 
   CHECK(r.code == 2);
   CHECK_THAT(r.err, Catch::Contains("x.jsonl: looks like JSON Lines; give --jsonl-field NAME"));
 
+  // What is not UTF-8 text, found by its first bytes, in a directory too: nothing is written.
+  fs::create_directories(dir / "corpus");
+  write_bytes(dir / "corpus/a.txt", "text");
+  const std::vector<std::pair<std::string, std::string>> not_text = {
+      {std::string("\x1f\x8b\x08\x00", 4) + "gz", "gzip-compressed, not text: decompress it first"},
+      {"\xff\xfeh\0i\0", "UTF-16 text (its byte order mark), which GPT-2's tokenizer would read as bytes of noise: "
+                           "convert it to UTF-8 first (iconv -f UTF-16 -t UTF-8)"},
+      {std::string(9000, 'a') + std::string("\x89PNG\0", 5), ""},  // a NUL beyond the first 8000 bytes: text
+      {std::string("\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 16), "binary data, not text (a NUL byte at offset 8): leave it "
+                                                         "out of the input"}};
+  for (const auto& [bytes, why] : not_text) {
+    INFO(why);
+    write_bytes(dir / "corpus/b.dat", bytes);
+    r = run_tool("--out " + dir / "out --val-tokens 0 --quiet " + dir / "corpus");
+    CHECK(r.code == (why.empty() ? 0 : 2));
+    if (!why.empty()) CHECK(r.err == "xtrain-data: error: " + dir / "corpus/b.dat" + ": " + why + "\n");
+    CHECK(fs::exists(dir / "out") == why.empty());
+    fs::remove_all(dir / "out");
+  }
+  fs::remove_all(dir / "corpus");
+
   fs::create_directories(dir / "mine");
   write_bytes(dir / "mine/notes.txt", "mine");
   r = run_tool("--out " + dir / "mine --val-tokens 0 " + dir / "a.txt");
