@@ -70,7 +70,9 @@ struct DataSpec {
 
 // A data path with any of these characters is a glob, listed in sorted order, rather than one file.
 inline constexpr const char* kGlobCharacters = "*?[";
-inline bool is_glob_pattern(const std::string& path) { return path.find_first_of(kGlobCharacters) != std::string::npos; }
+inline bool is_glob_pattern(const std::string& path) {
+  return path.find_first_of(kGlobCharacters) != std::string::npos;
+}
 
 struct TrainSpec {
   int steps = 100;

@@ -293,7 +293,8 @@ TEST_CASE("a model file that cannot be used is one line naming the file", "[mode
   CHECK(file_error(path) == expected);
 }
 
-TEST_CASE("a Hugging Face hub name is not downloaded: the cache's copy is named, or how to fetch it", "[model_file][errors]") {
+TEST_CASE("a Hugging Face hub name is not downloaded: the cache's copy is named, or how to fetch it",
+          "[model_file][errors]") {
   Dir d;
   const char* old_cache = std::getenv("HF_HUB_CACHE");
   const std::optional<std::string> saved = old_cache ? std::optional<std::string>(old_cache) : std::nullopt;

@@ -43,7 +43,8 @@ std::string directory_hint(const std::string& dir, const std::string& field) {
     shards = shards || (name.find(split) != std::string::npos && ends_with(name, ".bin"));
     nanogpt = nanogpt || name == "train.bin";
   }
-  if (shards) return ": give the glob of its shards, " + (std::filesystem::path(dir) / ("*" + split + "*.bin")).string();
+  const std::string glob = (std::filesystem::path(dir) / ("*" + split + "*.bin")).string();
+  if (shards) return ": give the glob of its shards, " + glob;
   if (nanogpt) return "; " + nanogpt_note(dir);
   return "";
 }

@@ -5,8 +5,8 @@
 //   - a glob of either (expanded with glob(3), sorted by name, concatenated in that order).
 // A file is a shard when it starts with the shard magic; a *.bin file that does not is an error
 // rather than text, since it almost certainly is a damaged or foreign shard, and so is a *.jsonl
-// file (xtrain-data makes shards of its text field) and a compressed one (gzip, zip, ...). Files are mapped
-// read-only, so a large corpus costs page cache, not heap.
+// file (xtrain-data makes shards of its text field) and a compressed one (gzip, zip, ...). Files
+// are mapped read-only, so a large corpus costs page cache, not heap.
 #pragma once
 
 #include <cstdint>
@@ -35,7 +35,8 @@ inline const char* compression_of(std::string_view head) {
   if (head.starts_with("\x1f\x8b")) return "gzip";
   if (head.starts_with("PK\x03\x04")) return "zip";
   if (head.starts_with("\x28\xb5\x2f\xfd")) return "zstd";
-  if (head.size() >= 10 && head.starts_with("BZh") && head.substr(4, 6) == "1AY&SY") return "bzip2";  // not text "BZh..."
+  // bzip2's "BZh", a block size digit and a block's magic: a text may begin with "BZh".
+  if (head.size() >= 10 && head.starts_with("BZh") && head.substr(4, 6) == "1AY&SY") return "bzip2";
   if (head.starts_with("\xfd" "7zXZ")) return "xz";
   return nullptr;
 }

@@ -166,7 +166,8 @@ Gpt2Tokenizer load_vocabulary(const std::string& path) {
   Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(path);
   if (tokenizer.vocab_size() > kMaxUint16Vocab) {
     throw BadInput(tokenizer.source() + ": " + std::to_string(tokenizer.vocab_size()) +
-                   " tokens, but llm.c shards store tokens as uint16 (at most " + std::to_string(kMaxUint16Vocab) + ")");
+                   " tokens, but llm.c shards store tokens as uint16 (at most " + std::to_string(kMaxUint16Vocab) +
+                   ")");
   }
   return tokenizer;
 }
@@ -176,8 +177,8 @@ std::string count_of(std::uint64_t n, const char* one, const char* many) {
 }
 
 std::string summary(const char* name, const ShardSet::Split& s) {
-  return std::string(name) + " " + count_of(s.shards, "shard", "shards") + ", " + count_of(s.tokens, "token", "tokens") +
-         ", " + count_of(s.documents, "document", "documents");
+  return std::string(name) + " " + count_of(s.shards, "shard", "shards") + ", " +
+         count_of(s.tokens, "token", "tokens") + ", " + count_of(s.documents, "document", "documents");
 }
 
 // --nanogpt DIR: its val.bin and train.bin, copied into shards.

@@ -1,7 +1,8 @@
 // xtrain-data end to end: corpora through the real tool, read back with the worker's token source
 // and decoded; nanoGPT's token files copied unchanged; the same shards whatever the thread count or
 // chunk size, and run after run; bad input (JSON Lines lines, fields, vocabularies, output
-// directories, token files) as one line and exit 2 with nothing left behind; a run killed mid-write leaves no shard a training run would pick up.
+// directories, token files, what is not text) as one line and exit 2 with nothing left behind; a run
+// killed mid-write leaves no shard a training run would pick up.
 #include <sys/wait.h>
 #include <unistd.h>
 
