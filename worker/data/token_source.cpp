@@ -19,8 +19,10 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// For a path that is not there: where a relative one was looked for, which a newcomer may not guess.
+// For a path that is not there: where a relative one was looked for, which a newcomer may not guess;
+// a URL is not fetched.
 std::string relative_note(const std::string& path) {
+  if (path.find("://") != std::string::npos) return " (a URL: data is read from local files only; download it first)";
   if (path.empty() || path.front() == '/') return "";
   std::error_code ec;
   return " (a relative path, taken from the current directory " + std::filesystem::current_path(ec).string() + ")";

@@ -156,6 +156,9 @@ TEST_CASE("bad data files give one-line errors naming the field and the file", "
     CHECK(error_message<DataError>([&] { TokenSource("no-such-file.bin", "data.train"); }) ==
           "data.train: no-such-file.bin: No such file or directory (a relative path, taken from the current directory " +
               cwd + ")");
+    CHECK(error_message<DataError>([&] { TokenSource("https://example.com/train.txt", "data.train"); }) ==
+          "data.train: https://example.com/train.txt: No such file or directory (a URL: data is read from local "
+          "files only; download it first)");
     // The plan's check of the headers says the same.
     CHECK(error_message<DataError>([&] { inspect_token_file("no-such-file.bin", "data.train"); }) ==
           "data.train: no-such-file.bin: No such file or directory (a relative path, taken from the current "
