@@ -1,5 +1,7 @@
 #include "common/foreign_model.hpp"
 
+#include "common/path_notes.hpp"
+
 #include <array>
 #include <cstdint>
 #include <cstdlib>
@@ -46,8 +48,8 @@ std::string hub_name_note(const std::string& path) {
   static const std::regex hub_name(R"([A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?)");
   static const std::regex file_name(R"(.*\.(bin|pt|pth|ckpt|safetensors|json|txt))");
   std::error_code ec;
-  if (path.find("://") != std::string::npos && !fs::exists(path, ec)) {
-    return "; a URL: models are not downloaded here, so fetch it first and give the directory or file";
+  if (const std::string note = missing_path_note(path, "models"); !note.empty() && !fs::exists(path, ec)) {
+    return "; " + note;
   }
   if (fs::exists(path, ec) || !std::regex_match(path, hub_name) || std::regex_match(path, file_name)) return "";
   // The GPT-2 family moved under openai-community/; a cache may hold either name.

@@ -9,8 +9,8 @@ namespace xtrain {
 
 // For a path that does not exist but reads like a Hugging Face hub name ("gpt2",
 // "openai-community/gpt2"): "; ..." naming the directory of Hugging Face's local cache that holds
-// it (HF_HUB_CACHE, HF_HOME/hub or ~/.cache/huggingface/hub), or how to fetch it; for a URL, that
-// it is not fetched. "" otherwise.
+// it (HF_HUB_CACHE, HF_HOME/hub or ~/.cache/huggingface/hub), or how to fetch it; for a URL or
+// "~/...", missing_path_note's (common/path_notes.hpp). "" otherwise.
 std::string hub_name_note(const std::string& path);
 
 // Whether `path` is a file torch.save wrote: its zip archive (PyTorch 1.6 on, first entry

@@ -313,8 +313,11 @@ TEST_CASE("a Hugging Face hub name is not downloaded: the cache's copy is named,
   // A path that names a file, or that exists, is not taken for a hub name.
   CHECK(file_error("weights.bin") == "weights.bin: No such file or directory");
   CHECK(file_error("https://huggingface.co/gpt2") == "https://huggingface.co/gpt2: No such file or directory; a URL: "
-                                                     "models are not downloaded here, so fetch it first and give the "
-                                                     "directory or file");
+                                                     "models are read from local files only, never downloaded: fetch "
+                                                     "it first");
+  const std::string home = std::getenv("HOME");
+  CHECK(file_error("~/models/gpt2") == "~/models/gpt2: No such file or directory; \"~\" is expanded by shells, not in "
+                                       "a spec or a quoted argument: write " + home + "/models/gpt2");
   CHECK(file_error(d / "nope/gpt2") == d / "nope/gpt2" + ": No such file or directory");
   if (saved) ::setenv("HF_HUB_CACHE", saved->c_str(), 1);
   else ::unsetenv("HF_HUB_CACHE");

@@ -11,6 +11,7 @@
 
 #include "common/model_file.hpp"
 #include "common/number_format.hpp"
+#include "common/path_notes.hpp"
 
 namespace xtrain {
 namespace {
@@ -19,10 +20,10 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// For a path that is not there: where a relative one was looked for, which a newcomer may not guess;
-// a URL is not fetched.
+// For a path that is not there: where a relative one was looked for, which a newcomer may not guess
+// (or that a URL or "~" is not what it is in a shell).
 std::string relative_note(const std::string& path) {
-  if (path.find("://") != std::string::npos) return " (a URL: data is read from local files only; download it first)";
+  if (const std::string note = missing_path_note(path, "data"); !note.empty()) return " (" + note + ")";
   if (path.empty() || path.front() == '/') return "";
   std::error_code ec;
   return " (a relative path, taken from the current directory " + std::filesystem::current_path(ec).string() + ")";

@@ -157,8 +157,11 @@ TEST_CASE("bad data files give one-line errors naming the field and the file", "
           "data.train: no-such-file.bin: No such file or directory (a relative path, taken from the current directory " +
               cwd + ")");
     CHECK(error_message<DataError>([&] { TokenSource("https://example.com/train.txt", "data.train"); }) ==
-          "data.train: https://example.com/train.txt: No such file or directory (a URL: data is read from local "
-          "files only; download it first)");
+          "data.train: https://example.com/train.txt: No such file or directory (a URL: data are read from local "
+          "files only, never downloaded: fetch it first)");
+    CHECK(error_message<DataError>([&] { TokenSource("~/corpus/*.bin", "data.train"); }) ==
+          "data.train: ~/corpus/*.bin: the directory ~/corpus does not exist (\"~\" is expanded by shells, not in a "
+          "spec or a quoted argument: write " + std::string(std::getenv("HOME")) + "/corpus)");
     // The plan's check of the headers says the same.
     CHECK(error_message<DataError>([&] { inspect_token_file("no-such-file.bin", "data.train"); }) ==
           "data.train: no-such-file.bin: No such file or directory (a relative path, taken from the current "
