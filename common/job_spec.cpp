@@ -2,6 +2,7 @@
 
 #include "common/did_you_mean.hpp"
 #include "common/number_format.hpp"
+#include "common/path_notes.hpp"
 #include "common/worker_env.hpp"
 
 #include <algorithm>
@@ -372,6 +373,11 @@ JobSpec parse_job_spec(const json& doc, const std::string& default_name) {
     throw SpecError("name", "expected a name without '/', got " + show(json(spec.name)));
   }
   if (spec.run_dir.empty()) spec.run_dir = "runs/" + spec.name;
+  // Taken as it is, "~/runs/x" is a directory named "~" under the current one.
+  if (spec.run_dir == "~" || spec.run_dir.starts_with("~/")) {
+    throw SpecError("run_dir", show(json(spec.run_dir)) + " would be a directory named \"~\" here: " +
+                                   missing_path_note(spec.run_dir, "run dirs"));
+  }
   if (spec.nodes.node_rank >= spec.nodes.nnodes) {
     throw SpecError("nodes.node_rank", "expected an integer < nodes.nnodes (" +
                                            std::to_string(spec.nodes.nnodes) + "), got " +

@@ -100,6 +100,10 @@ TEST_CASE("errors name the field by JSON path and say what was expected", "[spec
   CHECK(error_of(json::parse(R"({"nodes": {"keepalive_interval_s": 0}})")) ==
         "nodes.keepalive_interval_s: expected a number >= 0.01 and <= 3600, got 0");
   CHECK(error_of(json::parse(R"({"name": "a/b"})")) == R"(name: expected a name without '/', got "a/b")");
+  // Nothing but a shell expands "~": taken as it is, it would be a directory named "~".
+  CHECK(error_of(json::parse(R"({"run_dir": "~/runs/x"})")) ==
+        R"(run_dir: "~/runs/x" would be a directory named "~" here: "~" is expanded by shells, not in a spec or a )"
+        R"(quoted argument: write )" + std::string(std::getenv("HOME")) + "/runs/x");
   CHECK(error_of(json::parse(R"({"device": "cpu", "backend": "nccl"})")) ==
         R"(backend: "nccl" needs GPUs, but device is "cpu"; use "gloo" or "auto")");
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/atomic_file.hpp"
+#include "common/path_notes.hpp"
 #include "worker/formats/crc32c.hpp"
 #include "worker/formats/file_io.hpp"
 #include "worker/formats/hf_model.hpp"
@@ -324,7 +325,10 @@ bool tokenizer_gone(const JobSpec& spec) {
 void require_checkpoint_directory(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
-    throw CheckpointError(dir, fs::exists(dir, ec) ? "is not a directory" : "No such file or directory");
+    const std::string note = missing_path_note(dir, "checkpoints");
+    throw CheckpointError(dir, fs::exists(dir, ec)  ? "is not a directory"
+                               : note.empty()       ? "No such file or directory"
+                                                    : "No such file or directory; " + note);
   }
   if (const auto holder = describe_checkpoint_holder(dir)) {
     throw CheckpointError(dir, "is " + *holder + ": set checkpoint.resume to one checkpoint");

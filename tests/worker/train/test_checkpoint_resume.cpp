@@ -67,6 +67,9 @@ TEST_CASE("resume picks the newest intact checkpoint, never a partial one", "[ch
     const std::string missing = run / "checkpoints/step-00000007";
     CHECK(error_message<CheckpointError>([&] { find_resume_checkpoint(run.path(), missing); }) ==
           "checkpoint " + missing + ": No such file or directory");
+    CHECK(error_message<CheckpointError>([&] { find_resume_checkpoint(run.path(), "~/ck/step-00000001"); }) ==
+          "checkpoint ~/ck/step-00000001: No such file or directory; \"~\" is expanded by shells, not in a spec or "
+          "a quoted argument: write " + std::string(std::getenv("HOME")) + "/ck/step-00000001");
     // A run directory or its checkpoints/ named instead of a checkpoint: which one to give.
     const std::string newest = ", whose newest checkpoint is " + run / "checkpoints/step-00000002" +
                                ": set checkpoint.resume to one checkpoint";
