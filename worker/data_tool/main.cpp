@@ -35,6 +35,7 @@ constexpr int kMaxUint16Vocab = 65536;
 
 const char* const kUsage =
     "usage: xtrain-data --vocab PATH --out DIR [options] INPUT...   (xtrain-data --version: the build)\n"
+    "       xtrain-data --nanogpt DIR --out DIR [--prefix NAME] [--shard-tokens N] [--quiet]\n"
     "  Encodes text with GPT-2's tokenizer into llm.c token shards DIR/PREFIX_val_000000.bin,\n"
     "  DIR/PREFIX_train_000001.bin, ... Each document (a text file, or a line of a JSON Lines\n"
     "  file) is preceded by <|endoftext|>, as in llm.c's shards. INPUT: files, or directories\n"
@@ -45,6 +46,9 @@ const char* const kUsage =
     "                       of those files\n"
     "  --out DIR            output directory, replaced as a whole (it may hold only shards)\n"
     "  --prefix NAME        shard name prefix (default: DIR's name)\n"
+    "  --nanogpt DIR        instead of INPUT: nanoGPT's prepared data, DIR/val.bin (validation) and\n"
+    "                       DIR/train.bin (training), bare uint16 GPT-2 token ids copied unchanged,\n"
+    "                       each checked against GPT-2's 50257 tokens (or --vocab's)\n"
     "  --jsonl-field NAME   inputs are JSON Lines; each line's string field NAME is a document\n"
     "  --shard-tokens N     tokens per shard (default 100000000, as llm.c)\n"
     "  --val-tokens N       the first documents, whole, until at least N tokens, are the validation\n"
@@ -54,10 +58,7 @@ const char* const kUsage =
     "  --threads N          encoding threads (default: the CPUs this process may use)\n"
     "  --chunk-bytes N      text per unit of work (default 1048576; changes no output)\n"
     "  --quiet              no progress line\n"
-    "       xtrain-data --nanogpt DIR --out DIR [--vocab PATH] [--prefix NAME] [--shard-tokens N]\n"
-    "  Makes shards of nanoGPT's prepared data: DIR/val.bin (validation) and DIR/train.bin (training),\n"
-    "  bare uint16 GPT-2 token ids, copied unchanged; every id is checked against GPT-2's 50257 tokens\n"
-    "  (or --vocab's).\n"
+
     "exit codes: 0 done; 1 the file system failed; 2 bad input; 128+N stopped by signal N\n";
 
 struct Options {
