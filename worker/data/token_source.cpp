@@ -36,19 +36,25 @@ std::string nanogpt_note(const std::string& dir) {
 }
 
 // For a directory given as data.train or data.val: the glob of its llm.c shards of that split
-// (llm.c names them PREFIX_train_NNNNNN.bin, PREFIX_val_NNNNNN.bin), or what to do with nanoGPT's.
+// (llm.c names them PREFIX_train_NNNNNN.bin, PREFIX_val_NNNNNN.bin), what to do with nanoGPT's, or
+// the glob of its text files.
 std::string directory_hint(const std::string& dir, const std::string& field) {
   const std::string split = field == "data.val" ? "_val_" : "_train_";
-  bool shards = false, nanogpt = false;
+  bool shards = false, nanogpt = false, text = false;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     shards = shards || (name.find(split) != std::string::npos && ends_with(name, ".bin"));
     nanogpt = nanogpt || name == "train.bin";
+    text = text || ends_with(name, ".txt");
   }
-  const std::string glob = (std::filesystem::path(dir) / ("*" + split + "*.bin")).string();
-  if (shards) return ": give the glob of its shards, " + glob;
+  const std::filesystem::path base(dir);
+  if (shards) return ": give the glob of its shards, " + (base / ("*" + split + "*.bin")).string();
   if (nanogpt) return "; " + nanogpt_note(dir);
+  if (text) {
+    return ": " + (base / "*.txt").string() + " reads its text files as one stream of bytes, in name order; for "
+           "GPT-2's tokens make llm.c token shards of them with xtrain-data";
+  }
   return "";
 }
 
@@ -112,6 +118,11 @@ std::optional<std::uint64_t> shard_token_count(const std::uint8_t* bytes, std::u
                                                std::uint64_t size, const std::string& path,
                                                const std::string& field) {
   const bool shard = available >= sizeof(std::int32_t) && read_int32(bytes) == kShardMagic;
+  // Compressed first: a shard.bin.gz renamed shard.bin is better told so than "not a shard".
+  const std::string_view head(reinterpret_cast<const char*>(bytes), std::min<std::uint64_t>(available, 16));
+  if (const char* compression = shard ? nullptr : compression_of(head)) {
+    throw DataError(field, path + ": " + compression + "-compressed: decompress it first");
+  }
   if (!shard && ends_with(path, ".bin")) {
     const std::string magic = available >= sizeof(std::int32_t) ? std::to_string(read_int32(bytes)) : "missing";
     const std::string dir = std::filesystem::path(path).parent_path().string();
@@ -123,12 +134,7 @@ std::optional<std::uint64_t> shard_token_count(const std::uint8_t* bytes, std::u
     throw DataError(field, path + ": JSON Lines, whose JSON syntax would be read as text: make llm.c token shards "
                                   "of its text field with xtrain-data --jsonl-field NAME");
   }
-  if (!shard) {
-    const std::string_view head(reinterpret_cast<const char*>(bytes), std::min<std::uint64_t>(available, 16));
-    const char* compression = compression_of(head);
-    if (compression) throw DataError(field, path + ": " + compression + "-compressed, not text: decompress it first");
-    return std::nullopt;
-  }
+  if (!shard) return std::nullopt;
   if (size < kShardHeaderBytes) {
     throw DataError(field, path + ": truncated llm.c token shard: " + std::to_string(size) + " bytes, less than its " +
                                std::to_string(kShardHeaderBytes) + "-byte header");

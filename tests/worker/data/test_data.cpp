@@ -125,6 +125,12 @@ TEST_CASE("bad data files give one-line errors naming the field and the file", "
   SECTION("a directory: of llm.c shards, the glob of the split's; of nanoGPT's data, how to make shards") {
     CHECK(error_message<DataError>([&] { TokenSource(dir.path(), "data.val"); }) ==
           "data.val: " + dir.path() + ": is a directory, expected a file or a glob");
+    std::filesystem::create_directories(dir / "books");
+    write_bytes(dir / "books/a.txt", "text");
+    CHECK(error_message<DataError>([&] { TokenSource(dir / "books", "data.train"); }) ==
+          "data.train: " + dir / "books" + ": is a directory, expected a file or a glob: " + dir / "books/*.txt" +
+              " reads its text files as one stream of bytes, in name order; for GPT-2's tokens make llm.c token "
+              "shards of them with xtrain-data");
     write_shard(dir / "fineweb_val_000000.bin", iota_tokens(10, 0));
     write_shard(dir / "fineweb_train_000001.bin", iota_tokens(10, 0));
     CHECK(error_message<DataError>([&] { TokenSource(dir.path(), "data.val"); }) ==
@@ -177,10 +183,13 @@ TEST_CASE("bad data files give one-line errors naming the field and the file", "
   SECTION("a compressed file, which would train on noise") {
     write_bytes(dir / "enwik8.zip", std::string("PK\x03\x04\x14\x00", 6) + std::string(100, 'z'));
     write_bytes(dir / "book.txt.gz", std::string("\x1f\x8b\x08\x00", 4) + std::string(100, 'z'));
+    write_bytes(dir / "shard.bin", std::string("\x1f\x8b\x08\x00", 4) + std::string(100, 'z'));  // shard.bin.gz
+    CHECK(error_message<DataError>([&] { TokenSource(dir / "shard.bin", "data.train"); }) ==
+          "data.train: " + dir / "shard.bin" + ": gzip-compressed: decompress it first");
     CHECK(error_message<DataError>([&] { TokenSource(dir / "enwik8.zip", "data.train"); }) ==
-          "data.train: " + dir / "enwik8.zip" + ": zip-compressed, not text: decompress it first");
+          "data.train: " + dir / "enwik8.zip" + ": zip-compressed: decompress it first");
     CHECK(error_message<DataError>([&] { inspect_token_file(dir / "book.txt.gz", "data.val"); }) ==
-          "data.val: " + dir / "book.txt.gz" + ": gzip-compressed, not text: decompress it first");
+          "data.val: " + dir / "book.txt.gz" + ": gzip-compressed: decompress it first");
   }
   SECTION("a JSON Lines file, whose syntax would be read as text") {
     write_bytes(dir / "d.jsonl", "{\"text\": \"a document\"}\n");
