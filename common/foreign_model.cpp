@@ -48,10 +48,9 @@ std::string hub_name_note(const std::string& path) {
   static const std::regex hub_name(R"([A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?)");
   static const std::regex file_name(R"(.*\.(bin|pt|pth|ckpt|safetensors|json|txt))");
   std::error_code ec;
-  if (const std::string note = missing_path_note(path, "models"); !note.empty() && !fs::exists(path, ec)) {
-    return "; " + note;
-  }
-  if (fs::exists(path, ec) || !std::regex_match(path, hub_name) || std::regex_match(path, file_name)) return "";
+  if (fs::exists(path, ec)) return "";
+  if (const std::string note = missing_path_note(path, "models"); !note.empty()) return "; " + note;
+  if (!std::regex_match(path, hub_name) || std::regex_match(path, file_name)) return "";
   // The GPT-2 family moved under openai-community/; a cache may hold either name.
   std::vector<std::string> names = {path};
   if (path.find('/') == std::string::npos) names.push_back("openai-community/" + path);

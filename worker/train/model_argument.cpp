@@ -48,8 +48,8 @@ ModelFileInfo open_model_argument(const std::string& path) {
     }
   } else if (fs::is_regular_file(p, ec) && p.filename() != "config.json" && p.extension() != ".safetensors") {
     const auto magic = first_int32(path);
-    if (magic != kLlmcModelMagic && is_pytorch_checkpoint(path)) throw FileError(path, pytorch_checkpoint_message());
-    if (magic != kLlmcModelMagic) {
+    // A PyTorch file goes on to read_model_file_info, which names it.
+    if (magic != kLlmcModelMagic && !is_pytorch_checkpoint(path)) {
       throw FileError(path, std::string("not a model: ") + kKinds + "; this file begins with " +
                                 (magic ? std::to_string(*magic) : "fewer than 4 bytes") + ", not llm.c's magic " +
                                 std::to_string(kLlmcModelMagic));
