@@ -237,14 +237,16 @@ int largest_byte(const std::string& path, const std::string& field) {
 
 // A source's kind and size from its files' headers and sizes alone, and the recorded token
 // range of its shards against `vocab_size` (of text too where `vocab_size` is below bytes').
-SourceSize inspect_source(const std::string& pattern, const std::string& field, int vocab_size) {
+SourceSize inspect_source(const std::string& pattern, const std::vector<std::string>& files,
+                          const std::string& field, int vocab_size) {
   SourceSize out;
-  const std::vector<std::string> files = expand(pattern, field);
   for (size_t i = 0; i < files.size(); ++i) {
     TokenFileInfo info = inspect_token_file(files[i], field);
     if (info.text && vocab_size < kByteVocabulary) info.max_token = largest_byte(files[i], field);
     if (i > 0) check_one_kind(pattern, files.front(), out.text, files[i], info.text, field);
-    if (info.max_token && *info.max_token >= vocab_size) throw vocab_error(field, files[i], *info.max_token, vocab_size);
+    if (info.max_token && *info.max_token >= vocab_size) {
+      throw vocab_error(field, files[i], *info.max_token, vocab_size);
+    }
     out.text = info.text;
     out.tokens += info.tokens;
   }
@@ -254,10 +256,9 @@ SourceSize inspect_source(const std::string& pattern, const std::string& field, 
 // Validation on files the model also trains on measures memorisation, not generalisation: a glob
 // like DIR/*.bin takes llm.c's DIR/NAME_val_000000.bin into training along with data.val. The
 // same files for both (overfitting a sequence on purpose, to watch validation follow) are meant.
-void check_splits_apart(const DataSpec& data) {
-  if (data.val.empty()) return;
-  const std::vector<std::string> train = expand(data.train, "data.train");
-  const std::vector<std::string> val = expand(data.val, "data.val");
+// `train` and `val` are the files of data.train and data.val, as expanded.
+void check_splits_apart(const DataSpec& data, const std::vector<std::string>& train,
+                        const std::vector<std::string>& val) {
   const auto same = [](const std::string& a, const std::string& b) {
     std::error_code ec;
     return std::filesystem::equivalent(a, b, ec);
@@ -292,10 +293,13 @@ TokenFileInfo inspect_token_file(const std::string& path, const std::string& fie
 }
 
 DataFilesInfo check_data_files(const DataSpec& data, const ModelSpec& model, bool need_val) {
-  check_splits_apart(data);
-  const SourceSize train = inspect_source(data.train, "data.train", model.vocab_size);
+  const std::vector<std::string> train_files = expand(data.train, "data.train");
+  const std::vector<std::string> val_files =
+      data.val.empty() ? std::vector<std::string>{} : expand(data.val, "data.val");
+  check_splits_apart(data, train_files, val_files);
+  const SourceSize train = inspect_source(data.train, train_files, "data.train", model.vocab_size);
   std::optional<SourceSize> val;
-  if (!data.val.empty()) val = inspect_source(data.val, "data.val", model.vocab_size);
+  if (!data.val.empty()) val = inspect_source(data.val, val_files, "data.val", model.vocab_size);
   const SplitSizes split = split_sizes(data, model, need_val, train, val);
   return {split.train, val ? val->tokens : split.held_out, train.text};
 }
@@ -378,14 +382,14 @@ void TokenSpan::copy(std::uint64_t start, std::uint64_t n, std::int32_t* out) co
 }
 
 DataSplit load_data(const DataSpec& data, const ModelSpec& model, bool need_val) {
-  check_splits_apart(data);
   auto train = std::make_shared<const TokenSource>(data.train, "data.train");
-  train->check_vocab(model.vocab_size, "data.train");
   std::shared_ptr<const TokenSource> val;
   if (!data.val.empty()) {
     val = std::make_shared<const TokenSource>(data.val, "data.val");
+    check_splits_apart(data, train->files(), val->files());
     val->check_vocab(model.vocab_size, "data.val");
   }
+  train->check_vocab(model.vocab_size, "data.train");
   const SplitSizes sizes =
       split_sizes(data, model, need_val, {train->byte_level(), train->size()},
                   val ? std::optional<SourceSize>({val->byte_level(), val->size()}) : std::nullopt);
