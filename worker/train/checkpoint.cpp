@@ -259,12 +259,11 @@ TrainSpec schedule_then(const json& train_then, TrainSpec now) {
 // What a changed train key does to a run resumed after `step` completed steps, for its log line.
 std::string resume_effect(const std::string& key, ResumeRule rule, const TrainSpec& then, const TrainSpec& now,
                           long step) {
-  const std::string rate = fmt::format("step {} takes a learning rate of {:.3g} (it was {:.3g} on the old schedule)",
-                                       step + 1, learning_rate(now, step), learning_rate(then, step));
+  const std::string rates = schedule_change(then, now, step);
   switch (rule) {
     case ResumeRule::kSchedule:
-      if (key == "steps") return fmt::format("the cosine decay now ends at step {}, so {}", now.steps, rate);
-      return rate + "; AdamW's moments carry over";
+      if (key == "steps") return fmt::format("the cosine decay now ends at step {}; {}", now.steps, rates);
+      return rates + "; AdamW's moments carry over";
     case ResumeRule::kOptimizer:
       return fmt::format("AdamW takes it from step {} on; its moments carry over", step + 1);
     case ResumeRule::kKept:

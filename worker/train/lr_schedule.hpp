@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <numbers>
+#include <string>
 
 #include "common/job_spec.hpp"
 
@@ -20,5 +21,12 @@ inline double learning_rate(const TrainSpec& t, long step) {
   if (p > 1.0) p = 1.0;
   return t.min_lr + (t.lr - t.min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * p));
 }
+
+// What moving a run from schedule `then` to `now` after `done` completed steps does to the rates
+// of the steps left, for a resume's log line: "step 11 takes a learning rate of 0.0005 (it was
+// 0.001 on the old schedule)"; where the first step left keeps its rate (still warming up, or
+// the first step of a decay), also the first step whose rate moves; else that none does.
+std::string schedule_change(const TrainSpec& then, const TrainSpec& now, long done);
+
 
 }  // namespace xtrain

@@ -190,6 +190,48 @@ TEST_CASE("the learning-rate schedule warms up linearly and decays to min_lr", "
   CHECK(learning_rate(t, 0) == Approx(1.0));
 }
 
+TEST_CASE("a resume's schedule change names the first step whose learning rate moves", "[model]") {
+  TrainSpec then;
+  then.lr = 1.0;
+  then.min_lr = 0.1;
+  then.warmup_steps = 4;
+  then.steps = 14;
+  TrainSpec now = then;
+  SECTION("at once") {
+    now.lr = 0.5;  // at step 11 (index 10, p = 0.6): 0.1 + 0.4 * (1 + cos(0.6 pi)) / 2, against 0.9's
+    CHECK(schedule_change(then, now, 10) == "step 11 takes a learning rate of 0.238 (it was 0.411 on the old schedule)");
+  }
+  SECTION("while warming up, the rates part where the decays do") {
+    now.steps = 28;  // step 6 (p = 1/24 against 1/10)
+    CHECK(schedule_change(then, now, 2) ==
+          "step 3 keeps its learning rate of 0.75; from step 6 on the rates change (0.996 there, 0.978 on the old "
+          "schedule)");
+  }
+  SECTION("a warmup as long as the run: the decay's first step keeps the full rate") {
+    then.lr = 0.001;
+    then.min_lr = 0.0001;
+    then.warmup_steps = 10;
+    then.steps = 10;
+    now = then;
+    now.steps = 20;
+    CHECK(schedule_change(then, now, 10) == "step 11 keeps its learning rate of 0.001; from step 12 on the rates "
+                                            "change (0.000978 there, 0.0001 on the old schedule)");
+  }
+  SECTION("a constant rate: nothing moves") {
+    then.min_lr = then.lr;
+    now = then;
+    now.steps = 20;
+    CHECK(schedule_change(then, now, 10) == "steps 11 to 20 keep the old schedule's learning rates (1 at step 11)");
+    CHECK(schedule_change(then, now, 19) == "step 20, the last, keeps its learning rate of 1");
+  }
+  SECTION("a change below the three digits printed is none") {
+    now.min_lr = 0.1001;  // step 14: 0.12210 against 0.12202
+    CHECK(schedule_change(then, now, 13) == "step 14, the last, keeps its learning rate of 0.122");
+    now.min_lr = 0.11;  // 0.1318
+    CHECK(schedule_change(then, now, 13) == "step 14 takes a learning rate of 0.132 (it was 0.122 on the old schedule)");
+  }
+}
+
 // A step reads its keys and values from the qkv rows that the forward before it left, so its
 // logits are the forward's at that position on the same tokens. fp32: the same per-element math,
 // sums in another order (a 1-row product, a direct softmax against the flash attention's online

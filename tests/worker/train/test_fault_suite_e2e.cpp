@@ -142,7 +142,7 @@ TEST_CASE("resume settings: a key of the batches is refused by --check and the p
     const Outcome o = job.launch("run", 2, {"train.steps=12"});
     INFO(o.output);
     REQUIRE(o.exit_code == 0);
-    CHECK(o.output.find("resume: train.steps changed from 10 to 12: the cosine decay now ends at step 12, so step "
+    CHECK(o.output.find("resume: train.steps changed from 10 to 12: the cosine decay now ends at step 12; step "
                         "11 takes a learning rate of ") != std::string::npos);
     CHECK(job.result("run", 0).at("step") == 12);
   }
