@@ -4,6 +4,7 @@
 #include <span>
 #include <vector>
 
+#include "common/tokenizer/unicode_classes.hpp"
 #include "worker/model/gpt.hpp"
 #include "worker/model/gpt_decoder.hpp"
 #include "worker/train/token_sampler.hpp"
@@ -30,28 +31,15 @@ std::string printable(const std::string& bytes) {
   std::string out;
   out.reserve(bytes.size());
   for (size_t i = 0; i < bytes.size();) {
-    const auto u = static_cast<unsigned char>(bytes[i]);
-    if (u == '\n' || u == '\t' || (u >= 0x20 && u < 0x7f)) {
-      out += bytes[i++];
-      continue;
-    }
-    // A UTF-8 sequence: a lead byte, then 1-3 continuation bytes 10xxxxxx, shortest form only
-    // (C0, C1, F5..FF never lead; E0/F0 need a large enough second byte; F4 stays <= U+10FFFF;
-    // ED would encode a surrogate below A0).
-    const size_t n = u >= 0xc2 && u <= 0xdf ? 2 : u >= 0xe0 && u <= 0xef ? 3 : u >= 0xf0 && u <= 0xf4 ? 4 : 0;
-    bool ok = n > 0 && i + n <= bytes.size();
-    for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(bytes[i + k]) & 0xc0) == 0x80;
-    if (ok && n >= 3) {
-      const auto second = static_cast<unsigned char>(bytes[i + 1]);
-      ok = !(u == 0xe0 && second < 0xa0) && !(u == 0xed && second >= 0xa0) && !(u == 0xf0 && second < 0x90) &&
-           !(u == 0xf4 && second >= 0x90);
-    }
-    if (ok && n == 2 && u == 0xc2 && static_cast<unsigned char>(bytes[i + 1]) < 0xa0) ok = false;  // C1 controls
-    if (ok) {
-      out.append(bytes, i, n);
-      i += n;
+    const Utf8Unit unit = decode_utf8(bytes, i);
+    const char32_t c = unit.code_point;
+    // C0 and C1 control characters and DEL move a terminal's cursor or change its state.
+    const bool control = c < 0x20 || (c >= 0x7f && c < 0xa0);
+    if (unit.valid && (!control || c == '\n' || c == '\t')) {
+      out.append(bytes, i, unit.length);
+      i += unit.length;
     } else {
-      out += '?';
+      out += '?';  // one a byte: what is left of a broken sequence may still start a character
       ++i;
     }
   }
