@@ -28,6 +28,16 @@ std::vector<float> download(Backend& k, const float* p, size_t n) {
   return v;
 }
 
+// A schedule of `steps` steps: a warmup of `warmup` to `lr`, then a cosine decay to `min_lr`.
+TrainSpec schedule(double lr, double min_lr, int warmup, int steps) {
+  TrainSpec t;
+  t.lr = lr;
+  t.min_lr = min_lr;
+  t.warmup_steps = warmup;
+  t.steps = steps;
+  return t;
+}
+
 }  // namespace
 
 TEST_CASE("init_weights follows GPT-2's scheme and depends on the seed alone", "[model]") {
@@ -175,11 +185,7 @@ TEST_CASE("a tiny model overfits one batch to near-zero loss", "[model][train]")
 }
 
 TEST_CASE("the learning-rate schedule warms up linearly and decays to min_lr", "[model]") {
-  TrainSpec t;
-  t.lr = 1.0;
-  t.min_lr = 0.1;
-  t.warmup_steps = 4;
-  t.steps = 14;
+  TrainSpec t = schedule(1.0, 0.1, 4, 14);
   CHECK(learning_rate(t, 0) == Approx(0.25));
   CHECK(learning_rate(t, 3) == Approx(1.0));
   CHECK(learning_rate(t, 4) == Approx(1.0));
@@ -191,11 +197,7 @@ TEST_CASE("the learning-rate schedule warms up linearly and decays to min_lr", "
 }
 
 TEST_CASE("a resume's schedule change names the first step whose learning rate moves", "[model]") {
-  TrainSpec then;
-  then.lr = 1.0;
-  then.min_lr = 0.1;
-  then.warmup_steps = 4;
-  then.steps = 14;
+  TrainSpec then = schedule(1.0, 0.1, 4, 14);
   TrainSpec now = then;
   SECTION("at once") {
     now.lr = 0.5;  // at step 11 (index 10, p = 0.6): 0.1 + 0.4 * (1 + cos(0.6 pi)) / 2, against 0.9's
@@ -208,10 +210,7 @@ TEST_CASE("a resume's schedule change names the first step whose learning rate m
           "schedule)");
   }
   SECTION("a warmup as long as the run: the decay's first step keeps the full rate") {
-    then.lr = 0.001;
-    then.min_lr = 0.0001;
-    then.warmup_steps = 10;
-    then.steps = 10;
+    then = schedule(0.001, 0.0001, 10, 10);
     now = then;
     now.steps = 20;
     CHECK(schedule_change(then, now, 10) == "step 11 keeps its learning rate of 0.001; from step 12 on the rates "
