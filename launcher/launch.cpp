@@ -80,7 +80,7 @@ std::string describe_plan(const Plan& plan) {
 }  // namespace
 
 int run_job(const CliOptions& options) {
-  // SIGINT, SIGTERM and SIGHUP are blocked since main() began, until the supervisor's signal_set exists.
+  // The stop signals are blocked since main() began, until the supervisor's signal_set exists.
   ::signal(SIGPIPE, SIG_IGN);   // a closed console must not kill the supervisor
   for (const std::string& note : options.notes) std::cerr << "xlaunch: note: " << note << "\n";
   const Plan plan = make_plan(options, probe_host());

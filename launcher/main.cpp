@@ -18,7 +18,7 @@ namespace {
 
 int dispatch(const xtrain::launcher::CliOptions& options) {
   using xtrain::launcher::Command;
-  // Only a run has a supervisor to take SIGINT/SIGTERM/SIGHUP; the other commands end by them.
+  // Only a run has a supervisor to take the stop signals; the other commands end by them.
   if (options.command != Command::kRun) xtrain::launcher::block_handled_signals(false);
   switch (options.command) {
     case Command::kHelp: std::cout << xtrain::launcher::usage(); return 0;

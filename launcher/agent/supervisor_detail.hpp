@@ -14,8 +14,13 @@ namespace xtrain::launcher::supervisor_detail {
 using nlohmann::json;
 using SteadyClock = std::chrono::steady_clock;
 
-// The signals the supervisor's signal_set takes, blocked until it exists (block_handled_signals).
-inline constexpr int kHandledSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
+// The signals that stop the job: Ctrl-C, a scheduler's or `kill`'s SIGTERM, the terminal closing,
+// and Ctrl-\ (SIGQUIT, whose default would end xlaunch with a core dump and leave the ranks to
+// the guard's SIGKILL); torchrun stops on the same four.
+inline constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+// The signals the supervisor's signal_set takes, blocked until it exists (block_handled_signals):
+// the stop signals and the two forwarded to every rank.
+inline constexpr int kHandledSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 
 inline SteadyClock::duration seconds(double s) {
   return std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(s));

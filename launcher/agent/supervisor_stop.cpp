@@ -2,6 +2,7 @@
 // timeout, the hang report taken before a stop, and the SIGTERM-then-SIGKILL of every process group.
 #include "launcher/agent/supervisor.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include <csignal>
@@ -44,7 +45,7 @@ std::optional<int> take_pending_stop_signal() {
   sigset_t pending;
   sigemptyset(&pending);
   if (sigpending(&pending) != 0) return std::nullopt;
-  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+  for (int sig : kStopSignals) {
     if (sigismember(&pending, sig) != 1) continue;
     sigset_t one;
     sigemptyset(&one);
@@ -132,8 +133,9 @@ void Supervisor::on_signal(int sig) {
     kill_stragglers();
     return;
   }
-  // A hang-up (the terminal closed) stops the ranks as SIGTERM does, so that they can end cleanly.
-  const int forward = sig == SIGHUP ? SIGTERM : sig;
+  // A hang-up (the terminal closed) or a Ctrl-\ stops the ranks as SIGTERM does, so that they can
+  // end cleanly (a rank's SIGQUIT would dump its core).
+  const int forward = sig == SIGHUP || sig == SIGQUIT ? SIGTERM : sig;
   if (phase_ == Phase::kDiagnosing) {  // the outcome is decided: report with what there is, then stop
     end_diagnosis();
     signal_groups(forward);
@@ -217,7 +219,9 @@ bool Supervisor::signaled_with_ranks(int sig) {
 std::optional<std::chrono::steady_clock::duration> Supervisor::job_signal_wait_left() const {
   if (!outcome_ || outcome_->kind != OutcomeKind::kRankFailed || !root_cause_ || !root_cause_->exit) return std::nullopt;
   const int sig = root_cause_->exit->signal;
-  if (sig != SIGTERM && sig != SIGINT && sig != SIGHUP) return std::nullopt;
+  if (std::find(std::begin(kStopSignals), std::end(kStopSignals), sig) == std::end(kStopSignals)) {
+    return std::nullopt;
+  }
   const auto left = seconds(kJobSignalWindowS) - std::chrono::duration_cast<SteadyClock::duration>(
                                                      std::chrono::system_clock::now() - root_cause_->time);
   if (left <= SteadyClock::duration::zero()) return std::nullopt;

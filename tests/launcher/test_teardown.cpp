@@ -54,9 +54,9 @@ TEST_CASE("launcher/teardown: no process of the job survives a failure", "[integ
   CHECK(all_gone(job_pids(dir, 3, true, 0)));  // gone when xlaunch returns, not some time later
 }
 
-TEST_CASE("launcher/teardown: SIGTERM or SIGHUP to xlaunch stops every rank with SIGTERM and exits 128+N",
+TEST_CASE("launcher/teardown: SIGTERM, SIGHUP or SIGQUIT to xlaunch stops every rank with SIGTERM and exits 128+N",
           "[integration][teardown]") {
-  const int sig = GENERATE(SIGTERM, SIGHUP);  // SIGHUP: the terminal closed
+  const int sig = GENERATE(SIGTERM, SIGHUP, SIGQUIT);  // SIGHUP: the terminal closed; SIGQUIT: Ctrl-\ pressed
   const std::string name = std::string("SIG") + sigabbrev_np(sig);
   INFO(name);
   TempDir dir;
@@ -66,7 +66,9 @@ TEST_CASE("launcher/teardown: SIGTERM or SIGHUP to xlaunch stops every rank with
   const auto r = xlaunch.wait(10);
   REQUIRE(r);
   CHECK(r->exit_code == 128 + sig);
-  if (sig == SIGHUP) CHECK_THAT(r->err, Contains("received SIGHUP; sending SIGTERM to 3 running ranks and stopping"));
+  if (sig != SIGTERM) {
+    CHECK_THAT(r->err, Contains("received " + name + "; sending SIGTERM to 3 running ranks and stopping"));
+  }
   const auto summary = read_json(dir / "run/summary.json");
   CHECK(summary["status"] == "stopped");
   CHECK(summary["exit_code"] == 128 + sig);
