@@ -14,7 +14,7 @@ const char* const kContract[] = {
     env::kJob,        env::kRestartCount, env::kMaxRestarts,  env::kResultFile,     env::kHeartbeatFile,
     env::kStoreEndpoint, env::kJobToken,  env::kNodeAddr,
     env::kGroupWorldSize, env::kRoleRank, env::kRoleWorldSize, env::kRoleName, env::kElasticRestartCount,
-    env::kElasticMaxRestarts, env::kElasticRunId,
+    env::kElasticMaxRestarts, env::kElasticRunId, env::kElasticErrorFile,
 };
 
 std::string getenv_or(const char* name, const std::string& fallback) {
@@ -53,6 +53,10 @@ std::string backtrace_file_path(const std::string& run_dir, int rank) {
   return run_dir + "/ranks/rank-" + std::to_string(rank) + ".backtrace";
 }
 
+std::string elastic_error_file_path(const std::string& run_dir, int rank) {
+  return run_dir + "/ranks/rank-" + std::to_string(rank) + ".error.json";
+}
+
 std::map<std::string, std::string> build_worker_env(const JobSpec& spec, const RankPlacement& where,
                                                     const AttemptEnv& attempt,
                                                     std::map<std::string, std::string> e, unsigned cores) {
@@ -78,6 +82,7 @@ std::map<std::string, std::string> build_worker_env(const JobSpec& spec, const R
   e[env::kElasticRestartCount] = e[env::kRestartCount];
   e[env::kElasticMaxRestarts] = e[env::kMaxRestarts];
   e[env::kElasticRunId] = attempt.elastic_run_id;
+  e[env::kElasticErrorFile] = elastic_error_file_path(attempt.run_dir, where.rank);
   e[env::kResultFile] = result_file_path(attempt.run_dir, where.rank);
   e[env::kHeartbeatFile] = heartbeat_file_path(attempt.run_dir, where.rank);
   if (!attempt.store_endpoint.empty()) {

@@ -24,6 +24,8 @@ inline constexpr const char* kRoleName = "ROLE_NAME";
 inline constexpr const char* kElasticRestartCount = "TORCHELASTIC_RESTART_COUNT";
 inline constexpr const char* kElasticMaxRestarts = "TORCHELASTIC_MAX_RESTARTS";
 inline constexpr const char* kElasticRunId = "TORCHELASTIC_RUN_ID";
+// Where a PyTorch script's @record (torch.distributed.elastic) writes its uncaught exception.
+inline constexpr const char* kElasticErrorFile = "TORCHELASTIC_ERROR_FILE";
 inline constexpr const char* kMasterAddr = "MASTER_ADDR";
 inline constexpr const char* kMasterPort = "MASTER_PORT";
 inline constexpr const char* kNcclId = "XTRAIN_NCCL_ID";
@@ -83,6 +85,7 @@ std::map<std::string, std::string> build_worker_env(const JobSpec& spec, const R
 std::string result_file_path(const std::string& run_dir, int rank);     // ranks/rank-R.json
 std::string heartbeat_file_path(const std::string& run_dir, int rank);  // ranks/rank-R.heartbeat
 std::string backtrace_file_path(const std::string& run_dir, int rank);  // ranks/rank-R.backtrace
+std::string elastic_error_file_path(const std::string& run_dir, int rank);  // ranks/rank-R.error.json
 
 // What a worker learns from its environment. With no RANK set it is a world of one.
 struct WorkerEnv {

@@ -21,6 +21,7 @@
 #include "launcher/process/proc_info.hpp"
 #include "launcher/rendezvous/attempt.hpp"
 #include "launcher/run/launch_error.hpp"
+#include "launcher/run/python_failure.hpp"
 
 namespace xtrain::launcher {
 using namespace supervisor_detail;
@@ -77,7 +78,7 @@ bool is_diverged(const json& result) {
 std::string result_message(const json& result) {
   if (!result.is_object()) return "";
   if (auto it = result.find("error"); it != result.end()) return it->is_string() ? it->get<std::string>() : it->dump();
-  if (auto it = result.find("unreadable"); it != result.end()) return "result file unreadable: " + it->get<std::string>();
+  if (auto it = result.find("unreadable"); it != result.end()) return "unreadable: " + it->get<std::string>();
   return "";
 }
 
@@ -228,6 +229,7 @@ void Supervisor::on_exit(int id, ExitStatus status) {
     record.result = result_from_record(heartbeat_file_path(plan_.run_dir, id),
                                        rank.stream ? rank.stream->tail() : std::vector<std::string>{});
   }
+  if (record.result.is_null()) record.result = read_elastic_error_file(elastic_error_file_path(plan_.run_dir, id));
   if (heartbeat_) heartbeat_->stop(id);
   if (phase_ == Phase::kRunning && !status.ok()) {
     record.status = RankStatus::kFailed;
@@ -403,6 +405,8 @@ void Supervisor::conclude_attempt() {
   if (root_cause_) {
     const Rank& rank = rank_at(root_cause_->rank);
     if (rank.stream) root_cause_->log_tail = rank.stream->tail();
+    // A Python rank that reported nothing itself: its traceback's exception, from its output.
+    if (root_cause_->message.empty()) root_cause_->message = python_exception(root_cause_->log_tail);
     const auto lines = report_lines(*root_cause_);
     spdlog::error("{}", lines.front());
     for (size_t i = 1; i < lines.size(); ++i) spdlog::info("{}", lines[i]);

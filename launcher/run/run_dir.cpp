@@ -118,6 +118,7 @@ void RunDir::clear_rank_files(int world_size) const {
     ::unlink(result_file_path(dir_, rank).c_str());
     ::unlink(heartbeat_file_path(dir_, rank).c_str());
     ::unlink(backtrace_file_path(dir_, rank).c_str());
+    ::unlink(elastic_error_file_path(dir_, rank).c_str());
   }
 }
 

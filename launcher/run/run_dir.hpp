@@ -55,7 +55,7 @@ class RunDir {
   void write_state(const nlohmann::json& state) const;      // atomic; rewritten on every change
   // Atomic and fsynced; once. First gives up the reserve (below), so it is written on a full disk.
   void write_summary(const nlohmann::json& summary) const;
-  void clear_rank_files(int world_size) const;              // result, heartbeat and backtrace files
+  void clear_rank_files(int world_size) const;  // result, heartbeat, backtrace and PyTorch error files
   int open_rank_log(int rank) const;                        // O_APPEND; throws LaunchError
 
  private:

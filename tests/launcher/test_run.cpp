@@ -118,6 +118,7 @@ TEST_CASE("launcher/run: each rank sees exactly the environment the contract lis
         {"GROUP_WORLD_SIZE", "1"}, {"ROLE_RANK", r}, {"ROLE_WORLD_SIZE", "2"}, {"ROLE_NAME", "default"},
         {"TORCHELASTIC_RESTART_COUNT", "0"}, {"TORCHELASTIC_MAX_RESTARTS", "1"},
         {"TORCHELASTIC_RUN_ID", run_id.substr(0, run_id.size() - 3)},  // without the attempt's "-a1"
+        {"TORCHELASTIC_ERROR_FILE", run + "/ranks/rank-" + r + ".error.json"},
         {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}, {"XTRAIN_RUN_ID", run_id}, {"XTRAIN_RUN_DIR", run},
         {"XTRAIN_JOB", run + "/job.json"}, {"XTRAIN_RESTART_COUNT", "0"}, {"XTRAIN_MAX_RESTARTS", "1"},
         {"XTRAIN_RESULT_FILE", run + "/ranks/rank-" + r + ".json"},

@@ -75,6 +75,46 @@ TEST_CASE("launcher/torchrun-cli: a .py rank without a module says which python 
                               "(else python3 from PATH)"));
 }
 
+// PyTorch's own @record writes the exception where TORCHELASTIC_ERROR_FILE says, as under torchrun;
+// a script without it leaves the message to its traceback's last line.
+TEST_CASE("launcher/torchrun-cli: a PyTorch script's exception is the root cause's message, from @record's error "
+          "file or its traceback", "[integration][torchrun][torch]") {
+  TempDir dir;
+  const std::string body =
+      "import os\n"
+      "from torch.distributed.elastic.multiprocessing.errors import record\n"
+      "def main():\n"
+      "    if os.environ['RANK'] == '1':\n"
+      "        try:\n"
+      "            {}['shape']\n"
+      "        except KeyError:\n"
+      "            raise ValueError('batch shape (8, 1023), expected (8, 1024)')\n";
+  const std::string recorded = write_file(dir / "recorded.py", body + "record(main)()\n");
+  const std::string plain = write_file(dir / "plain.py", body + "main()\n");
+  const auto env = environment_with({{"PYTHON_EXEC", "/usr/bin/python3"}});
+  const std::string message = "ValueError: batch shape (8, 1023), expected (8, 1024)";
+  for (const std::string& script : {recorded, plain}) {
+    INFO(script);
+    const std::string run = dir / (script == plain ? "plain" : "recorded");
+    const auto r = run_xlaunch({"--nproc-per-node", "2", "--run-dir", run, script}, 60, &env);
+    REQUIRE(r);
+    CHECK(r->exit_code == 1);
+    CHECK_THAT(r->err, Contains("rank 1 (pid ") && Contains("failed: exit code 1 at ") &&
+                           Contains("; message: " + message + "; last lines:"));
+    const auto summary = read_json(run + "/summary.json");
+    CHECK(summary["root_cause"]["message"] == message);
+    const auto result = summary["ranks"][1]["result"];
+    if (script == recorded) {
+      CHECK(result["error"] == message);
+      CHECK(result["error_file"] == run + "/ranks/rank-1.error.json");
+      CHECK_THAT(result["traceback"].get<std::string>(),
+                 Contains("KeyError: 'shape'") && Contains("raise ValueError(") && Contains(message));
+    } else {
+      CHECK(result.is_null());
+    }
+  }
+}
+
 TEST_CASE("launcher/torchrun-cli: flags that do nothing here say so on stderr", "[integration][torchrun]") {
   TempDir dir;
   const auto r = run_xlaunch({"--monitor-interval", "5", "--redirects", "3", "--tee", "0:3", "--run-dir", dir / "run",

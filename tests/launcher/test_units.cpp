@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "launcher/process/log_stream.hpp"
 #include "launcher/process/rank_process.hpp"
 #include "launcher/run/outcome.hpp"
+#include "launcher/run/python_failure.hpp"
 #include "launcher/run/superseded_checkpoints.hpp"
 
 using namespace xtrain;
@@ -107,4 +109,52 @@ TEST_CASE("superseded checkpoints: a second set-aside in the same second goes to
   }
   CHECK(std::distance(fs::directory_iterator(run / "superseded"), fs::directory_iterator()) == 3);
   fs::remove_all(run);
+}
+
+TEST_CASE("launcher/python failure: the exception a traceback ends with, the last of a chain", "[units]") {
+  const std::vector<std::string> chained = {
+      "step 3",
+      "Traceback (most recent call last):",
+      "  File \"train.py\", line 5, in main",
+      "KeyError: 'shape'",
+      "",
+      "During handling of the above exception, another exception occurred:",
+      "",
+      "Traceback (most recent call last):",
+      "  File \"train.py\", line 7, in main",
+      "    raise ValueError(\"bad\")",
+      "ValueError: bad",
+      "  (a message's second line)",
+  };
+  CHECK(python_exception(chained) == "ValueError: bad");
+  CHECK(python_exception({"Traceback (most recent call last):", "  File \"x.py\", line 1"}).empty());  // cut short
+  CHECK(python_exception({"error: no traceback here", "ValueError: not after a traceback"}).empty());
+  CHECK(python_exception({}).empty());
+}
+
+TEST_CASE("launcher/python failure: @record's error file, in both of PyTorch's forms, verified before it is trusted",
+          "[units]") {
+  namespace fs = std::filesystem;
+  std::string pattern = (fs::temp_directory_path() / "xlaunch-error-file-XXXXXX").string();
+  const fs::path dir = ::mkdtemp(pattern.data());
+  const std::string path = (dir / "rank-1.error.json").string();
+  const auto write = [&](const std::string& text) {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  };
+  CHECK(read_elastic_error_file(path).is_null());  // no file: the script wrote none
+  write(R"({"message": {"message": "ValueError: bad",)"
+        R"( "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1"}}})");
+  CHECK(read_elastic_error_file(path) ==
+        nlohmann::json({{"error", "ValueError: bad"}, {"error_file", path}, {"traceback", "Traceback ..."}}));
+  write(R"({"message": "RuntimeError: older form"})");
+  CHECK(read_elastic_error_file(path) == nlohmann::json({{"error", "RuntimeError: older form"}, {"error_file", path}}));
+  write(R"({"message": {"mess)");  // the rank was killed while writing it
+  CHECK_THAT(read_elastic_error_file(path).at("unreadable").get<std::string>(),
+             Catch::Matchers::Contains(path + ": malformed JSON"));
+  write(R"({"message": {"text": "?"}})");
+  CHECK_THAT(read_elastic_error_file(path).at("unreadable").get<std::string>(),
+             Catch::Matchers::Contains(path + ": expected torch.distributed.elastic's error file"));
+  fs::remove_all(dir);
 }
