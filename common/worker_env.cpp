@@ -14,7 +14,7 @@ const char* const kContract[] = {
     env::kJob,        env::kRestartCount, env::kMaxRestarts,  env::kResultFile,     env::kHeartbeatFile,
     env::kStoreEndpoint, env::kJobToken,  env::kNodeAddr,
     env::kGroupWorldSize, env::kRoleRank, env::kRoleWorldSize, env::kRoleName, env::kElasticRestartCount,
-    env::kElasticMaxRestarts, env::kElasticRunId, env::kElasticErrorFile,
+    env::kElasticMaxRestarts, env::kElasticRunId, env::kElasticErrorFile, env::kElasticUseAgentStore,
 };
 
 std::string getenv_or(const char* name, const std::string& fallback) {
@@ -83,6 +83,8 @@ std::map<std::string, std::string> build_worker_env(const JobSpec& spec, const R
   e[env::kElasticMaxRestarts] = e[env::kMaxRestarts];
   e[env::kElasticRunId] = attempt.elastic_run_id;
   e[env::kElasticErrorFile] = elastic_error_file_path(attempt.run_dir, where.rank);
+  e[env::kElasticUseAgentStore] = "False";
+  e.emplace(env::kTorchNcclAsyncErrorHandling, "1");  // the environment's own value wins
   e[env::kResultFile] = result_file_path(attempt.run_dir, where.rank);
   e[env::kHeartbeatFile] = heartbeat_file_path(attempt.run_dir, where.rank);
   if (!attempt.store_endpoint.empty()) {

@@ -26,6 +26,12 @@ inline constexpr const char* kElasticMaxRestarts = "TORCHELASTIC_MAX_RESTARTS";
 inline constexpr const char* kElasticRunId = "TORCHELASTIC_RUN_ID";
 // Where a PyTorch script's @record (torch.distributed.elastic) writes its uncaught exception.
 inline constexpr const char* kElasticErrorFile = "TORCHELASTIC_ERROR_FILE";
+// "False", as torchrun's static rendezvous says: rank 0's script serves the store at MASTER_PORT
+// (a "True" left by an enclosing torchrun would make every rank wait for an agent's store).
+inline constexpr const char* kElasticUseAgentStore = "TORCHELASTIC_USE_AGENT_STORE";
+// PyTorch's NCCL watchdog aborts a collective that fails or times out instead of leaving the rank
+// blocked: torchrun sets 1 unless the environment chose, and so does xlaunch.
+inline constexpr const char* kTorchNcclAsyncErrorHandling = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
 inline constexpr const char* kMasterAddr = "MASTER_ADDR";
 inline constexpr const char* kMasterPort = "MASTER_PORT";
 inline constexpr const char* kNcclId = "XTRAIN_NCCL_ID";

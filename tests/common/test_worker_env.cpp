@@ -46,6 +46,8 @@ TEST_CASE("the env builder sets exactly the contract's variables", "[env]") {
       {"TORCHELASTIC_MAX_RESTARTS", "3"},
       {"TORCHELASTIC_RUN_ID", "job"},
       {"TORCHELASTIC_ERROR_FILE", "/runs/job/ranks/rank-5.error.json"},
+      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+      {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
       {"MASTER_ADDR", "127.0.0.1"},
       {"MASTER_PORT", "29501"},
       {"XTRAIN_NCCL_ID", std::string(256, 'a')},

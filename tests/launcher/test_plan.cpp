@@ -300,6 +300,8 @@ TEST_CASE("launcher/plan: each rank's environment is the contract's", "[plan][en
   Fixture f;
   f.host.environment["CUDA_VISIBLE_DEVICES"] = "";
   f.host.environment["RANK"] = "99";  // from an enclosing launcher: must not leak
+  f.host.environment["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  f.host.environment["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0";
   const Plan plan = f.plan(R"({"worker": {"command": ["true"], "env": {"FOO": "bar"}},
                                "nproc_per_node": 4, "launcher": {"heartbeat_timeout_s": 5, "max_restarts": 2}})");
   AttemptEnv attempt = make_attempt_env(plan, "job-x", 1);
@@ -324,6 +326,9 @@ TEST_CASE("launcher/plan: each rank's environment is the contract's", "[plan][en
       {"TORCHELASTIC_RESTART_COUNT", "1"},
       {"TORCHELASTIC_MAX_RESTARTS", "2"},
       {"TORCHELASTIC_RUN_ID", "job-x"},  // the run's, the same in every attempt
+      {"TORCHELASTIC_ERROR_FILE", plan.run_dir + "/ranks/rank-2.error.json"},
+      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+      {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "0"},  // the machine's own choice stays
       {"MASTER_ADDR", "127.0.0.1"},
       {"MASTER_PORT", std::to_string(attempt.master_port)},
       {"XTRAIN_RUN_ID", "job-x-a2"},

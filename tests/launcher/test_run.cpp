@@ -119,6 +119,7 @@ TEST_CASE("launcher/run: each rank sees exactly the environment the contract lis
         {"TORCHELASTIC_RESTART_COUNT", "0"}, {"TORCHELASTIC_MAX_RESTARTS", "1"},
         {"TORCHELASTIC_RUN_ID", run_id.substr(0, run_id.size() - 3)},  // without the attempt's "-a1"
         {"TORCHELASTIC_ERROR_FILE", run + "/ranks/rank-" + r + ".error.json"},
+        {"TORCHELASTIC_USE_AGENT_STORE", "False"}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
         {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}, {"XTRAIN_RUN_ID", run_id}, {"XTRAIN_RUN_DIR", run},
         {"XTRAIN_JOB", run + "/job.json"}, {"XTRAIN_RESTART_COUNT", "0"}, {"XTRAIN_MAX_RESTARTS", "1"},
         {"XTRAIN_RESULT_FILE", run + "/ranks/rank-" + r + ".json"},
