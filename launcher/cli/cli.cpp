@@ -168,6 +168,8 @@ const std::map<std::string, OptionRule>& option_rules() {
          }
          note("every rank is a new process (fork and exec of the program)")(s, v, typed);
        }}},
+      {"--log-line-prefix-template", {true, kRun, note("xlaunch's console prefixes each rank's lines with "
+                                                        "[rank R]; the log files hold them as the rank wrote them")}},
       {"--role", {true, kRun, [](ParseState& s, const std::string& v, const std::string& typed) {
          if (v.empty()) throw CliError(typed + ": expected a role name, got \"\"");
          s.options.rendezvous.role = v;
@@ -286,7 +288,7 @@ const std::set<std::string> kTorchrunFlags = {
     "--nproc-per-node", "--nnodes",      "--node-rank",   "--rdzv-endpoint", "--rdzv-backend",     "--rdzv-id",
     "--rdzv-conf",      "--standalone",  "--max-restarts", "--master-addr",  "--master-port",      "--redirects",
     "--tee",            "--log-dir",     "--no-python",   "--module",        "--run-path",         "--monitor-interval",
-    "--start-method",   "--role"};
+    "--start-method",   "--role",        "--log-line-prefix-template"};
 
 // "PET_NPROC_PER_NODE" -> "--nproc-per-node"
 std::string flag_of_variable(const std::string& variable) {
@@ -469,7 +471,7 @@ torchrun's flags (either spelling, --flag value or --flag=value; README: "Coming
   --rdzv-conf join_timeout=S  --standalone  --master-addr HOST  --master-port PORT  --max-restarts N
   --redirects/-r V  --tee/-t V  --log-dir DIR  --no-python  -m/--module  --run-path
   --role R (every rank's ROLE_NAME)
-  --monitor-interval S, --start-method M (accepted, ignored with a note)
+  --monitor-interval S, --start-method M, --log-line-prefix-template T (accepted, ignored with a note)
   .py programs and -m run with $PYTHON_EXEC, else python3 from PATH.
 
 exit codes: 0 every rank exited 0; 2 bad command line or spec; 124 timeout or lost heartbeat;

@@ -117,11 +117,14 @@ TEST_CASE("launcher/torchrun-cli: a PyTorch script's exception is the root cause
 
 TEST_CASE("launcher/torchrun-cli: flags that do nothing here say so on stderr", "[integration][torchrun]") {
   TempDir dir;
-  const auto r = run_xlaunch({"--monitor-interval", "5", "--redirects", "3", "--tee", "0:3", "--run-dir", dir / "run",
+  const auto r = run_xlaunch({"--monitor-interval", "5", "--log-line-prefix-template", "[${role_name}${rank}]:",
+                              "--redirects", "3", "--tee", "0:3", "--run-dir", dir / "run",
                               "--nproc-per-node", "2", "--no-python", bin_path("xtrain-test-worker"), "--print", "hi"});
   REQUIRE(r);
   CHECK(r->exit_code == 0);
   CHECK_THAT(r->err, Contains("xlaunch: note: --monitor-interval is ignored: xlaunch reacts to each rank's exit"));
+  CHECK_THAT(r->err, Contains("xlaunch: note: --log-line-prefix-template is ignored: xlaunch's console prefixes each "
+                              "rank's lines with [rank R]"));
   CHECK_THAT(r->out, Contains("[rank 0] hi"));  // --redirects 3 --tee 0:3: rank 0 only
   CHECK_THAT(r->out, !Contains("[rank 1]"));
   CHECK_THAT(read_file(dir / "run/logs/rank-1.log"), Contains("hi"));
