@@ -62,12 +62,13 @@
 
 namespace xtrain::launcher {
 
-// SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2: blocked from startup until the supervisor's handlers exist,
-// so that a signal that arrives early (an immediate `xlaunch stop`) waits instead of killing.
+// SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2: blocked from startup until the supervisor's
+// handlers exist, so that a signal that arrives early (an immediate `xlaunch stop`) waits instead
+// of killing.
 void block_handled_signals(bool block);
 
-// A SIGINT, SIGTERM, SIGHUP or SIGQUIT that arrived while they were blocked and no supervisor took it (a
-// --check, a --dry-run, a plan that failed): taken from the pending set and returned, so that
+// A SIGINT, SIGTERM, SIGHUP or SIGQUIT that arrived while they were blocked and no supervisor took
+// it (a --check, a --dry-run, a plan that failed): taken from the pending set and returned, so that
 // xlaunch still ends with 128+N. nullopt when none is pending.
 std::optional<int> take_pending_stop_signal();
 

@@ -476,8 +476,8 @@ torchrun's flags (either spelling, --flag value or --flag=value; README: "Coming
 
 exit codes: 0 every rank exited 0; 2 bad command line or spec; 124 timeout or lost heartbeat;
 125 could not run the job; 126/127 worker not executable / not found; 128+N stopped by signal N
-(129 SIGHUP, 130 SIGINT, 131 SIGQUIT, 143 SIGTERM); otherwise the exit code of the first rank to fail (128+N
-if signal N killed it).
+(129 SIGHUP, 130 SIGINT, 131 SIGQUIT, 143 SIGTERM); otherwise the exit code of the first rank to
+fail (128+N if signal N killed it).
 )";
 }
 
