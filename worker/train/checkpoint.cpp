@@ -256,25 +256,17 @@ TrainSpec schedule_then(const json& train_then, TrainSpec now) {
   return now;
 }
 
-// What a changed train key does to a run resumed after `step` completed steps, for its log line.
-std::string resume_effect(const std::string& key, ResumeRule rule, const TrainSpec& then, const TrainSpec& now,
-                          long step) {
-  const std::string rates = schedule_change(then, now, step);
-  switch (rule) {
-    case ResumeRule::kSchedule:
-      if (key == "steps") return fmt::format("the cosine decay now ends at step {}; {}", now.steps, rates);
-      return rates + "; AdamW's moments carry over";
-    case ResumeRule::kOptimizer:
-      return fmt::format("AdamW takes it from step {} on; its moments carry over", step + 1);
-    case ResumeRule::kKept:
-    case ResumeRule::kComputing:
-      break;
+// What a changed optimizer or computing key does to a run resumed after `step` completed steps.
+std::string resume_effect(ResumeRule rule, long step) {
+  if (rule == ResumeRule::kOptimizer) {
+    return fmt::format("AdamW takes it from step {} on; its moments carry over", step + 1);
   }
   return "the learning-rate schedule and the batches are unchanged";
 }
 
-// The spec fields a resumed run must keep (model shape, the train keys of the run); returns one
-// line for each train key that may change and did, saying what the change does.
+// The spec fields a resumed run must keep (model shape, the train keys of the run); returns what
+// the train keys that may change and did do: one line for the schedule's keys together, then one
+// for each other key.
 std::vector<std::string> check_against_spec(const json& state, const std::string& dir, const JobSpec& spec) {
   const json model_now = spec_section(spec, "model");
   const json train_now = spec_section(spec, "train");
@@ -287,6 +279,7 @@ std::vector<std::string> check_against_spec(const json& state, const std::string
     }
   }
   std::vector<std::string> changes;
+  std::string schedule_keys;  // "train.lr changed from 0.001 to 0.0005, train.steps changed from ..."
   const long step = state_field(state, dir, "/step", &json::is_number_unsigned).get<long>();
   for (const auto& [key, now] : train_now.items()) {
     const json then = train_then.value(key, json());
@@ -296,8 +289,19 @@ std::vector<std::string> check_against_spec(const json& state, const std::string
       throw CheckpointError(dir, "train." + key + " is " + then.dump() + " but the spec says " + now.dump() +
                                      "; a resumed run must keep it to read the same batches");
     }
-    changes.push_back("resume: train." + key + " changed from " + then.dump() + " to " + now.dump() + ": " +
-                      resume_effect(key, *rule, schedule_then(train_then, spec.train), spec.train, step));
+    const std::string changed = "train." + key + " changed from " + then.dump() + " to " + now.dump();
+    if (*rule == ResumeRule::kSchedule) {
+      schedule_keys += (schedule_keys.empty() ? "" : ", ") + changed;
+    } else {
+      changes.push_back("resume: " + changed + ": " + resume_effect(*rule, step));
+    }
+  }
+  if (!schedule_keys.empty()) {  // one line for the one schedule they make, first
+    const TrainSpec then = schedule_then(train_then, spec.train);
+    const std::string decay =
+        then.steps != spec.train.steps ? fmt::format("the cosine decay now ends at step {}; ", spec.train.steps) : "";
+    changes.insert(changes.begin(), "resume: " + schedule_keys + ": " + decay +
+                                        schedule_change(then, spec.train, step) + "; AdamW's moments carry over");
   }
   return changes;
 }

@@ -138,8 +138,8 @@ bool needs_training_model_resolution(const JobSpec& spec);
 // What may change on resume, for each train.* key (docs/job-spec.md has the table):
 //   kKept       batch_size and seed, which with the checkpoint's sampler state fix every later step's
 //               batch: a change is refused, naming the key and both values;
-//   kSchedule   steps, lr, min_lr, warmup_steps: the rate moves at once, said in one log line with
-//               both rates;
+//   kSchedule   steps, lr, min_lr, warmup_steps: the rate moves at once (or from the first step
+//               whose rate differs), said in one log line for all of them with both rates;
 //   kOptimizer  weight_decay, beta1, beta2, eps, grad_clip: AdamW takes them from the resumed step
 //               on, its moments carried over;
 //   kComputing  micro_batch_size, eval_every, eval_batches, eval_multiple_choice,
