@@ -28,5 +28,4 @@ inline double learning_rate(const TrainSpec& t, long step) {
 // the first step of a decay), also the first step whose rate moves; else that none does.
 std::string schedule_change(const TrainSpec& then, const TrainSpec& now, long done);
 
-
 }  // namespace xtrain
