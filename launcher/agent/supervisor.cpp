@@ -405,8 +405,13 @@ void Supervisor::conclude_attempt() {
   if (root_cause_) {
     const Rank& rank = rank_at(root_cause_->rank);
     if (rank.stream) root_cause_->log_tail = rank.stream->tail();
-    // A Python rank that reported nothing itself: its traceback's exception, from its output.
-    if (root_cause_->message.empty()) root_cause_->message = python_exception(root_cause_->log_tail);
+    // A Python rank that reported nothing itself: its traceback's exception, from its output. Only
+    // for exit code 1, Python's after an uncaught exception's traceback: a rank that a signal
+    // killed, or that chose its code, may have printed a traceback it handled before.
+    const std::optional<ExitStatus>& ended = root_cause_->exit;
+    if (root_cause_->message.empty() && ended && ended->signal == 0 && ended->exit_code == 1) {
+      root_cause_->message = python_exception(root_cause_->log_tail);
+    }
     const auto lines = report_lines(*root_cause_);
     spdlog::error("{}", lines.front());
     for (size_t i = 1; i < lines.size(); ++i) spdlog::info("{}", lines[i]);

@@ -2,6 +2,9 @@
 // PYTHON_EXEC, notes for ignored flags, and bad command lines (exit 2, one line naming the flag).
 #include <catch2/catch.hpp>
 
+#include <csignal>
+#include <filesystem>
+
 #include <sys/stat.h>
 
 #include "harness.hpp"
@@ -9,6 +12,7 @@
 using namespace xtrain::test;
 using Catch::Matchers::Contains;
 using Catch::Matchers::StartsWith;
+namespace fs = std::filesystem;
 
 TEST_CASE("launcher/torchrun-cli: a program after -- runs as every rank with torchrun's variables",
           "[integration][torchrun]") {
@@ -91,13 +95,23 @@ TEST_CASE("launcher/torchrun-cli: a PyTorch script's exception is the root cause
       "            raise ValueError('batch shape (8, 1023), expected (8, 1024)')\n";
   const std::string recorded = write_file(dir / "recorded.py", body + "record(main)()\n");
   const std::string plain = write_file(dir / "plain.py", body + "main()\n");
+  // A traceback it handled, then a death by a signal: no message from the traceback.
+  const std::string killed = write_file(dir / "killed.py", body + "import os, signal\n"
+                                        "try:\n    main()\nexcept ValueError:\n"
+                                        "    import traceback; traceback.print_exc()\n"
+                                        "    os.kill(os.getpid(), signal.SIGKILL)\n");
   const auto env = environment_with({{"PYTHON_EXEC", "/usr/bin/python3"}});
   const std::string message = "ValueError: batch shape (8, 1023), expected (8, 1024)";
-  for (const std::string& script : {recorded, plain}) {
+  for (const std::string& script : {recorded, plain, killed}) {
     INFO(script);
-    const std::string run = dir / (script == plain ? "plain" : "recorded");
+    const std::string run = dir / fs::path(script).stem().string();
     const auto r = run_xlaunch({"--nproc-per-node", "2", "--run-dir", run, script}, 60, &env);
     REQUIRE(r);
+    if (script == killed) {
+      CHECK(r->exit_code == 128 + SIGKILL);
+      CHECK(read_json(run + "/summary.json")["root_cause"]["message"].is_null());
+      continue;
+    }
     CHECK(r->exit_code == 1);
     CHECK_THAT(r->err, Contains("rank 1 (pid ") && Contains("failed: exit code 1 at ") &&
                            Contains("; message: " + message + "; last lines:"));
