@@ -4,7 +4,8 @@
 //     (torch.distributed.elastic.multiprocessing.errors) writes its uncaught exception there:
 //     {"message": {"message": "ValueError: ...", "extraInfo": {"py_callstack": ..., "timestamp": ...}}}
 //     (older PyTorch: "message" a string);
-//   - else the exception that a Python traceback in the rank's last lines ends with.
+//   - else, for a rank that exited 1 (Python's code for an uncaught exception), the exception that
+//     the traceback in its last lines ends with.
 #pragma once
 
 #include <string>
