@@ -4,6 +4,7 @@
 #include <map>
 
 #include "common/model_file.hpp"
+#include "worker/formats/transpose.hpp"
 
 namespace xtrain {
 namespace {
@@ -18,12 +19,6 @@ std::vector<std::int64_t> hf_shape(const ParamLayout& layout, const ParamTensor&
   std::vector<std::int64_t> shape(t.shape.begin(), t.shape.end());
   if (t.hf_transposed) std::swap(shape[0], shape[1]);
   return shape;
-}
-
-void transpose(const float* in, size_t rows, size_t cols, float* out) {  // (rows, cols) -> (cols, rows)
-  for (size_t r = 0; r < rows; ++r) {
-    for (size_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
-  }
 }
 
 // h.N.attn.bias and h.N.attn.masked_bias: the causal mask GPT2Attention keeps as a buffer.
@@ -148,7 +143,8 @@ void HfModelReader::load(float* params, const HostAccess& memory, const Recorded
       scratch.resize(t.count);
       file_.copy_elements(e, 0, t.count, scratch.data());
       memory.fill_whole(dst, t.count, [&](float* host) {
-        transpose(scratch.data(), static_cast<size_t>(t.shape[1]), static_cast<size_t>(t.shape[0]), host);
+        const auto rows = static_cast<size_t>(t.shape[1]), cols = static_cast<size_t>(t.shape[0]);
+        transpose(scratch.data(), rows, cols, cols, host, rows);  // the file's (in, out) -> (out, in)
       });
     }
   }

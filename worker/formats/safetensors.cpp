@@ -9,6 +9,7 @@
 #include "worker/formats/crc32c.hpp"
 #include "worker/formats/file_io.hpp"
 #include "worker/formats/float16.hpp"
+#include "worker/formats/transpose.hpp"
 
 namespace xtrain {
 namespace {
@@ -94,10 +95,7 @@ void for_each_piece(const SafetensorsTensor& t, const HostAccess& memory, std::v
   block.resize(per_block * cols);
   for (size_t first = 0; first < rows; first += per_block) {
     const size_t n = std::min(per_block, rows - first);
-    for (size_t c = 0; c < cols; ++c) {
-      const float* column = data + c * rows + first;
-      for (size_t r = 0; r < n; ++r) block[r * cols + c] = column[r];
-    }
+    transpose(data + first, cols, n, rows, block.data(), cols);  // (cols, n) of data -> (n, cols)
     sink(block.data(), n * cols * sizeof(float));
   }
 }

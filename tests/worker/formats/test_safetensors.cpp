@@ -8,6 +8,7 @@
 #include "tests/worker/piecewise_memory.hpp"
 #include "worker/formats/crc32c.hpp"
 #include "worker/formats/safetensors.hpp"
+#include "worker/formats/transpose.hpp"
 
 using namespace xtrain;
 using xtrain::test::error_message;
@@ -106,6 +107,24 @@ TEST_CASE("a transposed tensor is written as its transpose, block by block, arou
   CHECK(transposed);
   CHECK(b == before);
   CHECK(a == after);
+}
+
+TEST_CASE("transpose: every element lands at its mirror, with row strides and sizes that are no multiple of 16",
+          "[safetensors]") {
+  // A (37, 23) corner of a matrix 41 floats a row, into a (23, 37) corner of one 40 floats a row;
+  // what lies outside the corner stays untouched.
+  constexpr size_t kRows = 37, kCols = 23, kInStride = 41, kOutStride = 40;
+  std::vector<float> in(kRows * kInStride), out(kCols * kOutStride, -1.0f);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i);
+  transpose(in.data(), kRows, kCols, kInStride, out.data(), kOutStride);
+  size_t wrong = 0;
+  for (size_t c = 0; c < kCols; ++c) {
+    for (size_t r = 0; r < kOutStride; ++r) {
+      const float expected = r < kRows ? in[r * kInStride + c] : -1.0f;
+      wrong += out[c * kOutStride + r] != expected;
+    }
+  }
+  CHECK(wrong == 0);
 }
 
 TEST_CASE("tensors in memory the host cannot address are written a piece at a time, byte for byte as from the host's",
