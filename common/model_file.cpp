@@ -59,8 +59,9 @@ void check_heads(const std::string& path, int n_embd, int n_head) {
 }
 
 // config.json of a Hugging Face GPT-2 directory: the shape, and the settings our model cannot
-// change (GELU with the tanh approximation, layernorm epsilon 1e-5, a 4x MLP), so that a model
-// we would compute differently is refused instead of silently fine-tuned.
+// change (GELU with the tanh approximation, layernorm epsilon 1e-5, a 4x MLP, the output layer
+// tied to the token embedding), so that a model we would compute differently is refused instead of
+// silently fine-tuned.
 void read_config(ModelFileInfo& info, const std::string& path) {
   const json config = read_json_object(path);
   if (config.contains("model_type") && config["model_type"] != "gpt2") {
@@ -88,6 +89,10 @@ void read_config(ModelFileInfo& info, const std::string& path) {
   if (config.contains("n_inner") && !config["n_inner"].is_null() && config["n_inner"] != 4 * info.n_embd) {
     throw FileError(path, "n_inner is " + config["n_inner"].dump() + ", expected null or 4 * n_embd (" +
                               std::to_string(4 * info.n_embd) + ")");
+  }
+  if (config.contains("tie_word_embeddings") && config["tie_word_embeddings"] != true) {
+    throw FileError(path, "tie_word_embeddings is " + config["tie_word_embeddings"].dump() +
+                              ", expected true (as GPT-2: the output layer is the token embedding, wte)");
   }
 }
 

@@ -189,7 +189,9 @@ DataPlan plan_data(const EvalOptions& o, const ModelFileInfo& model) {
   } else {
     p.data->check_vocab(model.vocab_size, "--data");
   }
-  p.codec = tokenizer ? std::move(*tokenizer) : text ? TextCodec::bytes() : TextCodec();
+  // Without a tokenizer, text and a byte-level model's shards are bytes, a token each (as generate reads them).
+  const bool bytes = text || model.vocab_size == kByteVocabulary;
+  p.codec = tokenizer ? std::move(*tokenizer) : bytes ? TextCodec::bytes() : TextCodec();
   if (p.size() < 2) {
     throw BadInput("--data: " + o.data + " has " + std::to_string(p.size()) + " tokens; scoring needs at least 2");
   }

@@ -239,6 +239,12 @@ TEST_CASE("a model file that cannot be used is one line naming the file", "[mode
     expected = path + "/config.json: activation_function is \"relu\", expected \"gelu_new\" (GELU with the tanh "
                       "approximation, as GPT-2)";
   }
+  SECTION("an output layer of its own (transformers would load lm_head.weight apart from wte)") {
+    config["tie_word_embeddings"] = false;
+    write_hf(path, config);
+    expected = path + "/config.json: tie_word_embeddings is false, expected true (as GPT-2: the output layer is the "
+                      "token embedding, wte)";
+  }
   SECTION("config.json that is not JSON") {
     write(path + "/config.json", "{\"n_layer\": 12,");
     expected = path + "/config.json: not a JSON object (truncated or corrupt)";

@@ -8,7 +8,9 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -74,6 +76,27 @@ TEST_CASE("eval: loss, perplexity and bits per byte of a text file are PyTorch's
     CHECK(got.at("bits_per_byte").get<double>() == Approx(want.at("bits_per_byte").get<double>()).epsilon(1e-5));
     CHECK(got.at("bytes") == got.at("tokens"));  // byte-level: a token per byte
   }
+  // The same bytes as an llm.c token shard (a token a byte): a byte-level model's shards count bytes too.
+  std::string shard(256 * 4 + 2 * text.size(), '\0');
+  const std::int32_t header[3] = {20240520, 1, static_cast<std::int32_t>(text.size())};
+  std::memcpy(shard.data(), header, sizeof header);
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto token = static_cast<std::uint16_t>(static_cast<unsigned char>(text[i]));
+    std::memcpy(shard.data() + 256 * 4 + 2 * i, &token, 2);
+  }
+  write_bytes(dir / "text_val_000000.bin", shard);
+  const CliRun as_text = test::run_model_command(dir, "eval", {dir / "hf", "--data", dir / "text.txt", "--json"});
+  const CliRun as_shard =
+      test::run_model_command(dir, "eval", {dir / "hf", "--data", dir / "text_val_000000.bin", "--json"});
+  INFO(as_shard.output);
+  REQUIRE(as_text.code == 0);
+  REQUIRE(as_shard.code == 0);
+  for (const char* key : {"tokens", "loss", "bits_per_byte", "bytes"}) {
+    INFO(key);
+    CHECK(nlohmann::json::parse(as_shard.out).at(key) == nlohmann::json::parse(as_text.out).at(key));
+  }
+  CHECK_FALSE(nlohmann::json::parse(as_shard.out).at("bits_per_byte").is_null());
+
   // --precision bf16 on the CPU: the GPU's storage emulated (worker/cpu/cpu_backend.hpp), so a loss
   // near fp32's but not fp32's. Each stored activation is rounded to 8 bits of mantissa (2^-9
   // relative); through 2 layers that moves a loss of about 5.5 by 1e-3 relative, 2e-2 is the bound.

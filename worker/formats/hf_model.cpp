@@ -67,7 +67,8 @@ FileChecksum write_hf_model(const std::string& path, const ParamLayout& layout, 
   return write_safetensors(path, tensors, {{"format", "pt"}}, memory);  // transformers refuses files without "format"
 }
 
-HfModelReader::HfModelReader(const std::string& path, const ParamLayout& layout) : file_(path), layout_(layout) {
+HfModelReader::HfModelReader(const std::string& path, const ParamLayout& layout, std::int64_t positions)
+    : file_(path), layout_(layout) {
   const ModelDims& d = layout.dims();
   std::map<std::string, const SafetensorsEntry*> by_name;  // without the prefix
   for (const auto& e : file_.tensors()) {
@@ -87,11 +88,13 @@ HfModelReader::HfModelReader(const std::string& path, const ParamLayout& layout)
     if (it == by_name.end()) throw FileError(path, "tensor " + t.name + " is missing");
     const SafetensorsEntry& e = *it->second;
     std::vector<std::int64_t> shape = hf_shape(layout, t);
-    if (t.offset == layout.wpe() && e.shape.size() == 2 && e.shape[1] == d.C && e.shape[0] >= d.T) {
-      shape[0] = e.shape[0];  // n_positions rows; the first T are used
-    } else if (t.offset == layout.wpe() && e.shape.size() == 2 && e.shape[1] == d.C) {
-      throw FileError(path, "tensor " + e.name + " has " + std::to_string(e.shape[0]) +
-                                " rows (positions) but model.seq_len is " + std::to_string(d.T));
+    if (t.offset == layout.wpe() && e.shape.size() == 2 && e.shape[1] == d.C) {
+      if (e.shape[0] != positions) {  // GPT-2 builds wpe (n_positions, n_embd) from its config
+        throw FileError(path, "tensor " + e.name + " has " + std::to_string(e.shape[0]) +
+                                  " rows (positions) but the model's config gives n_positions " +
+                                  std::to_string(positions));
+      }
+      shape[0] = positions;  // the first T rows are used
     }
     entries_.push_back(&file_.get(e.name, shape));
     by_name.erase(it);

@@ -12,6 +12,7 @@
 //   - wpe.weight with at least seq_len rows (n_positions of them; the first seq_len are taken).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -36,8 +37,9 @@ class HfModelReader {
  public:
   // Reads the header of the safetensors file at `path` and matches it to `layout`: every
   // parameter present once with its Hugging Face shape and a float dtype, nothing unknown besides
-  // the ignored buffers. Throws FileError naming the file and the tensor.
-  HfModelReader(const std::string& path, const ParamLayout& layout);
+  // the ignored buffers; wpe with `positions` rows (the config's n_positions, at least the
+  // layout's T: its first T rows are loaded). Throws FileError naming the file and the tensor.
+  HfModelReader(const std::string& path, const ParamLayout& layout, std::int64_t positions);
   HfModelReader(const HfModelReader&) = delete;
   HfModelReader& operator=(const HfModelReader&) = delete;
 

@@ -74,7 +74,7 @@ void check_model_headers(const ModelFileInfo& file, const ParamLayout& layout) {
   // header (names, dtypes, shapes, data offsets against its size) by the reader's constructor,
   // and the data's digest where our writer recorded one by load(), on the mapping (~3 GB/s).
   if (file.format == ModelFormat::kLlmc) return;
-  HfModelReader(file.weights, layout);
+  HfModelReader(file.weights, layout, file.n_positions);
   SafetensorsFile(file.weights).load();
 }
 
@@ -83,7 +83,7 @@ void import_model(const ModelFileInfo& file, const ParamLayout& layout, float* p
   if (file.format == ModelFormat::kLlmc) {
     import_llmc_model(file, layout, params, memory);
   } else {
-    HfModelReader reader(file.weights, layout);
+    HfModelReader reader(file.weights, layout, file.n_positions);
     reader.load(params, memory);
   }
 }

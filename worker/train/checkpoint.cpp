@@ -572,7 +572,7 @@ TrainState load_checkpoint(const std::string& dir, const JobSpec& spec, const Pa
   SafetensorsFile optimizer = open_tensor_file(dir, kCheckpointOptimizerFile);
   const auto total = static_cast<std::int64_t>(layout.total());
   try {
-    HfModelReader model((fs::path(dir) / kModelWeightsFile).string(), layout);
+    HfModelReader model((fs::path(dir) / kModelWeightsFile).string(), layout, d.T);  // our checkpoints keep T rows
     optimizer.get("m", {total});
     optimizer.get("v", {total});
     if (d.Vp > d.V) optimizer.get(kWtePadding, wte_padding_shape(d));

@@ -348,10 +348,15 @@ TEST_CASE("a bad safetensors file is refused with one line naming the file and t
     tensors.push_back({"h.0.mlp.c_gate.weight", "F32", {1}, std::string(4, '\0')});
     expected = model + ": unexpected tensor h.0.mlp.c_gate.weight (not a GPT-2 parameter)";
   }
-  SECTION("fewer positions than seq_len") {
+  SECTION("fewer positions than config.json's n_positions (and than seq_len)") {
     tensor("wpe.weight").shape[0] = 4;
     tensor("wpe.weight").bytes.resize(4 * 8 * 4);
-    expected = model + ": tensor wpe.weight has 4 rows (positions) but model.seq_len is 5";
+    expected = model + ": tensor wpe.weight has 4 rows (positions) but the model's config gives n_positions 8";
+  }
+  SECTION("more positions than config.json's n_positions") {
+    tensor("wpe.weight").shape[0] = kPositions + 2;
+    tensor("wpe.weight").bytes.resize((kPositions + 2) * 8 * 4);
+    expected = model + ": tensor wpe.weight has 10 rows (positions) but the model's config gives n_positions 8";
   }
   SECTION("an lm_head that is not wte") {
     RawTensor lm_head = tensor("wte.weight");
