@@ -108,6 +108,7 @@ class Reader {
       throw SpecError(field(key), expected + ", got " + show(*v));
     }
     const std::string s = v->get<std::string>();
+    refuse_nul(field(key), *v);
     if (choices.size() > 0 &&
         std::none_of(choices.begin(), choices.end(), [&](const char* c) { return s == c; })) {
       throw SpecError(field(key), expected + ", got " + show(*v));
@@ -145,6 +146,7 @@ class Reader {
         throw SpecError(field(key) + "[" + std::to_string(i) + "]",
                         "expected a non-empty string, got " + show(item));
       }
+      refuse_nul(field(key) + "[" + std::to_string(i) + "]", item);
       list.push_back(item.get<std::string>());
     }
     out = std::move(list);
@@ -154,13 +156,22 @@ class Reader {
     if (!v) return;
     if (!v->is_object()) throw SpecError(field(key), "expected an object of strings, got " + show(*v));
     for (const auto& [name, value] : v->items()) {
-      const std::string where = field(key) + "." + name;
-      if (name.empty() || name.find('=') != std::string::npos) {
-        throw SpecError(where, "expected an environment variable name without '='");
+      if (name.empty() || name.find('=') != std::string::npos || name.find('\0') != std::string::npos) {
+        throw SpecError(field(key), "expected environment variable names without '=' or NUL characters, got " +
+                                        show(json(name)));
       }
+      const std::string where = field(key) + "." + name;
+      refuse_nul(where, value);
       if (value.is_string()) out[name] = value.get<std::string>();
       else if (value.is_number() || value.is_boolean()) out[name] = value.dump();
       else throw SpecError(where, "expected a string, number or boolean, got " + show(value));
+    }
+  }
+  // A string with a NUL character: no path, argument or environment value can hold one (the
+  // system would end it there, so "a\u0000b" would silently name "a").
+  static void refuse_nul(const std::string& where, const json& v) {
+    if (v.is_string() && v.get<std::string>().find('\0') != std::string::npos) {
+      throw SpecError(where, "expected a string without NUL characters (\\u0000), got " + show(v));
     }
   }
   // A key that was renamed: its presence is an error that names the new key.

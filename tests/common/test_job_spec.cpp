@@ -100,6 +100,18 @@ TEST_CASE("errors name the field by JSON path and say what was expected", "[spec
   CHECK(error_of(json::parse(R"({"nodes": {"keepalive_interval_s": 0}})")) ==
         "nodes.keepalive_interval_s: expected a number >= 0.01 and <= 3600, got 0");
   CHECK(error_of(json::parse(R"({"name": "a/b"})")) == R"(name: expected a name without '/', got "a/b")");
+  // JSON may hold a NUL (\u0000); a path, an argument or an environment value cannot: the system would
+  // end the string there, so "runs/a\u0000b" would silently be runs/a.
+  CHECK(error_of(json::parse(R"({"run_dir": "runs/a\u0000b"})")) ==
+        R"(run_dir: expected a string without NUL characters (\u0000), got "runs/a\u0000b")");
+  CHECK(error_of(json::parse(R"({"worker": {"command": ["a", "b\u0000"]}})")) ==
+        R"(worker.command[1]: expected a string without NUL characters (\u0000), got "b\u0000")");
+  CHECK(error_of(json::parse(R"({"worker": {"env": {"X": "\u0000"}}})")) ==
+        R"(worker.env.X: expected a string without NUL characters (\u0000), got "\u0000")");
+  CHECK(error_of(json::parse(R"({"worker": {"env": {"X\u0000": "1"}}})")) ==
+        R"(worker.env: expected environment variable names without '=' or NUL characters, got "X\u0000")");
+  CHECK(error_of(json::parse(R"({"worker": {"env": {"A=B": "1"}}})")) ==
+        R"(worker.env: expected environment variable names without '=' or NUL characters, got "A=B")");
   // Nothing but a shell expands "~": taken as it is, it would be a directory named "~".
   CHECK(error_of(json::parse(R"({"run_dir": "~/runs/x"})")) ==
         R"(run_dir: "~/runs/x" would be a directory named "~" here: "~" is expanded by shells, not in a spec or a )"
