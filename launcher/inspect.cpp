@@ -31,12 +31,26 @@ using nlohmann::json;
 
 constexpr int kLivenessCheckMs = 500;  // logs --follow: how often to ask whether a silent supervisor died
 
-// The run's newest record: summary.json when finished, else state.json. Throws CliError when
-// `dir` is not a run directory.
-json read_run(const std::string& dir) {
+// The run's newest record: summary.json when the run finished, else state.json.
+struct RunRecord {
+  json run;
+  bool finished = false;         // from summary.json
+  bool summary_damaged = false;  // summary.json is there but unreadable: state.json instead, with a warning
+};
+
+// Throws CliError when `dir` is not a run directory. A damaged summary.json (written atomically, so
+// only a damaged disk or an editor makes one) costs the summary, not the state xlaunch kept.
+RunRecord read_run(const std::string& dir) {
   if (const auto why = why_not_a_run_dir(dir)) throw CliError(*why);
-  if (auto summary = read_json_file(run_files::summary(dir))) return *summary;
-  return read_json_file(run_files::state(dir)).value_or(json());
+  RunRecord record;
+  try {
+    if (auto summary = read_json_file(run_files::summary(dir))) return {std::move(*summary), true, false};
+  } catch (const std::runtime_error& e) {
+    std::cerr << "xlaunch: warning: " << e.what() << "; showing state.json instead" << std::endl;
+    record.summary_damaged = true;
+  }
+  record.run = read_json_file(run_files::state(dir)).value_or(json());
+  return record;
 }
 
 // object[key] as text, "-" when missing or null (files from an older or a dead xlaunch may lack keys).
@@ -106,7 +120,9 @@ void print_ranks(const json& ranks) {
   }
 }
 
-void print_status(const std::string& dir, const json& run, bool finished, bool alive) {
+void print_status(const std::string& dir, const RunRecord& record, bool alive) {
+  const json& run = record.run;
+  const bool finished = record.finished;
   std::cout << "run dir:  " << dir << "\n";
   if (run.contains("run_id")) std::cout << "run:      " << text(run, "run_id") << "\n";
   if (finished) {
@@ -124,8 +140,9 @@ void print_status(const std::string& dir, const json& run, bool finished, bool a
                              text(run, "supervisor_pid"), text(run, "attempt"),
                              run.value("max_restarts", 0) + 1);
   } else {
-    std::cout << "status:   lost: the supervisor (pid " << text(run, "supervisor_pid")
-              << ") is gone and left no summary.json; its ranks are checked by pid and start time\n";
+    std::cout << "status:   lost: the supervisor (pid " << text(run, "supervisor_pid") << ") is gone and "
+              << (record.summary_damaged ? "its summary.json is unreadable" : "left no summary.json")
+              << "; its ranks are checked by pid and start time\n";
   }
   if (run.value("progress", json()).is_object()) {
     std::cout << "progress: " << progress_line(run["progress"], alive && !finished) << "\n";
@@ -207,23 +224,23 @@ void wait_for_change(int inotify_fd) {
 
 int show_status(const CliOptions& options) {
   const std::string& dir = options.run_dir;
-  const bool finished = fs::exists(run_files::summary(dir));
   const bool alive = supervisor_running(dir);
-  const json run = with_live_state(dir, read_run(dir));
+  RunRecord record = read_run(dir);
+  record.run = with_live_state(dir, std::move(record.run));
   if (options.json) {
-    json out = run;
-    out["source"] = finished ? "summary.json" : "state.json";
+    json out = record.run;
+    out["source"] = record.finished ? "summary.json" : "state.json";
     out["supervisor_running"] = alive;
     std::cout << out.dump(2) << std::endl;
   } else {
-    print_status(dir, run, finished, alive);
+    print_status(dir, record, alive);
   }
   return exit_code::kSuccess;
 }
 
 int show_logs(const CliOptions& options) {
   const std::string& dir = options.run_dir;
-  read_run(dir);  // a run directory, or a clear error
+  if (const auto why = why_not_a_run_dir(dir)) throw CliError(*why);  // the logs need nothing else of the run
   const bool prefixed = !options.rank;
   std::vector<FollowedLog> logs = find_logs(dir, options.rank);
   const int inotify_fd = options.follow ? ::inotify_init1(IN_CLOEXEC) : -1;
@@ -249,10 +266,11 @@ int show_logs(const CliOptions& options) {
 
 int stop_run(const CliOptions& options) {
   const std::string& dir = options.run_dir;
-  const json run = read_run(dir);
+  const RunRecord record = read_run(dir);
+  const json& run = record.run;
   if (!supervisor_running(dir)) {
     std::cout << "xlaunch: no supervisor is running in " << dir;
-    if (fs::exists(run_files::summary(dir))) std::cout << "; it finished: " << outcome_line(run);
+    if (record.finished) std::cout << "; it finished: " << outcome_line(run);
     std::cout << std::endl;
     return exit_code::kSuccess;
   }

@@ -143,6 +143,36 @@ TEST_CASE("launcher/status: a directory that is not a run, or a checkpoint, is a
   CHECK(read_file(dir / "best/state.json") == state);
 }
 
+TEST_CASE("launcher/status: a damaged summary.json is named, and status, logs and stop go on from state.json",
+          "[integration][subcommands]") {
+  TempDir dir;
+  REQUIRE(run_job(dir, test_spec(dir, 2, {"--print", "alpha"})).run.exit_code == 0);
+  const std::string run = dir / "run";
+  const std::string summary = read_file(run + "/summary.json");
+  write_file(run + "/summary.json", summary.substr(0, summary.size() / 2));  // cut short
+  const std::string warning = "xlaunch: warning: " + run + "/summary.json: malformed JSON: ";
+  const auto status = run_xlaunch({"status", run});
+  REQUIRE(status);
+  CHECK(status->exit_code == 0);
+  CHECK_THAT(status->err, StartsWith(warning));
+  CHECK_THAT(status->err, Contains("; showing state.json instead\n"));
+  CHECK_THAT(status->out, Contains("is gone and its summary.json is unreadable; its ranks are checked"));
+  CHECK_THAT(status->out, Contains("succeeded"));  // each rank's status, from state.json
+  const auto json_status = run_xlaunch({"status", run, "--json"});
+  REQUIRE(json_status);
+  CHECK(json_status->exit_code == 0);
+  CHECK(nlohmann::json::parse(json_status->out)["source"] == "state.json");
+  const auto logs = run_xlaunch({"logs", run});  // needs no summary at all
+  REQUIRE(logs);
+  CHECK(logs->exit_code == 0);
+  CHECK(logs->err.empty());
+  CHECK_THAT(logs->out, Contains("[rank 1] alpha\n"));
+  const auto stop = run_xlaunch({"stop", run});
+  REQUIRE(stop);
+  CHECK(stop->exit_code == 0);
+  CHECK(stop->out == "xlaunch: no supervisor is running in " + run + "\n");
+}
+
 TEST_CASE("launcher/status: stragglers with their start, how much slower, and their recovery", "[integration][subcommands]") {
   TempDir dir;
   const auto done = run_job(dir, test_spec(dir, 1, {}));
