@@ -21,7 +21,8 @@ namespace xtrain::launcher {
 nlohmann::json read_elastic_error_file(const std::string& path);
 
 // "ValueError: ..." from the last traceback in `lines` (the line after its frames, which Python
-// does not indent); "" when the lines hold no traceback or only its start.
+// does not indent), or "ExceptionGroup: ... (N sub-exceptions)" when that is an exception group's;
+// "" when the lines hold no traceback or only its start.
 std::string python_exception(const std::vector<std::string>& lines);
 
 }  // namespace xtrain::launcher

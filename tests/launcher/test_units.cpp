@@ -127,6 +127,31 @@ TEST_CASE("launcher/python failure: the exception a traceback ends with, the las
       "  (a message's second line)",
   };
   CHECK(python_exception(chained) == "ValueError: bad");
+  // Python 3.11's exception groups (asyncio.TaskGroup raises them), as it prints one at the end of a chain.
+  const std::vector<std::string> group = {
+      "Traceback (most recent call last):",
+      "  File \"train.py\", line 2, in <module>",
+      "KeyError: 'shape'",
+      "",
+      "During handling of the above exception, another exception occurred:",
+      "",
+      "  + Exception Group Traceback (most recent call last):",
+      "  |   File \"train.py\", line 4, in <module>",
+      "  |     raise ExceptionGroup(\"two steps failed\", [ValueError(\"a\"), ExceptionGroup(\"inner\", [...])])",
+      "  | ExceptionGroup: two steps failed (2 sub-exceptions)",
+      "  +-+---------------- 1 ----------------",
+      "    | ValueError: a",
+      "    +---------------- 2 ----------------",
+      "    | ExceptionGroup: inner (1 sub-exception)",
+      "    +-+---------------- 1 ----------------",
+      "      | Traceback (most recent call last):",
+      "      |   File \"train.py\", line 9, in step",
+      "      | TypeError: b",
+      "      +------------------------------------",
+  };
+  CHECK(python_exception(group) == "ExceptionGroup: two steps failed (2 sub-exceptions)");
+  CHECK(python_exception({"  + Exception Group Traceback (most recent call last):", "  |   File \"x.py\", line 1"})
+            .empty());  // cut short
   CHECK(python_exception({"Traceback (most recent call last):", "  File \"x.py\", line 1"}).empty());  // cut short
   CHECK(python_exception({"error: no traceback here", "ValueError: not after a traceback"}).empty());
   CHECK(python_exception({}).empty());
