@@ -325,7 +325,13 @@ void Supervisor::rank_failed(RankFailure failure, Outcome outcome) {
     spdlog::warn("a rank sent no heartbeat for {} s (launcher.heartbeat_timeout_s); finding where every rank is",
                  plan_.spec.launcher.heartbeat_timeout_s);
   } else {
-    spdlog::error("{}; {}{}", outcome.reason, stopping_text(restart),
+    spdlog::error("{}; {}{}", outcome.reason,
+                  repeats && running_count() > 0
+                      ? fmt::format("training diverged at a step every rank takes: waiting up to {} s for the {} to "
+                                    "end by themselves (then SIGTERM, and SIGKILL after {} s)",
+                                    kDivergedWaitS, plural(running_count(), "running rank"),
+                                    plan_.spec.launcher.term_timeout_s)
+                      : stopping_text(restart),
                   restarts_left && repeats ? "; no restart: training diverged, and a restart would resume from "
                                              "the last checkpoint and repeat it bit for bit"
                                            : "");
@@ -334,6 +340,7 @@ void Supervisor::rank_failed(RankFailure failure, Outcome outcome) {
   outcome_ = std::move(outcome);
   const Phase next = restart ? Phase::kRestarting : Phase::kStopping;
   if (diagnose) return begin_diagnosis(next, "heartbeat");
+  if (repeats && running_count() > 0) return await_diverged_ranks();
   stop_gang(next, SIGTERM);
 }
 

@@ -21,7 +21,8 @@
 // echo of another failure: it is held for up to kEchoWaitS while the primary failure is looked
 // for, and becomes the root cause only when none appears. A "diverged" failure (training whose loss
 // or gradient norm stopped being finite) is not restarted: the restart would resume from the last
-// checkpoint and repeat it bit for bit. Every heartbeat brings the rank's
+// checkpoint and repeat it bit for bit; and since every rank takes that step, the others are given
+// kDivergedWaitS to end by themselves, each with its own failure, before the stop. Every heartbeat brings the rank's
 // progress record, whose busy time feeds the straggler detector (launcher/agent/stragglers.hpp).
 //
 // On several nodes (launcher/rendezvous/rendezvous.hpp) Starting begins with a rendezvous round on a helper
@@ -116,6 +117,7 @@ class Supervisor {
   std::optional<std::chrono::steady_clock::duration> job_signal_wait_left() const;
   void begin_preemption(int signal);
   bool every_rank_preempted() const;
+  void await_diverged_ranks();
   void on_job_timeout();
   void rank_failed(RankFailure failure, Outcome outcome);
   std::string stopping_text(bool restart) const;  // "stopping 4 running ranks (SIGTERM, then SIGKILL after 2 s)"

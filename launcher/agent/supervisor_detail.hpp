@@ -22,6 +22,10 @@ inline constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 // the stop signals and the two forwarded to every rank.
 inline constexpr int kHandledSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 
+// How long the other ranks of a diverged step get to end by themselves (Supervisor::await_diverged_ranks):
+// they fail at the same step, a moment after the first.
+inline constexpr double kDivergedWaitS = 2.0;
+
 inline SteadyClock::duration seconds(double s) {
   return std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(s));
 }

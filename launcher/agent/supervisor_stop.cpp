@@ -183,6 +183,23 @@ void Supervisor::begin_preemption(int sig) {
   save_state();
 }
 
+// A diverged step's loss and gradient norm are the same on every rank (both are reduced over the
+// ranks), so every rank fails with it (exit 3) a moment after the first; stopped at once, the
+// slower ones would die by SIGTERM before they said so. They get kDivergedWaitS to end by
+// themselves, then the usual stop. A signal meanwhile is passed on (on_signal, Stopping).
+void Supervisor::await_diverged_ranks() {
+  drop_echo();
+  phase_ = Phase::kStopping;
+  kill_timer_.expires_after(seconds(kDivergedWaitS));
+  kill_timer_.async_wait([this, attempt = attempt_](const boost::system::error_code& ec) {
+    if (ec || attempt != attempt_ || running_count() == 0) return;
+    spdlog::warn("{} still running {} s after training diverged; stopping them", plural(running_count(), "rank"),
+                 kDivergedWaitS);
+    stop_gang(Phase::kStopping, SIGTERM);
+  });
+  save_state();
+}
+
 // Every rank exited 0 after writing its checkpoint on a stop request (its result says "preempted").
 bool Supervisor::every_rank_preempted() const {
   for (const Rank& rank : ranks_) {
