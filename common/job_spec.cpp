@@ -374,6 +374,24 @@ const json& spec_key_tree() {
 
 }  // namespace
 
+std::string glob_pattern_of(const std::string& path) {
+  const auto escaped = [](const std::string& literal) {
+    std::string out;
+    for (const char c : literal) {
+      if (c == '\\' || std::strchr(kGlobCharacters, c) != nullptr) out += '\\';
+      out += c;
+    }
+    return out;
+  };
+  std::error_code ec;
+  for (size_t end = path.size(); end != 0 && end != std::string::npos; end = path.rfind('/', end - 1)) {
+    const std::string part = path.substr(0, end);
+    if (!is_glob_pattern(part)) break;  // nothing left to escape
+    if (std::filesystem::exists(part, ec)) return escaped(part) + path.substr(end);
+  }
+  return path;
+}
+
 JobSpec parse_job_spec(const json& doc, const std::string& default_name) {
   JobSpec spec;
   Reader reader(doc, "");

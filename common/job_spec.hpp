@@ -73,6 +73,10 @@ inline constexpr const char* kGlobCharacters = "*?[";
 inline bool is_glob_pattern(const std::string& path) {
   return path.find_first_of(kGlobCharacters) != std::string::npos;
 }
+// What glob(3) is given for a data path: the longest part of it that names an existing file or
+// directory as written is escaped, so "runs [v2]/f[1].txt" is that file when it exists, and
+// "data [v2]/*.bin" lists the directory "data [v2]"; the rest stays a pattern.
+std::string glob_pattern_of(const std::string& path);
 
 struct TrainSpec {
   int steps = 100;

@@ -19,7 +19,7 @@ bool names_something(const fs::path& base, const std::string& path) {
     return fs::exists(full, ec);
   }
   glob_t g{};
-  const bool found = ::glob(full.c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0;
+  const bool found = ::glob(glob_pattern_of(full).c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0;
   ::globfree(&g);
   return found;
 }

@@ -77,7 +77,7 @@ std::string pattern_directory(const std::string& pattern) {
 std::vector<std::string> expand(const std::string& pattern, const std::string& field) {
   if (!is_glob_pattern(pattern)) return {pattern};
   glob_t g{};
-  const int rc = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &g);
+  const int rc = ::glob(glob_pattern_of(pattern).c_str(), GLOB_ERR, nullptr, &g);
   std::vector<std::string> files;
   if (rc == 0) files.assign(g.gl_pathv, g.gl_pathv + g.gl_pathc);
   ::globfree(&g);

@@ -296,6 +296,24 @@ TEST_CASE("bad data files give one-line errors naming the field and the file", "
   }
 }
 
+
+TEST_CASE("glob characters in names that exist as the data path writes them are those names, the rest is a pattern",
+          "[data]") {
+  ScratchDir dir;
+  const std::string run = dir / "run [v2]";  // '[' would start a pattern: "run v/", "run 2/"
+  std::filesystem::create_directories(run);
+  for (const char* name : {"s_train_000001.bin", "s_train_000002.bin", "f[1].bin", "f1.bin"}) {
+    write_shard(run + "/" + name, iota_tokens(10, 0));
+  }
+  using Files = std::vector<std::string>;
+  CHECK(TokenSource(run + "/*_train_*.bin", "data.train").files() ==
+        Files{run + "/s_train_000001.bin", run + "/s_train_000002.bin"});
+  CHECK(TokenSource(run + "/f[1].bin", "data.train").files() == Files{run + "/f[1].bin"});  // the file, not f1.bin
+  CHECK(TokenSource(run + "/f[0-9].bin", "data.train").files() == Files{run + "/f1.bin"});  // no such name: a pattern
+  CHECK(TokenSource(run + "/f?1].bin", "data.train").files() == Files{run + "/f[1].bin"});
+  CHECK(error_message<DataError>([&] { TokenSource(dir / "run [v3]/*.bin", "data.train"); }) ==
+        "data.train: no file matches " + dir / "run [v3]/*.bin");
+}
 TEST_CASE("without data.val the tail of the training data is held out for validation", "[data]") {
   ScratchDir dir;
   std::string text(1000, '\0');
