@@ -22,8 +22,9 @@
 // for, and becomes the root cause only when none appears. A "diverged" failure (training whose loss
 // or gradient norm stopped being finite) is not restarted: the restart would resume from the last
 // checkpoint and repeat it bit for bit; and since every rank takes that step, the others are given
-// kDivergedWaitS to end by themselves, each with its own failure, before the stop. Every heartbeat brings the rank's
-// progress record, whose busy time feeds the straggler detector (launcher/agent/stragglers.hpp).
+// kDivergedWaitS to end by themselves, each with its own failure, before the stop. Every heartbeat
+// brings the rank's progress record, whose busy time feeds the straggler detector
+// (launcher/agent/stragglers.hpp).
 //
 // On several nodes (launcher/rendezvous/rendezvous.hpp) Starting begins with a rendezvous round on a helper
 // thread, which posts its result to the loop; while ranks run, a watcher thread blocks on this
