@@ -1,5 +1,7 @@
 #include "launcher/report/live_report.hpp"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 #include "launcher/report/html_report.hpp"
@@ -10,14 +12,19 @@ namespace xtrain::launcher {
 LiveReport::LiveReport(boost::asio::io_context& io, std::string run_dir)
     : timer_(io), run_dir_(std::move(run_dir)), metrics_(run_files::metrics(run_dir_)) {}
 
-void LiveReport::start() { arm(); }
+std::chrono::steady_clock::duration LiveReport::next_interval(std::chrono::steady_clock::duration spent) {
+  return std::max<std::chrono::steady_clock::duration>(std::chrono::seconds(kIntervalSeconds), spent * kIdleFactor);
+}
 
-void LiveReport::arm() {
-  timer_.expires_after(std::chrono::seconds(kIntervalSeconds));
+void LiveReport::start() { arm(std::chrono::seconds(kIntervalSeconds)); }
+
+void LiveReport::arm(std::chrono::steady_clock::duration after) {
+  timer_.expires_after(after);
   timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec) return;
+    const auto began = std::chrono::steady_clock::now();
     if (metrics_.update()) write();
-    arm();
+    arm(next_interval(std::chrono::steady_clock::now() - began));
   });
 }
 

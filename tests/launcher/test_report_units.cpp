@@ -10,6 +10,7 @@
 
 #include "harness.hpp"
 #include "launcher/report/html_report.hpp"
+#include "launcher/report/live_report.hpp"
 #include "launcher/report/run_reader.hpp"
 #include "launcher/report/svg_chart.hpp"
 
@@ -142,6 +143,15 @@ TEST_CASE("launcher/report: the last step record of a long file comes from its t
   REQUIRE(last);
   CHECK(last->step == 50000);
   CHECK(last->loss == Approx(0.02));
+}
+
+TEST_CASE("launcher/report: the live report waits 20 times as long as its last rewrite took, 10 s at least",
+          "[report]") {
+  using std::chrono::milliseconds;
+  using std::chrono::seconds;
+  CHECK(LiveReport::next_interval(milliseconds(0)) == seconds(10));
+  CHECK(LiveReport::next_interval(milliseconds(300)) == seconds(10));   // a run of 100,000 records or so
+  CHECK(LiveReport::next_interval(milliseconds(2000)) == seconds(40));  // a million: the loop stays 95% free
 }
 
 TEST_CASE("launcher/report: durations and times as people read them", "[report]") {
