@@ -92,8 +92,9 @@ class RunReport {
   double recent_ms_ = 0;     // moving average of the step time, for the progress record
 };
 
-// Rewrites the metrics file at `path` without the records of steps after `step` (and without a
-// torn last line), atomically; leaves it untouched when there is nothing to drop.
+// Cuts the metrics file at `path` before the records of steps after `step` (and a torn last line):
+// its tail, since records are appended in step order; leaves it untouched when there is nothing to
+// drop.
 void drop_metrics_after(const std::string& path, long step);
 
 // FNV-1a 64-bit over raw bytes, as 16 lowercase hex digits: cheap, and any differing bit changes it.

@@ -275,6 +275,17 @@ TEST_CASE("a resumed run drops the metrics of the steps it repeats, and a torn l
   CHECK(read_bytes(path).empty());
   drop_metrics_after(dir / "missing.jsonl", 0);
   CHECK_FALSE(std::ifstream(dir / "missing.jsonl"));
+  // Longer than the 64 KiB read back at a time: the cut is found across blocks, the rest kept byte for byte.
+  std::string records;
+  for (int s = 1; s <= 8000; ++s) {
+    records += "{\"step\":" + std::to_string(s) + ",\"loss\":" + std::to_string(s % 7) + "}\n";
+  }
+  REQUIRE(records.size() > 2 * 64 * 1024);
+  write_bytes(path, records + "{\"step\":8001,\"lo");
+  drop_metrics_after(path, 7000);
+  CHECK(read_bytes(path) == records.substr(0, records.find("{\"step\":7001,")));
+  drop_metrics_after(path, 10);
+  CHECK(read_bytes(path) == records.substr(0, records.find("{\"step\":11,")));
 }
 
 TEST_CASE("fault injection reads its variables and refuses malformed ones", "[heartbeat][faults]") {
