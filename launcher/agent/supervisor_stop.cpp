@@ -130,7 +130,7 @@ void Supervisor::on_signal(int sig) {
   }
   if (sig == SIGINT && ++interrupts_ >= 2) {
     spdlog::warn("second SIGINT: killing every rank now");
-    kill_stragglers();
+    signal_groups(SIGKILL);  // not kill_stragglers: its lines say the term timeout ran out
     return;
   }
   // A hang-up (the terminal closed) or a Ctrl-\ stops the ranks as SIGTERM does, so that they can

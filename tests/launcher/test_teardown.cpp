@@ -183,6 +183,7 @@ TEST_CASE("launcher/teardown: SIGINT exits 130 and a second SIGINT kills at once
   CHECK(r->exit_code == 130);
   CHECK(r->exit_time - second < 1.0);
   CHECK_THAT(r->err, Contains("second SIGINT: killing every rank now"));
+  CHECK_THAT(r->err, !Contains("still running"));  // the term timeout (20 s) did not run out
   for (const auto& rank : read_json(dir / "run/summary.json")["ranks"]) CHECK(rank["signal"] == SIGKILL);
   CHECK(all_gone(pids));
 }
