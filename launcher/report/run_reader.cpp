@@ -95,7 +95,11 @@ std::optional<RunInfo> read_run_info(const std::string& dir) {
   run.dir = dir;
   run.job = read_or_null(run_files::job(dir));
   run.state = read_or_null(run_files::state(dir));
-  run.summary = read_or_null(run_files::summary(dir));
+  try {
+    run.summary = read_json_file(run_files::summary(dir)).value_or(json());
+  } catch (const std::exception&) {
+    run.summary_unreadable = true;
+  }
   if (why_not_a_run_dir(dir)) return std::nullopt;
   run.name = run.job.is_object() && run.job.value("name", json()).is_string()
                  ? run.job.at("name").get<std::string>()
@@ -135,7 +139,7 @@ std::string state_label(const RunInfo& run) {
     case RunState::kPreempted: return "preempted" + code;
     case RunState::kFailed: return "failed" + code;
     case RunState::kStopped: return "stopped" + code;
-    case RunState::kLost: return "lost";
+    case RunState::kLost: return run.summary_unreadable ? "lost (summary.json unreadable)" : "lost";
   }
   return "unknown";
 }

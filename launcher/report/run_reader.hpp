@@ -23,6 +23,7 @@ struct RunInfo {
   nlohmann::json job;             // job.json, or null
   nlohmann::json state;           // state.json, or null
   nlohmann::json summary;         // summary.json, or null
+  bool summary_unreadable = false;  // summary.json is there but not JSON (a damaged disk): the run shows as lost
   RunState run_state = RunState::kLost;
   std::string phase;              // alive: state.json's status (starting, running, restarting, stopping)
   std::optional<int> exit_code;   // finished
@@ -37,7 +38,8 @@ struct RunInfo {
 // nullopt when `dir` is not a run directory (launcher/run/run_dir.hpp's why_not_a_run_dir).
 std::optional<RunInfo> read_run_info(const std::string& dir);
 
-// "running", "completed", "failed (3)", "stopped (143)", "lost"; alive but not running: the phase.
+// "running", "completed", "failed (3)", "stopped (143)", "lost" (or "lost (summary.json unreadable)");
+// alive but not running: the phase.
 std::string state_label(const RunInfo& run);
 
 // metrics.jsonl records. A value the record lacks is NaN.

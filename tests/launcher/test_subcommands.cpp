@@ -143,7 +143,7 @@ TEST_CASE("launcher/status: a directory that is not a run, or a checkpoint, is a
   CHECK(read_file(dir / "best/state.json") == state);
 }
 
-TEST_CASE("launcher/status: a damaged summary.json is named, and status, logs and stop go on from state.json",
+TEST_CASE("launcher/status: a damaged summary.json is named, and status, logs, stop and ls go on from state.json",
           "[integration][subcommands]") {
   TempDir dir;
   REQUIRE(run_job(dir, test_spec(dir, 2, {"--print", "alpha"})).run.exit_code == 0);
@@ -171,6 +171,10 @@ TEST_CASE("launcher/status: a damaged summary.json is named, and status, logs an
   REQUIRE(stop);
   CHECK(stop->exit_code == 0);
   CHECK(stop->out == "xlaunch: no supervisor is running in " + run + "\n");
+  const auto ls = run_xlaunch({"ls", dir.path()});
+  REQUIRE(ls);
+  CHECK(ls->exit_code == 0);
+  CHECK_THAT(ls->out, Contains(" lost (summary.json unreadable) "));
 }
 
 TEST_CASE("launcher/status: stragglers with their start, how much slower, and their recovery", "[integration][subcommands]") {
