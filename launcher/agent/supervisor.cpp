@@ -318,6 +318,7 @@ void Supervisor::rank_failed(RankFailure failure, Outcome outcome) {
   const bool restarts_left = outcome.kind != OutcomeKind::kLaunchFailed && attempt_ <= plan_.spec.launcher.max_restarts;
   const bool repeats = failure.kind == FailureKind::kExited && is_diverged(rank_at(failure.rank).record.result);
   const bool restart = restarts_left && !repeats;
+  const bool await_others = repeats && running_count() > 0;  // they diverge at the same step: await_diverged_ranks
   failure.node = plan_.spec.nodes.node_rank;
   const bool diagnose = failure.kind == FailureKind::kHung && phase_ == Phase::kRunning;
   if (diagnose) {  // the rank whose clock ran out first is not necessarily the one the others wait for:
@@ -326,7 +327,7 @@ void Supervisor::rank_failed(RankFailure failure, Outcome outcome) {
                  plan_.spec.launcher.heartbeat_timeout_s);
   } else {
     spdlog::error("{}; {}{}", outcome.reason,
-                  repeats && running_count() > 0
+                  await_others
                       ? fmt::format("training diverged at a step every rank takes: waiting up to {} s for the {} to "
                                     "end by themselves (then SIGTERM, and SIGKILL after {} s)",
                                     kDivergedWaitS, plural(running_count(), "running rank"),
@@ -340,7 +341,7 @@ void Supervisor::rank_failed(RankFailure failure, Outcome outcome) {
   outcome_ = std::move(outcome);
   const Phase next = restart ? Phase::kRestarting : Phase::kStopping;
   if (diagnose) return begin_diagnosis(next, "heartbeat");
-  if (repeats && running_count() > 0) return await_diverged_ranks();
+  if (await_others) return await_diverged_ranks();
   stop_gang(next, SIGTERM);
 }
 
